@@ -1,0 +1,13 @@
+//! ocrig's guest payload: workloads and spinlock variants that run inside a guest (or on the
+//! host for the bare-metal baseline) and print one versioned JSON [`report::Report`].
+//!
+//! The host orchestrator links this crate as a library to read reports through the same
+//! types and to validate workload arguments without booting anything.
+
+pub mod busywork;
+pub mod cli;
+pub mod env;
+pub mod locks;
+pub mod metrics;
+pub mod report;
+pub mod workloads;

@@ -1,0 +1,40 @@
+//! Test-and-set spinlock: every attempt is an atomic swap on the one lock word.
+//!
+//! Unfair by construction — whoever's swap lands first after a release wins — which is why it
+//! degrades gracefully under lock-holder preemption compared with FIFO locks: any running
+//! waiter can take a released lock, no particular (possibly preempted) waiter is owed it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lock_api::{GuardSend, RawMutex};
+
+pub struct RawTasLock {
+    locked: AtomicBool,
+}
+
+unsafe impl RawMutex for RawTasLock {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self { locked: AtomicBool::new(false) };
+    type GuardMarker = GuardSend;
+
+    fn lock(&self) {
+        // Acquire on success: the critical section must see everything the previous owner wrote
+        // before its Release store in `unlock`.
+        while self.locked.swap(true, Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        !self.locked.swap(true, Ordering::Acquire)
+    }
+
+    unsafe fn unlock(&self) {
+        // Release publishes the critical section's writes to the next acquirer.
+        self.locked.store(false, Ordering::Release);
+    }
+
+    fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+}

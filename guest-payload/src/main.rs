@@ -1,0 +1,51 @@
+//! `ocrig-payload`: runs one workload and prints its JSON report on stdout.
+//! Exit status: 0 success, 1 the workload failed, 2 bad arguments.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+use ocrig_payload::cli::{self, Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    if let Command::List = cli.command {
+        print!("{}", cli::list_text());
+        return ExitCode::SUCCESS;
+    }
+    if cli.go_stdin {
+        // Tell the host we are ready, then block until it says go.
+        eprintln!("ocrig-payload: ready");
+        let mut line = String::new();
+        if std::io::stdin().lock().read_line(&mut line).is_err() {
+            eprintln!("ocrig-payload: error: reading the go signal failed");
+            return ExitCode::from(1);
+        }
+    }
+    match cli::run(&cli.command) {
+        Ok(Some(report)) => {
+            let text = if cli.pretty {
+                serde_json::to_string_pretty(&report)
+            } else {
+                serde_json::to_string(&report)
+            };
+            let mut out = std::io::stdout().lock();
+            match text.map(|t| writeln!(out, "{t}")) {
+                Ok(Ok(())) => ExitCode::SUCCESS,
+                _ => ExitCode::from(1),
+            }
+        }
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ocrig-payload: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

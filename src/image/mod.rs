@@ -1,0 +1,1 @@
+//! The guest image: Debian kernel + busybox/dropbear initramfs, content-addressed cache.

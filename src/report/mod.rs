@@ -1,0 +1,1 @@
+//! Reports rendered from a journal: one file per format behind one trait.

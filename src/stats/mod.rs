@@ -1,0 +1,1 @@
+//! Statistics over journal records: pure functions, no I/O.

@@ -1,0 +1,236 @@
+//! The append-only results journal: `journal.jsonl` in a results directory.
+//!
+//! The first line is a [`SweepHeader`] (what was asked); every later line is a [`RunRecord`]
+//! (one guest's result of one run), appended and fsync'd as soon as it is known, so a crash
+//! loses nothing that had finished. Statistics and reports are computed from this file alone.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+pub const JOURNAL_FILE: &str = "journal.jsonl";
+
+/// Which direction of a metric is an improvement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    #[default]
+    Higher,
+    Lower,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Entry {
+    Sweep(SweepHeader),
+    Run(Box<RunRecord>),
+}
+
+/// What the sweep was asked to do; written once, first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepHeader {
+    pub scenario: String,
+    /// SHA-256 of the scenario file's bytes as run.
+    pub scenario_sha256: String,
+    pub baseline: String,
+    pub variants: Vec<String>,
+    pub levels: Vec<f64>,
+    /// Workload id → what it reports.
+    pub workloads: BTreeMap<String, WorkloadInfo>,
+    pub backend: String,
+    pub accel: String,
+    pub host_cpus: Vec<usize>,
+    pub guest_vcpus: u32,
+    pub started_at: String,
+    pub ocrig_version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadInfo {
+    /// Payload subcommand, e.g. `lock`.
+    pub command: String,
+    /// The headline metric (a key of the payload's `metrics`).
+    pub metric: String,
+    pub better: Better,
+}
+
+/// One guest's result of one run of one cell (variant × level × workload).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub variant: String,
+    pub level: f64,
+    /// Workload id (scenario workload name plus expanded matrix parameters).
+    pub workload: String,
+    /// Run index within the cell, 0-based; warm-up runs are marked and not counted.
+    pub run: u32,
+    pub warmup: bool,
+    /// Guest index at this level; guest 0's result is the primary one.
+    pub guest: u32,
+    pub guests: u32,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Attempt number (1 = first try).
+    pub attempt: u32,
+    /// The payload's headline numbers (name → value); empty when the run failed.
+    pub metrics: BTreeMap<String, f64>,
+    /// The payload's full JSON report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<ocrig_payload::report::Report>,
+    /// Exact payload command line run in the guest.
+    pub argv: Vec<String>,
+    /// Phase timings of this run, milliseconds.
+    pub timings: BTreeMap<String, f64>,
+    /// Anything else measured around the run (telemetry, start skew, console tail).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    pub finished_at: String,
+}
+
+/// Appends entries to a journal, fsync'ing each one.
+pub struct JournalWriter {
+    file: File,
+    path: PathBuf,
+}
+
+impl JournalWriter {
+    /// Opens (creating if needed) `dir/journal.jsonl` for appending.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let path = dir.join(JOURNAL_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening journal {}", path.display()))?;
+        Ok(Self { file, path })
+    }
+
+    pub fn append(&mut self, entry: &Entry) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(entry)?;
+        line.push('\n');
+        // One write call per line keeps lines whole even if we die mid-way; fsync makes it durable.
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.sync_data())
+            .with_context(|| format!("appending to {}", self.path.display()))
+    }
+}
+
+/// A journal read back: the header and every complete run record, in order.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    pub header: SweepHeader,
+    pub runs: Vec<RunRecord>,
+}
+
+impl Journal {
+    /// Reads `dir/journal.jsonl` (or the file itself if `path` is a file). A torn last line (a
+    /// crash mid-write) is ignored; any other malformed line is an error naming its number.
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        let file_path = if path.is_dir() { path.join(JOURNAL_FILE) } else { path.to_path_buf() };
+        let file = File::open(&file_path).with_context(|| format!("opening journal {}", file_path.display()))?;
+        let lines: Vec<String> = BufReader::new(file)
+            .lines()
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("reading {}", file_path.display()))?;
+        let mut header = None;
+        let mut runs = Vec::new();
+        let last = lines.len();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let entry: Entry = match serde_json::from_str(line) {
+                Ok(e) => e,
+                Err(_) if i + 1 == last => break,
+                Err(e) => anyhow::bail!("{}:{}: malformed journal line: {e}", file_path.display(), i + 1),
+            };
+            match entry {
+                Entry::Sweep(h) if header.is_none() => header = Some(h),
+                Entry::Sweep(_) => {} // a resumed sweep re-states its header; the first one stands
+                Entry::Run(r) => runs.push(*r),
+            }
+        }
+        let header = header.with_context(|| format!("{}: no sweep header line", file_path.display()))?;
+        Ok(Self { header, runs })
+    }
+
+    /// Measured (non-warm-up) records of guest 0 that succeeded: the primary results.
+    pub fn primary_ok(&self) -> impl Iterator<Item = &RunRecord> {
+        self.runs.iter().filter(|r| r.ok && !r.warmup && r.guest == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn header() -> SweepHeader {
+        SweepHeader {
+            scenario: "t".into(),
+            scenario_sha256: "00".into(),
+            baseline: "base".into(),
+            variants: vec!["base".into()],
+            levels: vec![1.0],
+            workloads: BTreeMap::new(),
+            backend: "qemu".into(),
+            accel: "tcg".into(),
+            host_cpus: vec![0, 1],
+            guest_vcpus: 1,
+            started_at: "now".into(),
+            ocrig_version: "0".into(),
+        }
+    }
+
+    fn record(run: u32) -> RunRecord {
+        RunRecord {
+            variant: "base".into(),
+            level: 1.0,
+            workload: "lock".into(),
+            run,
+            warmup: false,
+            guest: 0,
+            guests: 1,
+            ok: true,
+            error: None,
+            attempt: 1,
+            metrics: BTreeMap::from([("ops_per_sec".into(), 1.5)]),
+            payload: None,
+            argv: vec![],
+            timings: BTreeMap::new(),
+            extra: Default::default(),
+            finished_at: "now".into(),
+        }
+    }
+
+    #[test]
+    fn append_then_read_back_ignoring_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = JournalWriter::open(dir.path()).unwrap();
+        w.append(&Entry::Sweep(header())).unwrap();
+        w.append(&Entry::Run(Box::new(record(0)))).unwrap();
+        w.append(&Entry::Run(Box::new(record(1)))).unwrap();
+        drop(w);
+        let path = dir.path().join(JOURNAL_FILE);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"type\":\"run\",\"variant\":").unwrap();
+        let j = Journal::read(dir.path()).unwrap();
+        assert_eq!(j.header, header());
+        assert_eq!(j.runs, vec![record(0), record(1)]);
+        assert_eq!(j.primary_ok().count(), 2);
+    }
+
+    #[test]
+    fn malformed_middle_line_is_an_error_with_its_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let h = serde_json::to_string(&Entry::Sweep(header())).unwrap();
+        std::fs::write(&path, format!("{h}\nnot json\n{h}\n")).unwrap();
+        let e = Journal::read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(":2:"), "{e}");
+    }
+}

@@ -1,0 +1,3 @@
+//! The sweep: run plan, runner, journal.
+
+pub mod journal;
