@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use crate::workloads;
 
 #[derive(Debug, Parser)]
-#[command(name = "ocrig-payload", version, about = "ocrig guest payload: lock and scheduler workloads")]
+#[command(
+    name = "ocrig-payload",
+    version,
+    about = "ocrig guest payload: lock and scheduler workloads"
+)]
 pub struct Cli {
     /// Wait for a line on standard input before starting (the host's "go" signal, so every
     /// guest starts at the same moment).

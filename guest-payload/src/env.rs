@@ -43,7 +43,9 @@ fn kernel_release() -> String {
         if libc::uname(&mut uts) != 0 {
             return "unknown".into();
         }
-        std::ffi::CStr::from_ptr(uts.release.as_ptr()).to_string_lossy().into_owned()
+        std::ffi::CStr::from_ptr(uts.release.as_ptr())
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -77,8 +79,15 @@ fn hypervisor_vendor() -> Option<String> {
     for reg in [leaf.ebx, leaf.ecx, leaf.edx] {
         bytes.extend_from_slice(&reg.to_le_bytes());
     }
-    let vendor = String::from_utf8_lossy(&bytes).trim_matches(char::from(0)).trim().to_string();
-    Some(if vendor.is_empty() { "unknown".into() } else { vendor })
+    let vendor = String::from_utf8_lossy(&bytes)
+        .trim_matches(char::from(0))
+        .trim()
+        .to_string();
+    Some(if vendor.is_empty() {
+        "unknown".into()
+    } else {
+        vendor
+    })
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -131,8 +131,13 @@ impl Journal {
     /// Reads `dir/journal.jsonl` (or the file itself if `path` is a file). A torn last line (a
     /// crash mid-write) is ignored; any other malformed line is an error naming its number.
     pub fn read(path: &Path) -> anyhow::Result<Self> {
-        let file_path = if path.is_dir() { path.join(JOURNAL_FILE) } else { path.to_path_buf() };
-        let file = File::open(&file_path).with_context(|| format!("opening journal {}", file_path.display()))?;
+        let file_path = if path.is_dir() {
+            path.join(JOURNAL_FILE)
+        } else {
+            path.to_path_buf()
+        };
+        let file =
+            File::open(&file_path).with_context(|| format!("opening journal {}", file_path.display()))?;
         let lines: Vec<String> = BufReader::new(file)
             .lines()
             .collect::<Result<_, _>>()

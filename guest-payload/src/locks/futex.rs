@@ -13,7 +13,10 @@ pub struct FutexCounts {
 }
 
 pub fn counts() -> FutexCounts {
-    FutexCounts { waits: WAITS.load(Ordering::Relaxed), wakes: WAKES.load(Ordering::Relaxed) }
+    FutexCounts {
+        waits: WAITS.load(Ordering::Relaxed),
+        wakes: WAKES.load(Ordering::Relaxed),
+    }
 }
 
 pub fn reset_counts() {
@@ -41,6 +44,11 @@ pub fn wake(word: &AtomicU32, n: i32) {
     WAKES.fetch_add(1, Ordering::Relaxed);
     // SAFETY: word is a valid, aligned u32.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, n);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        );
     }
 }

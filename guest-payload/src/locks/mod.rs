@@ -59,7 +59,10 @@ pub fn parse_algo(name: &str) -> Result<String, String> {
     if ALGOS.iter().any(|i| i.name == name) {
         Ok(name.to_string())
     } else {
-        Err(format!("unknown lock algorithm '{name}' (known: {})", names().join(", ")))
+        Err(format!(
+            "unknown lock algorithm '{name}' (known: {})",
+            names().join(", ")
+        ))
     }
 }
 
@@ -115,9 +118,16 @@ pub(crate) mod exclusion_test {
         for h in handles {
             h.join().unwrap();
         }
-        assert!(!shared.second_owner_seen.load(Ordering::Relaxed), "two owners at once");
+        assert!(
+            !shared.second_owner_seen.load(Ordering::Relaxed),
+            "two owners at once"
+        );
         // SAFETY: all threads joined.
-        assert_eq!(unsafe { *shared.counter.get() }, threads as u64 * iters, "lost increments");
+        assert_eq!(
+            unsafe { *shared.counter.get() },
+            threads as u64 * iters,
+            "lost increments"
+        );
     }
 
     struct Exclusion;

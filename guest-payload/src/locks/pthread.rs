@@ -16,7 +16,9 @@ unsafe impl Send for RawPthreadMutex {}
 
 unsafe impl RawMutex for RawPthreadMutex {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self { inner: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER) };
+    const INIT: Self = Self {
+        inner: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+    };
     // pthread requires the unlocking thread to be the owner.
     type GuardMarker = GuardNoSend;
 

@@ -14,7 +14,9 @@ pub struct RawTasLock {
 
 unsafe impl RawMutex for RawTasLock {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self { locked: AtomicBool::new(false) };
+    const INIT: Self = Self {
+        locked: AtomicBool::new(false),
+    };
     type GuardMarker = GuardSend;
 
     fn lock(&self) {

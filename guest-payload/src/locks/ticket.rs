@@ -15,7 +15,10 @@ pub struct RawTicketLock {
 
 unsafe impl RawMutex for RawTicketLock {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self { next_ticket: AtomicU32::new(0), now_serving: AtomicU32::new(0) };
+    const INIT: Self = Self {
+        next_ticket: AtomicU32::new(0),
+        now_serving: AtomicU32::new(0),
+    };
     type GuardMarker = GuardSend;
 
     fn lock(&self) {
@@ -31,7 +34,12 @@ unsafe impl RawMutex for RawTicketLock {
         // Only take a ticket if it would be served at once; a CAS avoids queueing behind others.
         let serving = self.now_serving.load(Ordering::Relaxed);
         self.next_ticket
-            .compare_exchange(serving, serving.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(
+                serving,
+                serving.wrapping_add(1),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
             .is_ok()
     }
 

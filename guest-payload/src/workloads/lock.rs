@@ -96,8 +96,16 @@ impl LockVisitor for Bench<'_> {
 }
 
 fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> anyhow::Result<Report> {
-    let hold_iters = if args.hold_ns == 0 { 0 } else { iterations_for(args.hold_ns) };
-    let gap_iters = if args.gap_ns == 0 { 0 } else { iterations_for(args.gap_ns) };
+    let hold_iters = if args.hold_ns == 0 {
+        0
+    } else {
+        iterations_for(args.hold_ns)
+    };
+    let gap_iters = if args.gap_ns == 0 {
+        0
+    } else {
+        iterations_for(args.gap_ns)
+    };
     let shared = Arc::new(Shared::<R> {
         lock: Padded(R::INIT),
         data: Padded(UnsafeCell::new([0; 8])),
@@ -148,7 +156,11 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         fairness: Fairness::of(&ops_per_thread),
         ops_per_thread,
         contended,
-        contention_rate: if ops_total == 0 { 0.0 } else { contended as f64 / ops_total as f64 },
+        contention_rate: if ops_total == 0 {
+            0.0
+        } else {
+            contended as f64 / ops_total as f64
+        },
         futex: info.uses_futex.then(futex::counts),
         acquire_latency: Latency::of(&latency),
         lost_updates: ops_total.saturating_sub(counted),
@@ -158,7 +170,13 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         "mutual exclusion violated by '{}': counter {counted} != ops {ops_total}",
         args.algo
     );
-    Report::new("lock", elapsed.as_nanos() as u64, Env::read(), metrics_of(&result), &result)
+    Report::new(
+        "lock",
+        elapsed.as_nanos() as u64,
+        Env::read(),
+        metrics_of(&result),
+        &result,
+    )
 }
 
 fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
@@ -178,8 +196,17 @@ fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
     m
 }
 
-fn worker<R: RawMutex>(shared: &Shared<R>, barrier: &Barrier, hold_iters: u64, gap_iters: u64) -> ThreadOutcome {
-    let mut out = ThreadOutcome { ops: 0, contended: 0, latency: new_latency_histogram() };
+fn worker<R: RawMutex>(
+    shared: &Shared<R>,
+    barrier: &Barrier,
+    hold_iters: u64,
+    gap_iters: u64,
+) -> ThreadOutcome {
+    let mut out = ThreadOutcome {
+        ops: 0,
+        contended: 0,
+        latency: new_latency_histogram(),
+    };
     let lock = &shared.lock.0;
     barrier.wait();
     while !shared.stop.0.load(Ordering::Relaxed) {
@@ -211,7 +238,13 @@ mod tests {
     use super::*;
 
     fn args(algo: &str, threads: u32) -> Args {
-        Args { algo: algo.into(), threads, duration_ms: 150, hold_ns: 100, gap_ns: 100 }
+        Args {
+            algo: algo.into(),
+            threads,
+            duration_ms: 150,
+            hold_ns: 100,
+            gap_ns: 100,
+        }
     }
 
     #[test]
@@ -237,7 +270,15 @@ mod tests {
         let back: Report = serde_json::from_str(&text).unwrap();
         assert_eq!(back, report);
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for field in ["workload", "algo", "threads", "ops_total", "ops_per_thread", "contended", "elapsed_ns"] {
+        for field in [
+            "workload",
+            "algo",
+            "threads",
+            "ops_total",
+            "ops_per_thread",
+            "contended",
+            "elapsed_ns",
+        ] {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         assert!(v["env"]["kernel"].is_string() && v["env"]["cpus"].is_u64());
