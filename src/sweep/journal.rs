@@ -45,6 +45,9 @@ pub struct SweepHeader {
     pub accel: String,
     pub host_cpus: Vec<usize>,
     pub guest_vcpus: u32,
+    /// Guest kernel release per variant (empty for the host backend).
+    #[serde(default)]
+    pub kernels: BTreeMap<String, String>,
     pub started_at: String,
     pub ocrig_version: String,
 }
@@ -186,6 +189,7 @@ mod tests {
             accel: "tcg".into(),
             host_cpus: vec![0, 1],
             guest_vcpus: 1,
+            kernels: BTreeMap::new(),
             started_at: "now".into(),
             ocrig_version: "0".into(),
         }

@@ -1,0 +1,143 @@
+//! One self-contained HTML file: per workload an inline SVG plot of the metric vs overcommit
+//! level (95% CI error bars), the comparison tables, and for lock workloads the
+//! contention/fairness table and a Jain's index plot. No external assets.
+
+use super::plot::{jain_plot, metric_plot};
+use super::{
+    Exporter, comparison_rows, describe_metric, fairness_rows, fmt_level, notes, other_guest_rows,
+    single_rows,
+};
+use crate::stats::cells::Model;
+
+pub struct HtmlExporter;
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
+.plot svg{max-width:100%;height:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An HTML table from text rows (first row is the header). `pct_col` marks the column holding
+/// a signed %improvement, coloured green/red.
+fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
+    let mut out = String::from("<table>\n");
+    for (i, row) in rows.iter().enumerate() {
+        out.push_str("<tr>");
+        for (j, c) in row.iter().enumerate() {
+            if i == 0 {
+                out.push_str(&format!("<th>{}</th>", escape(c)));
+            } else {
+                let class = match pct_col {
+                    Some(p) if p == j && c.starts_with('+') => " class=\"better\"",
+                    Some(p) if p == j && c.starts_with('-') && c.len() > 1 => " class=\"worse\"",
+                    _ => "",
+                };
+                out.push_str(&format!("<td{class}>{}</td>", escape(c)));
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+impl Exporter for HtmlExporter {
+    fn render(&self, model: &Model) -> anyhow::Result<String> {
+        let title = format!("ocrig: {}", model.scenario);
+        let levels: Vec<String> = model.levels.iter().map(|l| fmt_level(*l)).collect();
+        let mut out = format!(
+            "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n\
+             <style>\n{STYLE}\n</style>\n</head>\n<body>\n<h1>{}</h1>\n<p>Baseline <code>{}</code>; variants {}; \
+             overcommit levels {}. %improvement is signed so + is better; p from Welch's t-test, * = p &lt; {}.</p>\n",
+            escape(&title),
+            escape(&title),
+            escape(&model.baseline),
+            model
+                .variants
+                .iter()
+                .map(|v| match model.kernels.get(v) {
+                    Some(k) => format!("<code>{}</code> (kernel <code>{}</code>)", escape(v), escape(k)),
+                    None => format!("<code>{}</code>", escape(v)),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            escape(&levels.join(", ")),
+            model.alpha
+        );
+        for wl in &model.workloads {
+            out.push_str(&format!(
+                "<section>\n<h2>{}</h2>\n<p><code>{}</code> ({})</p>\n",
+                escape(&wl.workload),
+                escape(&wl.command),
+                escape(&describe_metric(wl))
+            ));
+            out.push_str(&format!("<div class=\"plot\">\n{}\n</div>\n", metric_plot(wl)?));
+            if wl.comparisons.is_empty() {
+                out.push_str(&html_table(&single_rows(wl), None));
+            }
+            for cmp in &wl.comparisons {
+                out.push_str(&format!(
+                    "<h3>{} vs {}</h3>\n",
+                    escape(&cmp.variant),
+                    escape(&model.baseline)
+                ));
+                out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
+            }
+            if wl.lock {
+                out.push_str("<h3>Contention and fairness</h3>\n");
+                out.push_str(&html_table(&fairness_rows(wl), None));
+                if let Some(svg) = jain_plot(wl)? {
+                    out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
+                }
+            }
+            if let Some(rows) = other_guest_rows(wl) {
+                out.push_str("<h3>Other guests (mean of the metric)</h3>\n");
+                out.push_str(&html_table(&rows, None));
+            }
+            out.push_str("<ul class=\"notes\">\n");
+            for n in notes(model, wl) {
+                out.push_str(&format!("<li>{}</li>\n", escape(&n)));
+            }
+            out.push_str("</ul>\n</section>\n");
+        }
+        out.push_str("</body>\n</html>\n");
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Format, ReportOptions, render};
+    use crate::stats::cells::tests::journal;
+
+    #[test]
+    fn self_contained_with_an_svg_per_workload() {
+        let html = render(&journal(), Format::Html, &ReportOptions::default()).unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>\n"));
+        // hackbench: one metric plot; lock-ticket: metric plot + Jain plot.
+        assert_eq!(html.matches("<svg").count(), 3);
+        for section in html.split("<section>").skip(1) {
+            assert!(section.contains("<svg"), "workload section without a plot");
+        }
+        assert!(!html.contains("<script") && !html.contains("href=") && !html.contains("src="));
+        assert!(html.contains("<td class=\"better\">+10.00%</td>"));
+        assert!(html.contains("<td class=\"worse\">-2.50%</td>"));
+        assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+    }
+}

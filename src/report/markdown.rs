@@ -1,0 +1,112 @@
+//! Markdown: the same tables as the terminal format, as pipe tables with right-aligned numbers.
+
+use super::{
+    Exporter, comparison_rows, describe_metric, fairness_rows, fmt_level, notes, other_guest_rows,
+    single_rows,
+};
+use crate::stats::cells::Model;
+
+pub struct MarkdownExporter;
+
+/// Escapes the characters that would break a pipe-table cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// A pipe table; the first row is the header, first column left-aligned, the rest right-aligned.
+pub fn pipe_table(rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        if i == 0 {
+            let rule: Vec<&str> = (0..row.len())
+                .map(|j| if j == 0 { ":---" } else { "---:" })
+                .collect();
+            out.push_str(&format!("|{}|\n", rule.join("|")));
+        }
+    }
+    out
+}
+
+impl Exporter for MarkdownExporter {
+    fn render(&self, model: &Model) -> anyhow::Result<String> {
+        let levels: Vec<String> = model.levels.iter().map(|l| fmt_level(*l)).collect();
+        let mut out = format!(
+            "# ocrig: {}\n\nBaseline `{}`; variants {}; overcommit levels {}. \
+             %improvement is signed so + is better.\n",
+            model.scenario,
+            model.baseline,
+            model
+                .variants
+                .iter()
+                .map(|v| match model.kernels.get(v) {
+                    Some(k) => format!("`{v}` (kernel `{k}`)"),
+                    None => format!("`{v}`"),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            levels.join(", ")
+        );
+        for wl in &model.workloads {
+            out.push_str(&format!(
+                "\n## {}\n\n`{}` ({})\n",
+                wl.workload,
+                wl.command,
+                describe_metric(wl)
+            ));
+            if wl.comparisons.is_empty() {
+                out.push('\n');
+                out.push_str(&pipe_table(&single_rows(wl)));
+            }
+            for cmp in &wl.comparisons {
+                out.push_str(&format!("\n### {} vs {}\n\n", cmp.variant, model.baseline));
+                out.push_str(&pipe_table(&comparison_rows(model, cmp)));
+            }
+            if wl.lock {
+                out.push_str("\n### Contention and fairness\n\n");
+                out.push_str(&pipe_table(&fairness_rows(wl)));
+            }
+            if let Some(rows) = other_guest_rows(wl) {
+                out.push_str("\n### Other guests (mean of the metric)\n\n");
+                out.push_str(&pipe_table(&rows));
+            }
+            out.push('\n');
+            for n in notes(model, wl) {
+                out.push_str(&format!("- {n}\n"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::report::{Format, ReportOptions, render};
+    use crate::stats::cells::tests::journal;
+
+    #[test]
+    fn markdown_tables() {
+        let md = render(&journal(), Format::Md, &ReportOptions::default()).unwrap();
+        let expected = "\
+### patched vs base
+
+| oc | base | stdev | patched | stdev | %improvement | p |
+|:---|---:|---:|---:|---:|---:|---:|
+| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +10.00% | 0.0048 * |
+| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 0.5734 |
+| gmean | 14.1421 |  | 13.5831 |  | +3.95% |  |
+";
+        assert!(md.contains(expected), "got:\n{md}");
+        assert!(md.contains("### Contention and fairness"));
+        assert!(
+            md.contains("variants `base`, `patched`; overcommit levels 0.5x, 1x."),
+            "got:\n{md}"
+        );
+        // guest 1 reported 11.0 for base at 0.5x
+        assert!(
+            md.contains("| 0.5x | 10.0000 | 11.0000 | 1 | 9.0000 | - | 0 |"),
+            "got:\n{md}"
+        );
+    }
+}

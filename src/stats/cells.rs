@@ -1,0 +1,418 @@
+//! Journal records grouped into cells (workload × metric × variant × level) and the comparison
+//! model every report format renders: per workload, each non-baseline variant against the
+//! baseline, level by level, plus a geometric-mean row.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::compare::{Welch, geomean_ratio, geometric_mean, improvement_pct, welch_t_test};
+use super::outliers::outlier_indices;
+use super::summary::{Summary, mean, summarize};
+use crate::sweep::journal::{Better, Journal, RunRecord};
+
+/// Lock workloads report these; their per-cell means go into the fairness/contention table.
+pub const CONTENTION_METRIC: &str = "contention_rate";
+pub const JAIN_METRIC: &str = "jain";
+
+/// Everything a report shows, computed from a journal alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub scenario: String,
+    pub baseline: String,
+    /// Baseline first, then the others in the header's order.
+    pub variants: Vec<String>,
+    /// Overcommit levels, ascending.
+    pub levels: Vec<f64>,
+    /// Guest kernel release per variant, when known.
+    #[serde(default)]
+    pub kernels: BTreeMap<String, String>,
+    /// Significance level of the Welch tests.
+    pub alpha: f64,
+    pub workloads: Vec<WorkloadModel>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadModel {
+    pub workload: String,
+    /// Payload subcommand, e.g. `lock`.
+    pub command: String,
+    /// The metric compared (the workload's headline metric unless overridden).
+    pub metric: String,
+    pub better: Better,
+    /// True when the records carry `contention_rate` or `jain` (lock workloads).
+    pub lock: bool,
+    /// One per variant, in [`Model::variants`] order; one cell per level.
+    pub series: Vec<Series>,
+    /// One per non-baseline variant, against the baseline.
+    pub comparisons: Vec<Comparison>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub variant: String,
+    pub cells: Vec<Cell>,
+}
+
+/// One variant × level of one workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub level: f64,
+    /// Primary results (guest 0, ok, not warm-up) of the metric; `None` if there are none.
+    pub summary: Option<Summary>,
+    /// Run indices of primary results flagged by the modified Z-score (|M| > 3.5).
+    pub outlier_runs: Vec<u32>,
+    /// Guest-0 measured runs that failed.
+    pub failed: usize,
+    /// Mean `contention_rate` of the primary results, when reported.
+    pub contention_rate: Option<f64>,
+    /// Mean Jain's fairness index of the primary results, when reported.
+    pub jain: Option<f64>,
+    /// The metric over the other guests' (guest ≥ 1) successful measured runs.
+    pub other_guests: Option<Summary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub variant: String,
+    pub rows: Vec<Row>,
+    /// Across the levels where both sides have a positive mean.
+    pub geomean: Option<Geomean>,
+}
+
+/// One level of a variant-vs-baseline comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub level: f64,
+    pub base: Option<Summary>,
+    pub variant: Option<Summary>,
+    /// Signed so + is better.
+    pub improvement_pct: Option<f64>,
+    /// Welch's t-test of baseline samples against variant samples.
+    pub welch: Option<Welch>,
+    /// `p < alpha`; `None` when the test is undefined.
+    pub significant: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Geomean {
+    /// Geometric mean of the baseline's per-level means.
+    pub base: f64,
+    /// Geometric mean of the variant's per-level means.
+    pub variant: f64,
+    /// Geometric mean of the per-level `variant / base` ratios (= `variant / base` above).
+    pub ratio: f64,
+    /// Signed so + is better.
+    pub improvement_pct: f64,
+    /// Number of levels that went into it.
+    pub levels: usize,
+}
+
+/// Whether two overcommit levels are the same (levels are written as parsed, so exact up to
+/// float noise).
+pub fn same_level(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(1.0)
+}
+
+fn metric_values<'a>(records: impl Iterator<Item = &'a RunRecord>, metric: &str) -> (Vec<f64>, Vec<u32>) {
+    records
+        .filter_map(|r| r.metrics.get(metric).map(|v| (*v, r.run)))
+        .unzip()
+}
+
+/// Builds the comparison model. `metric` overrides every workload's headline metric.
+pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
+    let header = &journal.header;
+    let baseline = header.baseline.clone();
+
+    let mut variants = vec![baseline.clone()];
+    let extra = journal.runs.iter().map(|r| &r.variant);
+    for v in header.variants.iter().chain(extra) {
+        if !variants.contains(v) {
+            variants.push(v.clone());
+        }
+    }
+    let mut levels: Vec<f64> = header
+        .levels
+        .iter()
+        .chain(journal.runs.iter().map(|r| &r.level))
+        .copied()
+        .collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup_by(|a, b| same_level(*a, *b));
+
+    let workloads = header
+        .workloads
+        .iter()
+        .map(|(id, info)| {
+            let metric = metric.unwrap_or(&info.metric).to_string();
+            let records: Vec<&RunRecord> = journal.runs.iter().filter(|r| &r.workload == id).collect();
+            let lock = records
+                .iter()
+                .any(|r| r.metrics.contains_key(CONTENTION_METRIC) || r.metrics.contains_key(JAIN_METRIC));
+            let series: Vec<Series> = variants
+                .iter()
+                .map(|v| Series {
+                    variant: v.clone(),
+                    cells: levels.iter().map(|&l| cell(&records, v, l, &metric)).collect(),
+                })
+                .collect();
+            let comparisons = variants[1..]
+                .iter()
+                .map(|v| compare_variant(&records, &baseline, v, &levels, &metric, info.better, alpha))
+                .collect();
+            WorkloadModel {
+                workload: id.clone(),
+                command: info.command.clone(),
+                metric,
+                better: info.better,
+                lock,
+                series,
+                comparisons,
+            }
+        })
+        .collect();
+
+    Model {
+        scenario: header.scenario.clone(),
+        baseline,
+        variants,
+        levels,
+        kernels: header.kernels.clone(),
+        alpha,
+        workloads,
+    }
+}
+
+fn in_cell<'a>(
+    records: &'a [&'a RunRecord],
+    variant: &'a str,
+    level: f64,
+) -> impl Iterator<Item = &'a RunRecord> {
+    records
+        .iter()
+        .copied()
+        .filter(move |r| r.variant == variant && same_level(r.level, level))
+}
+
+fn primary<'a>(
+    records: &'a [&'a RunRecord],
+    variant: &'a str,
+    level: f64,
+) -> impl Iterator<Item = &'a RunRecord> {
+    in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest == 0)
+}
+
+fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str) -> Cell {
+    let (samples, runs) = metric_values(primary(records, variant, level), metric);
+    let others = in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest != 0);
+    let (other_samples, _) = metric_values(others, metric);
+    let metric_mean = |name: &str| mean(&metric_values(primary(records, variant, level), name).0);
+    Cell {
+        level,
+        summary: summarize(&samples),
+        outlier_runs: outlier_indices(&samples).into_iter().map(|i| runs[i]).collect(),
+        failed: in_cell(records, variant, level)
+            .filter(|r| !r.ok && !r.warmup && r.guest == 0)
+            .count(),
+        contention_rate: metric_mean(CONTENTION_METRIC),
+        jain: metric_mean(JAIN_METRIC),
+        other_guests: summarize(&other_samples),
+    }
+}
+
+fn compare_variant(
+    records: &[&RunRecord],
+    baseline: &str,
+    variant: &str,
+    levels: &[f64],
+    metric: &str,
+    better: Better,
+    alpha: f64,
+) -> Comparison {
+    let rows: Vec<Row> = levels
+        .iter()
+        .map(|&level| {
+            let (b, _) = metric_values(primary(records, baseline, level), metric);
+            let (v, _) = metric_values(primary(records, variant, level), metric);
+            let (base, var) = (summarize(&b), summarize(&v));
+            let improvement_pct = match (&base, &var) {
+                (Some(b), Some(v)) => improvement_pct(b.mean, v.mean, better),
+                _ => None,
+            };
+            let welch = welch_t_test(&b, &v);
+            Row {
+                level,
+                base,
+                variant: var,
+                improvement_pct,
+                welch,
+                significant: welch.map(|w| w.significant(alpha)),
+            }
+        })
+        .collect();
+    let pairs: Vec<(f64, f64)> = rows
+        .iter()
+        .filter_map(|r| Some((r.base.as_ref()?.mean, r.variant.as_ref()?.mean)))
+        .filter(|(b, v)| *b > 0.0 && *v > 0.0)
+        .collect();
+    let geomean = (|| {
+        let base = geometric_mean(&pairs.iter().map(|p| p.0).collect::<Vec<_>>())?;
+        let var = geometric_mean(&pairs.iter().map(|p| p.1).collect::<Vec<_>>())?;
+        Some(Geomean {
+            base,
+            variant: var,
+            ratio: geomean_ratio(&pairs)?,
+            improvement_pct: improvement_pct(base, var, better)?,
+            levels: pairs.len(),
+        })
+    })();
+    Comparison {
+        variant: variant.to_string(),
+        rows,
+        geomean,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::sweep::journal::SweepHeader;
+
+    // Built from JSON, as the journal stores them, so fields the journal later adds with
+    // `#[serde(default)]` do not break these fixtures.
+    pub(crate) fn record(
+        variant: &str,
+        level: f64,
+        workload: &str,
+        run: u32,
+        metrics: &[(&str, f64)],
+    ) -> RunRecord {
+        let metrics: BTreeMap<&str, f64> = metrics.iter().copied().collect();
+        serde_json::from_value(serde_json::json!({
+            "variant": variant, "level": level, "workload": workload, "run": run, "warmup": false,
+            "guest": 0, "guests": 1, "ok": true, "attempt": 1, "metrics": metrics, "argv": [],
+            "timings": {}, "finished_at": "2025-01-01T00:00:00Z",
+        }))
+        .expect("run record fixture")
+    }
+
+    /// A two-variant, two-level journal: `hackbench` (seconds, lower is better) and a lock
+    /// workload (`ops_per_sec`, higher is better, with contention and fairness metrics).
+    pub(crate) fn journal() -> Journal {
+        let header: SweepHeader = serde_json::from_value(serde_json::json!({
+            "scenario": "demo", "scenario_sha256": "00", "baseline": "base",
+            "variants": ["base", "patched"], "levels": [0.5, 1.0],
+            "workloads": {
+                "hackbench": { "command": "hackbench", "metric": "seconds", "better": "lower" },
+                "lock-ticket": { "command": "lock", "metric": "ops_per_sec", "better": "higher" },
+            },
+            "backend": "qemu", "accel": "kvm", "host_cpus": [0, 1], "guest_vcpus": 2,
+            "started_at": "2025-01-01T00:00:00Z", "ocrig_version": "0.1.0",
+        }))
+        .expect("sweep header fixture");
+        let mut runs = Vec::new();
+        let hb: [(&str, f64, [f64; 3]); 4] = [
+            ("base", 0.5, [10.0, 10.2, 9.8]),
+            ("patched", 0.5, [9.0, 9.1, 8.9]),
+            ("base", 1.0, [20.0, 21.0, 19.0]),
+            ("patched", 1.0, [20.5, 21.5, 19.5]),
+        ];
+        for (v, l, xs) in hb {
+            for (i, x) in xs.into_iter().enumerate() {
+                runs.push(record(v, l, "hackbench", i as u32, &[("seconds", x)]));
+            }
+        }
+        let lk: [(&str, f64, [f64; 3], f64, f64); 4] = [
+            ("base", 0.5, [1000.0, 1100.0, 900.0], 0.25, 0.99),
+            ("patched", 0.5, [1200.0, 1300.0, 1100.0], 0.20, 0.98),
+            ("base", 1.0, [500.0, 520.0, 480.0], 0.5, 0.75),
+            ("patched", 1.0, [800.0, 820.0, 780.0], 0.4, 0.9),
+        ];
+        for (v, l, xs, c, j) in lk {
+            for (i, x) in xs.into_iter().enumerate() {
+                let m = [("ops_per_sec", x), (CONTENTION_METRIC, c), (JAIN_METRIC, j)];
+                runs.push(record(v, l, "lock-ticket", i as u32, &m));
+            }
+        }
+        // Not counted as primary: a warm-up, a failure, and another guest.
+        let mut warm = record("base", 0.5, "hackbench", 0, &[("seconds", 99.0)]);
+        warm.warmup = true;
+        let mut failed = record("base", 0.5, "hackbench", 3, &[]);
+        failed.ok = false;
+        failed.error = Some("timeout".into());
+        let mut other = record("base", 0.5, "hackbench", 0, &[("seconds", 11.0)]);
+        other.guest = 1;
+        runs.extend([warm, failed, other]);
+        Journal { header, runs }
+    }
+
+    #[test]
+    fn cells_and_comparisons() {
+        let m = build(&journal(), 0.05, None);
+        assert_eq!(m.variants, ["base", "patched"]);
+        assert_eq!(m.levels, [0.5, 1.0]);
+        let hb = &m.workloads[0];
+        assert_eq!(
+            (hb.workload.as_str(), hb.better, hb.lock),
+            ("hackbench", Better::Lower, false)
+        );
+        let c = &&hb.series[0].cells[0];
+        let s = c.summary.as_ref().unwrap();
+        assert_eq!((s.n, c.failed), (3, 1));
+        assert!((s.mean - 10.0).abs() < 1e-12);
+        assert_eq!(c.other_guests.as_ref().unwrap().mean, 11.0);
+        assert_eq!((c.contention_rate, c.jain), (None, None));
+
+        let row = &hb.comparisons[0].rows[0];
+        // (10.0 - 9.0) / 10.0 * 100 = +10% (lower is better)
+        assert!((row.improvement_pct.unwrap() - 10.0).abs() < 1e-9);
+        // scipy.stats.ttest_ind([10.0, 10.2, 9.8], [9.0, 9.1, 8.9], equal_var=False)
+        //   → statistic=7.745966692414862, pvalue=0.004797999699128008, df=2.9411764705882346
+        let w = row.welch.unwrap();
+        assert!((w.t - 7.745966692414862).abs() < 1e-9, "{w:?}");
+        assert!((w.df - 2.9411764705882346).abs() < 1e-9, "{w:?}");
+        assert!((w.p - 0.004797999699128008).abs() < 1e-9, "{w:?}");
+        assert_eq!(row.significant, Some(true));
+        assert_eq!(hb.comparisons[0].rows[1].significant, Some(false));
+
+        let lock = &m.workloads[1];
+        assert!(lock.lock);
+        let cell = &&lock.series[1].cells[1];
+        assert!((cell.contention_rate.unwrap() - 0.4).abs() < 1e-12);
+        assert!((cell.jain.unwrap() - 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn geomean_row() {
+        let m = build(&journal(), 0.05, None);
+        let g = m.workloads[0].comparisons[0].geomean.as_ref().unwrap();
+        // hackbench means: base 10, 20; patched 9, 20.5.
+        // python3: math.sqrt(10*20)=14.142135623730951, math.sqrt(9*20.5)=13.583077707206124
+        //   (14.142135623730951-13.583077707206124)/14.142135623730951*100 = 3.9531364385072787
+        assert!((g.base - 14.142135623730951).abs() < 1e-9);
+        assert!((g.variant - 13.583077707206124).abs() < 1e-9);
+        assert!((g.ratio - 13.583077707206124 / 14.142135623730951).abs() < 1e-12);
+        assert!((g.improvement_pct - 3.9531364385072787).abs() < 1e-9);
+        assert_eq!(g.levels, 2);
+    }
+
+    #[test]
+    fn outlier_runs_are_named_by_run_index() {
+        let mut j = journal();
+        let xs = [10.1, 10.3, 9.9, 10.0, 10.2, 14.8, 10.05];
+        j.runs
+            .retain(|r| r.workload != "hackbench" || r.variant != "patched" || r.level != 0.5);
+        for (i, x) in xs.into_iter().enumerate() {
+            j.runs.push(record(
+                "patched",
+                0.5,
+                "hackbench",
+                10 + i as u32,
+                &[("seconds", x)],
+            ));
+        }
+        let m = build(&j, 0.05, None);
+        assert_eq!(m.workloads[0].series[1].cells[0].outlier_runs, [15]);
+    }
+}
