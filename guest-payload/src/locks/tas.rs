@@ -19,6 +19,7 @@ unsafe impl RawMutex for RawTasLock {
     };
     type GuardMarker = GuardSend;
 
+    #[inline]
     fn lock(&self) {
         // Acquire on success: the critical section must see everything the previous owner wrote
         // before its Release store in `unlock`.
@@ -27,10 +28,12 @@ unsafe impl RawMutex for RawTasLock {
         }
     }
 
+    #[inline]
     fn try_lock(&self) -> bool {
         !self.locked.swap(true, Ordering::Acquire)
     }
 
+    #[inline]
     unsafe fn unlock(&self) {
         // Release publishes the critical section's writes to the next acquirer.
         self.locked.store(false, Ordering::Release);

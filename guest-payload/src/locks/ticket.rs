@@ -21,6 +21,7 @@ unsafe impl RawMutex for RawTicketLock {
     };
     type GuardMarker = GuardSend;
 
+    #[inline]
     fn lock(&self) {
         // Relaxed is enough for drawing a ticket: the ordering that matters is the Acquire load
         // of `now_serving` that hands us the lock.
@@ -30,6 +31,7 @@ unsafe impl RawMutex for RawTicketLock {
         }
     }
 
+    #[inline]
     fn try_lock(&self) -> bool {
         // Only take a ticket if it would be served at once; a CAS avoids queueing behind others.
         let serving = self.now_serving.load(Ordering::Relaxed);
@@ -43,6 +45,7 @@ unsafe impl RawMutex for RawTicketLock {
             .is_ok()
     }
 
+    #[inline]
     unsafe fn unlock(&self) {
         // Only the owner writes now_serving, so a load + store is race-free; Release publishes
         // the critical section to the next ticket holder.
