@@ -1,0 +1,748 @@
+//! libvirt driven through the `virt` crate: one **transient** domain per guest, started with
+//! `VIR_DOMAIN_START_AUTODESTROY` on a connection the guest owns, so libvirtd itself destroys the
+//! domain when that connection closes — also when ocrig dies by SIGKILL. Observable behaviour matches
+//! the QEMU backend: q35, direct kernel boot, serial console to the same file, user-mode networking
+//! with SSH forwarded from 127.0.0.1 only, virtio-rng, optional raw scratch disk with cache=none.
+//!
+//! How the QEMU-level details are expressed in libvirt 11 (verified on libvirt 11.3 / QEMU 10.0):
+//! - TCG threading: libvirt passes `-accel tcg` and has no knob for `thread=`; a second `-accel` in
+//!   `<qemu:commandline>` would only be a fallback QEMU ignores. QEMU enables multi-threaded TCG by
+//!   default for an x86 guest on an x86 host, so each vCPU is its own host thread (`CPU <n>/TCG`).
+//!   `boot` checks this: a guest whose vCPUs do not show up as one thread each is destroyed and
+//!   reported as an error rather than silently measured with one shared vCPU thread.
+//! - `-cpu`: the model picks the `<cpu>` mode (`max` → `mode='maximum'`, `host` → `host-passthrough`,
+//!   anything else → `custom` with that model), with the topology of `-smp N` (1 socket, N cores).
+//!   Flags (`host,kvm-pv-unhalt=off`, …) are QEMU properties that libvirt's `<feature>` list cannot
+//!   all express, so when `spec.cpu` has flags the exact string is also passed as a trailing `-cpu`
+//!   in `<qemu:commandline>`; QEMU takes the last `-cpu`, so the guest sees exactly what the QEMU
+//!   backend would give it.
+//! - Networking: `-netdev user,…,hostfwd=…` and `-device virtio-net-pci` in `<qemu:commandline>`
+//!   (libvirt's `<interface type='user'>` needs passt for port forwards). The NIC gets a fixed slot
+//!   (`pcie.0` slot 0x10): QEMU realizes command-line devices before libvirt's JSON `-device`s, so
+//!   an unaddressed NIC takes slot 1 and collides with libvirt's first pcie-root-port.
+//! - Pinning goes through libvirt (`virDomainPinVcpu`), so libvirt records it in the live XML.
+//! - The domain carries the `custom-argv` taint because of `<qemu:commandline>`; that is expected.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::error::ErrorNumber;
+
+use super::qemu::console_path;
+use super::{Backend, BoxFut, Guest, GuestSpec, free_loopback_port};
+use crate::host::Accel;
+
+/// Every domain ocrig creates has a name with this prefix; cleanup touches nothing else.
+pub const OWNED_PREFIX: &str = "ocrig-";
+
+/// PCI slot on `pcie.0` of the user-mode NIC (see the module comment).
+const NIC_SLOT: &str = "0x10";
+
+pub struct LibvirtBackend {
+    uri: String,
+}
+
+impl LibvirtBackend {
+    /// Checks that libvirtd answers on `uri` (e.g. `qemu:///system`) and drives a QEMU hypervisor.
+    pub fn connect(uri: &str) -> anyhow::Result<Self> {
+        let conn = open(uri)?;
+        let version = conn
+            .hyp_version()
+            .with_context(|| format!("asking libvirt at {uri} for the hypervisor version"))?;
+        anyhow::ensure!(
+            version > 0,
+            "libvirt at {uri} reports no hypervisor (is it a QEMU/KVM URI?)"
+        );
+        Ok(Self { uri: uri.to_string() })
+    }
+}
+
+/// Opens a connection, turning "libvirtd is not there" into advice.
+fn open(uri: &str) -> anyhow::Result<Connect> {
+    // libvirt's default error handler prints every error to stderr; ours are returned as values.
+    virt::error::clear_error_callback();
+    Connect::open(Some(uri)).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot connect to libvirt at {uri}: {}. Is libvirtd running? Start it with `virtlogd -d && libvirtd -d` \
+             (hosts without systemd) or `systemctl start libvirtd`",
+            e.message()
+        )
+    })
+}
+
+fn is_gone(e: &virt::error::Error) -> bool {
+    e.code()
+        .is_known_and(|c| matches!(c, ErrorNumber::NoDomain | ErrorNumber::OperationInvalid))
+}
+
+/// Escapes text for XML element content and single- or double-quoted attributes.
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '\'' => o.push_str("&apos;"),
+            '"' => o.push_str("&quot;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// The `<cpu>` element for `spec.cpu`, and the `-cpu` override to pass when it has flags.
+fn cpu_xml(cpu: &str, vcpus: u32) -> (String, Option<String>) {
+    let cpu = cpu.trim();
+    let (model, flags) = match cpu.split_once(',') {
+        Some((m, f)) => (m, Some(f)),
+        None => (cpu, None),
+    };
+    let topology = format!("<topology sockets='1' dies='1' cores='{vcpus}' threads='1'/>");
+    let element = match model {
+        "max" => format!("<cpu mode='maximum' check='none'>{topology}</cpu>"),
+        "host" => format!("<cpu mode='host-passthrough' check='none'>{topology}</cpu>"),
+        m => format!(
+            "<cpu mode='custom' match='exact' check='none'><model fallback='forbid'>{}</model>{topology}</cpu>",
+            esc(m)
+        ),
+    };
+    let over = flags.filter(|f| !f.trim().is_empty()).map(|_| cpu.to_string());
+    (element, over)
+}
+
+/// The transient domain for a guest whose SSH is forwarded from `ssh_port` on 127.0.0.1.
+/// Paths are used as given; `boot` makes them absolute first.
+pub fn domain_xml(spec: &GuestSpec, ssh_port: u16) -> String {
+    let dom_type = match spec.accel {
+        Accel::Kvm => "kvm",
+        Accel::Tcg => "qemu",
+    };
+    let console = esc(&console_path(&spec.workdir, &spec.name).to_string_lossy());
+    let (cpu, cpu_override) = cpu_xml(&spec.cpu, spec.vcpus);
+    let mut x = String::new();
+    let mut line = |s: &str| {
+        x.push_str(s);
+        x.push('\n');
+    };
+    line(&format!(
+        "<domain type='{dom_type}' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"
+    ));
+    line(&format!("  <name>{}</name>", esc(&spec.name)));
+    line("  <description>ocrig guest (transient, destroyed when its ocrig exits)</description>");
+    line(&format!("  <memory unit='MiB'>{}</memory>", spec.memory_mib));
+    line(&format!("  <vcpu placement='static'>{}</vcpu>", spec.vcpus));
+    line("  <os>");
+    line("    <type arch='x86_64' machine='q35'>hvm</type>");
+    line(&format!(
+        "    <kernel>{}</kernel>",
+        esc(&spec.kernel.to_string_lossy())
+    ));
+    line(&format!(
+        "    <initrd>{}</initrd>",
+        esc(&spec.initrd.to_string_lossy())
+    ));
+    line(&format!("    <cmdline>{}</cmdline>", esc(&spec.cmdline)));
+    line("  </os>");
+    // Without <acpi/> libvirt passes acpi=off, and the guest would not find its other CPUs.
+    line("  <features><acpi/><apic/></features>");
+    line(&format!("  {cpu}"));
+    line("  <clock offset='utc'/>");
+    // Like -no-reboot: a guest that reboots or panics (panic=-1) stops instead of looping.
+    line("  <on_poweroff>destroy</on_poweroff>");
+    line("  <on_reboot>destroy</on_reboot>");
+    line("  <on_crash>destroy</on_crash>");
+    line("  <devices>");
+    // -nodefaults: no USB controller, no balloon (libvirt adds both unless told not to).
+    line("    <controller type='usb' model='none'/>");
+    line(&format!(
+        "    <serial type='file'><source path='{console}'/><target port='0'/></serial>"
+    ));
+    line(&format!(
+        "    <console type='file'><source path='{console}'/><target type='serial' port='0'/></console>"
+    ));
+    line("    <rng model='virtio'><backend model='builtin'/></rng>");
+    if let Some(disk) = &spec.scratch_disk {
+        line("    <disk type='file' device='disk'>");
+        line("      <driver name='qemu' type='raw' cache='none'/>");
+        line(&format!(
+            "      <source file='{}'/>",
+            esc(&disk.to_string_lossy())
+        ));
+        line("      <target dev='vda' bus='virtio'/>");
+        line("    </disk>");
+    }
+    line("    <memballoon model='none'/>");
+    line("  </devices>");
+    line("  <qemu:commandline>");
+    let mut args = vec![
+        "-netdev".to_string(),
+        format!("user,id=n0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
+        "-device".to_string(),
+        format!("virtio-net-pci,netdev=n0,bus=pcie.0,addr={NIC_SLOT}"),
+    ];
+    if let Some(c) = cpu_override {
+        args.extend(["-cpu".to_string(), c]);
+    }
+    for a in args {
+        line(&format!("    <qemu:arg value='{}'/>", esc(&a)));
+    }
+    line("  </qemu:commandline>");
+    line("</domain>");
+    x
+}
+
+/// `spec` with absolute paths (libvirt requires them; the sweep may pass relative ones).
+fn absolute(spec: &GuestSpec) -> anyhow::Result<GuestSpec> {
+    let abs = |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
+    Ok(GuestSpec {
+        kernel: abs(&spec.kernel)?,
+        initrd: abs(&spec.initrd)?,
+        workdir: abs(&spec.workdir)?,
+        scratch_disk: spec.scratch_disk.as_deref().map(abs).transpose()?,
+        ..spec.clone()
+    })
+}
+
+impl Backend for LibvirtBackend {
+    fn name(&self) -> &'static str {
+        "libvirt"
+    }
+
+    fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>> {
+        Box::pin(async move {
+            let g = self
+                .start(spec)
+                .await
+                .with_context(|| format!("booting {} under libvirt", spec.name))?;
+            Ok(Box::new(g) as Box<dyn Guest>)
+        })
+    }
+}
+
+impl LibvirtBackend {
+    async fn start(&self, spec: &GuestSpec) -> anyhow::Result<LibvirtGuest> {
+        std::fs::create_dir_all(&spec.workdir)
+            .with_context(|| format!("creating {}", spec.workdir.display()))?;
+        let abs = absolute(spec)?;
+        let uri = self.uri.clone();
+        let (conn, dom, port) = tokio::task::spawn_blocking(move || create(&uri, &abs)).await??;
+        let mut guest = LibvirtGuest {
+            name: spec.name.clone(),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            console: console_path(&spec.workdir, &spec.name),
+            vcpus: spec.vcpus,
+            uri: self.uri.clone(),
+            dom: Some(dom),
+            _conn: conn,
+            pid: None,
+        };
+        // Drop destroys the domain if any of these checks fails.
+        let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
+        guest.pid = Some(pid);
+        let tids = vcpu_tids(pid, spec.vcpus)?;
+        tracing::debug!("{}: QEMU pid {pid}, vCPU threads {tids:?}", spec.name);
+        Ok(guest)
+    }
+}
+
+/// Creates the transient domain on a fresh connection (retrying with another port when the picked
+/// one was taken before QEMU bound it).
+fn create(uri: &str, spec: &GuestSpec) -> anyhow::Result<(Connect, Domain, u16)> {
+    let conn = open(uri)?;
+    let mut last = None;
+    for _ in 0..3 {
+        let port = free_loopback_port().context("finding a free loopback port")?;
+        let xml = domain_xml(spec, port);
+        match conn.create_domain_xml(&xml, virt::sys::VIR_DOMAIN_START_AUTODESTROY) {
+            Ok(dom) => return Ok((conn, dom, port)),
+            // QEMU: "Could not set up host forwarding rule 'tcp:127.0.0.1:PORT-:22'".
+            Err(e) if e.message().contains("forwarding") => last = Some(e),
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "libvirt refused to start {}: {}",
+                    spec.name,
+                    e.message()
+                ));
+            }
+        }
+    }
+    let e = last.expect("three attempts");
+    Err(anyhow::anyhow!(
+        "libvirt could not start {} (SSH port forward): {}",
+        spec.name,
+        e.message()
+    ))
+}
+
+/// The QEMU process of a running domain: libvirt's pid file, else a /proc scan for `guest=<name>,`.
+fn qemu_pid(uri: &str, name: &str) -> anyhow::Result<i32> {
+    let mut files = vec![];
+    if uri.contains("/system") {
+        files.push(PathBuf::from(format!("/run/libvirt/qemu/{name}.pid")));
+    }
+    if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR") {
+        files.push(PathBuf::from(rt).join(format!("libvirt/qemu/run/{name}.pid")));
+    }
+    for f in files {
+        if let Ok(s) = std::fs::read_to_string(&f)
+            && let Ok(pid) = s.trim().parse::<i32>()
+            && Path::new(&format!("/proc/{pid}")).exists()
+        {
+            return Ok(pid);
+        }
+    }
+    let needle = format!("guest={name},");
+    for e in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if cmd
+            .split(|&b| b == 0)
+            .any(|a| a == needle.as_bytes() || a.starts_with(needle.as_bytes()))
+        {
+            return Ok(pid);
+        }
+    }
+    anyhow::bail!("no QEMU process found for domain {name}")
+}
+
+/// Host tids of the vCPU threads of QEMU `pid`, in vCPU order, from thread names `CPU <n>/TCG|KVM`
+/// (libvirt always starts QEMU with `debug-threads=on`). Fails unless there is one per vCPU.
+fn vcpu_tids(pid: i32, vcpus: u32) -> anyhow::Result<Vec<i32>> {
+    let dir = format!("/proc/{pid}/task");
+    let mut found: Vec<(u32, i32)> = Vec::new();
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {dir}"))?
+        .flatten()
+    {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim().to_string();
+        if let Some(n) = parse_vcpu_comm(&comm) {
+            found.push((n, tid));
+        }
+        names.push(comm);
+    }
+    found.sort();
+    let ok = found.len() == vcpus as usize && found.iter().enumerate().all(|(i, (n, _))| *n == i as u32);
+    anyhow::ensure!(
+        ok,
+        "QEMU (pid {pid}) should run {vcpus} vCPU thread(s) named `CPU <n>/TCG|KVM`, one per vCPU, but its \
+         threads are {names:?} (single-threaded TCG shows up as `ALL CPUs/TCG`; overcommit results would be \
+         meaningless)"
+    );
+    Ok(found.into_iter().map(|(_, t)| t).collect())
+}
+
+fn parse_vcpu_comm(comm: &str) -> Option<u32> {
+    let rest = comm.strip_prefix("CPU ")?;
+    let (n, acc) = rest.split_once('/')?;
+    matches!(acc, "TCG" | "KVM").then_some(())?;
+    n.parse().ok()
+}
+
+/// A cpumap for `virDomainPinVcpu` with only `cpu` set.
+fn cpumap(cpu: usize) -> Vec<u8> {
+    let mut m = vec![0u8; cpu / 8 + 1];
+    m[cpu / 8] |= 1 << (cpu % 8);
+    m
+}
+
+pub struct LibvirtGuest {
+    name: String,
+    addr: SocketAddr,
+    console: PathBuf,
+    vcpus: u32,
+    uri: String,
+    /// None once destroyed.
+    dom: Option<Domain>,
+    /// The connection the domain was created on: closing it makes libvirtd destroy the domain.
+    _conn: Connect,
+    pid: Option<i32>,
+}
+
+impl LibvirtGuest {
+    fn destroy_now(&mut self) -> anyhow::Result<()> {
+        let Some(dom) = &self.dom else { return Ok(()) };
+        destroy_dom(dom, &self.name)?;
+        self.dom = None;
+        Ok(())
+    }
+}
+
+/// Destroys a domain; one that is already gone (or not running) counts as destroyed.
+fn destroy_dom(dom: &Domain, name: &str) -> anyhow::Result<()> {
+    match dom.destroy() {
+        Ok(()) => Ok(()),
+        Err(e) if is_gone(&e) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("destroying domain {name}: {}", e.message())),
+    }
+}
+
+impl Guest for LibvirtGuest {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ssh_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn console_log(&self) -> PathBuf {
+        self.console.clone()
+    }
+
+    fn vcpu_threads(&self) -> BoxFut<'_, anyhow::Result<Vec<i32>>> {
+        Box::pin(async move {
+            anyhow::ensure!(self.dom.is_some(), "domain {} was destroyed", self.name);
+            let pid = match self.pid {
+                Some(p) if Path::new(&format!("/proc/{p}")).exists() => p,
+                _ => qemu_pid(&self.uri, &self.name)?,
+            };
+            vcpu_tids(pid, self.vcpus).with_context(|| format!("vCPU threads of {}", self.name))
+        })
+    }
+
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>> {
+        Box::pin(async move {
+            anyhow::ensure!(!cpus.is_empty(), "no host CPUs to pin to");
+            let dom = self
+                .dom
+                .clone()
+                .with_context(|| format!("domain {} was destroyed", self.name))?;
+            let mapping: Vec<(u32, usize)> = (0..self.vcpus)
+                .map(|i| (i, cpus[i as usize % cpus.len()]))
+                .collect();
+            let name = self.name.clone();
+            let m = mapping.clone();
+            tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+                for (vcpu, cpu) in m {
+                    dom.pin_vcpu(vcpu, &cpumap(cpu)).map_err(|e| {
+                        anyhow::anyhow!("pinning vCPU {vcpu} of {name} to CPU {cpu}: {}", e.message())
+                    })?;
+                }
+                Ok(())
+            })
+            .await??;
+            Ok(mapping)
+        })
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.dom.as_ref().is_some_and(|d| d.is_active().unwrap_or(false))
+    }
+
+    fn liveness(&self) -> super::Liveness {
+        match self.pid {
+            Some(pid) => Box::new(move || super::process_alive(pid as u32)),
+            None => Box::new(|| true),
+        }
+    }
+
+    fn shutdown(&mut self, _grace: Duration) -> BoxFut<'_, anyhow::Result<()>> {
+        // The guest holds no state worth an ACPI shutdown (the QEMU backend "quit"s too); destroy
+        // stops QEMU at once (SIGTERM, SIGKILL after libvirt's own timeout) and a transient domain
+        // vanishes with it.
+        Box::pin(async move {
+            let Some(dom) = self.dom.clone() else {
+                return Ok(());
+            };
+            let name = self.name.clone();
+            tokio::task::spawn_blocking(move || destroy_dom(&dom, &name)).await??;
+            self.dom = None;
+            Ok(())
+        })
+    }
+}
+
+impl Drop for LibvirtGuest {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_now() {
+            // Closing the connection next still makes libvirtd destroy it (AUTODESTROY).
+            tracing::warn!("{e:#}");
+        }
+    }
+}
+
+/// Names of all domains on `uri` (running or defined) whose names start with `prefix`, sorted.
+pub fn list_owned(uri: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let conn = open(uri)?;
+    let doms = conn
+        .list_all_domains(0)
+        .map_err(|e| anyhow::anyhow!("listing domains on {uri}: {}", e.message()))?;
+    let mut names: Vec<String> = doms
+        .iter()
+        .filter_map(|d| d.name().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Destroys the running domain `name` (left behind by a killed ocrig). Already gone is fine.
+/// Refuses names without the `ocrig-` prefix, so it cannot stop someone else's VM.
+pub fn destroy_named(uri: &str, name: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        name.starts_with(OWNED_PREFIX),
+        "refusing to destroy {name}: not an ocrig domain"
+    );
+    let conn = open(uri)?;
+    let dom = match conn.lookup_domain_by_name(name) {
+        Ok(d) => d,
+        Err(e) if is_gone(&e) => return Ok(()),
+        Err(e) => anyhow::bail!("looking up domain {name}: {}", e.message()),
+    };
+    destroy_dom(&dom, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> GuestSpec {
+        GuestSpec {
+            name: "ocrig-t-0".into(),
+            vcpus: 2,
+            memory_mib: 512,
+            kernel: "/k/vmlinuz".into(),
+            initrd: "/k/initrd.img".into(),
+            cmdline: "console=ttyS0 panic=-1 a<b&c".into(),
+            accel: Accel::Tcg,
+            cpu: "max".into(),
+            scratch_disk: None,
+            workdir: "/w".into(),
+        }
+    }
+
+    #[test]
+    fn domain_xml_matches_the_qemu_backend_devices() {
+        let x = domain_xml(&spec(), 40022);
+        assert!(
+            x.starts_with("<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>")
+        );
+        assert!(x.contains("<name>ocrig-t-0</name>"));
+        assert!(x.contains("<memory unit='MiB'>512</memory>") && x.contains(">2</vcpu>"));
+        assert!(x.contains("machine='q35'>hvm</type>"));
+        assert!(x.contains("<kernel>/k/vmlinuz</kernel>") && x.contains("<initrd>/k/initrd.img</initrd>"));
+        assert!(
+            x.contains("<cmdline>console=ttyS0 panic=-1 a&lt;b&amp;c</cmdline>"),
+            "{x}"
+        );
+        assert!(x.contains("<cpu mode='maximum' check='none'><topology sockets='1' dies='1' cores='2'"));
+        // The console is where the QEMU backend puts it, so the sweep's readiness poll is the same.
+        let con = console_path(Path::new("/w"), "ocrig-t-0");
+        assert!(x.contains(&format!("<serial type='file'><source path='{}'/>", con.display())));
+        assert!(x.contains("<qemu:arg value='user,id=n0,hostfwd=tcp:127.0.0.1:40022-:22'/>"));
+        assert!(x.contains("<qemu:arg value='virtio-net-pci,netdev=n0,bus=pcie.0,addr=0x10'/>"));
+        assert!(x.contains("<rng model='virtio'>") && x.contains("<memballoon model='none'/>"));
+        assert!(!x.contains("<disk") && !x.contains("value='-cpu'"));
+        assert!(x.contains("<on_reboot>destroy</on_reboot>") && x.contains("<acpi/>"));
+        assert!(x.trim_end().ends_with("</domain>"));
+    }
+
+    #[test]
+    fn domain_xml_for_kvm_with_cpu_flags_and_a_scratch_disk() {
+        let s = GuestSpec {
+            accel: Accel::Kvm,
+            cpu: "host,kvm-pv-unhalt=off".into(),
+            scratch_disk: Some("/d/scratch.img".into()),
+            vcpus: 4,
+            ..spec()
+        };
+        let x = domain_xml(&s, 1);
+        assert!(x.starts_with("<domain type='kvm'"));
+        assert!(
+            x.contains("<cpu mode='host-passthrough' check='none'><topology sockets='1' dies='1' cores='4'")
+        );
+        // Flags reach QEMU verbatim as the last -cpu, which QEMU honours.
+        assert!(
+            x.contains("<qemu:arg value='-cpu'/>\n    <qemu:arg value='host,kvm-pv-unhalt=off'/>"),
+            "{x}"
+        );
+        assert!(x.contains("<driver name='qemu' type='raw' cache='none'/>"));
+        assert!(
+            x.contains("<source file='/d/scratch.img'/>") && x.contains("<target dev='vda' bus='virtio'/>")
+        );
+    }
+
+    #[test]
+    fn cpu_models_map_to_libvirt_modes() {
+        assert_eq!(cpu_xml("max", 1).1, None);
+        assert_eq!(cpu_xml("max,pmu=off", 1).1.as_deref(), Some("max,pmu=off"));
+        let (e, o) = cpu_xml("Skylake-Server", 2);
+        assert!(e.contains(
+            "<cpu mode='custom' match='exact' check='none'><model fallback='forbid'>Skylake-Server"
+        ));
+        assert_eq!(o, None);
+    }
+
+    #[test]
+    fn vcpu_thread_names_parse() {
+        assert_eq!(parse_vcpu_comm("CPU 0/TCG"), Some(0));
+        assert_eq!(parse_vcpu_comm("CPU 12/KVM"), Some(12));
+        assert_eq!(parse_vcpu_comm("ALL CPUs/TCG"), None);
+        assert_eq!(parse_vcpu_comm("IO mon_iothread"), None);
+        assert_eq!(cpumap(0), vec![1]);
+        assert_eq!(cpumap(9), vec![0, 2]);
+    }
+
+    #[test]
+    fn destroy_named_refuses_foreign_domains() {
+        let e = destroy_named("qemu:///system", "webserver").unwrap_err();
+        assert!(e.to_string().contains("not an ocrig domain"));
+    }
+
+    /// The newest cached guest image (`~/.cache/ocrig/images/<hash>/`), or `$OCRIG_TEST_IMAGE`.
+    fn test_image() -> PathBuf {
+        if let Some(d) = std::env::var_os("OCRIG_TEST_IMAGE") {
+            return d.into();
+        }
+        let root = PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/ocrig/images");
+        std::fs::read_dir(&root)
+            .expect("no image cache; build one with `ocrig image build`")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("vmlinuz").exists() && p.join("initrd.img").exists())
+            .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+            .expect("no complete image in the cache")
+    }
+
+    fn ssh(img: &Path, port: u16, cmd: &str) -> String {
+        let out = std::process::Command::new("ssh")
+            .args([
+                "-i",
+                &img.join("id_ed25519").to_string_lossy(),
+                "-p",
+                &port.to_string(),
+            ])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+            ])
+            .args([
+                "-o",
+                "ConnectTimeout=20",
+                "-o",
+                "LogLevel=ERROR",
+                "root@127.0.0.1",
+                cmd,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ssh {cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Boots real 1- and 2-vCPU domains on qemu:///system:
+    /// `cargo test --bin ocrig libvirt -- --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "boots real guests through libvirtd"]
+    async fn boots_pins_and_destroys_real_domains() {
+        let uri = "qemu:///system";
+        let backend = LibvirtBackend::connect(uri).unwrap();
+        let img = test_image();
+        let work = tempfile::tempdir().unwrap();
+        let accel = crate::host::VirtEvidence::read().choose().accel;
+        let run = format!("lvtest{}", std::process::id());
+        for vcpus in [1u32, 2] {
+            let spec = GuestSpec {
+                name: format!("ocrig-{run}-{vcpus}"),
+                vcpus,
+                memory_mib: 512,
+                kernel: img.join("vmlinuz"),
+                initrd: img.join("initrd.img"),
+                cmdline: "console=ttyS0 panic=-1".into(),
+                accel,
+                cpu: if accel == Accel::Kvm {
+                    "host".into()
+                } else {
+                    "max".into()
+                },
+                scratch_disk: None,
+                workdir: work.path().into(),
+            };
+            let t0 = std::time::Instant::now();
+            let mut g = backend.boot(&spec).await.unwrap();
+            let created = t0.elapsed();
+            assert!(g.is_running());
+            assert_eq!(g.console_log(), console_path(work.path(), &spec.name));
+            let deadline = t0 + Duration::from_secs(120);
+            loop {
+                let con = std::fs::read_to_string(g.console_log()).unwrap_or_default();
+                if con.contains("OCRIG-READY") {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "no OCRIG-READY:\n{con}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let ready = t0.elapsed();
+            assert_eq!(ssh(&img, g.ssh_addr().port(), "nproc"), vcpus.to_string());
+            let tids = g.vcpu_threads().await.unwrap();
+            assert_eq!(tids.len(), vcpus as usize);
+            let map = g.pin_vcpus(&[1, 0]).await.unwrap();
+            for (i, tid) in tids.iter().enumerate() {
+                let out = std::process::Command::new("taskset")
+                    .args(["-p", &tid.to_string()])
+                    .output()
+                    .unwrap();
+                let out = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                let want = format!("{:x}", 1u32 << map[i].1);
+                assert!(out.ends_with(&format!(": {want}")), "vCPU {i} tid {tid}: {out}");
+                eprintln!("vCPU {i} → CPU {}: {out}", map[i].1);
+            }
+            let live = list_owned(uri, &format!("ocrig-{run}-")).unwrap();
+            assert_eq!(live, vec![spec.name.clone()]);
+            eprintln!(
+                "{vcpus} vCPU(s): create_xml {:.2} s, OCRIG-READY {:.2} s, vCPU tids {tids:?}",
+                created.as_secs_f64(),
+                ready.as_secs_f64()
+            );
+            g.shutdown(Duration::from_secs(5)).await.unwrap();
+            assert!(!g.is_running());
+            g.shutdown(Duration::from_secs(5)).await.unwrap(); // idempotent
+            assert!(list_owned(uri, &format!("ocrig-{run}-")).unwrap().is_empty());
+        }
+        // Dropping a running guest destroys it too.
+        let spec = GuestSpec {
+            name: format!("ocrig-{run}-drop"),
+            vcpus: 1,
+            memory_mib: 256,
+            kernel: img.join("vmlinuz"),
+            initrd: img.join("initrd.img"),
+            cmdline: "console=ttyS0".into(),
+            accel,
+            cpu: "max".into(),
+            scratch_disk: None,
+            workdir: work.path().into(),
+        };
+        let g = backend.boot(&spec).await.unwrap();
+        assert_eq!(list_owned(uri, &spec.name).unwrap().len(), 1);
+        drop(g);
+        assert!(
+            list_owned(uri, "ocrig-")
+                .unwrap()
+                .iter()
+                .all(|n| !n.contains(&run))
+        );
+        destroy_named(uri, &spec.name).unwrap(); // already gone is fine
+    }
+}
