@@ -1,9 +1,32 @@
 //! `ocrig`: thin entry point. Parses the command line, runs one command, maps errors to exit
-//! codes (2 = bad input, 1 = anything else).
+//! codes: 2 = bad input (nothing was booted), 1 = anything else.
 
+mod backend;
+mod cli;
+mod commands;
+mod guest;
+mod host;
 mod image;
+mod payload_bin;
 mod report;
+mod scenario;
 mod stats;
 mod sweep;
+mod telemetry;
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    commands::init_logging(cli.verbose);
+    match commands::dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = commands::exit_code(&e);
+            eprintln!("ocrig: error: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,3 +1,7 @@
 //! The sweep: run plan, runner, journal.
 
 pub mod journal;
+pub mod owned;
+pub mod plan;
+pub mod progress;
+pub mod runner;

@@ -1,0 +1,102 @@
+//! Backends: one narrow interface for "boot a guest, tell me how to reach it, stop it".
+//!
+//! The sweep never sees QEMU arguments or libvirt XML; a backend never sees SSH or workloads.
+
+pub mod libvirt;
+pub mod qemu;
+pub mod qmp;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::host::Accel;
+
+pub type Liveness = Box<dyn Fn() -> bool + Send + Sync>;
+
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Everything a backend needs to start one guest.
+#[derive(Debug, Clone)]
+pub struct GuestSpec {
+    /// Unique name, `ocrig-<run id>-<index>`; also the libvirt domain name.
+    pub name: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub cmdline: String,
+    pub accel: Accel,
+    /// `-cpu` model and flags, e.g. `max` (TCG) or `host,kvm-pv-unhalt=off` (KVM).
+    pub cpu: String,
+    pub scratch_disk: Option<PathBuf>,
+    /// Where the console log, QMP socket and pid file go.
+    pub workdir: PathBuf,
+}
+
+/// A started guest. Dropping it must kill whatever it started.
+pub trait Guest: Send + Sync {
+    fn name(&self) -> &str;
+    /// SSH endpoint on the host's loopback.
+    fn ssh_addr(&self) -> SocketAddr;
+    /// The serial console log (kept with the results).
+    fn console_log(&self) -> PathBuf;
+    /// Host thread ids of the vCPUs, in vCPU order.
+    fn vcpu_threads(&self) -> BoxFut<'_, anyhow::Result<Vec<i32>>>;
+    /// Restricts the vCPU threads to `cpus` (each vCPU i to cpus[i mod len]) and returns the
+    /// mapping applied (vCPU index → host CPU).
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>>;
+    /// True while the guest's process or domain exists.
+    fn is_running(&mut self) -> bool;
+    /// A cheap, thread-safe "is it still running?" probe for blocking waits that must not hold
+    /// the guest itself (so the guest can still be dropped, and killed, meanwhile).
+    fn liveness(&self) -> Liveness {
+        Box::new(|| true)
+    }
+    /// Orderly stop within `grace`, then forced; idempotent.
+    fn shutdown(&mut self, grace: Duration) -> BoxFut<'_, anyhow::Result<()>>;
+}
+
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>>;
+}
+
+/// Pins one host thread to one CPU.
+pub fn pin_thread(tid: i32, cpu: usize) -> anyhow::Result<()> {
+    // SAFETY: the set is zeroed then filled with one valid CPU index; sched_setaffinity reads it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        anyhow::bail!(
+            "sched_setaffinity(tid {tid}, cpu {cpu}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// True while process `pid` exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain spaces.
+        Ok(stat) => {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                != Some("Z")
+        }
+        Err(_) => false,
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (the OS picks it; a race with another process is possible and
+/// shows up as QEMU failing to bind, which the caller retries).
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}

@@ -1,0 +1,69 @@
+//! Command-line definitions (clap). Behaviour lives in `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ocrig",
+    version,
+    about = "KVM vCPU-overcommit test rig: real guests, lock workloads, overcommit tables"
+)]
+pub struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a scenario's sweep: boot guests per level and variant, run workloads, journal results.
+    Run {
+        /// Scenario YAML file.
+        scenario: PathBuf,
+        /// Parent directory of the results directory.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// No progress bar (for CI and scripts).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Check scenario files without booting anything.
+    Validate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Render reports from a results directory's journal.
+    Report {
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value = "table")]
+        format: crate::report::Format,
+    },
+    /// Compare two results directories of the same matrix: A as base, B as patched.
+    Compare {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long, value_enum, default_value = "table")]
+        format: crate::report::Format,
+    },
+    /// Guest image management.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
+    /// Describe this host: CPUs, accelerator choice, QEMU/libvirt versions, cached images.
+    Doctor,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build (or reuse from the cache) the guest image for a Debian kernel release.
+    Build {
+        /// Debian kernel release (e.g. 6.1.0-41-amd64), or "default".
+        #[arg(long, default_value = "default")]
+        kernel: String,
+    },
+}

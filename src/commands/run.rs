@@ -1,0 +1,241 @@
+//! `ocrig run SCENARIO`: validate, prepare (payload, images), then sweep into a new results
+//! directory. Bad input is rejected before anything is booted or created.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{BadInput, Interrupted};
+use crate::backend::Backend;
+use crate::backend::libvirt::{self, LibvirtBackend};
+use crate::backend::qemu::QemuBackend;
+use crate::host::{Accel, AccelChoice, VirtEvidence};
+use crate::image::{self, ImageSpec, KernelSource};
+use crate::scenario::validate::{HostFacts, validate};
+use crate::scenario::{AccelSetting, BackendKind, KernelRef, ScenarioErrors, load};
+use crate::sweep::journal::{Entry, JournalWriter, SweepHeader, WorkloadInfo};
+use crate::sweep::owned::{self, RunOwnership};
+use crate::sweep::plan::Plan;
+use crate::sweep::progress::Progress;
+use crate::sweep::runner::{self, SweepEnv};
+
+pub fn run(scenario_path: &Path, results_root: &Path, quiet: bool) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let loaded = load(scenario_path).map_err(|e| ScenarioErrors(vec![e]))?;
+    let facts = HostFacts::read();
+    validate(&loaded, &facts)?;
+    let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus)?;
+    let s = &loaded.scenario;
+
+    let accel = resolve_accel(s.host.accel, &VirtEvidence::read())?;
+    eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
+    let backend: Option<Arc<dyn Backend>> = match s.host.backend {
+        BackendKind::Qemu => Some(Arc::new(QemuBackend::default())),
+        BackendKind::Libvirt => {
+            let uri = &s.host.libvirt_uri;
+            reap_orphan_domains(uri);
+            Some(Arc::new(
+                LibvirtBackend::connect(uri).context("preflight: the libvirt backend needs libvirtd")?,
+            ))
+        }
+        BackendKind::Host => None,
+    };
+    let backend_name = backend.as_ref().map_or("host", |b| b.name());
+
+    let t_prep = Instant::now();
+    let reaped = owned::reap_orphan_qemus();
+    if !reaped.is_empty() {
+        eprintln!(
+            "ocrig: removed {} guest(s) left by an earlier ocrig: {}",
+            reaped.len(),
+            reaped.join(", ")
+        );
+    }
+    let payload = crate::payload_bin::locate()?;
+    let images = if backend.is_some() {
+        images_for(&plan, s)?
+    } else {
+        BTreeMap::new()
+    };
+    let prep_s = t_prep.elapsed().as_secs_f64();
+
+    let results_dir = create_results_dir(results_root, &plan.name)?;
+    std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
+    let mut journal = JournalWriter::open(&results_dir)?;
+    let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
+    head.kernels = images
+        .iter()
+        .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
+        .collect();
+    journal.append(&Entry::Sweep(Box::new(head)))?;
+    eprintln!("ocrig: results in {}", results_dir.display());
+
+    let env = SweepEnv {
+        backend,
+        accel: accel.accel,
+        images,
+        payload,
+        results_dir: results_dir.clone(),
+        run_id: run_id(),
+        progress: Progress::new(plan.total_runs(), quiet),
+    };
+    let _ownership = RunOwnership::claim(&env.run_id, &results_dir)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let outcome = rt.block_on(async {
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        // Dropping the sweep future drops every live guest, and dropping a guest kills it.
+        tokio::select! {
+            r = runner::run(&plan, &env, &mut journal) => r,
+            _ = sigint.recv() => Err(Interrupted { signal: "SIGINT", code: 130 }.into()),
+            _ = sigterm.recv() => Err(Interrupted { signal: "SIGTERM", code: 143 }.into()),
+        }
+    });
+    // Blocking SSH threads may still wait on dead guests; do not wait for them.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    env.progress.finish();
+    let totals = outcome?;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let timings = serde_json::json!({ "wall_s": wall_s, "prepare_s": prep_s, "phases": totals });
+    std::fs::write(
+        results_dir.join("timings.json"),
+        serde_json::to_string_pretty(&timings)?,
+    )?;
+
+    let j = crate::sweep::journal::Journal::read(&results_dir)?;
+    print!(
+        "{}",
+        crate::report::render(&j, crate::report::Format::Table, &Default::default())?
+    );
+    if let Err(e) = crate::report::write_all(&j, &results_dir) {
+        tracing::warn!("writing reports: {e:#}");
+    }
+    eprintln!(
+        "ocrig: {} runs ok, {} failed; wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} + teardown {:.1}; max start skew {:.0} µs",
+        totals.runs_ok,
+        totals.runs_failed,
+        wall_s,
+        prep_s,
+        totals.boot_s,
+        totals.deploy_s,
+        totals.run_s,
+        totals.teardown_s,
+        totals.max_start_skew_us
+    );
+    anyhow::ensure!(
+        totals.runs_ok > 0 || totals.runs_failed == 0,
+        "every run failed (see the journal)"
+    );
+    Ok(())
+}
+
+/// Destroys `ocrig-` domains whose sweep has no live owner (libvirt's auto-destroy normally
+/// does this when ocrig dies; this covers a libvirtd that was restarted meanwhile).
+fn reap_orphan_domains(uri: &str) {
+    let Ok(names) = libvirt::list_owned(uri, "ocrig-") else {
+        return;
+    };
+    for name in names.into_iter().filter(|n| owned::is_orphan_name(n)) {
+        match libvirt::destroy_named(uri, &name) {
+            Ok(()) => eprintln!("ocrig: removed domain {name} left by an earlier ocrig"),
+            Err(e) => tracing::warn!("removing orphan domain {name}: {e:#}"),
+        }
+    }
+}
+
+fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<AccelChoice> {
+    let auto = ev.choose();
+    Ok(match setting {
+        AccelSetting::Auto => auto,
+        AccelSetting::Tcg => AccelChoice {
+            accel: Accel::Tcg,
+            reason: "requested by the scenario".into(),
+        },
+        AccelSetting::Kvm if auto.accel == Accel::Kvm => AccelChoice {
+            accel: Accel::Kvm,
+            reason: "requested by the scenario".into(),
+        },
+        AccelSetting::Kvm => {
+            return Err(BadInput(format!("the scenario asks for accel: kvm, but {}", auto.reason)).into());
+        }
+    })
+}
+
+fn images_for(plan: &Plan, s: &crate::scenario::Scenario) -> anyhow::Result<BTreeMap<String, image::Image>> {
+    let cache = image::cache_dir();
+    let mut by_kernel: BTreeMap<String, image::Image> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for v in crate::scenario::expand::variants(s) {
+        let kernel = crate::scenario::expand::guest_for(s, &v).kernel;
+        let key = format!("{kernel:?}");
+        if !by_kernel.contains_key(&key) {
+            let source = match &kernel {
+                KernelRef::Debian(r) => KernelSource::Debian(r.clone()),
+                KernelRef::File(f) => KernelSource::File {
+                    kernel: f.path.clone(),
+                    initrd: f.initrd.clone(),
+                },
+            };
+            let img = image::ensure(&ImageSpec { kernel: source }, &cache)
+                .with_context(|| format!("preparing the guest image for variant {}", v.name))?;
+            by_kernel.insert(key.clone(), img);
+        }
+        out.insert(v.name.clone(), by_kernel[&key].clone());
+    }
+    debug_assert_eq!(out.len(), plan.variants.len());
+    Ok(out)
+}
+
+fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
+    let mut dir = root.join(format!("{name}-{stamp}"));
+    let mut n = 1;
+    while dir.exists() {
+        n += 1;
+        dir = root.join(format!("{name}-{stamp}-{n}"));
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating results directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn run_id() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{:x}{:04x}", t.as_secs() & 0xffffff, std::process::id() & 0xffff)
+}
+
+fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
+    SweepHeader {
+        scenario: plan.name.clone(),
+        scenario_sha256: sha.to_string(),
+        baseline: plan.baseline.clone(),
+        variants: plan.variants.clone(),
+        levels: plan.levels.clone(),
+        workloads: plan
+            .workloads
+            .iter()
+            .map(|w| {
+                (
+                    w.id.clone(),
+                    WorkloadInfo {
+                        command: w.command.clone(),
+                        metric: w.metric.clone(),
+                        better: w.better,
+                    },
+                )
+            })
+            .collect(),
+        backend: backend.to_string(),
+        accel: accel.as_str().to_string(),
+        host_cpus: plan.host_cpus.clone(),
+        guest_vcpus: plan.vcpus,
+        kernels: BTreeMap::new(),
+        started_at: jiff::Timestamp::now().to_string(),
+        ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}

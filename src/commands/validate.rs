@@ -1,0 +1,36 @@
+//! `ocrig validate FILE...`: every check that needs no guest.
+
+use std::path::PathBuf;
+
+use crate::scenario::validate::{HostFacts, validate as check};
+use crate::scenario::{ScenarioErrors, load};
+
+pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
+    let facts = HostFacts::read();
+    let mut problems = Vec::new();
+    for f in files {
+        match load(f)
+            .map_err(|e| ScenarioErrors(vec![e]))
+            .and_then(|l| check(&l, &facts).map(|_| l))
+        {
+            Ok(l) => {
+                let plan = crate::sweep::plan::Plan::build(&l.scenario, &facts.allowed_cpus)?;
+                println!(
+                    "{}: ok — {} levels × {} variants × {} workloads, {} runs, up to {} guests",
+                    f.display(),
+                    plan.levels.len(),
+                    plan.variants.len(),
+                    plan.workloads.len(),
+                    plan.total_runs(),
+                    plan.groups.iter().map(|g| g.guests).max().unwrap_or(0)
+                );
+            }
+            Err(e) => problems.extend(e.0),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ScenarioErrors(problems).into())
+    }
+}

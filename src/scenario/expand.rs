@@ -1,0 +1,187 @@
+//! Expansion: workload argument lists become a matrix of workload instances (LKP-style), and
+//! each variant's overrides become a concrete guest shape and argument set.
+
+use std::collections::BTreeMap;
+
+use super::{ArgValue, KernelRef, Scenario, Variant, Workload};
+use crate::sweep::journal::Better;
+
+/// One point of a workload's argument matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadInstance {
+    /// Stable id across variants: the name plus the expanded parameters, e.g. `lock[threads=4]`.
+    pub id: String,
+    /// Index into `Scenario::workloads`.
+    pub source: usize,
+    pub command: String,
+    /// Scalar arguments after expansion (before variant overrides).
+    pub args: BTreeMap<String, ArgValue>,
+    pub metric: String,
+    pub better: Better,
+}
+
+/// Variants with the implicit default filled in and the baseline known.
+pub fn variants(s: &Scenario) -> Vec<Variant> {
+    if s.variants.is_empty() {
+        vec![Variant {
+            name: "base".into(),
+            baseline: true,
+            ..Default::default()
+        }]
+    } else {
+        s.variants.clone()
+    }
+}
+
+/// The baseline: the variant marked `baseline: true`, else the first.
+pub fn baseline(s: &Scenario) -> String {
+    let vs = variants(s);
+    vs.iter().find(|v| v.baseline).unwrap_or(&vs[0]).name.clone()
+}
+
+/// Every workload instance, in declaration order, lists expanded as a cartesian product.
+pub fn workloads(s: &Scenario) -> Vec<WorkloadInstance> {
+    s.workloads
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| expand_one(i, w))
+        .collect()
+}
+
+fn expand_one(source: usize, w: &Workload) -> Vec<WorkloadInstance> {
+    let label = w.name.clone().unwrap_or_else(|| w.command.clone());
+    let mut combos: Vec<BTreeMap<String, ArgValue>> = vec![BTreeMap::new()];
+    let mut varying: Vec<String> = Vec::new();
+    for (key, value) in &w.args {
+        let choices: Vec<ArgValue> = match value {
+            ArgValue::List(items) => {
+                varying.push(key.clone());
+                items.clone()
+            }
+            v => vec![v.clone()],
+        };
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                choices.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.insert(key.clone(), v.clone());
+                    c
+                })
+            })
+            .collect();
+    }
+    combos
+        .into_iter()
+        .map(|args| {
+            let id = if varying.is_empty() {
+                label.clone()
+            } else {
+                let params: Vec<String> = varying
+                    .iter()
+                    .map(|k| format!("{k}={}", args[k].as_word().unwrap_or_default()))
+                    .collect();
+                format!("{label}[{}]", params.join(","))
+            };
+            WorkloadInstance {
+                id,
+                source,
+                command: w.command.clone(),
+                args,
+                metric: w.metric.clone(),
+                better: w.better,
+            }
+        })
+        .collect()
+}
+
+/// The payload command line for a workload under a variant: `[command, --key, value, ...]`.
+/// Variant arguments override the workload's; keys may be written with `_` or `-`.
+pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
+    let mut merged = w.args.clone();
+    for (k, v) in &variant.args {
+        merged.insert(k.clone(), v.clone());
+    }
+    let mut argv = vec![w.command.clone()];
+    for (key, value) in &merged {
+        let flag = format!("--{}", key.replace('_', "-"));
+        match value {
+            ArgValue::Bool(true) => argv.push(flag),
+            ArgValue::Bool(false) => {}
+            v => {
+                if let Some(word) = v.as_word() {
+                    argv.push(flag);
+                    argv.push(word);
+                }
+            }
+        }
+    }
+    argv
+}
+
+/// A variant's guest: kernel, full command line, CPU model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestVariant {
+    pub kernel: KernelRef,
+    pub cmdline: String,
+    pub cpu: Option<String>,
+}
+
+pub fn guest_for(s: &Scenario, v: &Variant) -> GuestVariant {
+    let cmdline = [s.guest.cmdline.trim(), v.cmdline.trim()]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    GuestVariant {
+        kernel: v.kernel.clone().unwrap_or_else(|| s.guest.kernel.clone()),
+        cmdline,
+        cpu: v.cpu.clone().or_else(|| s.guest.cpu.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(yaml: &str) -> Scenario {
+        yaml_serde::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn lists_expand_into_a_matrix_with_stable_ids() {
+        let s = scenario(
+            "name: m\nlevels: [1]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {algo: [tas, ticket], threads: [1, 2], hold_ns: 100}\n",
+        );
+        let ws = workloads(&s);
+        assert_eq!(ws.len(), 4);
+        assert_eq!(ws[0].id, "lock[algo=tas,threads=1]");
+        assert_eq!(ws[3].id, "lock[algo=ticket,threads=2]");
+        let argv = payload_argv(&ws[1], &variants(&s)[0]);
+        assert_eq!(
+            argv,
+            ["lock", "--algo", "tas", "--hold-ns", "100", "--threads", "2"]
+        );
+    }
+
+    #[test]
+    fn variants_override_arguments_and_extend_the_command_line() {
+        let s = scenario(
+            "name: m\nlevels: [1]\nguest: {cmdline: quiet}\nvariants:\n  - name: base\n  - name: p\n    baseline: true\n    cmdline: nopvspin\n    args: {algo: mcs, verbose: true}\nworkloads:\n  - command: lock\n    metric: x\n    args: {algo: tas}\n",
+        );
+        assert_eq!(baseline(&s), "p");
+        let vs = variants(&s);
+        let w = &workloads(&s)[0];
+        assert_eq!(payload_argv(w, &vs[1]), ["lock", "--algo", "mcs", "--verbose"]);
+        assert_eq!(guest_for(&s, &vs[1]).cmdline, "quiet nopvspin");
+        assert_eq!(guest_for(&s, &vs[0]).cmdline, "quiet");
+    }
+
+    #[test]
+    fn no_variants_means_one_base() {
+        let s = scenario("name: m\nlevels: [1]\nworkloads:\n  - command: lock\n    metric: x\n");
+        assert_eq!(baseline(&s), "base");
+        assert_eq!(variants(&s).len(), 1);
+    }
+}

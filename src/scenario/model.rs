@@ -1,0 +1,265 @@
+//! The YAML scenario as serde types. Unknown fields are refused everywhere.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sweep::journal::Better;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub host: HostSpec,
+    #[serde(default)]
+    pub guest: GuestShape,
+    /// Overcommit levels: (guests × vCPUs) / host CPUs.
+    pub levels: Vec<f64>,
+    /// Variants to compare; empty means one implicit baseline called `base`.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+    pub workloads: Vec<Workload>,
+    /// What the guests other than guest 0 run.
+    #[serde(default)]
+    pub background: Background,
+    /// Measured runs per cell: a count, or `{min, max, target_cv}` to keep running a cell until
+    /// its coefficient of variation is under target (or max is reached).
+    #[serde(default)]
+    pub runs: RunCount,
+    #[serde(default)]
+    pub warmup_runs: u32,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum RunCount {
+    Fixed(u32),
+    Dynamic(DynamicRuns),
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DynamicRuns {
+    pub min: u32,
+    pub max: u32,
+    /// Coefficient of variation to reach, as a fraction (0.05 = 5 %).
+    pub target_cv: f64,
+}
+
+impl Default for RunCount {
+    fn default() -> Self {
+        RunCount::Fixed(1)
+    }
+}
+
+impl RunCount {
+    /// (runs always made, most runs, CV target).
+    pub fn bounds(&self) -> (u32, u32, Option<f64>) {
+        match *self {
+            RunCount::Fixed(n) => (n, n, None),
+            RunCount::Dynamic(d) => (d.min, d.max, Some(d.target_cv)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    #[default]
+    Qemu,
+    Libvirt,
+    Host,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelSetting {
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+/// Host CPUs to use: a count (the first N allowed CPUs) or an explicit list.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum CpuSet {
+    Count(usize),
+    List(Vec<usize>),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// Default: every CPU this process may use.
+    pub cpus: Option<CpuSet>,
+    #[serde(default)]
+    pub backend: BackendKind,
+    #[serde(default)]
+    pub accel: AccelSetting,
+    #[serde(default = "default_uri")]
+    pub libvirt_uri: String,
+}
+
+pub fn default_uri() -> String {
+    "qemu:///system".into()
+}
+
+/// A kernel: a Debian kernel release (e.g. `6.1.0-41-amd64`, or `default`), or a bzImage path.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum KernelRef {
+    Debian(String),
+    File(KernelFile),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KernelFile {
+    pub path: PathBuf,
+    pub initrd: Option<PathBuf>,
+}
+
+impl Default for KernelRef {
+    fn default() -> Self {
+        KernelRef::Debian("default".into())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GuestShape {
+    #[serde(default = "one")]
+    pub vcpus: u32,
+    #[serde(default = "default_memory")]
+    pub memory_mib: u32,
+    #[serde(default)]
+    pub kernel: KernelRef,
+    /// Extra kernel command-line arguments.
+    #[serde(default)]
+    pub cmdline: String,
+    /// QEMU `-cpu` value; default `max` under TCG, `host` under KVM.
+    pub cpu: Option<String>,
+    /// Size of a raw ext4 scratch disk mounted at /scratch; 0 = none.
+    #[serde(default)]
+    pub scratch_disk_mib: u32,
+}
+
+fn default_memory() -> u32 {
+    512
+}
+
+impl Default for GuestShape {
+    fn default() -> Self {
+        Self {
+            vcpus: 1,
+            memory_mib: default_memory(),
+            kernel: KernelRef::default(),
+            cmdline: String::new(),
+            cpu: None,
+            scratch_disk_mib: 0,
+        }
+    }
+}
+
+/// One side of the comparison: overrides applied to the guest or the workloads.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    #[serde(default)]
+    pub baseline: bool,
+    pub kernel: Option<KernelRef>,
+    /// Appended to the guest command line (e.g. `nopvspin`).
+    #[serde(default)]
+    pub cmdline: String,
+    /// Replaces the guest's `-cpu` value (e.g. `host,kvm-pv-unhalt=off`).
+    pub cpu: Option<String>,
+    /// Merged into every workload's arguments (e.g. `{algo: ticket}`).
+    #[serde(default)]
+    pub args: BTreeMap<String, ArgValue>,
+}
+
+/// A workload argument: a scalar, or a list that expands into a matrix.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ArgValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    List(Vec<ArgValue>),
+}
+
+impl ArgValue {
+    /// The value as a command-line word; None for `false` (flag omitted) and lists.
+    pub fn as_word(&self) -> Option<String> {
+        match self {
+            ArgValue::Bool(_) | ArgValue::List(_) => None,
+            ArgValue::Int(i) => Some(i.to_string()),
+            ArgValue::Float(f) => Some(f.to_string()),
+            ArgValue::Str(s) => Some(s.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Label in reports; default: the command.
+    pub name: Option<String>,
+    /// Payload subcommand (`lock`, `hackbench`, ...).
+    pub command: String,
+    /// `--key value` arguments; lists expand into a matrix.
+    #[serde(default)]
+    pub args: BTreeMap<String, ArgValue>,
+    /// Headline metric, a key of the payload report's `metrics`.
+    pub metric: String,
+    #[serde(default)]
+    pub better: Better,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Background {
+    /// Every guest runs the same workload (the published tables' setup).
+    #[default]
+    Same,
+    /// Other guests boot but stay idle.
+    Idle,
+    /// Other guests burn CPU on every vCPU.
+    Hog,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    pub boot_s: u64,
+    pub deploy_s: u64,
+    /// Per run; None = derived from the workload's own duration.
+    pub run_s: Option<u64>,
+    pub collect_s: u64,
+    pub retries: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            boot_s: 180,
+            deploy_s: 120,
+            run_s: None,
+            collect_s: 60,
+            retries: 1,
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Validation without booting: every problem in a scenario, each located in its file.
+
+use std::collections::BTreeSet;
+
+use super::locate::Seg;
+use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioErrors, expand};
+
+/// What validation needs to know about the host.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    pub allowed_cpus: Vec<usize>,
+    pub mem_available_mib: u64,
+}
+
+impl HostFacts {
+    pub fn read() -> Self {
+        Self {
+            allowed_cpus: crate::host::allowed_cpus(),
+            mem_available_mib: crate::host::memory_mib().1,
+        }
+    }
+}
+
+/// Guest memory overhead of QEMU beyond the guest's RAM (measured RSS ~260 MiB at -m 512
+/// under TCG, of which the guest touches little; this allowance covers QEMU itself).
+pub const QEMU_OVERHEAD_MIB: u64 = 150;
+
+fn key(k: &str) -> Seg {
+    Seg::Key(k.into())
+}
+
+/// The host CPUs a scenario uses.
+pub fn host_cpus(set: &Option<CpuSet>, allowed: &[usize]) -> Result<Vec<usize>, String> {
+    match set {
+        None => Ok(allowed.to_vec()),
+        Some(CpuSet::Count(0)) => Err("must name at least one CPU".into()),
+        Some(CpuSet::Count(n)) if *n > allowed.len() => Err(format!(
+            "asks for {n} CPUs but this process may use {} ({allowed:?})",
+            allowed.len()
+        )),
+        Some(CpuSet::Count(n)) => Ok(allowed[..*n].to_vec()),
+        Some(CpuSet::List(list)) => {
+            if list.is_empty() {
+                return Err("must name at least one CPU".into());
+            }
+            let unique: BTreeSet<usize> = list.iter().copied().collect();
+            if unique.len() != list.len() {
+                return Err(format!("lists a CPU twice: {list:?}"));
+            }
+            if let Some(bad) = list.iter().find(|c| !allowed.contains(c)) {
+                return Err(format!(
+                    "CPU {bad} is not available to this process (allowed: {allowed:?})"
+                ));
+            }
+            Ok(list.clone())
+        }
+    }
+}
+
+/// Guests needed at an overcommit level: level × host CPUs / vCPUs per guest, which must be a
+/// whole number of at least one.
+pub fn guests_at(level: f64, host_cpus: usize, vcpus: u32) -> Result<u32, String> {
+    if !(level.is_finite() && level > 0.0) {
+        return Err(format!("level {level} must be a positive number"));
+    }
+    let exact = level * host_cpus as f64 / vcpus as f64;
+    let rounded = exact.round();
+    if (exact - rounded).abs() > 1e-9 || rounded < 1.0 {
+        return Err(format!(
+            "level {level} needs {level} × {host_cpus} host CPUs / {vcpus} vCPUs per guest = {exact:.3} guests, \
+             not a whole number ≥ 1; pick a level that is a multiple of {:.3}",
+            vcpus as f64 / host_cpus as f64
+        ));
+    }
+    Ok(rounded as u32)
+}
+
+/// Checks everything that can be checked without booting. All problems are returned together.
+pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
+    let s = &l.scenario;
+    let mut errs: Vec<ScenarioError> = Vec::new();
+    let mut err = |path: &[Seg], msg: String| errs.push(l.error_at(path, msg));
+
+    if s.name.is_empty()
+        || !s
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        err(
+            &[key("name")],
+            format!("'{}' must be non-empty letters, digits, '-', '_' or '.'", s.name),
+        );
+    }
+    if s.guest.vcpus == 0 {
+        err(&[key("guest"), key("vcpus")], "must be at least 1".into());
+    }
+    if s.guest.memory_mib < 64 {
+        err(
+            &[key("guest"), key("memory_mib")],
+            format!("{} MiB is too small (at least 64)", s.guest.memory_mib),
+        );
+    }
+    match s.runs {
+        super::RunCount::Fixed(0) => err(&[key("runs")], "must be at least 1".into()),
+        super::RunCount::Dynamic(d) => {
+            if d.min < 2 {
+                err(
+                    &[key("runs"), key("min")],
+                    "must be at least 2 to estimate a CV".into(),
+                );
+            }
+            if d.max < d.min {
+                err(
+                    &[key("runs"), key("max")],
+                    format!("{} is below min {}", d.max, d.min),
+                );
+            }
+            if !(d.target_cv > 0.0 && d.target_cv < 1.0) {
+                err(
+                    &[key("runs"), key("target_cv")],
+                    format!("{} must be a fraction in (0, 1)", d.target_cv),
+                );
+            }
+        }
+        _ => {}
+    }
+    let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus) {
+        Ok(c) => c,
+        Err(m) => {
+            err(&[key("host"), key("cpus")], m);
+            host.allowed_cpus.clone()
+        }
+    };
+    if s.host.backend == BackendKind::Libvirt && s.host.libvirt_uri.trim().is_empty() {
+        err(
+            &[key("host"), key("libvirt_uri")],
+            "must not be empty with backend: libvirt".into(),
+        );
+    }
+
+    if s.levels.is_empty() {
+        err(&[key("levels")], "name at least one overcommit level".into());
+    }
+    let mut max_guests = 0u32;
+    for (i, &level) in s.levels.iter().enumerate() {
+        if s.guest.vcpus == 0 {
+            break;
+        }
+        if s.host.backend == BackendKind::Host {
+            if !(level.is_finite() && level > 0.0) {
+                err(
+                    &[key("levels"), Seg::Index(i)],
+                    format!("level {level} must be a positive number"),
+                );
+            }
+            continue;
+        }
+        match guests_at(level, cpus.len(), s.guest.vcpus) {
+            Ok(g) => max_guests = max_guests.max(g),
+            Err(m) => err(&[key("levels"), Seg::Index(i)], m),
+        }
+    }
+    if s.host.backend != BackendKind::Host && max_guests > 0 {
+        let need = max_guests as u64 * (s.guest.memory_mib as u64 + QEMU_OVERHEAD_MIB);
+        if need > host.mem_available_mib {
+            err(
+                &[key("guest"), key("memory_mib")],
+                format!(
+                    "the largest level needs {max_guests} guests × ({} MiB + {QEMU_OVERHEAD_MIB} MiB QEMU) = {need} MiB, \
+                     but only {} MiB is available",
+                    s.guest.memory_mib, host.mem_available_mib
+                ),
+            );
+        }
+    }
+
+    let mut names = BTreeSet::new();
+    let marked = s.variants.iter().filter(|v| v.baseline).count();
+    if marked > 1 {
+        err(
+            &[key("variants")],
+            format!("{marked} variants are marked baseline; mark one"),
+        );
+    }
+    for (i, v) in s.variants.iter().enumerate() {
+        if v.name.is_empty() || !names.insert(v.name.clone()) {
+            err(
+                &[key("variants"), Seg::Index(i), key("name")],
+                format!("'{}' is empty or used twice", v.name),
+            );
+        }
+        if let Some(KernelRef::File(f)) = &v.kernel {
+            check_kernel_file(&mut err, &[key("variants"), Seg::Index(i), key("kernel")], f);
+        }
+    }
+    if let KernelRef::File(f) = &s.guest.kernel {
+        check_kernel_file(&mut err, &[key("guest"), key("kernel")], f);
+    }
+
+    if s.workloads.is_empty() {
+        err(&[key("workloads")], "name at least one workload".into());
+    }
+    for (i, w) in s.workloads.iter().enumerate() {
+        if w.metric.trim().is_empty() {
+            err(
+                &[key("workloads"), Seg::Index(i), key("metric")],
+                "must name the metric to report".into(),
+            );
+        }
+    }
+    let variants = expand::variants(s);
+    let mut ids = BTreeSet::new();
+    for w in expand::workloads(s) {
+        if !ids.insert(w.id.clone()) {
+            err(
+                &[key("workloads"), Seg::Index(w.source), key("name")],
+                format!(
+                    "workload id '{}' appears twice; give the workloads distinct names",
+                    w.id
+                ),
+            );
+        }
+        for (vi, v) in variants.iter().enumerate() {
+            let argv = expand::payload_argv(&w, v);
+            if let Err(e) = ocrig_payload::cli::validate(&argv) {
+                let (path, msg) = payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty());
+                err(&path, msg);
+            }
+        }
+    }
+    // Report each distinct problem once (a bad workload argument repeats across variants).
+    let mut seen = BTreeSet::new();
+    errs.retain(|e| seen.insert(e.to_string()));
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ScenarioErrors(errs))
+    }
+}
+
+fn check_kernel_file(err: &mut impl FnMut(&[Seg], String), path: &[Seg], f: &super::KernelFile) {
+    if !f.path.is_file() {
+        err(path, format!("kernel {} does not exist", f.path.display()));
+    }
+    if let Some(i) = &f.initrd
+        && !i.is_file()
+    {
+        err(path, format!("initrd {} does not exist", i.display()));
+    }
+}
+
+/// Turns the payload parser's complaint into a scenario field and a one-line message.
+fn payload_error_location(
+    e: &clap::Error,
+    workload: usize,
+    argv: &[String],
+    _variant: usize,
+    _implicit: bool,
+) -> (Vec<Seg>, String) {
+    use clap::error::{ContextKind, ContextValue};
+    let mut path = vec![key("workloads"), Seg::Index(workload)];
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    if let Some(flag) = arg.as_deref().and_then(|a| a.strip_prefix("--")) {
+        let name = flag.split([' ', '=', '<']).next().unwrap_or(flag).to_string();
+        path.push(key("args"));
+        path.push(Seg::Key(name));
+    } else if matches!(e.kind(), clap::error::ErrorKind::InvalidSubcommand) {
+        path.push(key("command"));
+    } else {
+        path.push(key("args"));
+    }
+    let first = e
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or("invalid")
+        .trim_start_matches("error: ")
+        .to_string();
+    (path, format!("the payload rejects `{}`: {first}", argv.join(" ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::load;
+
+    fn facts() -> HostFacts {
+        HostFacts {
+            allowed_cpus: vec![0, 1],
+            mem_available_mib: 8192,
+        }
+    }
+
+    fn loaded(text: &str) -> (tempfile::TempDir, Loaded) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.yaml");
+        std::fs::write(&p, text).unwrap();
+        let l = load(&p).unwrap();
+        (dir, l)
+    }
+
+    #[test]
+    fn guest_counts_follow_the_documented_arithmetic() {
+        assert_eq!(guests_at(0.5, 2, 1), Ok(1));
+        assert_eq!(guests_at(2.5, 2, 1), Ok(5));
+        assert_eq!(guests_at(1.0, 2, 2), Ok(1));
+        assert_eq!(guests_at(2.0, 2, 2), Ok(2));
+        let e = guests_at(1.5, 2, 2).unwrap_err();
+        assert!(e.contains("1.500 guests"), "{e}");
+        assert!(guests_at(0.5, 2, 2).is_err());
+        assert!(guests_at(0.0, 2, 1).is_err());
+    }
+
+    #[test]
+    fn cpu_sets_are_checked_against_the_host() {
+        assert_eq!(host_cpus(&None, &[0, 1]), Ok(vec![0, 1]));
+        assert_eq!(host_cpus(&Some(CpuSet::Count(1)), &[0, 1]), Ok(vec![0]));
+        assert!(host_cpus(&Some(CpuSet::Count(3)), &[0, 1]).is_err());
+        assert!(host_cpus(&Some(CpuSet::List(vec![5])), &[0, 1]).is_err());
+        assert!(host_cpus(&Some(CpuSet::List(vec![1, 1])), &[0, 1]).is_err());
+    }
+
+    #[test]
+    fn bad_payload_arguments_are_located_at_their_field() {
+        let (_d, l) = loaded(
+            "name: x\nlevels: [0.5, 1.0]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args:\n      threads: 0\n",
+        );
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].field, "workloads[0].args.threads");
+        assert_eq!(e.0[0].line, Some(7), "{e}");
+        let (_d, l) = loaded("name: x\nlevels: [1]\nworkloads:\n  - command: frobnicate\n    metric: m\n");
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0[0].field, "workloads[0].command", "{e}");
+        assert_eq!(e.0[0].line, Some(4));
+    }
+
+    #[test]
+    fn fractional_levels_memory_and_duplicate_variants_are_all_reported() {
+        let (_d, l) = loaded(
+            "name: x\nguest: {vcpus: 2, memory_mib: 4000}\nlevels: [1.0, 1.5, 2.0]\nvariants:\n  - name: a\n  - name: a\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+        );
+        let e = validate(
+            &l,
+            &HostFacts {
+                allowed_cpus: vec![0, 1],
+                mem_available_mib: 6000,
+            },
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("levels[1]") && text.contains("1.500 guests"),
+            "{text}"
+        );
+        assert!(
+            text.contains("guest.memory_mib") && text.contains("8300 MiB"),
+            "{text}"
+        );
+        assert!(text.contains("variants[1].name"), "{text}");
+        assert_eq!(e.0.len(), 3, "{text}");
+    }
+
+    #[test]
+    fn a_good_scenario_passes() {
+        let (_d, l) = loaded(
+            "name: ok\nlevels: [0.5, 1.0, 2.5]\nvariants:\n  - {name: base, baseline: true}\n  - {name: tas, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {threads: [1, 2], duration-ms: 100}\n",
+        );
+        validate(&l, &facts()).unwrap();
+    }
+}

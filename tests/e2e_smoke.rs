@@ -1,0 +1,94 @@
+//! End to end on real guests (KVM where the host has it, TCG here): `ocrig run
+//! scenarios/smoke.yaml` boots guests, deploys the static payload over SSH, runs the lock
+//! workload gated in every guest, and journals what came back. The numbers are checked for
+//! internal consistency and against what was asked.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn journal_lines(results: &Path) -> (Value, Vec<Value>) {
+    let dirs: Vec<_> = std::fs::read_dir(results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "expected one results directory, got {dirs:?}");
+    let dir = &dirs[0];
+    assert!(dir.file_name().unwrap().to_string_lossy().starts_with("smoke-"));
+    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let header = lines.next().unwrap();
+    (header, lines.collect())
+}
+
+#[test]
+fn smoke_sweep_on_real_guests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .current_dir(root)
+        .args(["run", "scenarios/smoke.yaml", "--quiet", "--results"])
+        .arg(&results)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ocrig run failed:\n{stderr}");
+
+    let (header, runs) = journal_lines(&results);
+    assert_eq!(header["type"], "sweep");
+    assert_eq!(header["scenario"], "smoke");
+    let kernel = header["kernels"]["base"]
+        .as_str()
+        .expect("kernel release in header")
+        .to_string();
+
+    // 0.5x = 1 guest, 1.0x = 2 guests (2 host CPUs, 1-vCPU guests); 2 runs each.
+    let at = |level: f64| runs.iter().filter(move |r| r["level"].as_f64() == Some(level));
+    assert_eq!(at(0.5).count(), 2, "0.5x: 1 guest × 2 runs");
+    assert_eq!(at(1.0).count(), 4, "1.0x: 2 guests × 2 runs");
+    for r in &runs {
+        assert_eq!(r["type"], "run");
+        assert_eq!(r["ok"], true, "failed run: {r}");
+        let p = &r["payload"];
+        assert_eq!(p["workload"], "lock");
+        assert_eq!(p["algo"], "tas");
+        assert_eq!(p["threads"], 2);
+        let per_thread: Vec<u64> = p["ops_per_thread"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(per_thread.len(), 2);
+        let total = p["ops_total"].as_u64().unwrap();
+        assert_eq!(
+            per_thread.iter().sum::<u64>(),
+            total,
+            "per-thread ops must add up"
+        );
+        assert!(total > 0);
+        assert!(p["contended"].as_u64().unwrap() <= total);
+        assert_eq!(p["lost_updates"], 0);
+        let elapsed = p["elapsed_ns"].as_f64().unwrap();
+        assert!(
+            (elapsed - 1.5e9).abs() / 1.5e9 <= 0.20,
+            "elapsed {elapsed} ns not within 20% of 1.5 s"
+        );
+        assert_eq!(
+            p["env"]["kernel"].as_str(),
+            Some(kernel.as_str()),
+            "guest runs the image's kernel"
+        );
+        assert_eq!(p["env"]["cpus"], 1, "guest has the vCPUs asked for");
+        assert!(
+            p["env"]["hypervisor"].is_string(),
+            "payload ran under a hypervisor"
+        );
+        assert_eq!(r["metrics"]["ops_per_sec"], p["ops_per_sec"]);
+        assert!(r["extra"]["start_skew_us"].as_f64().unwrap() < 1e6);
+    }
+    // Guest 0 and guest 1 of the same 1.0x run are distinct guests that ran concurrently.
+    assert!(at(1.0).any(|r| r["guest"] == 1));
+}
