@@ -27,6 +27,20 @@ pub struct Cli {
 pub enum Command {
     /// Generic lock microbenchmark over any algorithm: throughput, contention, fairness, latency.
     Lock(workloads::lock::Args),
+    /// rt-tests hackbench / perf sched messaging: groups of senders spraying receivers (time_s).
+    Hackbench(workloads::hackbench::Args),
+    /// ebizzy 0.3: threads copy random memory chunks and binary-search them (records_per_sec).
+    Ebizzy(workloads::ebizzy::Args),
+    /// dbench 4: clients replay a client.txt loadfile on a file system (mb_per_sec).
+    Dbench(workloads::dbench::Args),
+    /// sysbench mutex: random locks from an array, empty loop between (time_s).
+    Mutex(workloads::mutex::Args),
+    /// Plain futex mutex vs adaptive spin-then-park (kiter_per_sec, futex syscalls).
+    Futexlock(workloads::futexlock::Args),
+    /// P x T pinned tasks walking and reading sysfs: kernel mutex contention (total_s).
+    SysfsMutex(workloads::sysfs_mutex::Args),
+    /// Burn CPU on every CPU for a while (the `background: hog` load for other guests).
+    Hog(workloads::hog::Args),
     /// List the lock algorithms and workloads.
     List,
 }
@@ -36,6 +50,13 @@ impl Command {
     pub fn workload_name(&self) -> Option<&'static str> {
         match self {
             Command::Lock(_) => Some("lock"),
+            Command::Hackbench(_) => Some("hackbench"),
+            Command::Ebizzy(_) => Some("ebizzy"),
+            Command::Dbench(_) => Some("dbench"),
+            Command::Mutex(_) => Some("mutex"),
+            Command::Futexlock(_) => Some("futexlock"),
+            Command::SysfsMutex(_) => Some("sysfs-mutex"),
+            Command::Hog(_) => Some("hog"),
             Command::List => None,
         }
     }
@@ -45,6 +66,13 @@ impl Command {
 pub fn run(command: &Command) -> anyhow::Result<Option<crate::report::Report>> {
     Ok(match command {
         Command::Lock(a) => Some(workloads::lock::run(a)?),
+        Command::Hackbench(a) => Some(workloads::hackbench::run(a)?),
+        Command::Ebizzy(a) => Some(workloads::ebizzy::run(a)?),
+        Command::Hog(a) => Some(workloads::hog::run(a)?),
+        Command::Dbench(a) => Some(workloads::dbench::run(a)?),
+        Command::Mutex(a) => Some(workloads::mutex::run(a)?),
+        Command::Futexlock(a) => Some(workloads::futexlock::run(a)?),
+        Command::SysfsMutex(a) => Some(workloads::sysfs_mutex::run(a)?),
         Command::List => None,
     })
 }
@@ -88,6 +116,80 @@ mod tests {
         let e = v(&["lock", "--algo", "bogus"]).unwrap_err().to_string();
         assert!(e.contains("unknown lock algorithm"), "{e}");
         assert!(v(&["frobnicate"]).is_err());
+    }
+
+    #[test]
+    fn every_workload_validates_and_rejects_bad_arguments() {
+        for ok in [
+            &["hackbench", "--groups", "2", "--fds", "5", "--pipe", "--threads"][..],
+            &[
+                "ebizzy",
+                "--chunks",
+                "4",
+                "--threads",
+                "2",
+                "--seconds",
+                "0.5",
+                "--mmap",
+            ],
+            &[
+                "dbench",
+                "--dir",
+                "/tmp",
+                "--clients",
+                "2",
+                "--seconds",
+                "5",
+                "--warmup",
+                "1",
+            ],
+            &[
+                "mutex",
+                "--algo",
+                "pthread",
+                "--mutex-num",
+                "16",
+                "--mutex-locks",
+                "100",
+            ],
+            &["futexlock", "--mode", "plain", "--threads", "3"],
+            // Guest paths need not exist where the host validates a scenario: checked at run time.
+            &[
+                "dbench",
+                "--dir",
+                "/guest-only/scratch",
+                "--loadfile",
+                "/guest-only/client.txt",
+            ],
+            &["sysfs-mutex", "--root", "/guest-only/sys"],
+            &[
+                "sysfs-mutex",
+                "--cpus",
+                "2",
+                "--tasks-per-cpu",
+                "3",
+                "--rounds",
+                "2",
+            ],
+        ] {
+            let c = v(ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+            assert_eq!(c.workload_name(), Some(ok[0]));
+        }
+        for (bad, needle) in [
+            (&["hackbench", "--groups", "0"][..], "groups"),
+            (&["hackbench", "--fds", "0"], "fds"),
+            (&["ebizzy", "--threads", "0"], "threads"),
+            (&["ebizzy", "--seconds", "0"], "seconds"),
+            (&["dbench", "--clients", "0", "--dir", "/tmp"], "clients"),
+            (&["mutex", "--algo", "bogus"], "unknown lock algorithm"),
+            (&["mutex", "--threads", "0"], "threads"),
+            (&["futexlock", "--mode", "sometimes"], "mode"),
+            (&["sysfs-mutex", "--root", ""], "empty path"),
+            (&["sysfs-mutex", "--tasks-per-cpu", "0"], "tasks-per-cpu"),
+        ] {
+            let e = v(bad).expect_err(&format!("{bad:?} accepted")).to_string();
+            assert!(e.contains(needle), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `ocrig-payload`: runs one workload and prints its JSON report on stdout.
-//! Exit status: 0 success, 1 the workload failed, 2 bad arguments.
+//! Exit status: 0 success, 1 the workload failed, 2 bad arguments (unparsable, or unusable here
+//! such as a missing directory).
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -45,7 +46,9 @@ fn main() -> ExitCode {
         Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ocrig-payload: error: {e:#}");
-            ExitCode::from(1)
+            // Unusable arguments (e.g. a missing directory) are bad input like a parse error.
+            let bad_input = e.chain().any(|c| c.is::<ocrig_payload::workloads::BadInput>());
+            ExitCode::from(if bad_input { 2 } else { 1 })
         }
     }
 }
