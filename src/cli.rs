@@ -22,11 +22,19 @@ pub struct Cli {
 pub enum Command {
     /// Run a scenario's sweep: boot guests per level and variant, run workloads, journal results.
     Run {
-        /// Scenario YAML file.
-        scenario: PathBuf,
+        /// Scenario YAML file (optional with --resume: the results directory keeps a copy).
+        #[arg(required_unless_present = "resume")]
+        scenario: Option<PathBuf>,
         /// Parent directory of the results directory.
         #[arg(long, default_value = "results")]
         results: PathBuf,
+        /// Continue an interrupted sweep in this results directory: finished runs are kept,
+        /// the missing ones are run and appended to the same journal.
+        #[arg(long, value_name = "DIR")]
+        resume: Option<PathBuf>,
+        /// Run on this backend instead of the scenario's.
+        #[arg(long, value_enum)]
+        backend: Option<crate::scenario::BackendKind>,
         /// No progress bar (for CI and scripts).
         #[arg(long)]
         quiet: bool,

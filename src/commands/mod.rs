@@ -2,6 +2,7 @@
 
 mod doctor;
 mod image;
+mod resume;
 mod run;
 mod validate;
 
@@ -32,17 +33,57 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     if bad { 2 } else { 1 }
 }
 
+/// The results directory's log file, set once a sweep has one; until then only stderr logs.
+static LOG_FILE: std::sync::OnceLock<std::sync::Mutex<std::fs::File>> = std::sync::OnceLock::new();
+
+/// Sends every log line at debug level and above to `path` from now on.
+pub fn log_to_file(path: &std::path::Path) -> anyhow::Result<()> {
+    let f = std::fs::File::create(path)?;
+    let _ = LOG_FILE.set(std::sync::Mutex::new(f));
+    Ok(())
+}
+
+struct LogFileWriter;
+
+impl std::io::Write for LogFileWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match LOG_FILE.get() {
+            Some(f) => f
+                .lock()
+                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
+                .write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Logs go to stderr (warnings, or more with -v / RUST_LOG) and, once a sweep has a results
+/// directory, to its `ocrig.log` at debug level.
 pub fn init_logging(verbose: u8) {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt};
     let default = match verbose {
-        0 => "warn,ocrig=info",
-        1 => "info,ocrig=debug",
+        0 => "warn,ocrig=warn",
+        1 => "info,ocrig=info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let stderr_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let file_filter = EnvFilter::new("warn,ocrig=debug");
+    let _ = tracing_subscriber::registry()
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(stderr_filter),
+        )
+        .with(
+            fmt::layer()
+                .with_ansi(false)
+                .with_writer(|| LogFileWriter)
+                .with_filter(file_filter),
+        )
         .try_init();
 }
 
@@ -51,8 +92,16 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Run {
             scenario,
             results,
+            resume,
+            backend,
             quiet,
-        } => run::run(&scenario, &results, quiet),
+        } => run::run(&run::RunArgs {
+            scenario,
+            results,
+            resume,
+            backend,
+            quiet,
+        }),
         Command::Validate { files } => validate::validate(&files),
         Command::Report { dir, format } => {
             let journal = crate::sweep::journal::Journal::read(&dir)?;

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::{BadInput, Interrupted};
+use super::{BadInput, Interrupted, resume};
 use crate::backend::Backend;
 use crate::backend::libvirt::{self, LibvirtBackend};
 use crate::backend::qemu::QemuBackend;
@@ -23,12 +23,39 @@ use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
 use crate::sweep::runner::{self, SweepEnv};
 
-pub fn run(scenario_path: &Path, results_root: &Path, quiet: bool) -> anyhow::Result<()> {
+pub struct RunArgs {
+    pub scenario: Option<PathBuf>,
+    pub results: PathBuf,
+    pub resume: Option<PathBuf>,
+    pub backend: Option<BackendKind>,
+    pub quiet: bool,
+}
+
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    let loaded = load(scenario_path).map_err(|e| ScenarioErrors(vec![e]))?;
+    let previous = match &args.resume {
+        Some(dir) => Some(resume::Previous::read(dir, args.scenario.as_deref())?),
+        None => None,
+    };
+    let scenario_path = match (&previous, &args.scenario) {
+        (Some(p), _) => p.scenario_copy.clone(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => return Err(BadInput("name a scenario file (or --resume DIR)".into()).into()),
+    };
+    let mut loaded = load(&scenario_path).map_err(|e| ScenarioErrors(vec![e]))?;
+    if let Some(b) = args.backend {
+        loaded.scenario.host.backend = b;
+    }
     let facts = HostFacts::read();
     validate(&loaded, &facts)?;
-    let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus)?;
+    let mut plan = Plan::build(&loaded.scenario, &facts.allowed_cpus)?;
+    if let Some(p) = &previous {
+        let skipped = p.mark_done(&mut plan);
+        eprintln!(
+            "ocrig: resuming {}: {skipped} finished runs kept",
+            p.dir.display()
+        );
+    }
     let s = &loaded.scenario;
 
     let accel = resolve_accel(s.host.accel, &VirtEvidence::read())?;
@@ -63,15 +90,27 @@ pub fn run(scenario_path: &Path, results_root: &Path, quiet: bool) -> anyhow::Re
     };
     let prep_s = t_prep.elapsed().as_secs_f64();
 
-    let results_dir = create_results_dir(results_root, &plan.name)?;
-    std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
+    let results_dir = match &previous {
+        Some(p) => p.dir.clone(),
+        None => create_results_dir(&args.results, &plan.name)?,
+    };
+    preflight_disk(&results_dir, &plan)?;
+    super::log_to_file(&results_dir.join(if previous.is_some() {
+        "ocrig-resume.log"
+    } else {
+        "ocrig.log"
+    }))?;
     let mut journal = JournalWriter::open(&results_dir)?;
-    let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
-    head.kernels = images
-        .iter()
-        .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
-        .collect();
-    journal.append(&Entry::Sweep(Box::new(head)))?;
+    if previous.is_none() {
+        std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
+        let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
+        head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
+        head.kernels = images
+            .iter()
+            .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
+            .collect();
+        journal.append(&Entry::Sweep(Box::new(head)))?;
+    }
     eprintln!("ocrig: results in {}", results_dir.display());
 
     let env = SweepEnv {
@@ -81,7 +120,7 @@ pub fn run(scenario_path: &Path, results_root: &Path, quiet: bool) -> anyhow::Re
         payload,
         results_dir: results_dir.clone(),
         run_id: run_id(),
-        progress: Progress::new(plan.total_runs(), quiet),
+        progress: Progress::new(plan.total_runs(), args.quiet),
     };
     let _ownership = RunOwnership::claim(&env.run_id, &results_dir)?;
     let rt = tokio::runtime::Runtime::new()?;
@@ -98,11 +137,19 @@ pub fn run(scenario_path: &Path, results_root: &Path, quiet: bool) -> anyhow::Re
     // Blocking SSH threads may still wait on dead guests; do not wait for them.
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
     env.progress.finish();
+    if let Err(e) = &outcome {
+        tracing::error!("sweep stopped: {e:#}");
+    }
     let totals = outcome?;
     let wall_s = t0.elapsed().as_secs_f64();
     let timings = serde_json::json!({ "wall_s": wall_s, "prepare_s": prep_s, "phases": totals });
+    let timings_file = if previous.is_some() {
+        "timings-resume.json"
+    } else {
+        "timings.json"
+    };
     std::fs::write(
-        results_dir.join("timings.json"),
+        results_dir.join(timings_file),
         serde_json::to_string_pretty(&timings)?,
     )?;
 
@@ -131,6 +178,33 @@ pub fn run(scenario_path: &Path, results_root: &Path, quiet: bool) -> anyhow::Re
         "every run failed (see the journal)"
     );
     Ok(())
+}
+
+/// Enough free space for every scratch disk of the largest level.
+fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+    let guests = plan.groups.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
+    let need_mib = guests * plan.scratch_disk_mib as u64 + 16;
+    let free_mib = free_space_mib(dir)
+        .with_context(|| format!("preflight: checking free space in {}", dir.display()))?;
+    anyhow::ensure!(
+        free_mib >= need_mib,
+        "preflight: {} has {free_mib} MiB free, but the sweep needs {need_mib} MiB ({guests} scratch disks of {} MiB)",
+        dir.display(),
+        plan.scratch_disk_mib
+    );
+    Ok(())
+}
+
+fn free_space_mib(dir: &Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: statvfs writes into a zeroed struct; the path is NUL-terminated.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st.f_bavail as u64 * st.f_frsize as u64 / 1048576)
+    }
 }
 
 /// Destroys `ocrig-` domains whose sweep has no live owner (libvirt's auto-destroy normally
@@ -234,6 +308,7 @@ fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
         accel: accel.as_str().to_string(),
         host_cpus: plan.host_cpus.clone(),
         guest_vcpus: plan.vcpus,
+        scenario_path: None,
         kernels: BTreeMap::new(),
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -45,6 +45,9 @@ pub struct SweepHeader {
     pub accel: String,
     pub host_cpus: Vec<usize>,
     pub guest_vcpus: u32,
+    /// Where the scenario file was when the sweep started (a resume checks it is unchanged).
+    #[serde(default)]
+    pub scenario_path: Option<PathBuf>,
     /// Guest kernel release per variant (empty for the host backend).
     #[serde(default)]
     pub kernels: BTreeMap<String, String>,
@@ -184,6 +187,7 @@ mod tests {
             accel: "tcg".into(),
             host_cpus: vec![0, 1],
             guest_vcpus: 1,
+            scenario_path: None,
             kernels: BTreeMap::new(),
             started_at: "now".into(),
             ocrig_version: "0".into(),

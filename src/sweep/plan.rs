@@ -27,6 +27,8 @@ pub struct Cell {
     /// Most measured runs; more than `runs` only with a CV target.
     pub max_runs: u32,
     pub target_cv: Option<f64>,
+    /// Measured runs already in the journal (resume): run index → headline metric.
+    pub done: std::collections::BTreeMap<u32, f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +93,7 @@ impl Plan {
                             runs,
                             max_runs,
                             target_cv,
+                            done: Default::default(),
                         }
                     })
                     .collect();

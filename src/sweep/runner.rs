@@ -115,6 +115,11 @@ async fn run_group(
                 env.progress.skip(u64::from(cell.max_runs - run));
                 break;
             }
+            if !warmup && let Some(&v) = cell.done.get(&run) {
+                samples.push(v);
+                env.progress.run_done();
+                continue;
+            }
             let mut attempt = 1;
             loop {
                 env.progress.doing(format!(
@@ -292,6 +297,11 @@ async fn run_host_group(
             if !warmup && enough_runs(cell, run, &samples) {
                 env.progress.skip(u64::from(cell.max_runs - run));
                 break;
+            }
+            if !warmup && let Some(&v) = cell.done.get(&run) {
+                samples.push(v);
+                env.progress.run_done();
+                continue;
             }
             env.progress.doing(format!(
                 "{}x {} {} run {run} on the host",
@@ -550,7 +560,11 @@ fn argv_for(guest: u32, cell: &Cell, background: Background) -> Option<Vec<Strin
     match (guest, background) {
         (0, _) | (_, Background::Same) => Some(cell.argv.clone()),
         (_, Background::Idle) => None,
-        (_, Background::Hog) => Some(vec!["hog".into(), "--seconds".into(), "0".into()]),
+        // The hog burns for as long as the measured workload is expected to run.
+        (_, Background::Hog) => {
+            let secs = workload_seconds(&cell.argv).unwrap_or(30.0);
+            Some(vec!["hog".into(), "--seconds".into(), format!("{secs}")])
+        }
     }
 }
 
@@ -666,17 +680,21 @@ fn run_timeout(argv: &[String], configured_s: Option<u64>) -> Duration {
     if let Some(s) = configured_s {
         return Duration::from_secs(s);
     }
+    let secs = workload_seconds(argv).unwrap_or(540.0);
+    Duration::from_secs_f64(secs * 2.0 + 60.0)
+}
+
+/// How long a workload says it runs (`--duration-ms` or `--seconds`), if it says.
+fn workload_seconds(argv: &[String]) -> Option<f64> {
     let value_of = |flag: &str| {
         argv.iter()
             .position(|a| a == flag)
             .and_then(|i| argv.get(i + 1))
             .and_then(|v| v.parse::<f64>().ok())
     };
-    let secs = value_of("--duration-ms")
+    value_of("--duration-ms")
         .map(|ms| ms / 1000.0)
         .or_else(|| value_of("--seconds"))
-        .unwrap_or(540.0);
-    Duration::from_secs_f64(secs * 2.0 + 60.0)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -834,6 +852,7 @@ mod tests {
             runs,
             max_runs,
             target_cv,
+            done: Default::default(),
         }
     }
 
