@@ -22,14 +22,34 @@ fn journal_lines(results: &Path) -> (Value, Vec<Value>) {
     (header, lines.collect())
 }
 
+/// One sweep at a time: guests of two sweeps would share the 2 host CPUs and distort timings.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
-fn smoke_sweep_on_real_guests() {
+fn smoke_sweep_on_real_guests_with_qemu() {
+    smoke("qemu");
+}
+
+#[test]
+fn smoke_sweep_on_real_guests_with_libvirt() {
+    smoke("libvirt");
+}
+
+fn smoke(backend: &str) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results");
     let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
         .current_dir(root)
-        .args(["run", "scenarios/smoke.yaml", "--quiet", "--results"])
+        .args([
+            "run",
+            "scenarios/smoke.yaml",
+            "--quiet",
+            "--backend",
+            backend,
+            "--results",
+        ])
         .arg(&results)
         .output()
         .unwrap();
@@ -39,6 +59,7 @@ fn smoke_sweep_on_real_guests() {
     let (header, runs) = journal_lines(&results);
     assert_eq!(header["type"], "sweep");
     assert_eq!(header["scenario"], "smoke");
+    assert_eq!(header["backend"], backend);
     let kernel = header["kernels"]["base"]
         .as_str()
         .expect("kernel release in header")
@@ -91,4 +112,63 @@ fn smoke_sweep_on_real_guests() {
     }
     // Guest 0 and guest 1 of the same 1.0x run are distinct guests that ran concurrently.
     assert!(at(1.0).any(|r| r["guest"] == 1));
+    // The run's reports were written next to the journal, and the table was printed.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("lock-tas"), "{stdout}");
+    let dir = std::fs::read_dir(&results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for f in [
+        "report.md",
+        "report.csv",
+        "report.json",
+        "report.html",
+        "scenario.yaml",
+        "ocrig.log",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    // Nothing of this sweep is left running: no process names any of its guests.
+    let names = guest_names(&dir.join("guests"));
+    assert_eq!(names.len(), 3, "1 guest at 0.5x + 2 at 1x: {names:?}");
+    let alive = processes_naming(&names);
+    assert!(alive.is_empty(), "guests left running: {alive:?}");
+}
+
+/// Guest names, from the console logs the sweep kept (`<name>.console.log`).
+fn guest_names(guests_dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for level_dir in std::fs::read_dir(guests_dir).unwrap() {
+        for f in std::fs::read_dir(level_dir.unwrap().path()).unwrap() {
+            let file = f.unwrap().file_name().to_string_lossy().into_owned();
+            if let Some(name) = file.strip_suffix(".console.log") {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// Processes whose command line mentions any of `names`.
+fn processes_naming(names: &[String]) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| {
+            names
+                .iter()
+                .any(|n| c.contains(&format!("{n},")) || c.ends_with(n.as_str()))
+        })
+        .collect()
 }
