@@ -114,10 +114,15 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Compare { a, b, format } => {
             let ja = crate::sweep::journal::Journal::read(&a)?;
             let jb = crate::sweep::journal::Journal::read(&b)?;
-            print!(
-                "{}",
-                crate::report::compare(&ja, &jb, format, &Default::default())?
-            );
+            let name = |p: &std::path::Path| {
+                p.file_name()
+                    .map_or("?".into(), |n| n.to_string_lossy().into_owned())
+            };
+            let opts = crate::report::ReportOptions {
+                compare_names: Some((name(&a), name(&b))),
+                ..Default::default()
+            };
+            print!("{}", crate::report::compare(&ja, &jb, format, &opts)?);
             Ok(())
         }
         Command::Image {

@@ -48,6 +48,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let facts = HostFacts::read();
     validate(&loaded, &facts)?;
+    if loaded.scenario.host.backend != BackendKind::Host {
+        super::validate::check_kernels(&loaded)?;
+    }
     let mut plan = Plan::build(&loaded.scenario, &facts.allowed_cpus)?;
     if let Some(p) = &previous {
         let skipped = p.mark_done(&mut plan);

@@ -93,6 +93,17 @@ pub fn ensure(spec: &ImageSpec, cache: &Path) -> Result<Image> {
     Ok(img)
 }
 
+/// Whether a Debian kernel release can be had: Debian's package lists know its
+/// `linux-image-<release>` package (no download, no `apt-get update`). "default" always can.
+pub fn kernel_known(release: &str) -> Result<bool> {
+    if release == "default" {
+        return Ok(true);
+    }
+    let cache = cache_dir();
+    let mut apt = debian::Apt::open(Some(&cache));
+    Ok(apt.package(&debian::kernel_package(release), false)?.is_some())
+}
+
 /// The cached image for `spec`, if one exists. Never builds, downloads or runs `apt-get update`.
 pub fn cached(spec: &ImageSpec, cache: &Path) -> Result<Option<Image>> {
     let t0 = Instant::now();

@@ -212,20 +212,20 @@ async fn bring_up(
         teardown(live, totals).await;
         return Err(e);
     }
-    let kernel = kernel_facts(&live).await;
+    let kernel = kernel_facts(&live, Duration::from_secs(plan.timeouts.collect_s)).await;
     let facts = json!({ "pinning": pinning, "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel });
     Ok((live, facts))
 }
 
 /// What each guest's kernel actually saw: command line, clocksource, and its boot messages
 /// about paravirt spinlocks, the clocksource and KVM.
-async fn kernel_facts(live: &[Live]) -> Value {
+async fn kernel_facts(live: &[Live], collect: Duration) -> Value {
     const CMD: &str = "cat /proc/cmdline; echo ---; \
         cat /sys/devices/system/clocksource/clocksource0/current_clocksource; echo ---; \
         dmesg | grep -iE 'spinlock|pvspin|clocksource|kvm|hypervisor' | tail -n 30";
     let probes = live.iter().map(|l| {
         let ssh = Arc::clone(&l.ssh);
-        tokio::task::spawn_blocking(move || ssh.exec(CMD, None, Duration::from_secs(30)))
+        tokio::task::spawn_blocking(move || ssh.exec(CMD, None, collect))
     });
     let mut out = Vec::new();
     for r in join_all(probes).await {
@@ -584,6 +584,7 @@ fn shell_quote(argv: &[String]) -> String {
 }
 
 async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Duration) -> RunOutcome {
+    let collect = Duration::from_secs(plan.timeouts.collect_s);
     // 1. Start the payload gated in every guest that runs something; each reports ready.
     let starts = live.iter().map(|l| {
         let argv = argv_for(l.index, cell, plan.background);
@@ -591,7 +592,7 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
         tokio::task::spawn_blocking(move || -> Option<anyhow::Result<_>> {
             let argv = argv?;
             Some((|| {
-                let stat_before = ssh.exec("cat /proc/stat", None, Duration::from_secs(30))?.stdout;
+                let stat_before = ssh.exec("cat /proc/stat", None, collect)?.stdout;
                 let cmd = format!("{} --go-stdin {}", payload_bin::GUEST_PATH, shell_quote(&argv));
                 let gated = ssh.start_gated(&cmd, "ocrig-payload: ready", run_timeout)?;
                 Ok((gated, argv, stat_before))
@@ -642,7 +643,7 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
                     .wait()
                     .with_context(|| format!("{:.1} s after go", go_at.elapsed().as_secs_f64()))?;
                 let run_s = go_at.elapsed().as_secs_f64();
-                let stat_after = ssh.exec("cat /proc/stat", None, Duration::from_secs(30))?.stdout;
+                let stat_after = ssh.exec("cat /proc/stat", None, collect)?.stdout;
                 Ok(GuestRun {
                     output,
                     argv,
