@@ -133,7 +133,11 @@ fn smoke(backend: &str) {
     }
     // Nothing of this sweep is left running: no process names any of its guests.
     let names = guest_names(&dir.join("guests"));
-    assert_eq!(names.len(), 3, "1 guest at 0.5x + 2 at 1x: {names:?}");
+    assert_eq!(
+        names.len(),
+        3,
+        "1 guest at 0.5x + 2 at 1x, each booted once: {names:?}"
+    );
     let alive = processes_naming(&names);
     assert!(alive.is_empty(), "guests left running: {alive:?}");
 }
@@ -141,11 +145,14 @@ fn smoke(backend: &str) {
 /// Guest names, from the console logs the sweep kept (`<name>.console.log`).
 fn guest_names(guests_dir: &Path) -> Vec<String> {
     let mut names = Vec::new();
+    // guests/<level>x-<variant>/boot<k>/<name>.console.log
     for level_dir in std::fs::read_dir(guests_dir).unwrap() {
-        for f in std::fs::read_dir(level_dir.unwrap().path()).unwrap() {
-            let file = f.unwrap().file_name().to_string_lossy().into_owned();
-            if let Some(name) = file.strip_suffix(".console.log") {
-                names.push(name.to_string());
+        for boot_dir in std::fs::read_dir(level_dir.unwrap().path()).unwrap() {
+            for f in std::fs::read_dir(boot_dir.unwrap().path()).unwrap() {
+                let file = f.unwrap().file_name().to_string_lossy().into_owned();
+                if let Some(name) = file.strip_suffix(".console.log") {
+                    names.push(name.to_string());
+                }
             }
         }
     }

@@ -87,6 +87,15 @@ pub fn init_logging(verbose: u8) {
         .try_init();
 }
 
+/// Prints to stdout; a closed pipe (`ocrig report DIR | head`) is not an error.
+pub fn out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 pub fn dispatch(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run {
@@ -105,10 +114,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Validate { files } => validate::validate(&files),
         Command::Report { dir, format } => {
             let journal = crate::sweep::journal::Journal::read(&dir)?;
-            print!(
-                "{}",
-                crate::report::render(&journal, format, &Default::default())?
-            );
+            out(&crate::report::render(&journal, format, &Default::default())?)?;
             Ok(())
         }
         Command::Compare { a, b, format } => {
@@ -122,7 +128,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 compare_names: Some((name(&a), name(&b))),
                 ..Default::default()
             };
-            print!("{}", crate::report::compare(&ja, &jb, format, &opts)?);
+            out(&crate::report::compare(&ja, &jb, format, &opts)?)?;
             Ok(())
         }
         Command::Image {

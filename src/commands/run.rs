@@ -157,10 +157,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     )?;
 
     let j = crate::sweep::journal::Journal::read(&results_dir)?;
-    print!(
-        "{}",
-        crate::report::render(&j, crate::report::Format::Table, &Default::default())?
-    );
+    super::out(&crate::report::render(
+        &j,
+        crate::report::Format::Table,
+        &Default::default(),
+    )?)?;
     if let Err(e) = crate::report::write_all(&j, &results_dir) {
         tracing::warn!("writing reports: {e:#}");
     }

@@ -108,12 +108,15 @@ pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
         match value {
             ArgValue::Bool(true) => argv.push(flag),
             ArgValue::Bool(false) => {}
-            v => {
-                if let Some(word) = v.as_word() {
+            v => match v.as_word() {
+                // A value that starts with '-' would read as an option: attach it to its flag.
+                Some(word) if word.starts_with('-') => argv.push(format!("{flag}={word}")),
+                Some(word) => {
                     argv.push(flag);
                     argv.push(word);
                 }
-            }
+                None => {}
+            },
         }
     }
     argv

@@ -95,15 +95,29 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
     };
     let text = std::fs::read_to_string(path).map_err(|e| whole_file(format!("cannot read scenario: {e}")))?;
     let scenario: Scenario = yaml_serde::from_str(&text).map_err(|e| {
-        let loc = e.location();
         let msg = e.to_string();
-        ScenarioError {
+        let mut err = ScenarioError {
             file: path.to_path_buf(),
-            line: loc.as_ref().map(|l| l.line()),
-            column: loc.as_ref().map(|l| l.column()),
+            line: e.location().map(|l| l.line()),
+            column: e.location().map(|l| l.column()),
             field: field_from_serde_message(&msg),
             message: strip_location(&msg),
+        };
+        // Some errors are placed at the document start; find the field they are about.
+        if err.line.is_none_or(|l| l == 1)
+            && let Some((field, (line, col))) = relocate(&text, &msg)
+        {
+            let found = text
+                .lines()
+                .nth(line - 1)
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim());
+            if let Some(v) = found.filter(|v| !v.is_empty() && !msg.contains("duplicate field")) {
+                err.message = format!("{}; found `{v}`", err.message);
+            }
+            (err.field, err.line, err.column) = (field, Some(line), Some(col));
         }
+        err
     })?;
     let sha256 = hex(&Sha256::digest(text.as_bytes()));
     Ok(Loaded {
@@ -112,6 +126,37 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
         sha256,
         scenario,
     })
+}
+
+/// Where an error that yaml_serde reports at the document start really is: a duplicated key
+/// (its second occurrence), or a value that fits none of an untagged enum's forms.
+fn relocate(text: &str, msg: &str) -> Option<(String, (usize, usize))> {
+    if let Some(key) = msg
+        .split("duplicate field `")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+    {
+        let (i, line) = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| {
+                l.trim_start()
+                    .trim_start_matches("- ")
+                    .starts_with(&format!("{key}:"))
+            })
+            .nth(1)?;
+        return Some((key.to_string(), (i + 1, line.len() - line.trim_start().len() + 1)));
+    }
+    let untagged = [
+        ("RunCount", "runs"),
+        ("CpuSet", "host.cpus"),
+        ("KernelRef", "guest.kernel"),
+    ];
+    let (_, field) = untagged
+        .iter()
+        .find(|(e, _)| msg.contains(&format!("untagged enum {e}")))?;
+    let path: Vec<locate::Seg> = field.split('.').map(|k| locate::Seg::Key(k.into())).collect();
+    Some((field.to_string(), locate::locate(text, &path)?))
 }
 
 /// yaml_serde prefixes messages with the path of the field being read ("workloads[0]: ...").

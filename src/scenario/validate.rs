@@ -125,6 +125,20 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         }
         _ => {}
     }
+    let t = &s.timeouts;
+    for (name, v) in [
+        ("boot_s", Some(t.boot_s)),
+        ("deploy_s", Some(t.deploy_s)),
+        ("collect_s", Some(t.collect_s)),
+        ("run_s", t.run_s),
+    ] {
+        if v == Some(0) {
+            err(
+                &[key("timeouts"), key(name)],
+                "must be at least 1 second (0 would fail or never time out)".into(),
+            );
+        }
+    }
     let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus) {
         Ok(c) => c,
         Err(m) => {

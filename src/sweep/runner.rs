@@ -98,13 +98,18 @@ async fn run_group(
         .images
         .get(&group.variant)
         .context("no image for this variant")?;
-    let workdir = env
+    let group_dir = env
         .results_dir
         .join("guests")
         .join(format!("{}x-{}", group.level, group.variant));
-    std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
-    let specs = guest_specs(plan, group, env, image, &workdir)?;
-    let (mut live, mut group_facts) = bring_up(plan, env, &specs, image, totals).await?;
+    let mut boots = 0u32;
+    let mut next_boot = || {
+        boots += 1;
+        group_dir.join(format!("boot{boots}"))
+    };
+    let (mut live, mut group_facts) = bring_up(plan, group, env, image, &next_boot(), totals).await?;
+    // After a failed run the guests may be hung or dead: the next run gets fresh ones.
+    let mut fresh_guests_needed = false;
 
     for cell in &group.cells {
         let mut samples = Vec::new();
@@ -122,6 +127,10 @@ async fn run_group(
             }
             let mut attempt = 1;
             loop {
+                if fresh_guests_needed {
+                    teardown(std::mem::take(&mut live), totals).await;
+                    (live, group_facts) = bring_up(plan, group, env, image, &next_boot(), totals).await?;
+                }
                 env.progress.doing(format!(
                     "{}x {} {} run {}{}{}",
                     group.level,
@@ -172,13 +181,11 @@ async fn run_group(
                     }
                     journal.append(&Entry::Run(Box::new(rec)))?;
                 }
+                fresh_guests_needed = failed;
                 if !failed || attempt > plan.timeouts.retries {
                     break;
                 }
-                // A failed run may have left a hung or dead guest: start over with fresh guests.
                 attempt += 1;
-                teardown(std::mem::take(&mut live), totals).await;
-                (live, group_facts) = bring_up(plan, env, &specs, image, totals).await?;
             }
             env.progress.run_done();
         }
@@ -188,15 +195,20 @@ async fn run_group(
 }
 
 /// Boots, pins and deploys every guest of a group; on failure nothing is left running.
+/// Each boot gets its own directory (`guests/<level>x-<variant>/boot<k>/`), so a retry's
+/// console log never overwrites the one that shows why the previous guests failed.
 async fn bring_up(
     plan: &Plan,
+    group: &Group,
     env: &SweepEnv,
-    specs: &[GuestSpec],
     image: &Image,
+    workdir: &Path,
     totals: &mut PhaseTotals,
 ) -> anyhow::Result<(Vec<Live>, Value)> {
+    std::fs::create_dir_all(workdir).with_context(|| format!("creating {}", workdir.display()))?;
+    let specs = guest_specs(plan, group, env, image, workdir)?;
     let t_boot = Instant::now();
-    let (live, boot_err) = boot_all(env, specs, image, plan.timeouts.boot_s).await;
+    let (live, boot_err) = boot_all(env, &specs, image, plan.timeouts.boot_s).await;
     let boot_s = t_boot.elapsed().as_secs_f64();
     totals.boot_s += boot_s;
     if let Some(e) = boot_err {
@@ -263,6 +275,35 @@ fn note_sample(samples: &mut Vec<f64>, rec: &RunRecord, metric: &str) {
         && let Some(v) = rec.metrics.get(metric)
     {
         samples.push(*v);
+    }
+}
+
+/// The console lines that explain a failure: any panic / Oops / BUG lines, then the last 30.
+fn console_evidence(console: &Path) -> String {
+    let text = std::fs::read(console)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let alarms: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            [
+                "Kernel panic",
+                "Oops",
+                "BUG:",
+                "OCRIG-FAIL",
+                "soft lockup",
+                "hung_task",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        })
+        .take(10)
+        .collect();
+    let tail = tail_file(console, 30);
+    if alarms.is_empty() {
+        tail
+    } else {
+        format!("{}\n...\n{tail}", alarms.join("\n"))
     }
 }
 
@@ -594,7 +635,11 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
             Some((|| {
                 let stat_before = ssh.exec("cat /proc/stat", None, collect)?.stdout;
                 let cmd = format!("{} --go-stdin {}", payload_bin::GUEST_PATH, shell_quote(&argv));
-                let gated = ssh.start_gated(&cmd, "ocrig-payload: ready", run_timeout)?;
+                let gated = ssh.start_gated(
+                    &cmd,
+                    "ocrig-payload: ready",
+                    run_timeout + Duration::from_secs(30),
+                )?;
                 Ok((gated, argv, stat_before))
             })())
         })
@@ -636,7 +681,7 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
     // 3. Collect every guest's output in parallel.
     let waits = gated.into_iter().map(|(i, g, argv, stat_before, go)| {
         let ssh = Arc::clone(&live[i].ssh);
-        tokio::task::spawn_blocking(move || -> (usize, anyhow::Result<GuestRun>) {
+        let collector = tokio::task::spawn_blocking(move || -> (usize, anyhow::Result<GuestRun>) {
             let r = (|| {
                 let go_at = go?;
                 let output = g
@@ -653,17 +698,29 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
                 })
             })();
             (i, r)
-        })
+        });
+        // A wall-clock deadline from go: a stopped or hung guest cannot hold the sweep longer
+        // than the run timeout (the blocked reader ends when the guest is torn down).
+        async move {
+            match tokio::time::timeout(run_timeout, collector).await {
+                Ok(Ok(done)) => done,
+                Ok(Err(e)) => (i, Err(anyhow::anyhow!("the collector thread failed: {e}"))),
+                Err(_) => (
+                    i,
+                    Err(anyhow::anyhow!(
+                        "no result within the run deadline of {:.0} s (timeouts.run_s): the guest is hung or too slow",
+                        run_timeout.as_secs_f64()
+                    )),
+                ),
+            }
+        }
     });
     let mut per_guest: Vec<Option<anyhow::Result<GuestRun>>> = started
         .into_iter()
         .map(|s| s.map(|r| r.map(|_| unreachable!("taken above"))))
         .collect();
-    for r in join_all(waits).await {
-        match r {
-            Ok((i, res)) => per_guest[i] = Some(res),
-            Err(e) => tracing::error!("a collector thread failed: {e}"),
-        }
+    for (i, res) in join_all(waits).await {
+        per_guest[i] = Some(res);
     }
     RunOutcome {
         per_guest,
@@ -746,7 +803,7 @@ fn records_of(
                     if let Some(l) = live.get(i) {
                         rec.extra.insert(
                             "console_tail".into(),
-                            json!(tail_file(&l.guest.console_log(), 20)),
+                            json!(console_evidence(&l.guest.console_log())),
                         );
                     }
                 }

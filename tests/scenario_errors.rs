@@ -1,0 +1,487 @@
+//! Malformed scenarios of many kinds: each is refused by `ocrig run` with exit status 2 and a
+//! message that names the file, the line and the field, before anything boots and without a
+//! results directory. (tests/cli_errors.rs covers an unknown top-level field, zero threads, an
+//! unknown workload command and a fractional guest count; they are not repeated here.)
+
+use std::process::Command;
+
+/// One malformed scenario and where its error must point.
+struct Case {
+    name: &'static str,
+    yaml: String,
+    /// 1-based line of the offending field.
+    line: usize,
+    /// The field as the message names it (`field \`...\``); None for YAML syntax errors.
+    field: Option<&'static str>,
+    /// Something else the message must say (the bad value, the rule broken).
+    mention: &'static str,
+}
+
+fn case(
+    name: &'static str,
+    yaml: &str,
+    line: usize,
+    field: Option<&'static str>,
+    mention: &'static str,
+) -> Case {
+    Case {
+        name,
+        yaml: yaml.to_string(),
+        line,
+        field,
+        mention,
+    }
+}
+
+/// Lines 1–4 of a valid scenario: name, host, guest, levels.
+const HEAD: &str = "name: bad\nhost: {cpus: 2}\nguest: {vcpus: 1, memory_mib: 256}\nlevels: [0.5]\n";
+/// Lines 5–8 of a valid scenario: one lock workload.
+const WORK: &str =
+    "workloads:\n  - command: lock\n    args: {algo: tas, threads: 2}\n    metric: ops_per_sec\n";
+
+/// `HEAD` + `WORK` + `tail`, whose first line is line 9.
+fn with_tail(tail: &str) -> String {
+    format!("{HEAD}{WORK}{tail}")
+}
+
+/// How a case is fed to ocrig.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// `ocrig run`: also checks nothing is created.
+    Run,
+    /// `ocrig validate`: for cases ocrig wrongly accepts, so that a miss cannot boot guests.
+    Validate,
+}
+
+fn check(c: &Case) -> Option<String> {
+    check_via(c, Via::Run)
+}
+
+/// Runs ocrig on `c.yaml`; returns what is wrong with the outcome, if anything.
+fn check_via(c: &Case, via: Via) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{}.yaml", c.name));
+    std::fs::write(&file, &c.yaml).unwrap();
+    let results = dir.path().join("results");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ocrig"));
+    match via {
+        Via::Run => cmd
+            .arg("run")
+            .arg(&file)
+            .arg("--quiet")
+            .arg("--results")
+            .arg(&results),
+        Via::Validate => cmd.arg("validate").arg(&file),
+    };
+    let out = cmd
+        .env("OCRIG_STATE", dir.path().join("state"))
+        .output()
+        .expect("running ocrig");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut problems = Vec::new();
+    if out.status.code() != Some(2) {
+        problems.push(format!("exit status {:?}, not 2", out.status.code()));
+    }
+    let at = format!("{}:{}:", file.display(), c.line);
+    if !stderr.contains(&at) {
+        problems.push(format!("not located at {at}"));
+    }
+    if let Some(field) = c.field
+        && !stderr.contains(&format!("field `{field}`"))
+    {
+        problems.push(format!("does not name field `{field}`"));
+    }
+    if !stderr.contains(c.mention) {
+        problems.push(format!("does not mention {:?}", c.mention));
+    }
+    if results.exists() {
+        problems.push("created a results directory".into());
+    }
+    if stderr.contains("ocrig: accel") || stderr.contains("results in") || dir.path().join("state").exists() {
+        problems.push("went on past validation (accel chosen, results or owner file made)".into());
+    }
+    (!problems.is_empty()).then(|| {
+        format!(
+            "case `{}`: {}\n  yaml:\n{}\n  exit {:?}, stderr:\n{}",
+            c.name,
+            problems.join("; "),
+            c.yaml
+                .lines()
+                .map(|l| format!("    | {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            out.status.code(),
+            stderr.trim_end()
+        )
+    })
+}
+
+fn check_all(cases: &[Case]) {
+    report(cases.iter().filter_map(check).collect(), cases.len());
+}
+
+fn validate_all(cases: &[Case]) {
+    report(
+        cases.iter().filter_map(|c| check_via(c, Via::Validate)).collect(),
+        cases.len(),
+    );
+}
+
+fn report(failures: Vec<String>, total: usize) {
+    assert!(
+        failures.is_empty(),
+        "{} of {} malformed scenarios were not refused properly:\n\n{}",
+        failures.len(),
+        total,
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn malformed_scenarios_are_refused_with_file_line_and_field() {
+    let cases = vec![
+        // YAML itself.
+        case(
+            "syntax-indent",
+            "name: bad\nlevels: [0.5]\n  workloads: []\n",
+            3,
+            None,
+            "expected key",
+        ),
+        case(
+            "syntax-tab",
+            "name: bad\nlevels: [0.5]\nworkloads:\n\t- command: lock\n",
+            4,
+            None,
+            "cannot start any token",
+        ),
+        case("not-a-mapping", "- a\n- b\n", 1, None, "expected struct Scenario"),
+        // Unknown fields below the top level.
+        case(
+            "unknown-nested-field",
+            &with_tail("timeouts: {run_s: 5, boot: 3}\n"),
+            9,
+            Some("timeouts"),
+            "unknown field `boot`",
+        ),
+        case(
+            "unknown-variant-field",
+            &format!("{HEAD}variants:\n  - name: a\n    cmdlin: x\n{WORK}"),
+            7,
+            Some("variants[0]"),
+            "unknown field `cmdlin`",
+        ),
+        case(
+            "unknown-guest-field",
+            "name: bad\nhost: {cpus: 2}\nguest:\n  vcpuz: 1\nlevels: [0.5]\n",
+            4,
+            Some("guest"),
+            "unknown field `vcpuz`",
+        ),
+        case(
+            "missing-metric",
+            &format!("{HEAD}workloads:\n  - command: lock\n"),
+            6,
+            Some("workloads[0]"),
+            "missing field `metric`",
+        ),
+        // Levels.
+        case(
+            "levels-wrong-type",
+            &format!("name: bad\nhost: {{cpus: 2}}\nlevels: half\n{WORK}"),
+            3,
+            Some("levels"),
+            "expected a sequence",
+        ),
+        case(
+            "level-negative",
+            &format!("name: bad\nhost: {{cpus: 2}}\nlevels:\n  - 0.5\n  - -1\n{WORK}"),
+            5,
+            Some("levels[1]"),
+            "positive",
+        ),
+        case(
+            "level-zero",
+            &format!("name: bad\nhost: {{cpus: 2}}\nlevels: [0]\n{WORK}"),
+            3,
+            Some("levels[0]"),
+            "positive",
+        ),
+        case(
+            "level-nan",
+            &format!("name: bad\nhost: {{cpus: 2}}\nlevels: [.nan]\n{WORK}"),
+            3,
+            Some("levels[0]"),
+            "positive",
+        ),
+        case(
+            "levels-empty",
+            &format!("name: bad\nhost: {{cpus: 2}}\nlevels: []\n{WORK}"),
+            3,
+            Some("levels"),
+            "at least one",
+        ),
+        // Guest and host shape.
+        case(
+            "zero-vcpus",
+            &format!("name: bad\nhost: {{cpus: 2}}\nguest:\n  vcpus: 0\nlevels: [0.5]\n{WORK}"),
+            4,
+            Some("guest.vcpus"),
+            "at least 1",
+        ),
+        case(
+            "memory-larger-than-host",
+            &format!(
+                "name: bad\nhost: {{cpus: 2}}\nguest:\n  vcpus: 1\n  memory_mib: 99999999\nlevels: [0.5]\n{WORK}"
+            ),
+            5,
+            Some("guest.memory_mib"),
+            "available",
+        ),
+        case(
+            "memory-too-small",
+            &format!("name: bad\nhost: {{cpus: 2}}\nguest: {{memory_mib: 32}}\nlevels: [0.5]\n{WORK}"),
+            3,
+            Some("guest.memory_mib"),
+            "too small",
+        ),
+        case(
+            "more-host-cpus-than-allowed",
+            &format!("name: bad\nhost: {{cpus: 4096}}\nlevels: [0.5]\n{WORK}"),
+            2,
+            Some("host.cpus"),
+            "4096",
+        ),
+        case(
+            "host-cpu-listed-twice",
+            &format!("name: bad\nhost: {{cpus: [0, 0]}}\nlevels: [0.5]\n{WORK}"),
+            2,
+            Some("host.cpus"),
+            "twice",
+        ),
+        case(
+            "unknown-backend",
+            &format!("name: bad\nhost: {{cpus: 2, backend: xen}}\nlevels: [0.5]\n{WORK}"),
+            2,
+            Some("host.backend"),
+            "xen",
+        ),
+        case(
+            "bad-name",
+            &format!("name: 'bad name'\nhost: {{cpus: 2}}\nlevels: [0.5]\n{WORK}"),
+            1,
+            Some("name"),
+            "bad name",
+        ),
+        // Variants.
+        case(
+            "duplicate-variant-names",
+            &format!("{HEAD}variants:\n  - name: a\n  - name: a\n{WORK}"),
+            7,
+            Some("variants[1].name"),
+            "twice",
+        ),
+        case(
+            "two-baselines",
+            &format!(
+                "{HEAD}variants:\n  - name: a\n    baseline: true\n  - name: b\n    baseline: true\n{WORK}"
+            ),
+            5,
+            Some("variants"),
+            "baseline",
+        ),
+        case(
+            "missing-kernel-file",
+            &format!("{HEAD}variants:\n  - name: a\n    kernel: {{path: /nonexistent/bzImage}}\n{WORK}"),
+            7,
+            Some("variants[0].kernel"),
+            "/nonexistent/bzImage",
+        ),
+        // Workloads.
+        case(
+            "unknown-lock-algo",
+            &format!(
+                "{HEAD}workloads:\n  - command: lock\n    metric: ops_per_sec\n    args:\n      algo: frob\n"
+            ),
+            9,
+            Some("workloads[0].args.algo"),
+            "frob",
+        ),
+        case(
+            "threads-not-a-number",
+            &format!(
+                "{HEAD}workloads:\n  - command: lock\n    args: {{threads: two}}\n    metric: ops_per_sec\n"
+            ),
+            7,
+            Some("workloads[0].args.threads"),
+            "two",
+        ),
+        case(
+            "unknown-workload-arg",
+            &format!("{HEAD}workloads:\n  - command: lock\n    args: {{frob: 1}}\n    metric: ops_per_sec\n"),
+            7,
+            Some("workloads[0].args.frob"),
+            "--frob",
+        ),
+        case(
+            "empty-workloads",
+            &format!("{HEAD}workloads: []\n"),
+            5,
+            Some("workloads"),
+            "at least one workload",
+        ),
+        case(
+            "empty-metric",
+            &format!("{HEAD}workloads:\n  - command: lock\n    metric: ''\n"),
+            7,
+            Some("workloads[0].metric"),
+            "metric",
+        ),
+        case(
+            "unknown-better",
+            &format!("{HEAD}workloads:\n  - command: lock\n    metric: ops_per_sec\n    better: sideways\n"),
+            8,
+            Some("workloads[0].better"),
+            "sideways",
+        ),
+        case(
+            "duplicate-workload-ids",
+            &with_tail("  - command: lock\n    args: {algo: tas, threads: 2}\n    metric: ops_per_sec\n"),
+            9,
+            Some("workloads[1].name"),
+            "twice",
+        ),
+        case(
+            "unknown-background",
+            &with_tail("background: foo\n"),
+            9,
+            Some("background"),
+            "foo",
+        ),
+        // Run counts and timeouts.
+        case(
+            "runs-zero",
+            &with_tail("runs: 0\n"),
+            9,
+            Some("runs"),
+            "at least 1",
+        ),
+        case(
+            "dynamic-runs-max-below-min",
+            &with_tail("runs: {min: 5, max: 3, target_cv: 0.05}\n"),
+            9,
+            Some("runs.max"),
+            "below min 5",
+        ),
+        case(
+            "dynamic-runs-min-below-two",
+            &with_tail("runs: {min: 1, max: 3, target_cv: 0.05}\n"),
+            9,
+            Some("runs.min"),
+            "at least 2",
+        ),
+        case(
+            "dynamic-runs-cv-not-a-fraction",
+            &with_tail("runs: {min: 2, max: 3, target_cv: 2}\n"),
+            9,
+            Some("runs.target_cv"),
+            "fraction",
+        ),
+        case(
+            "warmup-runs-negative",
+            &with_tail("warmup_runs: -2\n"),
+            9,
+            Some("warmup_runs"),
+            "-2",
+        ),
+        case(
+            "retries-negative",
+            &with_tail("timeouts: {retries: -1}\n"),
+            9,
+            Some("timeouts.retries"),
+            "-1",
+        ),
+    ];
+    check_all(&cases);
+}
+
+/// Malformed scenarios that yaml_serde reports at the document start or clap misreads; ocrig
+/// relocates them to their field.
+#[test]
+fn bad_run_counts_are_located() {
+    check_all(&[
+        case("runs-negative", &with_tail("runs: -1\n"), 9, Some("runs"), "-1"),
+        case(
+            "runs-fractional",
+            &with_tail("runs: 1.5\n"),
+            9,
+            Some("runs"),
+            "1.5",
+        ),
+    ]);
+}
+
+#[test]
+fn duplicate_keys_are_located() {
+    check_all(&[case(
+        "duplicate-key",
+        &with_tail("runs: 2\nruns: 3\n"),
+        10,
+        None,
+        "duplicate field `runs`",
+    )]);
+}
+
+#[test]
+fn negative_duration_is_located_at_its_field() {
+    check_all(&[case(
+        "duration-negative",
+        &format!(
+            "{HEAD}workloads:\n  - command: lock\n    args: {{duration-ms: -5}}\n    metric: ops_per_sec\n"
+        ),
+        7,
+        Some("workloads[0].args.duration-ms"),
+        "-5",
+    )]);
+}
+
+#[test]
+fn zero_timeouts_are_refused() {
+    validate_all(&[
+        case(
+            "run-timeout-zero",
+            &with_tail("timeouts: {run_s: 0}\n"),
+            9,
+            Some("timeouts.run_s"),
+            "0",
+        ),
+        case(
+            "boot-timeout-zero",
+            &with_tail("timeouts: {boot_s: 0}\n"),
+            9,
+            Some("timeouts.boot_s"),
+            "0",
+        ),
+        case(
+            "deploy-timeout-zero",
+            &with_tail("timeouts: {deploy_s: 0}\n"),
+            9,
+            Some("timeouts.deploy_s"),
+            "0",
+        ),
+    ]);
+}
+
+/// The table's HEAD + WORK is a valid scenario, so each case fails for its one defect only.
+#[test]
+fn the_tables_base_scenario_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, format!("{HEAD}{WORK}")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .arg("validate")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
