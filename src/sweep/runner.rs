@@ -114,17 +114,11 @@ async fn run_group(
     for cell in &group.cells {
         let mut samples = Vec::new();
         for run_no in 0..cell.warmup_runs + cell.max_runs {
-            let warmup = run_no < cell.warmup_runs;
-            let run = if warmup { run_no } else { run_no - cell.warmup_runs };
-            if !warmup && enough_runs(cell, run, &samples) {
-                env.progress.skip(u64::from(cell.max_runs - run));
-                break;
-            }
-            if !warmup && let Some(&v) = cell.done.get(&run) {
-                samples.push(v);
-                env.progress.run_done();
-                continue;
-            }
+            let (warmup, run) = match next_run(cell, run_no, &mut samples, &env.progress) {
+                NextRun::Stop => break,
+                NextRun::AlreadyDone => continue,
+                NextRun::Run { warmup, run } => (warmup, run),
+            };
             let mut attempt = 1;
             loop {
                 if fresh_guests_needed {
@@ -163,23 +157,7 @@ async fn run_group(
                 let failed = records.iter().any(|r| !r.ok);
                 for rec in records {
                     note_sample(&mut samples, &rec, &cell.workload.metric);
-                    if rec.ok {
-                        totals.runs_ok += 1;
-                    } else {
-                        totals.runs_failed += 1;
-                        env.progress.println(&format!(
-                            "{}x {} {} run {run} guest {} attempt {attempt} failed: {}",
-                            group.level,
-                            group.variant,
-                            cell.workload.id,
-                            rec.guest,
-                            rec.error.as_deref().unwrap_or("?")
-                        ));
-                    }
-                    if let Some(skew) = rec.extra.get("start_skew_us").and_then(Value::as_f64) {
-                        totals.max_start_skew_us = totals.max_start_skew_us.max(skew);
-                    }
-                    journal.append(&Entry::Run(Box::new(rec)))?;
+                    keep(rec, env, journal, totals)?;
                 }
                 fresh_guests_needed = failed;
                 if !failed || attempt > plan.timeouts.retries {
@@ -255,6 +233,66 @@ async fn kernel_facts(live: &[Live], collect: Duration) -> Value {
         });
     }
     Value::Array(out)
+}
+
+/// What the next run slot of a cell is.
+enum NextRun {
+    /// The cell has enough measured runs (skipped slots are counted as done).
+    Stop,
+    /// A resumed sweep already has this run; its result joins the samples.
+    AlreadyDone,
+    Run {
+        warmup: bool,
+        run: u32,
+    },
+}
+
+fn next_run(
+    cell: &Cell,
+    run_no: u32,
+    samples: &mut Vec<f64>,
+    progress: &super::progress::Progress,
+) -> NextRun {
+    let warmup = run_no < cell.warmup_runs;
+    let run = if warmup { run_no } else { run_no - cell.warmup_runs };
+    if !warmup && enough_runs(cell, run, samples) {
+        progress.skip(u64::from(cell.max_runs - run));
+        return NextRun::Stop;
+    }
+    if !warmup && let Some(&v) = cell.done.get(&run) {
+        samples.push(v);
+        progress.run_done();
+        return NextRun::AlreadyDone;
+    }
+    NextRun::Run { warmup, run }
+}
+
+/// Journals one record and counts it; failures are also shown above the progress bar.
+fn keep(
+    rec: RunRecord,
+    env: &SweepEnv,
+    journal: &mut JournalWriter,
+    totals: &mut PhaseTotals,
+) -> anyhow::Result<()> {
+    if rec.ok {
+        totals.runs_ok += 1;
+    } else {
+        totals.runs_failed += 1;
+        env.progress.println(&format!(
+            "{}x {} {} run {} guest {} attempt {} failed: {}",
+            rec.level,
+            rec.variant,
+            rec.workload,
+            rec.run,
+            rec.guest,
+            rec.attempt,
+            rec.error.as_deref().unwrap_or("?")
+        ));
+    }
+    if let Some(skew) = rec.extra.get("start_skew_us").and_then(Value::as_f64) {
+        totals.max_start_skew_us = totals.max_start_skew_us.max(skew);
+    }
+    journal.append(&Entry::Run(Box::new(rec)))
 }
 
 /// True when a cell has made its minimum runs and, with a CV target, its primary results
@@ -333,17 +371,11 @@ async fn run_host_group(
     for cell in &group.cells {
         let mut samples = Vec::new();
         for run_no in 0..cell.warmup_runs + cell.max_runs {
-            let warmup = run_no < cell.warmup_runs;
-            let run = if warmup { run_no } else { run_no - cell.warmup_runs };
-            if !warmup && enough_runs(cell, run, &samples) {
-                env.progress.skip(u64::from(cell.max_runs - run));
-                break;
-            }
-            if !warmup && let Some(&v) = cell.done.get(&run) {
-                samples.push(v);
-                env.progress.run_done();
-                continue;
-            }
+            let (warmup, run) = match next_run(cell, run_no, &mut samples, &env.progress) {
+                NextRun::Stop => break,
+                NextRun::AlreadyDone => continue,
+                NextRun::Run { warmup, run } => (warmup, run),
+            };
             env.progress.doing(format!(
                 "{}x {} {} run {run} on the host",
                 group.level, group.variant, cell.workload.id
@@ -361,16 +393,7 @@ async fn run_host_group(
             let facts = json!({ "host_cpus": plan.host_cpus });
             for rec in records_of(group, cell, run, warmup, 1, outcome, &[], &facts, &around) {
                 note_sample(&mut samples, &rec, &cell.workload.metric);
-                if rec.ok {
-                    totals.runs_ok += 1;
-                } else {
-                    totals.runs_failed += 1;
-                    env.progress.println(&format!(
-                        "host run failed: {}",
-                        rec.error.as_deref().unwrap_or("?")
-                    ));
-                }
-                journal.append(&Entry::Run(Box::new(rec)))?;
+                keep(rec, env, journal, totals)?;
             }
             env.progress.run_done();
         }
