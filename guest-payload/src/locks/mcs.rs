@@ -221,37 +221,7 @@ mod tests {
     fn one_thread_holds_two_locks_under_contention() {
         // Two threads each take A then B, in opposite release orders, while a third hammers B:
         // nodes must not be shared between the two held locks.
-        let ab = Arc::new((RawMcsLock::INIT, RawMcsLock::INIT));
-        let handles: Vec<_> = (0..3)
-            .map(|t| {
-                let ab = Arc::clone(&ab);
-                std::thread::spawn(move || {
-                    for i in 0..300 {
-                        if t == 2 {
-                            ab.1.lock();
-                            // SAFETY: held by this thread.
-                            unsafe { ab.1.unlock() };
-                            continue;
-                        }
-                        ab.0.lock();
-                        ab.1.lock();
-                        // SAFETY: both held by this thread; either release order is allowed.
-                        unsafe {
-                            if i % 2 == 0 {
-                                ab.0.unlock();
-                                ab.1.unlock();
-                            } else {
-                                ab.1.unlock();
-                                ab.0.unlock();
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+        let ab = crate::locks::exclusion_test::hold_two_under_contention::<RawMcsLock>(false);
         assert!(!ab.0.is_locked() && !ab.1.is_locked());
     }
 

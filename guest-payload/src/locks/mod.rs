@@ -99,6 +99,53 @@ pub(crate) mod exclusion_test {
     // SAFETY: counter is only touched while `lock` is held.
     unsafe impl<R: RawMutex + Sync> Sync for Shared<R> {}
 
+    /// Two threads each take A then B (B by spinning on try_lock every third round when
+    /// `try_b` is set), releasing in alternating orders, while a third hammers B: a lock whose
+    /// per-thread queue nodes were shared between two held locks breaks here. Returns the pair
+    /// for the caller's own final check.
+    pub fn hold_two_under_contention<R: RawMutex + Send + Sync + 'static>(
+        try_b: bool,
+    ) -> std::sync::Arc<(R, R)> {
+        let ab = std::sync::Arc::new((R::INIT, R::INIT));
+        let handles: Vec<_> = (0..3)
+            .map(|t| {
+                let ab = std::sync::Arc::clone(&ab);
+                std::thread::spawn(move || {
+                    for i in 0..300 {
+                        if t == 2 {
+                            ab.1.lock();
+                            // SAFETY: held by this thread.
+                            unsafe { ab.1.unlock() };
+                            continue;
+                        }
+                        ab.0.lock();
+                        if try_b && i % 3 == 0 {
+                            while !ab.1.try_lock() {
+                                std::hint::spin_loop();
+                            }
+                        } else {
+                            ab.1.lock();
+                        }
+                        // SAFETY: both held by this thread; either release order is allowed.
+                        unsafe {
+                            if i % 2 == 0 {
+                                ab.0.unlock();
+                                ab.1.unlock();
+                            } else {
+                                ab.1.unlock();
+                                ab.0.unlock();
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        ab
+    }
+
     /// Each of `threads` threads does up to `iters` lock/increment/unlock rounds, stopping early
     /// once `budget` has passed (FIFO spinlocks with more threads than CPUs can need a scheduler
     /// time slice per hand-over on a loaded machine); the counter must equal the rounds done.

@@ -442,37 +442,7 @@ mod tests {
 
     #[test]
     fn one_thread_holds_two_locks_under_contention() {
-        let ab = Arc::new((RawQspinLock::INIT, RawQspinLock::INIT));
-        let handles: Vec<_> = (0..3)
-            .map(|t| {
-                let ab = Arc::clone(&ab);
-                std::thread::spawn(move || {
-                    for i in 0..300 {
-                        if t == 2 {
-                            ab.1.lock();
-                            // SAFETY: held by this thread.
-                            unsafe { ab.1.unlock() };
-                            continue;
-                        }
-                        ab.0.lock();
-                        ab.1.lock();
-                        // SAFETY: both held by this thread; either release order is allowed.
-                        unsafe {
-                            if i % 2 == 0 {
-                                ab.0.unlock();
-                                ab.1.unlock();
-                            } else {
-                                ab.1.unlock();
-                                ab.0.unlock();
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+        let ab = crate::locks::exclusion_test::hold_two_under_contention::<RawQspinLock>(false);
         assert_eq!((ab.0.word(), ab.1.word()), (0, 0));
     }
 }
