@@ -30,23 +30,23 @@ pub struct Line {
     pub points: Vec<Point>,
 }
 
-/// The compared metric vs level, one line per variant, with 95% CI error bars.
-pub fn metric_plot(wl: &WorkloadModel) -> anyhow::Result<String> {
-    let lines: Vec<Line> = wl
-        .series
+/// One line per variant, with a point for each of its cells that `point` can plot.
+fn lines_of(wl: &WorkloadModel, point: impl Fn(&crate::stats::cells::Cell) -> Option<Point>) -> Vec<Line> {
+    wl.series
         .iter()
         .map(|s| Line {
             name: s.variant.clone(),
-            points: s
-                .cells
-                .iter()
-                .filter_map(|c| {
-                    let sum = c.summary.as_ref()?;
-                    Some((c.level, sum.mean, sum.ci95.map(|ci| (ci.low, ci.high))))
-                })
-                .collect(),
+            points: s.cells.iter().filter_map(&point).collect(),
         })
-        .collect();
+        .collect()
+}
+
+/// The compared metric vs level, one line per variant, with 95% CI error bars.
+pub fn metric_plot(wl: &WorkloadModel) -> anyhow::Result<String> {
+    let lines = lines_of(wl, |c| {
+        let sum = c.summary.as_ref()?;
+        Some((c.level, sum.mean, sum.ci95.map(|ci| (ci.low, ci.high))))
+    });
     let title = format!("{}: {} (mean, 95% CI)", wl.workload, super::describe_metric(wl));
     // Put the legend where the lines usually are not: times grow with overcommit, rates fall.
     let legend = match wl.better {
@@ -61,18 +61,7 @@ pub fn jain_plot(wl: &WorkloadModel) -> anyhow::Result<Option<String>> {
     if !wl.lock {
         return Ok(None);
     }
-    let lines: Vec<Line> = wl
-        .series
-        .iter()
-        .map(|s| Line {
-            name: s.variant.clone(),
-            points: s
-                .cells
-                .iter()
-                .filter_map(|c| Some((c.level, c.jain?, None)))
-                .collect(),
-        })
-        .collect();
+    let lines = lines_of(wl, |c| Some((c.level, c.jain?, None)));
     let title = format!("{}: Jain's fairness index (1 = fair)", wl.workload);
     line_plot(&title, "jain", &lines, SeriesLabelPosition::UpperRight).map(Some)
 }
