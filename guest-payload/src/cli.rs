@@ -23,6 +23,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+#[derive(Debug, Clone, clap::Args)]
+pub struct ListArgs {
+    /// Print the catalog as JSON: workloads with the metrics they report and the host files
+    /// they read, and the lock algorithms.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Generic lock microbenchmark over any algorithm: throughput, contention, fairness, latency.
@@ -41,8 +49,8 @@ pub enum Command {
     SysfsMutex(workloads::sysfs_mutex::Args),
     /// Burn CPU on every CPU for a while (the `background: hog` load for other guests).
     Hog(workloads::hog::Args),
-    /// List the lock algorithms and workloads.
-    List,
+    /// List the lock algorithms and workloads (`--json`: every workload's metrics and inputs).
+    List(ListArgs),
 }
 
 impl Command {
@@ -57,7 +65,7 @@ impl Command {
             Command::Futexlock(_) => Some("futexlock"),
             Command::SysfsMutex(_) => Some("sysfs-mutex"),
             Command::Hog(_) => Some("hog"),
-            Command::List => None,
+            Command::List(_) => None,
         }
     }
 }
@@ -73,7 +81,7 @@ pub fn run(command: &Command) -> anyhow::Result<Option<crate::report::Report>> {
         Command::Mutex(a) => Some(workloads::mutex::run(a)?),
         Command::Futexlock(a) => Some(workloads::futexlock::run(a)?),
         Command::SysfsMutex(a) => Some(workloads::sysfs_mutex::run(a)?),
-        Command::List => None,
+        Command::List(_) => None,
     })
 }
 

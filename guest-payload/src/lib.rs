@@ -5,6 +5,7 @@
 //! types and to validate workload arguments without booting anything.
 
 pub mod busywork;
+pub mod catalog;
 pub mod cli;
 pub mod env;
 pub mod locks;

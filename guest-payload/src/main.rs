@@ -17,8 +17,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if let Command::List = cli.command {
-        print!("{}", cli::list_text());
+    if let Command::List(list) = &cli.command {
+        if list.json {
+            println!("{}", ocrig_payload::catalog::to_json());
+        } else {
+            print!("{}", cli::list_text());
+        }
         return ExitCode::SUCCESS;
     }
     if cli.go_stdin {

@@ -55,6 +55,8 @@ struct Live {
     guest: Box<dyn Guest>,
     ssh: Arc<GuestSsh>,
     index: u32,
+    /// Host thread ids of the vCPUs (empty when the backend could not name them).
+    vcpu_tids: Vec<i32>,
 }
 
 pub async fn run(plan: &Plan, env: &SweepEnv, journal: &mut JournalWriter) -> anyhow::Result<PhaseTotals> {
@@ -140,9 +142,16 @@ async fn run_group(
                 ));
                 let t_run = Instant::now();
                 let (host_before, kvm_before) = (telemetry::host_stat(), telemetry::kvm_stats());
+                let vcpus_before = vcpu_snapshots(&live);
                 let outcome = run_once(plan, cell, &mut live, timeout_for(cell, plan)).await;
+                let vcpus_after = vcpu_snapshots(&live);
                 totals.run_s += t_run.elapsed().as_secs_f64();
                 let around = host_telemetry(plan, &host_before, &kvm_before);
+                let vcpu_sched: Vec<Value> = vcpus_before
+                    .iter()
+                    .zip(&vcpus_after)
+                    .map(|(b, a)| json!(telemetry::vcpu::delta(b, a)))
+                    .collect();
                 let records = records_of(
                     group,
                     cell,
@@ -153,6 +162,7 @@ async fn run_group(
                     &live,
                     &group_facts,
                     &around,
+                    &vcpu_sched,
                 );
                 let failed = records.iter().any(|r| !r.ok);
                 for rec in records {
@@ -345,6 +355,13 @@ fn console_evidence(console: &Path) -> String {
     }
 }
 
+/// Every live guest's vCPU scheduler counters, in guest order.
+fn vcpu_snapshots(live: &[Live]) -> Vec<telemetry::vcpu::VcpuSnapshot> {
+    live.iter()
+        .map(|l| telemetry::vcpu::VcpuSnapshot::take(&l.vcpu_tids))
+        .collect()
+}
+
 /// Host-side telemetry of one run: the pinned CPUs' time split and KVM counters.
 fn host_telemetry(plan: &Plan, host_before: &str, kvm_before: &Value) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
@@ -391,7 +408,7 @@ async fn run_host_group(
                 start_skew_us: 0.0,
             };
             let facts = json!({ "host_cpus": plan.host_cpus });
-            for rec in records_of(group, cell, run, warmup, 1, outcome, &[], &facts, &around) {
+            for rec in records_of(group, cell, run, warmup, 1, outcome, &[], &facts, &around, &[]) {
                 note_sample(&mut samples, &rec, &cell.workload.metric);
                 keep(rec, env, journal, totals)?;
             }
@@ -534,11 +551,18 @@ async fn boot_all(
             })
             .await?;
             match ssh {
-                Ok(ssh) => Ok(Live {
-                    guest,
-                    ssh: Arc::new(ssh),
-                    index: i as u32,
-                }),
+                Ok(ssh) => {
+                    let vcpu_tids = guest.vcpu_threads().await.unwrap_or_else(|e| {
+                        tracing::warn!("vCPU thread ids of {}: {e:#}", guest.name());
+                        Vec::new()
+                    });
+                    Ok(Live {
+                        guest,
+                        ssh: Arc::new(ssh),
+                        index: i as u32,
+                        vcpu_tids,
+                    })
+                }
                 Err(e) => {
                     let name = guest.name().to_string();
                     let _ = guest.shutdown(Duration::from_secs(2)).await;
@@ -789,6 +813,7 @@ fn records_of(
     live: &[Live],
     group_facts: &Value,
     around: &serde_json::Map<String, Value>,
+    vcpu_sched: &[Value],
 ) -> Vec<RunRecord> {
     let now = jiff::Timestamp::now().to_string();
     outcome
@@ -819,6 +844,9 @@ fn records_of(
                 .insert("start_skew_us".into(), json!(outcome.start_skew_us));
             rec.extra.insert("group".into(), group_facts.clone());
             rec.extra.extend(around.clone());
+            if let Some(v) = vcpu_sched.get(i) {
+                rec.extra.insert("vcpu_sched".into(), v.clone());
+            }
             match r.and_then(|gr| parse_run(gr, &cell.workload.metric, &mut rec)) {
                 Ok(()) => rec.ok = true,
                 Err(e) => {

@@ -7,6 +7,7 @@ pub mod clh;
 pub mod futex;
 pub mod futex_mutex;
 pub mod mcs;
+pub mod owner;
 mod pool;
 pub mod pthread;
 pub mod pticket;

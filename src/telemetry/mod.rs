@@ -1,4 +1,7 @@
-//! Telemetry around a run: CPU time deltas from /proc/stat (user, system, idle, steal).
+//! Telemetry around a run: CPU time deltas from /proc/stat (user, system, idle, steal), and
+//! per-vCPU scheduler statistics of the host threads that run the guests ([`vcpu`]).
+
+pub mod vcpu;
 
 use serde_json::{Value, json};
 

@@ -1,0 +1,175 @@
+//! Host-side preemption of each vCPU: how long its host thread ran and how long it sat
+//! runnable on a run queue waiting for a host CPU, over one run.
+//!
+//! Under TCG and under KVM alike a vCPU is one host thread, so `/proc/<tid>/schedstat`
+//! (run time, run-queue wait, time slices) and the context-switch counts in
+//! `/proc/<tid>/status` describe exactly what the guest cannot see: at 2x overcommit with
+//! every vCPU busy, each vCPU thread waits about half the time. "vCPU wait share" is the
+//! run-queue wait divided by the run's wall time.
+
+use std::time::Instant;
+
+use procfs::process::Process;
+use serde::{Deserialize, Serialize};
+
+/// One vCPU thread's counters at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VcpuCounters {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    pub timeslices: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+}
+
+impl VcpuCounters {
+    /// Reads thread `tid`'s counters (any thread id works as a /proc entry).
+    pub fn read(tid: i32) -> Result<Self, String> {
+        let task = Process::new(tid).map_err(|e| format!("/proc/{tid}: {e}"))?;
+        let sched = task
+            .schedstat()
+            .map_err(|e| format!("/proc/{tid}/schedstat: {e} (kernel without CONFIG_SCHEDSTATS?)"))?;
+        let status = task.status().map_err(|e| format!("/proc/{tid}/status: {e}"))?;
+        Ok(Self {
+            run_ns: sched.sum_exec_runtime,
+            wait_ns: sched.run_delay,
+            timeslices: sched.pcount,
+            voluntary_switches: status.voluntary_ctxt_switches.unwrap_or(0),
+            involuntary_switches: status.nonvoluntary_ctxt_switches.unwrap_or(0),
+        })
+    }
+}
+
+/// Every vCPU thread of one guest at one instant, in vCPU order.
+#[derive(Debug, Clone)]
+pub struct VcpuSnapshot {
+    at: Instant,
+    tids: Vec<i32>,
+    counters: Vec<Result<VcpuCounters, String>>,
+}
+
+impl VcpuSnapshot {
+    pub fn take(tids: &[i32]) -> Self {
+        Self {
+            at: Instant::now(),
+            tids: tids.to_vec(),
+            counters: tids.iter().map(|&t| VcpuCounters::read(t)).collect(),
+        }
+    }
+}
+
+/// One vCPU over one run. `None` fields were not measured; `unavailable` says why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VcpuRun {
+    pub vcpu: u32,
+    pub tid: i32,
+    pub run_s: Option<f64>,
+    pub wait_s: Option<f64>,
+    /// Run-queue wait / wall time of the run.
+    pub wait_share: Option<f64>,
+    pub timeslices: Option<u64>,
+    pub voluntary_switches: Option<u64>,
+    pub involuntary_switches: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+/// One guest's vCPUs over one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VcpuSched {
+    pub wall_s: f64,
+    pub vcpus: Vec<VcpuRun>,
+    /// Mean of the measured vCPUs' wait shares; `None` when none was measured.
+    pub mean_wait_share: Option<f64>,
+}
+
+/// The change between two snapshots of the same guest.
+pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
+    let wall_s = after.at.duration_since(before.at).as_secs_f64();
+    let vcpus: Vec<VcpuRun> = before
+        .tids
+        .iter()
+        .enumerate()
+        .map(|(i, &tid)| {
+            let a = after
+                .tids
+                .iter()
+                .position(|&t| t == tid)
+                .map(|j| &after.counters[j]);
+            match (&before.counters[i], a) {
+                (Ok(b), Some(Ok(a))) => {
+                    let wait_s = a.wait_ns.saturating_sub(b.wait_ns) as f64 / 1e9;
+                    VcpuRun {
+                        vcpu: i as u32,
+                        tid,
+                        run_s: Some(a.run_ns.saturating_sub(b.run_ns) as f64 / 1e9),
+                        wait_s: Some(wait_s),
+                        wait_share: (wall_s > 0.0).then(|| wait_s / wall_s),
+                        timeslices: Some(a.timeslices.saturating_sub(b.timeslices)),
+                        voluntary_switches: Some(a.voluntary_switches.saturating_sub(b.voluntary_switches)),
+                        involuntary_switches: Some(
+                            a.involuntary_switches.saturating_sub(b.involuntary_switches),
+                        ),
+                        unavailable: None,
+                    }
+                }
+                (b, a) => VcpuRun {
+                    vcpu: i as u32,
+                    tid,
+                    run_s: None,
+                    wait_s: None,
+                    wait_share: None,
+                    timeslices: None,
+                    voluntary_switches: None,
+                    involuntary_switches: None,
+                    unavailable: Some(match (b, a) {
+                        (Err(e), _) | (_, Some(Err(e))) => e.clone(),
+                        _ => format!("thread {tid} missing from the second snapshot"),
+                    }),
+                },
+            }
+        })
+        .collect();
+    let shares: Vec<f64> = vcpus.iter().filter_map(|v| v.wait_share).collect();
+    VcpuSched {
+        wall_s,
+        mean_wait_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
+        vcpus,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gettid() -> i32 {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::gettid() }
+    }
+
+    #[test]
+    fn a_busy_thread_runs_and_a_missing_one_is_unavailable() {
+        let me = gettid();
+        let before = VcpuSnapshot::take(&[me, i32::MAX]);
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed().as_millis() < 50 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let after = VcpuSnapshot::take(&[me, i32::MAX]);
+        let d = delta(&before, &after);
+        let mine = &d.vcpus[0];
+        assert!(mine.unavailable.is_none(), "{mine:?}");
+        // It ran most of the 50 ms (physics: not more than the wall time, plus read slack).
+        let run = mine.run_s.unwrap();
+        assert!(
+            run > 0.01 && run <= d.wall_s + 0.005,
+            "run {run} wall {}",
+            d.wall_s
+        );
+        let share = mine.wait_share.unwrap();
+        assert!((0.0..=1.0).contains(&share));
+        assert!(d.vcpus[1].unavailable.is_some() && d.vcpus[1].wait_share.is_none());
+        assert_eq!(d.mean_wait_share, mine.wait_share);
+    }
+}
