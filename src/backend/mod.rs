@@ -55,6 +55,17 @@ pub trait Guest: Send + Sync {
     fn liveness(&self) -> Liveness {
         Box::new(|| true)
     }
+    /// How this guest was started, for the journal (e.g. `{"method": "boot"}`, or a clone with
+    /// the template it was restored from).
+    fn start_facts(&self) -> serde_json::Value {
+        serde_json::json!({ "method": "boot" })
+    }
+    /// A shell command to run in the guest once it is reachable over SSH and before anything
+    /// else, given the host's wall clock (Unix seconds) at that moment — e.g. a guest restored
+    /// from a snapshot sets its wall clock and reseeds its RNG. None: nothing to do.
+    fn post_ready_command(&self, _host_unix_time: f64) -> Option<String> {
+        None
+    }
     /// Orderly stop within `grace`, then forced; idempotent.
     fn shutdown(&mut self, grace: Duration) -> BoxFut<'_, anyhow::Result<()>>;
 }

@@ -213,7 +213,13 @@ async fn bring_up(
         return Err(e);
     }
     let kernel = kernel_facts(&live, Duration::from_secs(plan.timeouts.collect_s)).await;
-    let facts = json!({ "pinning": pinning, "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel });
+    let start: Vec<Value> = live
+        .iter()
+        .map(|l| json!({ "guest": l.index, "start": l.guest.start_facts() }))
+        .collect();
+    let facts = json!({
+        "pinning": pinning, "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel, "start": start,
+    });
     Ok((live, facts))
 }
 
@@ -550,6 +556,10 @@ async fn boot_all(
                 Ok::<_, anyhow::Error>(s)
             })
             .await?;
+            let ssh = match ssh {
+                Ok(ssh) => post_ready(guest.as_ref(), ssh, deadline).await,
+                Err(e) => Err(e),
+            };
             match ssh {
                 Ok(ssh) => {
                     let vcpu_tids = guest.vcpu_threads().await.unwrap_or_else(|e| {
@@ -584,6 +594,32 @@ async fn boot_all(
     }
     live.sort_by_key(|l| l.index);
     (live, first_err)
+}
+
+/// Runs the backend's post-ready command (if any) in a guest that just became reachable.
+async fn post_ready(guest: &dyn Guest, ssh: GuestSsh, deadline: Instant) -> anyhow::Result<GuestSsh> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    let Some(cmd) = guest.post_ready_command(now) else {
+        return Ok(ssh);
+    };
+    let name = guest.name().to_string();
+    let budget = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(5));
+    tokio::task::spawn_blocking(move || {
+        let out = ssh.exec(&cmd, None, budget)?;
+        anyhow::ensure!(
+            out.ok(),
+            "post-ready command in {name} failed with status {}: {}",
+            out.status,
+            out.stderr.trim()
+        );
+        Ok(ssh)
+    })
+    .await?
 }
 
 /// Pins guest g's vCPU i to host CPU `cpus[(g·vcpus + i) mod n]`, spreading guests evenly.
