@@ -2,7 +2,9 @@
 //!
 //! The sweep never sees QEMU arguments or libvirt XML; a backend never sees SSH or workloads.
 
+pub mod isolation;
 pub mod libvirt;
+pub mod owned;
 pub mod qemu;
 pub mod qmp;
 
@@ -77,19 +79,12 @@ pub trait Backend: Send + Sync {
 
 /// Pins one host thread to one CPU.
 pub fn pin_thread(tid: i32, cpu: usize) -> anyhow::Result<()> {
-    // SAFETY: the set is zeroed then filled with one valid CPU index; sched_setaffinity reads it.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        anyhow::bail!(
-            "sched_setaffinity(tid {tid}, cpu {cpu}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    let pid = rustix::process::Pid::from_raw(tid)
+        .ok_or_else(|| anyhow::anyhow!("thread id {tid} is not a valid id"))?;
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(Some(pid), &set)
+        .map_err(|e| anyhow::anyhow!("sched_setaffinity(tid {tid}, cpu {cpu}): {e}"))
 }
 
 /// True while process `pid` exists and is not a zombie.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sweep::journal::Better;
+use crate::vocabulary::{Better, GuestSharing, RunOrder};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +34,21 @@ pub struct Scenario {
     pub warmup_runs: u32,
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// How boots are shared between variants and in which order runs are made.
+    #[serde(default)]
+    pub schedule: ScheduleSpec,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleSpec {
+    /// `shared` (default): variants with identical guests share one boot per level;
+    /// `per-variant`: fresh guests for every variant.
+    pub guests: GuestSharing,
+    /// `round-robin` (default) or `shuffle`.
+    pub order: RunOrder,
+    /// Seed of `order: shuffle`; default: one picked at start and recorded in the journal.
+    pub seed: Option<u64>,
 }
 
 fn one() -> u32 {

@@ -124,6 +124,7 @@ fn metric_values<'a>(records: impl Iterator<Item = &'a RunRecord>, metric: &str)
 pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
     let header = &journal.header;
     let baseline = header.baseline.clone();
+    let settled = crate::sweep::accounting::settle(&journal.runs);
 
     let mut variants = vec![baseline.clone()];
     let extra = journal.runs.iter().map(|r| &r.variant);
@@ -146,7 +147,11 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
         .iter()
         .map(|(id, info)| {
             let metric = metric.unwrap_or(&info.metric).to_string();
-            let records: Vec<&RunRecord> = journal.runs.iter().filter(|r| &r.workload == id).collect();
+            // Only the valid result of each run: the sweep's own accounting rule.
+            let records: Vec<&RunRecord> = settled
+                .counted(&journal.runs)
+                .filter(|r| &r.workload == id)
+                .collect();
             let lock = records
                 .iter()
                 .any(|r| r.metrics.contains_key(CONTENTION_METRIC) || r.metrics.contains_key(JAIN_METRIC));
@@ -154,7 +159,10 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
                 .iter()
                 .map(|v| Series {
                     variant: v.clone(),
-                    cells: levels.iter().map(|&l| cell(&records, v, l, &metric)).collect(),
+                    cells: levels
+                        .iter()
+                        .map(|&l| cell(&records, v, l, &metric, settled.failed_runs(v, l, id)))
+                        .collect(),
                 })
                 .collect();
             let comparisons = variants[1..]
@@ -203,7 +211,7 @@ fn primary<'a>(
     in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest == 0)
 }
 
-fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str) -> Cell {
+fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str, failed: usize) -> Cell {
     let (samples, runs) = metric_values(primary(records, variant, level), metric);
     let others = in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest != 0);
     let (other_samples, _) = metric_values(others, metric);
@@ -212,9 +220,7 @@ fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str) -> Cell
         level,
         summary: summarize(&samples),
         outlier_runs: outlier_indices(&samples).into_iter().map(|i| runs[i]).collect(),
-        failed: in_cell(records, variant, level)
-            .filter(|r| !r.ok && !r.warmup && r.guest == 0)
-            .count(),
+        failed,
         contention_rate: metric_mean(CONTENTION_METRIC),
         jain: metric_mean(JAIN_METRIC),
         other_guests: summarize(&other_samples),
