@@ -201,7 +201,7 @@ pub struct Variant {
     /// Replaces the guest's `-cpu` value (e.g. `host,kvm-pv-unhalt=off`).
     pub cpu: Option<String>,
     /// Merged into every workload's arguments (e.g. `{algo: ticket}`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
 }
 
@@ -236,12 +236,35 @@ pub struct Workload {
     /// Payload subcommand (`lock`, `hackbench`, ...).
     pub command: String,
     /// `--key value` arguments; lists expand into a matrix.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
     /// Headline metric, a key of the payload report's `metrics`.
     pub metric: String,
     #[serde(default)]
     pub better: Better,
+}
+
+/// A mapping of arguments in which a key given twice is an error (a plain map would keep the
+/// last one silently), phrased as serde phrases duplicate fields so it is located the same way.
+fn unique_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, ArgValue>, D::Error> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = BTreeMap<String, ArgValue>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a mapping of arguments")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = map.next_entry::<String, ArgValue>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format_args!("duplicate field `{k}`")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Keys)
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

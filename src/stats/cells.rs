@@ -62,7 +62,7 @@ pub struct Cell {
     pub summary: Option<Summary>,
     /// Run indices of primary results flagged by the modified Z-score (|M| > 3.5).
     pub outlier_runs: Vec<u32>,
-    /// Guest-0 measured runs that failed.
+    /// Measured runs with no valid result (every attempt failed; see `sweep::accounting`).
     pub failed: usize,
     /// Mean `contention_rate` of the primary results, when reported.
     pub contention_rate: Option<f64>,

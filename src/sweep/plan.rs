@@ -23,15 +23,14 @@ pub struct BootGroup {
 }
 
 impl BootGroup {
-    /// A directory name for the group's guests: `<level>x-<variant>[+<variant>...]`.
+    /// A directory name for the group's guests: `<level>x-<variant>`, or `<level>x-<first
+    /// variant>+<number of others>` when shared. Short, because QEMU's QMP socket lives below
+    /// it and a Unix socket path may not exceed 107 bytes.
     pub fn label(&self) -> String {
-        let joined = self.variants.join("+");
-        let names = if joined.len() <= 80 {
-            joined
-        } else {
-            format!("{}-and-{}-more", self.variants[0], self.variants.len() - 1)
-        };
-        format!("{}x-{names}", self.level)
+        match self.variants.len() {
+            1 => format!("{}x-{}", self.level, self.variants[0]),
+            n => format!("{}x-{}+{}", self.level, self.variants[0], n - 1),
+        }
     }
 }
 
@@ -226,7 +225,7 @@ mod tests {
         assert_eq!(p.boots.len(), 4, "two guest shapes × two levels");
         let b = &p.boots[0];
         assert_eq!(b.variants, ["ticket", "tas"]);
-        assert_eq!(b.label(), "1x-ticket+tas");
+        assert_eq!(b.label(), "1x-ticket+1");
         // Workload-major, variant-minor: the variants of a workload run next to each other.
         let order: Vec<(String, String)> = b
             .cells

@@ -185,8 +185,13 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
     assert!(!first[1].ok);
     each_run_counted_once(&o.records, 3, 2);
     let counted = settle(&o.records);
-    let valid = counted.primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 1)).unwrap();
-    assert_eq!(valid.attempt, 2, "the result measured while guest 1 died never counts");
+    let valid = counted
+        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 1))
+        .unwrap();
+    assert_eq!(
+        valid.attempt, 2,
+        "the result measured while guest 1 died never counts"
+    );
     // The retry ran on fresh guests, right after the failure.
     assert_eq!(o.calls.bring_ups.len(), 2);
     assert_eq!(o.calls.runs[3].0, 2, "run call 4 is on the second bring-up");
