@@ -115,27 +115,29 @@ fn ssh_port(qemu_pid: u32) -> Option<u16> {
 
 // ------------------------------------------------------------------ the guest over SSH
 
-/// The client key of the cached guest image.
-fn client_key() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    let images = std::env::var_os("XDG_CACHE_HOME")
-        .map_or_else(|| home.join(".cache"), PathBuf::from)
-        .join("ocrig/images");
-    let mut keys: Vec<PathBuf> = std::fs::read_dir(&images)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", images.display()))
+/// The client key of the image the guest behind `port` booted from: its QEMU's `-kernel` lies
+/// in the image's cache directory, beside the key. (Several images may be cached — other
+/// work on this host builds its own — so "the newest key" is not necessarily this guest's.)
+fn client_key(port: u16) -> PathBuf {
+    let fwd = format!("hostfwd=tcp:127.0.0.1:{port}-");
+    let entries = std::fs::read_dir("/proc").expect("reading /proc");
+    entries
         .flatten()
-        .map(|e| e.path().join("id_ed25519"))
-        .filter(|p| p.is_file())
-        .collect();
-    keys.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    keys.pop()
-        .expect("a guest image with a client key (run ocrig once)")
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(cmdline)
+        .filter(|args| args.iter().any(|a| a.contains(&fwd)))
+        .find_map(|args| {
+            let i = args.iter().position(|a| a == "-kernel")?;
+            let key = Path::new(args.get(i + 1)?).parent()?.join("id_ed25519");
+            key.is_file().then_some(key)
+        })
+        .unwrap_or_else(|| panic!("no QEMU forwarding port {port} with a cached image key"))
 }
 
 fn ssh_cmd(port: u16, remote: &str) -> Command {
     let mut c = Command::new("ssh");
     c.arg("-i")
-        .arg(client_key())
+        .arg(client_key(port))
         .args(["-p", &port.to_string()])
         .args([
             "-o",
