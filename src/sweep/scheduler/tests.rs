@@ -502,3 +502,45 @@ fn stats_model(records: &[RunRecord]) -> crate::stats::cells::Model {
     };
     crate::stats::cells::build(&journal, 0.05, None)
 }
+
+#[tokio::test]
+async fn a_journal_of_an_older_ocrig_resumes_by_the_same_rule() {
+    let old = |variant: &str, run: u32, guest: u32, ok: bool| -> RunRecord {
+        // Exactly the fields an older ocrig wrote: no superseded, attempt_records or slot.
+        serde_json::from_value(serde_json::json!({
+            "variant": variant, "level": 1.0, "workload": "lock", "run": run, "warmup": false,
+            "guest": guest, "guests": 2, "ok": ok, "attempt": 1,
+            "metrics": if ok { serde_json::json!({METRIC: 100.0}) } else { serde_json::json!({}) },
+            "argv": [], "timings": {}, "finished_at": "2026-11-30T10:00:00Z",
+        }))
+        .unwrap()
+    };
+    // Run 0 of a finished; run 1 of a had guest 0 ok while guest 1 failed (the old bug: that
+    // guest-0 result used to count); nothing else was done.
+    let previous = vec![
+        old("a", 0, 0, true),
+        old("a", 0, 1, true),
+        old("a", 1, 0, true),
+        old("a", 1, 1, false),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(&plan(""), Script::default(), previous.clone(), dir.path()).await;
+    let redone: Vec<(String, u32, u32)> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .map(|r| (r.variant.clone(), r.run, r.attempt))
+        .collect();
+    assert!(
+        !redone.contains(&("a".into(), 0, 1)),
+        "run 0 of a is kept: {redone:?}"
+    );
+    assert!(
+        redone.contains(&("a".into(), 1, 2)),
+        "run 1 of a is redone as attempt 2: {redone:?}"
+    );
+    let mut all = previous;
+    all.extend(o.records);
+    each_run_counted_once(&all, 3, 2);
+    assert_eq!(o.progress, o.total);
+}
