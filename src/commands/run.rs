@@ -121,7 +121,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         Some(p) => p.dir.clone(),
         None => create_results_dir(&args.results, &plan.name)?,
     };
-    cpus.note_results_dir(&results_dir);
+    cpus.note_results_dir(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
     preflight_disk(&results_dir, &plan)?;
     super::log_to_file(&results_dir.join(if previous.is_some() {
         "ocrig-resume.log"
