@@ -20,7 +20,7 @@ use crate::host::Accel;
 use crate::image::Image;
 use crate::payload_bin;
 use crate::scenario::Background;
-use crate::telemetry;
+use crate::telemetry::probe::{ProbeTarget, RunProbe, RunTelemetry};
 
 /// Everything a sweep needs that is not in the plan.
 pub struct SweepEnv {
@@ -141,17 +141,11 @@ async fn run_group(
                     }
                 ));
                 let t_run = Instant::now();
-                let (host_before, kvm_before) = (telemetry::host_stat(), telemetry::kvm_stats());
-                let vcpus_before = vcpu_snapshots(&live);
+                let collect = Duration::from_secs(plan.timeouts.collect_s);
+                let probe = RunProbe::start(&probe_targets(&live), &plan.host_cpus, env.accel, collect).await;
                 let outcome = run_once(plan, cell, &mut live, timeout_for(cell, plan)).await;
-                let vcpus_after = vcpu_snapshots(&live);
+                let telemetry = probe.finish(&probe_targets(&live)).await;
                 totals.run_s += t_run.elapsed().as_secs_f64();
-                let around = host_telemetry(plan, &host_before, &kvm_before);
-                let vcpu_sched: Vec<Value> = vcpus_before
-                    .iter()
-                    .zip(&vcpus_after)
-                    .map(|(b, a)| json!(telemetry::vcpu::delta(b, a)))
-                    .collect();
                 let records = records_of(
                     group,
                     cell,
@@ -161,8 +155,7 @@ async fn run_group(
                     outcome,
                     &live,
                     &group_facts,
-                    &around,
-                    &vcpu_sched,
+                    &telemetry,
                 );
                 let failed = records.iter().any(|r| !r.ok);
                 for rec in records {
@@ -361,25 +354,15 @@ fn console_evidence(console: &Path) -> String {
     }
 }
 
-/// Every live guest's vCPU scheduler counters, in guest order.
-fn vcpu_snapshots(live: &[Live]) -> Vec<telemetry::vcpu::VcpuSnapshot> {
+/// Every live guest as the telemetry probe reads it, in guest order.
+fn probe_targets(live: &[Live]) -> Vec<ProbeTarget<'_>> {
     live.iter()
-        .map(|l| telemetry::vcpu::VcpuSnapshot::take(&l.vcpu_tids))
+        .map(|l| ProbeTarget {
+            guest: l.guest.as_ref(),
+            ssh: Arc::clone(&l.ssh),
+            vcpu_tids: &l.vcpu_tids,
+        })
         .collect()
-}
-
-/// Host-side telemetry of one run: the pinned CPUs' time split and KVM counters.
-fn host_telemetry(plan: &Plan, host_before: &str, kvm_before: &Value) -> serde_json::Map<String, Value> {
-    let mut m = serde_json::Map::new();
-    m.insert(
-        "host_stat".into(),
-        telemetry::host_cpus_delta_json(host_before, &telemetry::host_stat(), &plan.host_cpus),
-    );
-    m.insert(
-        "kvm".into(),
-        telemetry::kvm_delta(kvm_before, &telemetry::kvm_stats()),
-    );
-    m
 }
 
 /// The host backend: no guest; the payload runs here, restricted to the scenario's CPUs, with
@@ -404,17 +387,18 @@ async fn run_host_group(
                 group.level, group.variant, cell.workload.id
             ));
             let t_run = Instant::now();
-            let (host_before, kvm_before) = (telemetry::host_stat(), telemetry::kvm_stats());
+            let collect = Duration::from_secs(plan.timeouts.collect_s);
+            let probe = RunProbe::start(&[], &plan.host_cpus, env.accel, collect).await;
             let result =
                 run_on_host(&env.payload, &cell.argv, &plan.host_cpus, timeout_for(cell, plan)).await;
+            let telemetry = probe.finish(&[]).await;
             totals.run_s += t_run.elapsed().as_secs_f64();
-            let around = host_telemetry(plan, &host_before, &kvm_before);
             let outcome = RunOutcome {
                 per_guest: vec![Some(result)],
                 start_skew_us: 0.0,
             };
             let facts = json!({ "host_cpus": plan.host_cpus });
-            for rec in records_of(group, cell, run, warmup, 1, outcome, &[], &facts, &around, &[]) {
+            for rec in records_of(group, cell, run, warmup, 1, outcome, &[], &facts, &telemetry) {
                 note_sample(&mut samples, &rec, &cell.workload.metric);
                 keep(rec, env, journal, totals)?;
             }
@@ -430,7 +414,6 @@ async fn run_on_host(
     cpus: &[usize],
     timeout: Duration,
 ) -> anyhow::Result<GuestRun> {
-    let stat_before = telemetry::host_stat();
     let mut cmd = tokio::process::Command::new(payload);
     cmd.args(argv).kill_on_drop(true);
     let cpus = cpus.to_vec();
@@ -460,8 +443,6 @@ async fn run_on_host(
         },
         argv: argv.to_vec(),
         run_s: t.elapsed().as_secs_f64(),
-        stat_before,
-        stat_after: telemetry::host_stat(),
     })
 }
 
@@ -676,8 +657,6 @@ struct GuestRun {
     output: ExecOutput,
     argv: Vec<String>,
     run_s: f64,
-    stat_before: String,
-    stat_after: String,
 }
 
 fn argv_for(guest: u32, cell: &Cell, background: Background) -> Option<Vec<String>> {
@@ -708,7 +687,6 @@ fn shell_quote(argv: &[String]) -> String {
 }
 
 async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Duration) -> RunOutcome {
-    let collect = Duration::from_secs(plan.timeouts.collect_s);
     // 1. Start the payload gated in every guest that runs something; each reports ready.
     let starts = live.iter().map(|l| {
         let argv = argv_for(l.index, cell, plan.background);
@@ -716,14 +694,13 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
         tokio::task::spawn_blocking(move || -> Option<anyhow::Result<_>> {
             let argv = argv?;
             Some((|| {
-                let stat_before = ssh.exec("cat /proc/stat", None, collect)?.stdout;
                 let cmd = format!("{} --go-stdin {}", payload_bin::GUEST_PATH, shell_quote(&argv));
                 let gated = ssh.start_gated(
                     &cmd,
                     "ocrig-payload: ready",
                     run_timeout + Duration::from_secs(30),
                 )?;
-                Ok((gated, argv, stat_before))
+                Ok((gated, argv))
             })())
         })
     });
@@ -734,22 +711,22 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
         .collect();
 
     // 2. Go: one thread writes the go line to every gated payload back to back.
-    let mut gated: Vec<(usize, crate::guest::ssh::GatedCommand, Vec<String>, String)> = Vec::new();
+    let mut gated: Vec<(usize, crate::guest::ssh::GatedCommand, Vec<String>)> = Vec::new();
     for (i, s) in started.iter_mut().enumerate() {
         if let Some(Ok(_)) = s {
-            let Some(Ok((g, argv, stat))) = s.take() else {
+            let Some(Ok((g, argv))) = s.take() else {
                 unreachable!()
             };
-            gated.push((i, g, argv, stat));
+            gated.push((i, g, argv));
         }
     }
     let (gated, go_times) = tokio::task::spawn_blocking(move || {
         let mut times = Vec::new();
         let mut out = Vec::new();
-        for (i, mut g, argv, stat) in gated {
+        for (i, mut g, argv) in gated {
             let t = g.go();
             times.push(t.as_ref().ok().copied());
-            out.push((i, g, argv, stat, t));
+            out.push((i, g, argv, t));
         }
         (out, times)
     })
@@ -762,8 +739,7 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
     };
 
     // 3. Collect every guest's output in parallel.
-    let waits = gated.into_iter().map(|(i, g, argv, stat_before, go)| {
-        let ssh = Arc::clone(&live[i].ssh);
+    let waits = gated.into_iter().map(|(i, g, argv, go)| {
         let collector = tokio::task::spawn_blocking(move || -> (usize, anyhow::Result<GuestRun>) {
             let r = (|| {
                 let go_at = go?;
@@ -771,14 +747,7 @@ async fn run_once(plan: &Plan, cell: &Cell, live: &mut [Live], run_timeout: Dura
                     .wait()
                     .with_context(|| format!("{:.1} s after go", go_at.elapsed().as_secs_f64()))?;
                 let run_s = go_at.elapsed().as_secs_f64();
-                let stat_after = ssh.exec("cat /proc/stat", None, collect)?.stdout;
-                Ok(GuestRun {
-                    output,
-                    argv,
-                    run_s,
-                    stat_before,
-                    stat_after,
-                })
+                Ok(GuestRun { output, argv, run_s })
             })();
             (i, r)
         });
@@ -848,8 +817,7 @@ fn records_of(
     outcome: RunOutcome,
     live: &[Live],
     group_facts: &Value,
-    around: &serde_json::Map<String, Value>,
-    vcpu_sched: &[Value],
+    telemetry: &RunTelemetry,
 ) -> Vec<RunRecord> {
     let now = jiff::Timestamp::now().to_string();
     outcome
@@ -879,9 +847,9 @@ fn records_of(
             rec.extra
                 .insert("start_skew_us".into(), json!(outcome.start_skew_us));
             rec.extra.insert("group".into(), group_facts.clone());
-            rec.extra.extend(around.clone());
-            if let Some(v) = vcpu_sched.get(i) {
-                rec.extra.insert("vcpu_sched".into(), v.clone());
+            rec.extra.extend(telemetry.shared.clone());
+            if let Some(m) = telemetry.per_guest.get(i) {
+                rec.extra.extend(m.clone());
             }
             match r.and_then(|gr| parse_run(gr, &cell.workload.metric, &mut rec)) {
                 Ok(()) => rec.ok = true,
@@ -905,10 +873,6 @@ fn parse_run(gr: GuestRun, metric: &str, rec: &mut RunRecord) -> anyhow::Result<
     let expect_metric = gr.argv == rec.argv;
     rec.argv = gr.argv;
     rec.timings.insert("run_s".into(), gr.run_s);
-    rec.extra.insert(
-        "guest_stat".into(),
-        crate::telemetry::stat_delta_json(&gr.stat_before, &gr.stat_after),
-    );
     anyhow::ensure!(
         gr.output.ok(),
         "payload exited with status {}: {}",
