@@ -1,12 +1,10 @@
 //! One self-contained HTML file: per workload an inline SVG plot of the metric vs overcommit
-//! level (95% CI error bars), the comparison tables, and for lock workloads the
-//! contention/fairness table and a Jain's index plot. No external assets.
+//! level (every run, mean, 95% CI), the comparison tables, the cell table (what explains each
+//! number), the KVM counters where there are any, a plot of guest 0's vCPU wait and, for lock
+//! workloads, one of Jain's index. No external assets.
 
-use super::plot::{jain_plot, metric_plot};
-use super::{
-    Exporter, comparison_rows, describe_metric, fairness_rows, fmt_level, notes, other_guest_rows,
-    single_rows,
-};
+use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
+use super::{Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows};
 use crate::stats::cells::Model;
 
 pub struct HtmlExporter;
@@ -14,7 +12,7 @@ pub struct HtmlExporter;
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
-.plot svg{max-width:100%;height:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
+.plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
 
 /// Escapes text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -98,16 +96,16 @@ impl Exporter for HtmlExporter {
                 ));
                 out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
             }
-            if wl.lock {
-                out.push_str("<h3>Contention and fairness</h3>\n");
-                out.push_str(&html_table(&fairness_rows(wl), None));
-                if let Some(svg) = jain_plot(wl)? {
-                    out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
-                }
-            }
-            if let Some(rows) = other_guest_rows(wl) {
-                out.push_str("<h3>Other guests (mean of the metric)</h3>\n");
+            out.push_str("<h3>What explains each cell (means per run)</h3>\n<div class=\"wide\">\n");
+            out.push_str(&html_table(&cell_rows(wl), None));
+            out.push_str("</div>\n");
+            if let Some(rows) = kvm_rows(wl) {
+                out.push_str("<h3>KVM counters of guest 0's VM (mean per run)</h3>\n<div class=\"wide\">\n");
                 out.push_str(&html_table(&rows, None));
+                out.push_str("</div>\n");
+            }
+            for svg in [vcpu_wait_plot(wl)?, jain_plot(wl)?].into_iter().flatten() {
+                out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
             }
             out.push_str("<ul class=\"notes\">\n");
             for n in notes(model, wl) {
@@ -130,8 +128,9 @@ mod tests {
     fn self_contained_with_an_svg_per_workload() {
         let html = render(&journal(), Format::Html, &ReportOptions::default()).unwrap();
         assert!(html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>\n"));
-        // hackbench: one metric plot; lock-ticket: metric plot + Jain plot.
-        assert_eq!(html.matches("<svg").count(), 3);
+        // hackbench: one metric plot (no vCPU telemetry); lock-ticket: metric, vCPU wait, Jain.
+        assert_eq!(html.matches("<svg").count(), 4);
+        assert!(html.contains("vCPU wait for a host CPU"));
         for section in html.split("<section>").skip(1) {
             assert!(section.contains("<svg"), "workload section without a plot");
         }

@@ -27,7 +27,8 @@ use crate::host::Accel;
 const DEBUGFS_KVM: &str = "/sys/kernel/debug/kvm";
 
 /// Why a TCG guest's steal time is not a measurement.
-pub const TCG_NO_STEAL: &str = "not measured: under TCG the guest has no paravirtual steal clock, so its /proc/stat steal stays 0 whatever the host does";
+pub const TCG_NO_STEAL: &str =
+    "not measured: TCG gives the guest no steal clock (its /proc/stat steal stays 0)";
 
 /// One guest as the probe sees it.
 pub struct ProbeTarget<'a> {
