@@ -1,7 +1,7 @@
 //! One self-contained HTML file: per workload an inline SVG plot of the metric vs overcommit
-//! level (every run, mean, 95% CI), the comparison tables, the cell table (what explains each
-//! number), the KVM counters where there are any, a plot of guest 0's vCPU wait and, for lock
-//! workloads, one of Jain's index. No external assets.
+//! level (every run, mean, 95% CI), the cell table (what explains each number), a plot of
+//! guest 0's vCPU wait and, for lock workloads, one of Jain's index, the KVM counters where
+//! there are any, then the comparison tables. No external assets.
 
 use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
 use super::{Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows};
@@ -84,7 +84,19 @@ impl Exporter for HtmlExporter {
                 escape(&wl.command),
                 escape(&describe_metric(wl))
             ));
+            // The metric, then what explains it, then the published comparison tables.
             out.push_str(&format!("<div class=\"plot\">\n{}\n</div>\n", metric_plot(wl)?));
+            out.push_str("<h3>What explains each cell (means per run)</h3>\n<div class=\"wide\">\n");
+            out.push_str(&html_table(&cell_rows(wl), None));
+            out.push_str("</div>\n");
+            for svg in [vcpu_wait_plot(wl)?, jain_plot(wl)?].into_iter().flatten() {
+                out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
+            }
+            if let Some(rows) = kvm_rows(wl) {
+                out.push_str("<h3>KVM counters of guest 0's VM (mean per run)</h3>\n<div class=\"wide\">\n");
+                out.push_str(&html_table(&rows, None));
+                out.push_str("</div>\n");
+            }
             if wl.comparisons.is_empty() {
                 out.push_str(&html_table(&single_rows(wl), None));
             }
@@ -95,17 +107,6 @@ impl Exporter for HtmlExporter {
                     escape(&model.baseline)
                 ));
                 out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
-            }
-            out.push_str("<h3>What explains each cell (means per run)</h3>\n<div class=\"wide\">\n");
-            out.push_str(&html_table(&cell_rows(wl), None));
-            out.push_str("</div>\n");
-            if let Some(rows) = kvm_rows(wl) {
-                out.push_str("<h3>KVM counters of guest 0's VM (mean per run)</h3>\n<div class=\"wide\">\n");
-                out.push_str(&html_table(&rows, None));
-                out.push_str("</div>\n");
-            }
-            for svg in [vcpu_wait_plot(wl)?, jain_plot(wl)?].into_iter().flatten() {
-                out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
             }
             out.push_str("<ul class=\"notes\">\n");
             for n in notes(model, wl) {

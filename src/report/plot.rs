@@ -12,9 +12,10 @@ use plotters::prelude::*;
 
 use super::fmt_level;
 use crate::stats::cells::{Cell, WorkloadModel};
-use crate::sweep::journal::Better;
 
-const WIDTH: u32 = 720;
+const WIDTH: u32 = 860;
+/// The strip right of the plot that holds the legend.
+const LEGEND_WIDTH: u32 = 150;
 const HEIGHT: u32 = 420;
 const Y_LABELS: usize = 8;
 
@@ -99,7 +100,6 @@ pub struct Plot<'a> {
     pub title: &'a str,
     pub y_desc: &'a str,
     pub domain: Domain,
-    pub legend: SeriesLabelPosition,
     pub reference: Option<Reference>,
 }
 
@@ -124,16 +124,10 @@ pub fn metric_plot(wl: &WorkloadModel) -> anyhow::Result<String> {
         wl.workload,
         super::describe_metric(wl)
     );
-    // Put the legend where the lines usually are not: times grow with overcommit, rates fall.
-    let legend = match wl.better {
-        Better::Lower => SeriesLabelPosition::UpperLeft,
-        Better::Higher => SeriesLabelPosition::UpperRight,
-    };
     let plot = Plot {
         title: &title,
         y_desc: &wl.metric,
         domain: Domain::of_metric(&wl.metric, &all),
-        legend,
         reference: None,
     };
     draw(&plot, &series)
@@ -171,7 +165,6 @@ pub fn vcpu_wait_plot(wl: &WorkloadModel) -> anyhow::Result<Option<String>> {
         title: &title,
         y_desc: "vCPU wait % of run time",
         domain: Domain::Percent,
-        legend: SeriesLabelPosition::UpperLeft,
         reference: Some(reference),
     };
     draw(&plot, &series).map(Some)
@@ -188,7 +181,6 @@ pub fn jain_plot(wl: &WorkloadModel) -> anyhow::Result<Option<String>> {
         title: &title,
         y_desc: "jain",
         domain: Domain::Fraction,
-        legend: SeriesLabelPosition::LowerLeft,
         reference: None,
     };
     draw(&plot, &series).map(Some)
@@ -257,7 +249,8 @@ fn y_range(domain: Domain, series: &[Series], reference: Option<&Reference>) -> 
 }
 
 /// Draws `series` against overcommit level. Variants are nudged apart horizontally, and the
-/// runs of one cell spread a little around their mean, so nothing hides behind anything.
+/// runs of one cell spread a little around their mean, so nothing hides behind anything; the
+/// legend has its own strip right of the plot, so no line runs under it.
 pub fn draw(plot: &Plot, series: &[Series]) -> anyhow::Result<String> {
     let xs = series.iter().flat_map(|s| s.levels.iter().map(|l| l.level));
     let (x0, x1) = bounds(xs).unwrap_or((0.0, 1.0));
@@ -265,12 +258,14 @@ pub fn draw(plot: &Plot, series: &[Series]) -> anyhow::Result<String> {
     let (y0, y1) = y_range(plot.domain, series, plot.reference.as_ref());
     let nudge = (x1 - x0).max(0.5) * 0.012;
     let y_fmt = tick_formatter(y0, y1, Y_LABELS);
+    let grey = RGBColor(150, 150, 150);
 
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+        let (area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&area)
             .caption(plot.title, ("sans-serif", 17))
             .margin(12)
             .x_label_area_size(40)
@@ -289,16 +284,12 @@ pub fn draw(plot: &Plot, series: &[Series]) -> anyhow::Result<String> {
             .light_line_style(WHITE)
             .draw()?;
         if let Some(r) = &plot.reference {
-            let grey = RGBColor(150, 150, 150);
-            chart
-                .draw_series(DashedLineSeries::new(
-                    r.points.clone(),
-                    6,
-                    4,
-                    grey.stroke_width(1),
-                ))?
-                .label(r.label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(1)));
+            chart.draw_series(DashedLineSeries::new(
+                r.points.clone(),
+                6,
+                4,
+                grey.stroke_width(1),
+            ))?;
         }
         let k = series.len() as f64;
         for (i, s) in series.iter().enumerate() {
@@ -309,10 +300,7 @@ pub fn draw(plot: &Plot, series: &[Series]) -> anyhow::Result<String> {
                 .iter()
                 .filter_map(|l| Some((l.level + dx, l.mean?)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(means.clone(), color.stroke_width(2)))?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart.draw_series(LineSeries::new(means.clone(), color.stroke_width(2)))?;
             chart.draw_series(means.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
             for l in &s.levels {
                 let x = l.level + dx;
@@ -332,15 +320,59 @@ pub fn draw(plot: &Plot, series: &[Series]) -> anyhow::Result<String> {
                 }
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(plot.legend.clone())
-            .draw()?;
+        let mut entries: Vec<(String, ShapeStyle)> = series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), COLORS[i % COLORS.len()].stroke_width(2)))
+            .collect();
+        if let Some(r) = &plot.reference {
+            entries.push((r.label.clone(), grey.stroke_width(1)));
+        }
+        draw_legend(&legend_area, &entries)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// One entry per line, top down, in the strip beside the plot: a stroke of its style, then
+/// its name (long names wrap).
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[(String, ShapeStyle)],
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let font = ("sans-serif", 13).into_font();
+    let mut y = 48;
+    for (name, style) in entries {
+        area.draw(&PathElement::new(vec![(4, y), (24, y)], *style))?;
+        for (k, part) in wrap(name, 17).into_iter().enumerate() {
+            if k > 0 {
+                y += 15;
+            }
+            area.draw(&Text::new(part, (30, y - 7), font.clone()))?;
+        }
+        y += 20;
+    }
+    Ok(())
+}
+
+/// `s` in lines of at most `width` characters, broken at spaces where it can be.
+fn wrap(s: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in s.split(' ') {
+        let last = lines.last_mut().expect("one line at least");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
 }
 
 /// A tick-label formatter for an axis over `[lo, hi]` with at most `labels` ticks: one unit
@@ -442,7 +474,6 @@ mod tests {
             title: "t",
             y_desc: "ops_per_sec",
             domain: Domain::of_metric("ops_per_sec", &[100_000.0, 3_000_000.0]),
-            legend: SeriesLabelPosition::UpperRight,
             reference: None,
         };
         let svg = draw(&plot, &series).unwrap();
@@ -505,7 +536,6 @@ mod tests {
             title: "t",
             y_desc: "y",
             domain: Domain::Any,
-            legend: SeriesLabelPosition::UpperLeft,
             reference: None,
         };
         assert!(draw(&plot, &flat).unwrap().contains("<svg"));
