@@ -142,9 +142,10 @@ async fn run_group(
                 ));
                 let t_run = Instant::now();
                 let collect = Duration::from_secs(plan.timeouts.collect_s);
-                let probe = RunProbe::start(&probe_targets(&live), &plan.host_cpus, env.accel, collect).await;
+                let probe =
+                    RunProbe::start(&probe_targets(&live, &[]), &plan.host_cpus, env.accel, collect).await;
                 let outcome = run_once(plan, cell, &mut live, timeout_for(cell, plan)).await;
-                let telemetry = probe.finish(&probe_targets(&live)).await;
+                let telemetry = probe.finish(&probe_targets(&live, &outcome.failed())).await;
                 totals.run_s += t_run.elapsed().as_secs_f64();
                 let records = records_of(
                     group,
@@ -354,13 +355,16 @@ fn console_evidence(console: &Path) -> String {
     }
 }
 
-/// Every live guest as the telemetry probe reads it, in guest order.
-fn probe_targets(live: &[Live]) -> Vec<ProbeTarget<'_>> {
+/// Every live guest as the telemetry probe reads it, in guest order; guests whose run
+/// `failed` are read on the host side only.
+fn probe_targets<'a>(live: &'a [Live], failed: &[bool]) -> Vec<ProbeTarget<'a>> {
     live.iter()
-        .map(|l| ProbeTarget {
+        .enumerate()
+        .map(|(i, l)| ProbeTarget {
             guest: l.guest.as_ref(),
             ssh: Arc::clone(&l.ssh),
             vcpu_tids: &l.vcpu_tids,
+            reachable: !failed.get(i).copied().unwrap_or(false),
         })
         .collect()
 }
@@ -651,6 +655,13 @@ struct RunOutcome {
     /// Per guest index: the command's output, or why it failed; None for idle guests.
     per_guest: Vec<Option<anyhow::Result<GuestRun>>>,
     start_skew_us: f64,
+}
+
+impl RunOutcome {
+    /// Per guest index: whether its run failed.
+    fn failed(&self) -> Vec<bool> {
+        self.per_guest.iter().map(|g| matches!(g, Some(Err(_)))).collect()
+    }
 }
 
 struct GuestRun {

@@ -36,7 +36,14 @@ pub struct ProbeTarget<'a> {
     pub ssh: Arc<GuestSsh>,
     /// Host thread ids of its vCPUs, in vCPU order.
     pub vcpu_tids: &'a [i32],
+    /// False after its run failed: the guest may be stopped, dead, or its SSH session held by
+    /// a blocked reader, so nothing is asked of it (only host-side /proc is read).
+    pub reachable: bool,
 }
+
+/// How long QEMU may take to answer `query-stats`.
+const QMP_DEADLINE: Duration = Duration::from_secs(5);
+const UNREACHABLE: &str = "not read: the guest's run failed";
 
 /// What the probe read before the run.
 pub struct RunProbe {
@@ -191,7 +198,11 @@ fn or_reason<T: Serialize>(r: Result<T, String>) -> Value {
 async fn guest_stats(targets: &[ProbeTarget<'_>], collect: Duration) -> Vec<Result<StatSnapshot, String>> {
     let reads = targets.iter().map(|t| {
         let ssh = Arc::clone(&t.ssh);
+        let reachable = t.reachable;
         tokio::task::spawn_blocking(move || {
+            if !reachable {
+                return Err(UNREACHABLE.to_string());
+            }
             let out = ssh
                 .exec("cat /proc/stat", None, collect)
                 .map_err(|e| format!("reading the guest's /proc/stat: {e:#}"))?;
@@ -208,7 +219,13 @@ async fn guest_stats(targets: &[ProbeTarget<'_>], collect: Duration) -> Vec<Resu
 /// Every guest's KVM counters: through QMP, else debugfs by the vCPU threads' process.
 async fn kvm_snapshots(targets: &[ProbeTarget<'_>]) -> Vec<Result<KvmCounters, String>> {
     join_all(targets.iter().map(|t| async move {
-        match t.guest.kvm_stats().await {
+        if !t.reachable {
+            return Err(UNREACHABLE.to_string());
+        }
+        let answer = tokio::time::timeout(QMP_DEADLINE, t.guest.kvm_stats())
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {QMP_DEADLINE:?}")));
+        match answer {
             Ok(raw) => kvm::from_query_stats(&raw),
             Err(qmp) => {
                 let pid = t.vcpu_tids.first().and_then(|&tid| vcpu::process_of(tid));
