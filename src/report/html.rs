@@ -11,7 +11,7 @@ pub struct HtmlExporter;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
+th:first-child,td:first-child,.label{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
 .plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
 
 /// Escapes text for HTML element content and attribute values.
@@ -34,6 +34,7 @@ pub fn escape(s: &str) -> String {
 /// a signed %improvement, coloured green/red.
 fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
     let mut out = String::from("<table>\n");
+    let labels = super::label_columns(rows);
     for (i, row) in rows.iter().enumerate() {
         out.push_str("<tr>");
         for (j, c) in row.iter().enumerate() {
@@ -43,6 +44,7 @@ fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
                 let class = match pct_col {
                     Some(p) if p == j && c.starts_with('+') => " class=\"better\"",
                     Some(p) if p == j && c.starts_with('-') && c.len() > 1 => " class=\"worse\"",
+                    _ if j > 0 && j < labels => " class=\"label\"",
                     _ => "",
                 };
                 out.push_str(&format!("<td{class}>{}</td>", escape(c)));

@@ -10,15 +10,16 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-/// A pipe table; the first row is the header, first column left-aligned, the rest right-aligned.
+/// A pipe table; the first row is the header, label columns left-aligned, the rest right-aligned.
 pub fn pipe_table(rows: &[Vec<String>]) -> String {
     let mut out = String::new();
+    let labels = super::label_columns(rows);
     for (i, row) in rows.iter().enumerate() {
         let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
         out.push_str(&format!("| {} |\n", cells.join(" | ")));
         if i == 0 {
             let rule: Vec<&str> = (0..row.len())
-                .map(|j| if j == 0 { ":---" } else { "---:" })
+                .map(|j| if j < labels { ":---" } else { "---:" })
                 .collect();
             out.push_str(&format!("|{}|\n", rule.join("|")));
         }

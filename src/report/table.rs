@@ -24,11 +24,7 @@ pub fn ascii_table(rows: &[Vec<String>]) -> String {
     t.load_style(STYLE)
         .set_content_arrangement(ContentArrangement::Disabled)
         .force_no_tty();
-    // Label columns read left to right: `oc`, or `variant | oc` in the cell tables.
-    let labels = match rows.first() {
-        Some(head) if head.first().is_some_and(|h| h == "variant") => 2,
-        _ => 1,
-    };
+    let labels = super::label_columns(rows);
     let mut rows = rows.iter();
     if let Some(head) = rows.next() {
         t.set_header(head);
