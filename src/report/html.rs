@@ -4,7 +4,10 @@
 //! there are any, then the comparison tables. No external assets.
 
 use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
-use super::{Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows};
+use super::{
+    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows,
+    variants_line,
+};
 use crate::stats::cells::Model;
 
 pub struct HtmlExporter;
@@ -67,15 +70,7 @@ impl Exporter for HtmlExporter {
             escape(&title),
             escape(&title),
             escape(&model.baseline),
-            model
-                .variants
-                .iter()
-                .map(|v| match model.kernels.get(v) {
-                    Some(k) => format!("<code>{}</code> (kernel <code>{}</code>)", escape(v), escape(k)),
-                    None => format!("<code>{}</code>", escape(v)),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            variants_line(model, |v| format!("<code>{}</code>", escape(v))),
             escape(&levels.join(", ")),
             model.alpha
         );

@@ -1,6 +1,9 @@
 //! Markdown: the same tables as the terminal format, as pipe tables with right-aligned numbers.
 
-use super::{Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows};
+use super::{
+    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows,
+    variants_line,
+};
 use crate::stats::cells::Model;
 
 pub struct MarkdownExporter;
@@ -35,15 +38,7 @@ impl Exporter for MarkdownExporter {
              %improvement is signed so + is better.\n",
             model.scenario,
             model.baseline,
-            model
-                .variants
-                .iter()
-                .map(|v| match model.kernels.get(v) {
-                    Some(k) => format!("`{v}` (kernel `{k}`)"),
-                    None => format!("`{v}`"),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            variants_line(model, |v| format!("`{v}`")),
             levels.join(", ")
         );
         for wl in &model.workloads {

@@ -402,6 +402,27 @@ pub fn single_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     rows
 }
 
+/// The variants for a report's opening line, each as `code` renders a name: `a`, `b` (kernel
+/// `k`) each with its own kernel, or once for all when every variant ran the same one.
+pub fn variants_line(model: &Model, code: impl Fn(&str) -> String) -> String {
+    let kernels: Vec<Option<&String>> = model.variants.iter().map(|v| model.kernels.get(v)).collect();
+    let names: Vec<String> = model.variants.iter().map(|v| code(v)).collect();
+    match kernels.first() {
+        Some(Some(k)) if model.variants.len() > 1 && kernels.iter().all(|x| *x == Some(*k)) => {
+            format!("{} (kernel {} for all)", names.join(", "), code(k))
+        }
+        _ => names
+            .iter()
+            .zip(&kernels)
+            .map(|(n, k)| match k {
+                Some(k) => format!("{n} (kernel {})", code(k)),
+                None => n.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// How many leading columns of a table are labels (left-aligned): `oc`, or `variant | oc`
 /// in the cell tables.
 pub fn label_columns(rows: &[Vec<String>]) -> usize {
@@ -695,6 +716,17 @@ mod tests {
         other.header.workloads.remove("hackbench");
         let e = merge(&a, &other, "A", "B").unwrap_err().to_string();
         assert!(e.contains("different workloads: only in A: [hackbench]"), "{e}");
+    }
+
+    #[test]
+    fn one_kernel_for_all_variants_is_named_once() {
+        let mut m = model(&journal(), &ReportOptions::default());
+        let code = |v: &str| format!("`{v}`");
+        assert_eq!(variants_line(&m, code), "`base`, `patched`");
+        m.kernels = BTreeMap::from([("base".into(), "6.1".into()), ("patched".into(), "6.1".into())]);
+        assert_eq!(variants_line(&m, code), "`base`, `patched` (kernel `6.1` for all)");
+        m.kernels.insert("patched".into(), "6.8".into());
+        assert_eq!(variants_line(&m, code), "`base` (kernel `6.1`), `patched` (kernel `6.8`)");
     }
 
     #[test]
