@@ -11,7 +11,7 @@ use crate::sweep::journal::Better;
 pub struct CsvExporter;
 
 /// The fixed columns; the KVM counters of [`KVM_COLUMNS`] follow as `kvm_<name>`.
-pub const COLUMNS: [&str; 36] = [
+pub const COLUMNS: [&str; 38] = [
     "kind",
     "workload",
     "command",
@@ -43,6 +43,8 @@ pub const COLUMNS: [&str; 36] = [
     "vcpu_wait_note",
     "guest_steal_share",
     "guest_steal_note",
+    "host_other_share",
+    "host_other_note",
     "ctxsw_voluntary",
     "ctxsw_involuntary",
     "other_guests_mean",
@@ -123,6 +125,8 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
         text(c.vcpu_wait.unavailable.as_ref()),
         num(c.guest_steal.mean()),
         text(c.guest_steal.unavailable.as_ref()),
+        num(c.host_other.mean()),
+        text(c.host_other.unavailable.as_ref()),
         num(c.ctxsw_voluntary),
         num(c.ctxsw_involuntary),
         num(c.other_guests.as_ref().map(|s| s.mean)),
@@ -256,6 +260,7 @@ mod tests {
         assert_eq!(lock[col("vcpu_wait_n")], "3");
         assert!((lock[col("guest_steal_share")].parse::<f64>().unwrap() - 0.05).abs() < 1e-12);
         assert_eq!(lock[col("kvm_halt_exits")], "2000");
+        assert!((lock[col("host_other_share")].parse::<f64>().unwrap() - 0.1).abs() < 1e-9);
         assert_eq!(
             lock[col("base_mean")],
             "",

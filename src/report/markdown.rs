@@ -97,11 +97,11 @@ mod tests {
         );
         // guest 1 reported 11.0 for base at 0.5x; hackbench was journaled without telemetry.
         assert!(
-            md.contains("| base | 0.5x | 3 | 10.0000 | - | - | 11.0000 |"),
+            md.contains("| base | 0.5x | 3 | 10.0000 | - | - | - | 11.0000 |"),
             "got:\n{md}"
         );
         assert!(
-            md.contains("| patched | 1x | 3 | 800.00 | 44.0% | 5.0% | 0.4000 | 0.9000 | 101 | 202 |"),
+            md.contains("| patched | 1x | 3 | 800.00 | 44.0% | 5.0% | 10.0% | 0.4000 | 0.9000 | 101 | 202 |"),
             "got:\n{md}"
         );
     }

@@ -452,9 +452,9 @@ pub fn fmt_share(x: Option<f64>) -> String {
 
 /// The cell table: one row per variant × level (so it stays 120 columns wide at any number
 /// of variants), the headline metric next to what explains it:
-/// `variant | oc | n | <metric> | vCPU wait | steal | contention | jain | cs vol | cs invol |
-/// other guests`. Columns no cell of the workload has are left out, except vCPU wait and
-/// steal, which show `-` and a note saying why.
+/// `variant | oc | n | <metric> | vCPU wait | steal | other load | contention | jain | cs vol |
+/// cs invol | other guests`. Columns no cell of the workload has are left out, except vCPU
+/// wait, steal and other load, which show `-` and a note saying why.
 pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     let cells = || wl.series.iter().flat_map(|s| &s.cells);
     let has = |f: &dyn Fn(&Cell) -> bool| cells().any(f);
@@ -462,9 +462,17 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     let jain = has(&|c| c.jain.is_some());
     let ctxsw = has(&|c| c.ctxsw_voluntary.is_some() || c.ctxsw_involuntary.is_some());
     let others = has(&|c| c.other_guests.is_some());
-    let mut head: Vec<String> = ["variant", "oc", "n", wl.metric.as_str(), "vCPU wait", "steal"]
-        .map(String::from)
-        .to_vec();
+    let mut head: Vec<String> = [
+        "variant",
+        "oc",
+        "n",
+        wl.metric.as_str(),
+        "vCPU wait",
+        "steal",
+        "other load",
+    ]
+    .map(String::from)
+    .to_vec();
     let optional = [
         (contention, "contention"),
         (jain, "jain"),
@@ -489,6 +497,7 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
                 fmt_opt(c.summary.as_ref().map(|s| s.mean), d),
                 fmt_share(c.vcpu_wait.mean()),
                 fmt_share(c.guest_steal.mean()),
+                fmt_share(c.host_other.mean()),
             ];
             if contention {
                 row.push(fmt_frac(c.contention_rate));
@@ -568,6 +577,14 @@ pub fn telemetry_notes(wl: &WorkloadModel) -> Vec<String> {
         cells
             .iter()
             .filter_map(|c| c.guest_steal.unavailable.as_ref())
+            .collect(),
+    ));
+    notes.push("other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)".into());
+    notes.extend(reasons(
+        "other load",
+        cells
+            .iter()
+            .filter_map(|c| c.host_other.unavailable.as_ref())
             .collect(),
     ));
     if cells.iter().any(|c| c.ctxsw_voluntary.is_some()) {
@@ -724,9 +741,15 @@ mod tests {
         let code = |v: &str| format!("`{v}`");
         assert_eq!(variants_line(&m, code), "`base`, `patched`");
         m.kernels = BTreeMap::from([("base".into(), "6.1".into()), ("patched".into(), "6.1".into())]);
-        assert_eq!(variants_line(&m, code), "`base`, `patched` (kernel `6.1` for all)");
+        assert_eq!(
+            variants_line(&m, code),
+            "`base`, `patched` (kernel `6.1` for all)"
+        );
         m.kernels.insert("patched".into(), "6.8".into());
-        assert_eq!(variants_line(&m, code), "`base` (kernel `6.1`), `patched` (kernel `6.8`)");
+        assert_eq!(
+            variants_line(&m, code),
+            "`base` (kernel `6.1`), `patched` (kernel `6.8`)"
+        );
     }
 
     #[test]

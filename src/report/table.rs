@@ -94,7 +94,8 @@ mod tests {
         //   lock 0.5x 0.07048399691021992, 1x 5.16503636448792e-05.
         // gmean: sqrt(10*20) = 14.1421, sqrt(9*20.5) = 13.5831 → +3.95% (lower is better).
         // Cell table: vCPU wait (0.02+0.04+0.06)/3 = 4.0 %, (0.42+0.44+0.46)/3 = 44.0 %;
-        // cs vol (50+51+52)/3 = 51, (100+101+102)/3 = 101; halt exits (1000+2000+3000)/3.
+        // cs vol (50+51+52)/3 = 51, (100+101+102)/3 = 101; halt exits (1000+2000+3000)/3;
+        // other load (busy ticks - vCPU run) / total = 40 / 400 = 10 % in every run.
         let expected = "\
 hackbench: patched vs base (seconds, lower is better)
 +-------+---------+--------+---------+--------+--------------+----------+
@@ -106,19 +107,21 @@ hackbench: patched vs base (seconds, lower is better)
 +-------+---------+--------+---------+--------+--------------+----------+
 
 hackbench: what explains each cell (means per run)
-+---------+------+---+---------+-----------+-------+--------------+
-| variant | oc   | n | seconds | vCPU wait | steal | other guests |
-+=========+======+===+=========+===========+=======+==============+
-| base    | 0.5x | 3 | 10.0000 |         - |     - |      11.0000 |
-| base    | 1x   | 3 | 20.0000 |         - |     - |            - |
-| patched | 0.5x | 3 |  9.0000 |         - |     - |            - |
-| patched | 1x   | 3 | 20.5000 |         - |     - |            - |
-+---------+------+---+---------+-----------+-------+--------------+
++---------+------+---+---------+-----------+-------+------------+--------------+
+| variant | oc   | n | seconds | vCPU wait | steal | other load | other guests |
++=========+======+===+=========+===========+=======+============+==============+
+| base    | 0.5x | 3 | 10.0000 |         - |     - |          - |      11.0000 |
+| base    | 1x   | 3 | 20.0000 |         - |     - |          - |            - |
+| patched | 0.5x | 3 |  9.0000 |         - |     - |          - |            - |
+| patched | 1x   | 3 | 20.5000 |         - |     - |          - |            - |
++---------+------+---+---------+-----------+-------+------------+--------------+
 
   runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   vCPU wait: not recorded (a journal from an ocrig without per-vCPU telemetry)
   steal: not recorded
+  other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
+  other load: not recorded
   KVM counters: not recorded
   base at 0.5x: 1 failed run(s) excluded
 
@@ -132,14 +135,14 @@ lock-ticket: patched vs base (ops_per_sec, higher is better)
 +-------+---------+--------+---------+--------+--------------+-----------+
 
 lock-ticket: what explains each cell (means per run)
-+---------+------+---+-------------+-----------+-------+------------+--------+--------+----------+
-| variant | oc   | n | ops_per_sec | vCPU wait | steal | contention |   jain | cs vol | cs invol |
-+=========+======+===+=============+===========+=======+============+========+========+==========+
-| base    | 0.5x | 3 |     1000.00 |      4.0% |  5.0% |     0.2500 | 0.9900 |     51 |      102 |
-| base    | 1x   | 3 |      500.00 |     44.0% |  5.0% |     0.5000 | 0.7500 |    101 |      202 |
-| patched | 0.5x | 3 |     1200.00 |      4.0% |  5.0% |     0.2000 | 0.9800 |     51 |      102 |
-| patched | 1x   | 3 |      800.00 |     44.0% |  5.0% |     0.4000 | 0.9000 |    101 |      202 |
-+---------+------+---+-------------+-----------+-------+------------+--------+--------+----------+
++---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
+| variant | oc   | n | ops_per_sec | vCPU wait | steal | other load | contention |   jain | cs vol | cs invol |
++=========+======+===+=============+===========+=======+============+============+========+========+==========+
+| base    | 0.5x | 3 |     1000.00 |      4.0% |  5.0% |      10.0% |     0.2500 | 0.9900 |     51 |      102 |
+| base    | 1x   | 3 |      500.00 |     44.0% |  5.0% |      10.0% |     0.5000 | 0.7500 |    101 |      202 |
+| patched | 0.5x | 3 |     1200.00 |      4.0% |  5.0% |      10.0% |     0.2000 | 0.9800 |     51 |      102 |
+| patched | 1x   | 3 |      800.00 |     44.0% |  5.0% |      10.0% |     0.4000 | 0.9000 |    101 |      202 |
++---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
 
 lock-ticket: KVM counters of guest 0's VM (mean per run)
 +---------+------+------------+-------------+-------------+----------+-------------+---------------+------------+
@@ -153,6 +156,7 @@ lock-ticket: KVM counters of guest 0's VM (mean per run)
 
   runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
+  other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run
 ";
         assert_eq!(text, expected);

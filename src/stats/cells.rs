@@ -90,6 +90,10 @@ pub struct Cell {
     /// Guest 0's steal share per run from its own /proc/stat (not measured under TCG).
     #[serde(default)]
     pub guest_steal: Measured,
+    /// Share of the pinned host CPUs' time that went to anything but the run's vCPUs, per run
+    /// (another process on a shared host takes its part of the CPUs too).
+    #[serde(default)]
+    pub host_other: Measured,
     /// Mean voluntary / involuntary context switches of the workload's threads per run.
     #[serde(default)]
     pub ctxsw_voluntary: Option<f64>,
@@ -271,6 +275,17 @@ fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str, ctx: &R
         other_guests: summarize(&other_samples),
         vcpu_wait: explain::measure(primary(records, variant, level), |r| explain::vcpu_wait(r, ctx)),
         guest_steal: explain::measure(primary(records, variant, level), |r| explain::guest_steal(r, ctx)),
+        host_other: explain::measure(primary(records, variant, level), |r| {
+            let run: Vec<&RunRecord> = in_cell(records, variant, level)
+                .filter(|o| {
+                    o.workload == r.workload
+                        && o.run == r.run
+                        && o.warmup == r.warmup
+                        && o.attempt == r.attempt
+                })
+                .collect();
+            explain::host_other(&run, ctx)
+        }),
         ctxsw_voluntary: metric_mean(CTXSW_VOLUNTARY_METRIC),
         ctxsw_involuntary: metric_mean(CTXSW_INVOLUNTARY_METRIC),
         kvm: explain::kvm_cell(primary(records, variant, level), ctx),
@@ -366,6 +381,9 @@ pub(crate) mod tests {
                 "timeslices": 10, "voluntary_switches": 5, "involuntary_switches": 5}]},
             "guest_stat": {"user": 190, "system": 0, "idle": 0, "steal": 10, "steal_share": steal, "busy_share": 0.95},
             "kvm": {"source": "qmp query-stats", "counters": {"halt_exits": halts, "directed_yield_attempted": 7}},
+            // 4 s of pinned CPU time, busy for the vCPU's run time plus 0.4 s: other load 0.1.
+            "host_stat": {"cpus": [0, 1], "user": (200.0 * (1.0 - wait)).round() as u64 + 40, "system": 0,
+                          "idle": 160 + (200.0 * wait).round() as u64, "steal": 0, "per_cpu": []},
         });
         v.as_object().unwrap().clone()
     }
@@ -470,6 +488,11 @@ pub(crate) mod tests {
         assert_eq!(cell.vcpu_wait.samples.len(), 3);
         assert!((cell.vcpu_wait.mean().unwrap() - 0.44).abs() < 1e-12);
         assert!((cell.guest_steal.mean().unwrap() - 0.05).abs() < 1e-12);
+        assert!(
+            (cell.host_other.mean().unwrap() - 0.1).abs() < 1e-9,
+            "{:?}",
+            cell.host_other
+        );
         assert_eq!(cell.kvm.counters["halt_exits"], 2000.0);
         assert_eq!(
             (cell.ctxsw_voluntary, cell.ctxsw_involuntary),

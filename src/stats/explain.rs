@@ -89,6 +89,44 @@ pub fn vcpu_wait(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
     }
 }
 
+/// Share of the pinned host CPUs' time that went to anything but this run's vCPUs — other
+/// processes on a shared host, QEMU's own threads, the orchestrator — from the run's host
+/// /proc/stat and every guest's vCPU run time (`run` holds all records of the run). A vCPU
+/// wait share above 1 - 1/L is explained by it.
+pub fn host_other(run: &[&RunRecord], ctx: &RecordContext) -> Result<f64, String> {
+    let first = run.first().ok_or("no records")?;
+    let host = match first.extra.get("host_stat") {
+        None => return Err("not recorded".into()),
+        Some(Value::String(why)) => return Err(why.clone()),
+        Some(h) => h,
+    };
+    let ticks = |k: &str| host[k].as_f64().ok_or_else(|| format!("host_stat has no {k}"));
+    let total = ticks("user")? + ticks("system")? + ticks("idle")? + ticks("steal")?;
+    if total <= 0.0 {
+        return Err("not measured: no time elapsed".into());
+    }
+    let busy_s = (ticks("user")? + ticks("system")?) / USER_HZ;
+    let vcpus_s = if ctx.no_guests().is_some() {
+        0.0
+    } else {
+        let mut sum = 0.0;
+        for r in run {
+            let v = r
+                .extra
+                .get("vcpu_sched")
+                .ok_or("not measured: a guest without vCPU telemetry")?;
+            let sched: VcpuSched =
+                serde_json::from_value(v.clone()).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
+            sum += sched.run_s().unwrap_or(0.0);
+        }
+        sum
+    };
+    Ok(((busy_s - vcpus_s) / (total / USER_HZ)).clamp(0.0, 1.0))
+}
+
+/// /proc/stat's tick rate.
+const USER_HZ: f64 = 100.0;
+
 /// The record's guest steal share; under TCG never a measurement, whatever the record says.
 pub fn guest_steal(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
     if let Some(why) = ctx.no_guests() {
@@ -226,6 +264,24 @@ mod tests {
         );
         let none = measure([with(json!({}))].iter(), |r| vcpu_wait(r, &TCG));
         assert!(none.summary.is_none() && none.unavailable.unwrap().contains("not recorded"));
+    }
+
+    #[test]
+    fn host_other_is_busy_time_beyond_the_vcpus() {
+        // 2 CPUs × 3 s = 600 ticks, 540 busy = 5.4 s; the two guests' vCPUs ran 2.0 + 2.5 s:
+        // 0.9 s of 6 s went elsewhere → 0.15.
+        let sched = |run_s: f64| {
+            json!({"wall_s": 3.0, "mean_wait_share": 0.1, "vcpus": [{
+            "vcpu": 0, "tid": 1, "run_s": run_s, "wait_s": 0.3, "wait_share": 0.1, "timeslices": 1,
+            "voluntary_switches": 0, "involuntary_switches": 0}]})
+        };
+        let host = json!({"cpus": [0, 1], "user": 500, "system": 40, "idle": 60, "steal": 0, "per_cpu": []});
+        let g0 = with(json!({"host_stat": host, "vcpu_sched": sched(2.0)}));
+        let g1 = with(json!({"host_stat": host, "vcpu_sched": sched(2.5)}));
+        assert!((host_other(&[&g0, &g1], &TCG).unwrap() - 0.15).abs() < 1e-12);
+        let lost = with(json!({"host_stat": "not available: CPU 7 has no line in /proc/stat (offline?)"}));
+        assert!(host_other(&[&lost], &TCG).unwrap_err().contains("CPU 7"));
+        assert!(host_other(&[&g0, &with(json!({"host_stat": host}))], &TCG).is_err());
     }
 
     #[test]
