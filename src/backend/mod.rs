@@ -68,6 +68,12 @@ pub trait Guest: Send + Sync {
     fn post_ready_command(&self, _host_unix_time: f64) -> Option<String> {
         None
     }
+    /// The guest's KVM statistics now, raw, as QMP `query-stats` returns them per target:
+    /// `{"vm": [...], "vcpu": [...]}` (empty lists under TCG). An error says why there are
+    /// none; the telemetry then tries debugfs.
+    fn kvm_stats(&self) -> BoxFut<'_, anyhow::Result<serde_json::Value>> {
+        Box::pin(async { anyhow::bail!("this backend does not query QEMU's statistics") })
+    }
     /// Orderly stop within `grace`, then forced; idempotent.
     fn shutdown(&mut self, grace: Duration) -> BoxFut<'_, anyhow::Result<()>>;
 }

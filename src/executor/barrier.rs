@@ -1,27 +1,30 @@
 //! The gated start over SSH: start the payload in every guest with `--go-stdin` and wait until
 //! each says it is ready, then write the go line to all of them back to back from one thread,
-//! then collect every result against a wall-clock deadline. Host and vCPU telemetry is read
-//! right before the go signal and right after the last guest finished, so it covers the run
-//! and little else.
+//! then collect every result against a wall-clock deadline. The telemetry probe
+//! ([`crate::telemetry::probe`]) reads right before the go signal (every guest already waiting)
+//! and right after the last guest finished, its vCPU snapshots innermost, so it covers the
+//! run and little else.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::future::join_all;
-use serde_json::json;
 
 use super::{Finished, RunOutcome, WorkerRun};
+use crate::backend::Guest;
 use crate::guest::ssh::{GatedCommand, GuestSsh};
+use crate::host::Accel;
 use crate::payload_bin;
-use crate::telemetry::{self, vcpu::VcpuSnapshot};
+use crate::telemetry::probe::{ProbeTarget, RunProbe};
 
 /// The line a gated payload prints on stderr when it waits for its go signal.
 const READY_LINE: &str = "ocrig-payload: ready";
 
 /// One guest taking part in a run.
-pub struct Participant {
+pub struct Participant<'a> {
     pub index: usize,
+    pub guest: &'a dyn Guest,
     pub ssh: Arc<GuestSsh>,
     /// None: the guest stays idle in this run.
     pub argv: Option<Vec<String>>,
@@ -38,6 +41,13 @@ pub struct Limits {
     pub collect: Duration,
 }
 
+/// What the run's telemetry needs besides the guests.
+#[derive(Debug, Clone, Copy)]
+pub struct Host<'a> {
+    pub cpus: &'a [usize],
+    pub accel: Accel,
+}
+
 /// The guest shell command that starts the payload gated: every argument quoted (an empty one
 /// stays an argument).
 pub fn gated_command(argv: &[String]) -> anyhow::Result<String> {
@@ -50,14 +60,26 @@ struct Started {
     index: usize,
     gated: GatedCommand,
     argv: Vec<String>,
-    stat_before: String,
+}
+
+/// The probe's view of the participants; `ok(index)` says whose SSH session may be used.
+fn targets<'a>(participants: &'a [Participant<'a>], ok: impl Fn(usize) -> bool) -> Vec<ProbeTarget<'a>> {
+    participants
+        .iter()
+        .map(|p| ProbeTarget {
+            guest: p.guest,
+            ssh: Arc::clone(&p.ssh),
+            vcpu_tids: &p.vcpu_tids,
+            reachable: ok(p.index),
+        })
+        .collect()
 }
 
 /// Runs one gated run on `participants` (in worker order, `workers` in all).
 pub async fn gated_run(
-    participants: &[Participant],
+    participants: &[Participant<'_>],
     workers: usize,
-    host_cpus: &[usize],
+    host: Host<'_>,
     limits: Limits,
 ) -> RunOutcome {
     let mut results: Vec<Option<WorkerRun>> = (0..workers).map(|_| None).collect();
@@ -69,7 +91,6 @@ pub async fn gated_run(
         Some(async move {
             let argv_c = argv.clone();
             let r = tokio::task::spawn_blocking(move || -> anyhow::Result<Started> {
-                let stat_before = ssh.exec("cat /proc/stat", None, limits.collect)?.stdout;
                 let gated = ssh.start_gated(
                     &gated_command(&argv_c)?,
                     READY_LINE,
@@ -79,7 +100,6 @@ pub async fn gated_run(
                     index,
                     gated,
                     argv: argv_c,
-                    stat_before,
                 })
             })
             .await
@@ -96,12 +116,15 @@ pub async fn gated_run(
         }
     }
 
-    // 2. Telemetry right before the go signal.
-    let vcpus_before: Vec<VcpuSnapshot> = participants
-        .iter()
-        .map(|p| VcpuSnapshot::take(&p.vcpu_tids))
-        .collect();
-    let (host_before, kvm_before) = (telemetry::host_stat(), telemetry::kvm_stats());
+    // 2. Telemetry right before the go signal. A guest whose start failed is not asked.
+    let failed_start: Vec<usize> = (0..workers).filter(|&i| results[i].is_some()).collect();
+    let probe = RunProbe::start(
+        &targets(participants, |i| !failed_start.contains(&i)),
+        host.cpus,
+        host.accel,
+        limits.collect,
+    )
+    .await;
 
     // 3. Go: one thread writes the go line to every gated payload back to back.
     let (started, go_times) = tokio::task::spawn_blocking(move || {
@@ -122,15 +145,10 @@ pub async fn gated_run(
 
     // 4. Collect every result, each against the wall-clock deadline from its go.
     let waits = started.into_iter().map(|(s, go)| async move {
-        let Started {
-            index,
-            gated,
-            argv,
-            stat_before,
-        } = s;
+        let Started { index, gated, argv } = s;
         let go_at = match go {
             Ok(t) => t,
-            Err(e) => return (index, argv, stat_before, Err(format!("sending the go signal: {e:#}")), None),
+            Err(e) => return (index, argv, Err(format!("sending the go signal: {e:#}")), None),
         };
         let waiter = tokio::task::spawn_blocking(move || gated.wait());
         // A stopped or hung guest cannot hold the sweep longer than the run deadline (the
@@ -148,67 +166,36 @@ pub async fn gated_run(
                 limits.run.as_secs_f64()
             )),
         };
-        (index, argv, stat_before, r, Some(go_at.elapsed().as_secs_f64()))
+        (index, argv, r, Some(go_at.elapsed().as_secs_f64()))
     });
     let collected = join_all(waits).await;
 
-    // 5. Telemetry right after the last guest finished.
-    let vcpus_after: Vec<VcpuSnapshot> = participants
-        .iter()
-        .map(|p| VcpuSnapshot::take(&p.vcpu_tids))
-        .collect();
-    let mut host = serde_json::Map::new();
-    host.insert(
-        "host_stat".into(),
-        telemetry::host_cpus_delta_json(&host_before, &telemetry::host_stat(), host_cpus),
-    );
-    host.insert(
-        "kvm".into(),
-        telemetry::kvm_delta(&kvm_before, &telemetry::kvm_stats()),
-    );
-
-    // 6. The guests' own CPU time split, from those that finished.
-    let finals = collected
-        .into_iter()
-        .map(|(index, argv, stat_before, result, run_s)| {
-            let ssh = participants
-                .iter()
-                .find(|p| p.index == index)
-                .map(|p| Arc::clone(&p.ssh));
-            async move {
-                let guest_stat = match (&result, ssh) {
-                    (Ok(_), Some(ssh)) => {
-                        tokio::task::spawn_blocking(move || ssh.exec("cat /proc/stat", None, limits.collect))
-                            .await
-                            .ok()
-                            .and_then(Result::ok)
-                            .map(|after| telemetry::stat_delta_json(&stat_before, &after.stdout))
-                    }
-                    _ => None,
-                };
-                (index, argv, result, run_s, guest_stat)
-            }
-        });
-    for (index, argv, result, run_s, guest_stat) in join_all(finals).await {
+    // 5. Telemetry right after the last guest finished; a guest whose run failed may be
+    //    stopped or hung, so only its host side is read.
+    let mut failed_run = failed_start;
+    failed_run.extend(collected.iter().filter(|c| c.2.is_err()).map(|c| c.0));
+    let telemetry = probe
+        .finish(&targets(participants, |i| !failed_run.contains(&i)))
+        .await;
+    for (index, argv, result, run_s) in collected {
         let run_s = if result.is_ok() { run_s } else { None };
         results[index] = Some(WorkerRun {
             argv,
             result,
             run_s,
-            guest_stat,
-            vcpu_sched: None,
+            telemetry: Default::default(),
             console_tail: None,
         });
     }
-    for (i, p) in participants.iter().enumerate() {
+    for (p, m) in participants.iter().zip(telemetry.per_guest) {
         if let Some(Some(w)) = results.get_mut(p.index) {
-            w.vcpu_sched = Some(json!(telemetry::vcpu::delta(&vcpus_before[i], &vcpus_after[i])));
+            w.telemetry = m;
         }
     }
     RunOutcome {
         workers: results,
         start_skew_us,
-        host,
+        host: telemetry.shared,
     }
 }
 
@@ -217,8 +204,7 @@ fn failed(argv: Vec<String>, error: String) -> WorkerRun {
         argv,
         result: Err(error),
         run_s: None,
-        guest_stat: None,
-        vcpu_sched: None,
+        telemetry: Default::default(),
         console_tail: None,
     }
 }

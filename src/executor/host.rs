@@ -8,8 +8,10 @@ use anyhow::Context;
 use serde_json::json;
 
 use super::{BroughtUp, Executor, Finished, RunOutcome, RunRequest, WorkerRun};
+use crate::host::Accel;
 use crate::sweep::plan::BootGroup;
-use crate::telemetry;
+use crate::telemetry::cpu_stat::{self, StatSnapshot};
+use crate::telemetry::probe::RunProbe;
 
 pub struct HostExecutor {
     pub payload: PathBuf,
@@ -27,35 +29,32 @@ impl Executor for HostExecutor {
 
     async fn run(&mut self, request: &RunRequest) -> RunOutcome {
         let argv = request.argv.first().cloned().flatten().unwrap_or_default();
-        let (host_before, kvm_before) = (telemetry::host_stat(), telemetry::kvm_stats());
-        let stat_before = host_before.clone();
+        // No guests: the probe reads the pinned host CPUs (and its own cost) only; the host's
+        // whole-machine split stands in for the worker's own /proc/stat (the accelerator given
+        // to the probe only matters for guests, of which there are none).
+        let whole_before = StatSnapshot::host();
+        let probe = RunProbe::start(&[], &self.host_cpus, Accel::Kvm, Duration::ZERO).await;
         let t = Instant::now();
         let result = run_payload(&self.payload, &argv, &self.host_cpus, request.timeout).await;
         let run_s = t.elapsed().as_secs_f64();
-        let host_after = telemetry::host_stat();
-        let mut host = serde_json::Map::new();
-        host.insert(
-            "host_stat".into(),
-            telemetry::host_cpus_delta_json(&host_before, &host_after, &self.host_cpus),
-        );
-        host.insert(
-            "kvm".into(),
-            telemetry::kvm_delta(&kvm_before, &telemetry::kvm_stats()),
-        );
+        let telemetry = probe.finish(&[]).await;
+        let mut worker_telemetry = serde_json::Map::new();
+        if result.is_ok()
+            && let (Ok(b), Ok(a)) = (&whole_before, &StatSnapshot::host())
+        {
+            worker_telemetry.insert("guest_stat".into(), json!(cpu_stat::total_delta(b, a)));
+        }
         let worker = WorkerRun {
             argv,
             run_s: result.is_ok().then_some(run_s),
-            guest_stat: result
-                .is_ok()
-                .then(|| telemetry::stat_delta_json(&stat_before, &host_after)),
             result: result.map_err(|e| format!("{e:#}")),
-            vcpu_sched: None,
+            telemetry: worker_telemetry,
             console_tail: None,
         };
         RunOutcome {
             workers: vec![Some(worker)],
             start_skew_us: 0.0,
-            host,
+            host: telemetry.shared,
         }
     }
 
@@ -113,7 +112,8 @@ mod tests {
         let w = out.workers[0].as_ref().unwrap();
         let f = w.result.as_ref().unwrap();
         assert_eq!(f.stdout.split_whitespace().last(), Some("0"), "{f:?}");
-        assert!(w.run_s.is_some() && w.guest_stat.is_some());
+        assert!(w.run_s.is_some() && w.telemetry.contains_key("guest_stat"));
+        assert!(out.host.contains_key("host_stat") && out.host.contains_key("telemetry_cost"));
         let req = RunRequest {
             argv: vec![Some(vec!["-c".into(), "sleep 5".into()])],
             timeout: Duration::from_millis(200),

@@ -117,8 +117,13 @@ impl Executor for MockExecutor {
                     argv,
                     result,
                     run_s: Some(1.0),
-                    guest_stat: Some(json!({"busy_share": 1.0})),
-                    vcpu_sched: Some(json!({"wall_s": 1.0, "vcpus": [], "mean_wait_share": null})),
+                    telemetry: serde_json::Map::from_iter([
+                        ("guest_stat".to_string(), json!({"busy_share": 1.0})),
+                        (
+                            "vcpu_sched".to_string(),
+                            json!({"wall_s": 1.0, "vcpus": [], "mean_wait_share": null}),
+                        ),
+                    ]),
                     console_tail: Some(format!("mock console of worker {g}")),
                 })
             })

@@ -60,10 +60,10 @@ pub struct WorkerRun {
     pub result: Result<Finished, String>,
     /// Go signal to the command's end, seconds.
     pub run_s: Option<f64>,
-    /// CPU time split inside the worker over the run (`extra.guest_stat`).
-    pub guest_stat: Option<Value>,
-    /// Host-side scheduling of the worker's vCPU threads over the run (`extra.vcpu_sched`).
-    pub vcpu_sched: Option<Value>,
+    /// Telemetry of this worker over the run, merged into its record's `extra`:
+    /// `vcpu_sched` (host-side scheduling of its vCPU threads), `guest_stat` (its own CPU time
+    /// split), `kvm` (per-VM KVM counters, or why there are none) — see `telemetry::probe`.
+    pub telemetry: serde_json::Map<String, Value>,
     /// On failure: the console lines that explain it (`extra.console_tail`).
     pub console_tail: Option<String>,
 }
@@ -75,7 +75,8 @@ pub struct RunOutcome {
     pub workers: Vec<Option<WorkerRun>>,
     /// Spread of the go signal's delivery across workers, microseconds.
     pub start_skew_us: f64,
-    /// Host-side telemetry over the run (`extra.host_stat`, `extra.kvm`).
+    /// Telemetry of the whole run, merged into every record's `extra` (`host_stat`,
+    /// `telemetry_cost`).
     pub host: serde_json::Map<String, Value>,
 }
 

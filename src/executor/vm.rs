@@ -131,6 +131,7 @@ impl Executor for VmExecutor {
             .iter()
             .map(|l| Participant {
                 index: l.index as usize,
+                guest: l.guest.as_ref(),
                 ssh: Arc::clone(&l.ssh),
                 argv: request.argv.get(l.index as usize).cloned().flatten(),
                 vcpu_tids: l.vcpu_tids.clone(),
@@ -140,8 +141,11 @@ impl Executor for VmExecutor {
             run: request.timeout,
             collect: self.collect_limit(),
         };
-        let mut outcome =
-            barrier::gated_run(&participants, request.argv.len(), &self.cfg.host_cpus, limits).await;
+        let host = barrier::Host {
+            cpus: &self.cfg.host_cpus,
+            accel: self.cfg.accel,
+        };
+        let mut outcome = barrier::gated_run(&participants, request.argv.len(), host, limits).await;
         for l in &self.live {
             if let Some(Some(w)) = outcome.workers.get_mut(l.index as usize)
                 && w.result.is_err()

@@ -93,12 +93,7 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
     if let Some(s) = w.run_s {
         rec.timings.insert("run_s".into(), s);
     }
-    if let Some(v) = w.guest_stat {
-        rec.extra.insert("guest_stat".into(), v);
-    }
-    if let Some(v) = w.vcpu_sched {
-        rec.extra.insert("vcpu_sched".into(), v);
-    }
+    rec.extra.extend(w.telemetry);
     let parsed = w
         .result
         .map_err(anyhow::Error::msg)
@@ -194,8 +189,10 @@ mod tests {
             argv: vec!["lock".into()],
             result,
             run_s: Some(1.0),
-            guest_stat: Some(json!({"user": 1})),
-            vcpu_sched: Some(json!({"wall_s": 1.0})),
+            telemetry: serde_json::Map::from_iter([
+                ("guest_stat".to_string(), json!({"user": 1})),
+                ("vcpu_sched".to_string(), json!({"wall_s": 1.0})),
+            ]),
             console_tail: Some("Kernel panic".into()),
         })
     }
