@@ -316,5 +316,6 @@ fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
         kernels: BTreeMap::new(),
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
+        guest_start: Some(plan.guest_start.as_str().to_string()), // issue 12
     }
 }

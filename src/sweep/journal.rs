@@ -53,6 +53,10 @@ pub struct SweepHeader {
     pub kernels: BTreeMap<String, String>,
     pub started_at: String,
     pub ocrig_version: String,
+    /// issue 12: `guest.start` as asked (`boot` | `clone`); each guest's start facts say
+    /// whether it was cloned. Absent in journals written before it existed.
+    #[serde(default)]
+    pub guest_start: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -191,6 +195,7 @@ mod tests {
             kernels: BTreeMap::new(),
             started_at: "now".into(),
             ocrig_version: "0".into(),
+            guest_start: None,
         }
     }
 

@@ -42,6 +42,8 @@ pub struct Plan {
     pub vcpus: u32,
     pub memory_mib: u32,
     pub scratch_disk_mib: u32,
+    /// issue 12: how guests start (`guest.start`).
+    pub guest_start: crate::backend::StartMethod,
     pub background: Background,
     pub timeouts: Timeouts,
     pub backend: BackendKind,
@@ -116,6 +118,7 @@ impl Plan {
             vcpus: s.guest.vcpus,
             memory_mib: s.guest.memory_mib,
             scratch_disk_mib: s.guest.scratch_disk_mib,
+            guest_start: s.guest.start, // issue 12
             background: s.background,
             timeouts: s.timeouts.clone(),
             backend: s.host.backend,

@@ -499,6 +499,9 @@ fn guest_specs(
                 cpu: cpu.clone(),
                 scratch_disk,
                 workdir: workdir.to_path_buf(),
+                // issue 12: PVH kernel of the image, boot or clone.
+                fast_kernel: image.fast_kernel(),
+                start: plan.guest_start,
             })
         })
         .collect()
