@@ -271,7 +271,7 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
     // the template; each has its own RNG output and generation ID.
     c0.sh("echo c0 > /tmp/mark && echo c0 > /scratch/mark && sync");
     assert_eq!(
-        c1.sh("cat /tmp/mark /scratch/mark 2>/dev/null; mountpoint -q /scratch && echo mounted"),
+        c1.sh("cat /tmp/mark /scratch/mark 2>/dev/null; grep -q ' /scratch ' /proc/mounts && echo mounted"),
         "mounted"
     );
     assert_eq!(c0.sh("cat /tmp/mark /scratch/mark"), "c0\nc0");
@@ -285,6 +285,12 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
         assert!(
             c.sh("ls /sys/bus/acpi/drivers/vmgenid/").contains("QEMUVGID"),
             "vmgenid bound"
+        );
+        // The new generation ID made the restored kernel reseed its RNG at once.
+        let dmesg = c.sh("dmesg | grep -i -e random -e crng || true");
+        assert!(
+            dmesg.contains("virtual machine fork"),
+            "no vmfork reseed in dmesg: {dmesg}"
         );
     }
     let (rate, err) = c1.clock_rate(3.0);
@@ -376,8 +382,12 @@ async fn libvirt_boots_pvh_and_clones() {
         ),
         (Some(true), Some(false))
     );
+    // A template's firmware is SeaBIOS, for the vmgenid device qboot cannot set up.
     assert_eq!(f0["boot"]["kernel"], "pvh");
-    assert_eq!(f0["boot"]["bios"], "qboot");
+    assert_eq!(
+        (f0["boot"]["bios"].as_str(), f0["boot"]["vmgenid"].as_bool()),
+        (Some("seabios"), Some(true))
+    );
     eprintln!(
         "libvirt: template boot {:.2} s + save {:.2} s; clone running {:.2} s, banner {:.2} s, SSH login {:.2} s",
         f0["template_boot_s"].as_f64().unwrap(),
@@ -419,6 +429,7 @@ async fn libvirt_boots_pvh_and_clones() {
     )
     .await;
     assert_eq!(b.facts()["boot"]["kernel"], "pvh");
+    assert_eq!(b.facts()["boot"]["bios"], "qboot");
     eprintln!("libvirt cold boot to SSH login {:.2} s", b.ready_s);
 }
 
