@@ -752,6 +752,101 @@ mod tests {
         assert!(check(d, &key, "inputs A").unwrap_err().contains("template.json"));
     }
 
+    /// A launcher that only describes guests.
+    struct Describe(&'static str);
+
+    impl Launcher for Describe {
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
+            Ok(format!("{} {} {} {}", self.0, spec.vcpus, plan.cmdline, spec.cpu))
+        }
+        fn launch<'a>(
+            &'a self,
+            _: &'a GuestSpec,
+            _: &'a BootPlan,
+            _: Option<&'a Path>,
+        ) -> BoxFut<'a, anyhow::Result<Box<dyn Controlled>>> {
+            Box::pin(async { bail!("describes only") })
+        }
+    }
+
+    #[test]
+    fn the_key_covers_every_input_and_a_file_replaced_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (k, i, d) = (
+            dir.path().join("vmlinux"),
+            dir.path().join("initrd"),
+            dir.path().join("scratch"),
+        );
+        std::fs::write(&k, "kernel").unwrap();
+        std::fs::write(&i, "initrd").unwrap();
+        std::fs::write(&d, vec![0u8; 4096]).unwrap();
+        let spec = GuestSpec {
+            initrd: i.clone(),
+            ..crate::backend::boot::tests::spec(Default::default())
+        };
+        let plan = BootPlan {
+            kernel: k.clone(),
+            bios: None,
+            cmdline: "quiet".into(),
+            vmgenid: true,
+            facts: Value::Null,
+        };
+        let base = inputs(&Describe("qemu 10.0.2"), &spec, &plan).unwrap();
+        assert_eq!(base, inputs(&Describe("qemu 10.0.2"), &spec, &plan).unwrap());
+        let differs = |s: &GuestSpec, p: &BootPlan, l: &Describe| {
+            assert_ne!(inputs(l, s, p).unwrap(), base, "{s:?} {p:?}");
+        };
+        let q = Describe("qemu 10.0.2");
+        differs(&spec, &plan, &Describe("qemu 10.1.0"));
+        differs(
+            &GuestSpec {
+                vcpus: 4,
+                ..spec.clone()
+            },
+            &plan,
+            &q,
+        );
+        differs(
+            &GuestSpec {
+                accel: Accel::Kvm,
+                ..spec.clone()
+            },
+            &plan,
+            &q,
+        );
+        differs(
+            &GuestSpec {
+                scratch_disk: Some(d.clone()),
+                ..spec.clone()
+            },
+            &plan,
+            &q,
+        );
+        differs(
+            &spec,
+            &BootPlan {
+                cmdline: "quiet nopvspin".into(),
+                ..plan.clone()
+            },
+            &q,
+        );
+        differs(
+            &spec,
+            &BootPlan {
+                bios: Some(i.clone()),
+                ..plan.clone()
+            },
+            &q,
+        );
+        // The same path with other contents (a kernel rebuilt in place) is another template.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&k, "kernel, rebuilt").unwrap();
+        differs(&spec, &plan, &q);
+    }
+
     #[test]
     fn eviction_keeps_the_most_recently_used() {
         let root = tempfile::tempdir().unwrap();
