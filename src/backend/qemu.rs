@@ -140,8 +140,18 @@ pub fn qemu_identity(binary: &Path) -> String {
 pub fn console_path(workdir: &Path, name: &str) -> PathBuf {
     workdir.join(format!("{name}.console.log"))
 }
+/// The guest's QMP socket: beside its console log, unless that path is too long for a Unix
+/// socket (108 bytes with the NUL, which a deep results directory exceeds); then in a short
+/// per-user directory under the temp dir, where the guest's unique name keeps it apart.
 pub fn qmp_path(workdir: &Path, name: &str) -> PathBuf {
-    workdir.join(format!("{name}.qmp"))
+    let beside = workdir.join(format!("{name}.qmp"));
+    if beside.as_os_str().len() < 100 {
+        return beside;
+    }
+    // SAFETY: getuid has no preconditions.
+    let dir = std::env::temp_dir().join(format!("ocrig-qmp-{}", unsafe { libc::getuid() }));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.join(format!("{name}.qmp"))
 }
 pub fn pid_path(workdir: &Path, name: &str) -> PathBuf {
     workdir.join(format!("{name}.pid"))
@@ -386,6 +396,15 @@ mod tests {
         };
         let a = qemu_args(&kvm, &p, 1, None).join(" ");
         assert!(a.contains("-accel kvm") && a.contains("-cpu host,kvm-pv-unhalt=off"));
+    }
+
+    #[test]
+    fn qmp_sockets_fit_in_a_unix_socket_path() {
+        let short = qmp_path(Path::new("/w"), "ocrig-a-0");
+        assert_eq!(short, Path::new("/w/ocrig-a-0.qmp"));
+        let deep = Path::new("/tmp").join("d".repeat(120));
+        let p = qmp_path(&deep, "ocrig-a-0");
+        assert!(p.as_os_str().len() < 108 && p.ends_with("ocrig-a-0.qmp"), "{p:?}");
     }
 
     #[test]
