@@ -319,6 +319,7 @@ impl LibvirtBackend {
         let qmp_sock = qmp_path(&abs.workdir, &abs.name);
         let _ = std::fs::remove_file(&qmp_sock);
         let uri = self.uri.clone();
+        let t0 = std::time::Instant::now();
         let (plan, incoming) = (plan.clone(), incoming.map(Path::to_path_buf));
         let (conn, dom, port) =
             tokio::task::spawn_blocking(move || create(&uri, &abs, &plan, incoming.as_deref())).await??;
@@ -342,6 +343,11 @@ impl LibvirtBackend {
             .await
             .with_context(|| format!("the second QMP monitor of {}", spec.name))?;
         *guest.qmp.get_mut() = Some(qmp);
+        tracing::debug!(
+            "{}: libvirt domain up with our QMP monitor {:.2} s after asking",
+            spec.name,
+            t0.elapsed().as_secs_f64()
+        );
         Ok(guest)
     }
 }

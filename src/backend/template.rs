@@ -515,12 +515,14 @@ pub async fn restore(
         .launch(spec, plan, Some(&t.state()))
         .await
         .map_err(|e| fail(format!("{e:#}")))?;
+    let launched_s = t0.elapsed().as_secs_f64();
     if let Err(e) = wait_migration(&*g, MIGRATION_TIMEOUT).await {
         return Err(CloneFailure {
             why: format!("loading the template: {e:#}"),
             template_fault: true,
         });
     }
+    let loaded_s = t0.elapsed().as_secs_f64();
     // The template was saved stopped, so the clone waits for `cont` (libvirt may have sent one).
     let resumed = async {
         g.qmp("cont", Value::Null).await?;
@@ -548,10 +550,16 @@ pub async fn restore(
             tail_file(&g.console_log(), 10)
         )));
     }
+    let banner_s = t0.elapsed().as_secs_f64();
+    tracing::debug!(
+        "{}: clone of {}: QEMU up {launched_s:.2} s, state loaded {loaded_s:.2} s, running {running_s:.2} s, sshd banner {banner_s:.2} s",
+        spec.name,
+        t.short()
+    );
     Ok(Restored {
         guest: g,
         running_s,
-        banner_s: t0.elapsed().as_secs_f64(),
+        banner_s,
     })
 }
 
