@@ -142,13 +142,15 @@ fn clock_args(accel: Accel, cmdline: &str, tsc_khz: Option<u64>) -> (String, Val
     }
 }
 
-/// Prints `msg` as a warning the first time it is seen in this process.
-pub fn notice_once(msg: &str) {
+/// Prints `msg` as a warning the first time it is seen in this process; true if it printed.
+pub fn notice_once(msg: &str) -> bool {
     static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    if seen.get_or_insert_with(HashSet::new).insert(msg.to_string()) {
+    let new = seen.get_or_insert_with(HashSet::new).insert(msg.to_string());
+    if new {
         tracing::warn!("{msg}");
     }
+    new
 }
 
 #[cfg(test)]
@@ -238,6 +240,14 @@ pub mod tests {
         );
         assert_eq!(p.facts["kernel"], "bzimage");
         assert!(p.facts["fallback_reason"].as_str().unwrap().contains("missing"));
+    }
+
+    #[test]
+    fn a_fallback_is_said_once() {
+        let msg = "test notice: said once per process";
+        assert!(notice_once(msg));
+        assert!(!notice_once(msg));
+        assert!(notice_once("test notice: another"));
     }
 
     #[test]

@@ -80,11 +80,16 @@ fn start_methods(accel: host::Accel, img: Option<&image::Image>) -> Vec<String> 
         (Err(why), _) => format!("start: boot     bzImage through SeaBIOS — {why}"),
     });
     out.push(match crate::backend::started::clone_support() {
-        Ok(()) => format!(
-            "start: clone    works (default) — QEMU restores saved templates (`-incoming file:`); {} accel; templates in {}",
-            accel.as_str(),
-            crate::image::cache_dir().join("templates").display()
-        ),
+        Ok(()) => {
+            let v = host::qemu_version(std::path::Path::new("qemu-system-x86_64"))
+                .map_or("?".into(), |(a, b, c)| format!("{a}.{b}.{c}"));
+            format!(
+                "start: clone    works (the default) — QEMU {v} restores a saved template from a file \
+                 (`-incoming file:`, QEMU ≥ 8.2); {} templates in {}",
+                accel.as_str(),
+                crate::image::cache_dir().join("templates").display()
+            )
+        }
         Err(why) => format!("start: clone    unavailable, guests are booted — {why}"),
     });
     out.push(match (accel, host::tsc_freq()) {
