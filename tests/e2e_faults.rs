@@ -115,7 +115,7 @@ fn ssh_port(qemu_pid: u32) -> Option<u16> {
 
 // ------------------------------------------------------------------ the guest over SSH
 
-/// The client key of the image the guest behind `port` booted from: its QEMU's `-kernel` lies
+/// The client key of the image the guest behind `port` booted from: its QEMU's `-initrd` lies
 /// in the image's cache directory, beside the key. (Several images may be cached — other
 /// work on this host builds its own — so "the newest key" is not necessarily this guest's.)
 fn client_key(port: u16) -> PathBuf {
@@ -127,9 +127,13 @@ fn client_key(port: u16) -> PathBuf {
         .filter_map(cmdline)
         .filter(|args| args.iter().any(|a| a.contains(&fwd)))
         .find_map(|args| {
-            let i = args.iter().position(|a| a == "-kernel")?;
-            let key = Path::new(args.get(i + 1)?).parent()?.join("id_ed25519");
-            key.is_file().then_some(key)
+            // The initrd lives in the image's cache directory beside its key (the kernel may be
+            // the per-kernel PVH vmlinux, kept elsewhere).
+            ["-initrd", "-kernel"].iter().find_map(|flag| {
+                let i = args.iter().position(|a| a == flag)?;
+                let key = Path::new(args.get(i + 1)?).parent()?.join("id_ed25519");
+                key.is_file().then_some(key)
+            })
         })
         .unwrap_or_else(|| panic!("no QEMU forwarding port {port} with a cached image key"))
 }

@@ -2,11 +2,16 @@
 //!
 //! The sweep never sees QEMU arguments or libvirt XML; a backend never sees SSH or workloads.
 
+pub mod boot;
 pub mod isolation;
 pub mod libvirt;
 pub mod owned;
 pub mod qemu;
 pub mod qmp;
+#[cfg(test)]
+mod real_tests;
+pub mod started;
+pub mod template;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,6 +24,41 @@ use crate::host::Accel;
 pub type Liveness = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a guest is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartMethod {
+    /// A cold boot of the kernel.
+    #[default]
+    Boot,
+    /// A restore of a saved template guest of the same shape (built on first use); a clone
+    /// that cannot be had or does not come up is replaced by a cold boot.
+    Clone,
+}
+
+impl StartMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartMethod::Boot => "boot",
+            StartMethod::Clone => "clone",
+        }
+    }
+}
+
+/// The kernel in a form QEMU can boot directly (PVH entry of the uncompressed ELF vmlinux),
+/// or why the image has none (then the bzImage in `GuestSpec::kernel` is booted).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FastKernel {
+    Pvh(PathBuf),
+    Unavailable(String),
+}
+
+impl Default for FastKernel {
+    fn default() -> Self {
+        FastKernel::Unavailable("no uncompressed kernel was given".into())
+    }
+}
 
 /// Everything a backend needs to start one guest.
 #[derive(Debug, Clone)]
@@ -36,6 +76,9 @@ pub struct GuestSpec {
     pub scratch_disk: Option<PathBuf>,
     /// Where the console log, QMP socket and pid file go.
     pub workdir: PathBuf,
+    /// The image's PVH-bootable kernel, preferred over `kernel` when QEMU can use it.
+    pub fast_kernel: FastKernel,
+    pub start: StartMethod,
 }
 
 /// A started guest. Dropping it must kill whatever it started.

@@ -168,6 +168,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
                     vcpus: plan.vcpus,
                     memory_mib: plan.memory_mib,
                     scratch_disk_mib: plan.scratch_disk_mib,
+                    guest_start: plan.guest_start,
                     timeouts: plan.timeouts.clone(),
                 });
                 sweep_until_signal(&plan, exec, &mut journal, previous_records, &progress).await
@@ -422,5 +423,6 @@ fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
         }),
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
+        guest_start: Some(plan.guest_start.as_str().to_string()),
     }
 }

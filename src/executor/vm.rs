@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::barrier::{self, Limits, Participant};
 use super::deploy::Prepared;
 use super::{BroughtUp, Executor, RunOutcome, RunRequest};
-use crate::backend::{Backend, Guest, GuestSpec};
+use crate::backend::{Backend, Guest, GuestSpec, StartMethod};
 use crate::guest::ready::{tail_file, wait_for_marker};
 use crate::guest::ssh::{Credentials, GuestSsh};
 use crate::host::Accel;
@@ -39,6 +39,8 @@ pub struct VmConfig {
     pub vcpus: u32,
     pub memory_mib: u32,
     pub scratch_disk_mib: u32,
+    /// Cold boot or snapshot clone (the backend falls back to a boot, saying why).
+    pub guest_start: StartMethod,
     pub timeouts: Timeouts,
 }
 
@@ -201,6 +203,8 @@ fn guest_specs(
                 cpu: cpu.clone(),
                 scratch_disk,
                 workdir: workdir.to_path_buf(),
+                fast_kernel: image.fast_kernel(),
+                start: cfg.guest_start,
             })
         })
         .collect()

@@ -168,6 +168,14 @@ pub struct GuestShape {
     /// Size of a raw ext4 scratch disk mounted at /scratch; 0 = none.
     #[serde(default)]
     pub scratch_disk_mib: u32,
+    /// `boot` (cold boot) or `clone` (restore a saved template of this guest; falls back to a
+    /// boot where the host cannot). Default: clone.
+    #[serde(default = "default_start")]
+    pub start: crate::backend::StartMethod,
+}
+
+fn default_start() -> crate::backend::StartMethod {
+    crate::backend::StartMethod::Clone
 }
 
 fn default_memory() -> u32 {
@@ -183,6 +191,7 @@ impl Default for GuestShape {
             cmdline: String::new(),
             cpu: None,
             scratch_disk_mib: 0,
+            start: default_start(),
         }
     }
 }

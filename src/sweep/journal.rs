@@ -50,6 +50,10 @@ pub struct SweepHeader {
     pub schedule: Option<ScheduleInfo>,
     pub started_at: String,
     pub ocrig_version: String,
+    /// `guest.start` as asked (`boot` | `clone`); each guest's start facts say
+    /// whether it was cloned. Absent in journals written before it existed.
+    #[serde(default)]
+    pub guest_start: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -242,6 +246,7 @@ pub(crate) mod tests {
             schedule: None,
             started_at: "now".into(),
             ocrig_version: "0".into(),
+            guest_start: None,
         }
     }
 

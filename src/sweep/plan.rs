@@ -69,6 +69,8 @@ pub struct Plan {
     pub vcpus: u32,
     pub memory_mib: u32,
     pub scratch_disk_mib: u32,
+    /// How guests start (`guest.start`).
+    pub guest_start: crate::backend::StartMethod,
     pub background: Background,
     pub timeouts: Timeouts,
     pub schedule: Schedule,
@@ -161,6 +163,7 @@ impl Plan {
             vcpus: s.guest.vcpus,
             memory_mib: s.guest.memory_mib,
             scratch_disk_mib: s.guest.scratch_disk_mib,
+            guest_start: s.guest.start,
             background: s.background,
             timeouts: s.timeouts.clone(),
             schedule: Schedule {
