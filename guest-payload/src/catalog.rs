@@ -137,7 +137,12 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             m("jain", "Jain's index of per-client operations"),
             cond("*_p99_ms", "99th percentile latency per operation kind"),
         ],
-        inputs: &[],
+        inputs: &[GuestInput {
+            host_path: crate::workloads::dbench::CLIENT_TXT_HOST,
+            guest_path: crate::workloads::dbench::CLIENT_TXT_GUEST,
+            gzip: true,
+            required_by_default: true,
+        }],
     },
     WorkloadSpec {
         name: "mutex",
@@ -341,7 +346,9 @@ mod tests {
                 "1",
                 "--warmup",
                 "0",
-                            ],
+                "--loadfile",
+                "builtin",
+            ],
             &[
                 "mutex",
                 "--threads",

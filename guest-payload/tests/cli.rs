@@ -25,6 +25,10 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         ),
         (&["dbench", "--dir", "/tmp", "--clients", "0"], "--clients"),
         (
+            &["dbench", "--dir", "/tmp", "--loadfile", "/nonexistent/client.txt"],
+            "--loadfile '/nonexistent/client.txt'",
+        ),
+        (
             &["mutex", "--contended-delay-ns", "1000"],
             "--acquire trylock-first",
         ),

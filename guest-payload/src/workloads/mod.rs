@@ -1,6 +1,7 @@
 //! Workloads: each takes its clap `Args`, runs, and returns one [`crate::report::Report`].
 
 pub mod dbench;
+mod dbench_client;
 pub mod dbench_loadfile;
 pub mod ebizzy;
 pub mod futexlock;
