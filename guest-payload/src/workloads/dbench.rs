@@ -10,8 +10,11 @@
 //! As dbench, each client is a process (`fork`; `--threads` makes them threads of one process,
 //! sharing one fd table) working in `<dir>/clients/clientN` (every `client1` in the loadfile's
 //! paths becomes the client's name), looping over the loadfile until time is up; the
-//! operations are in [`super::dbench_client`]. The clients are released together through a
-//! start gate after each has set up.
+//! operations are in [`super::dbench_client`]. As dbench's clients, each tokenizes every line
+//! as it replays it and, as a process, checks before each line that its parent is alive
+//! (`kill(parent, 0)`): client work that dbench does per operation. The loadfile is validated
+//! once before the start, so a malformed line is reported before anything is measured. The
+//! clients are released together through a start gate after each has set up.
 //!
 //! Throughput is counted as dbench 4.0 counts it (dbench.c `sig_alarm`): bytes of WriteX and
 //! ReadX (their `size` arguments, added when the operation returns) done after the warm-up,
@@ -35,7 +38,7 @@ use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
 use super::dbench_client::{Client, ClientCounters, ClientOutcome, Control, MEASURE, STOP};
-use super::dbench_loadfile::{self as lf, Line, OpKind};
+use super::dbench_loadfile::{self as lf, OpKind};
 use super::shm::{SharedArray, ZeroValid};
 use super::start::PipeGate;
 use crate::env::Env;
@@ -186,7 +189,10 @@ fn default_loadfile() -> Result<PathBuf, super::BadInput> {
 
 /// Everything the clients and the coordinator share; the arrays survive `fork`.
 struct Run {
-    lines: Vec<Line>,
+    /// The loadfile's text, validated; clients tokenize it as they go.
+    text: String,
+    /// The coordinator's pid, which client processes check before each line.
+    coordinator: libc::pid_t,
     loadfile_ops: u64,
     dir: PathBuf,
     ctl: SharedArray<Control>,
@@ -200,7 +206,8 @@ fn client_main(run: &Run, id: usize) -> Result<ClientOutcome, String> {
     run.gate
         .arrive()
         .map_err(|e| format!("client {id}: start gate: {e}"))?;
-    let out = c.run(&run.lines, run.ctl.get(0), run.counters.get(id));
+    let parent = (std::process::id() as libc::pid_t != run.coordinator).then_some(run.coordinator);
+    let out = c.run(&run.text, run.ctl.get(0), run.counters.get(id), parent);
     c.cleanup();
     out.map_err(|e| format!("{e:#}"))
 }
@@ -301,12 +308,12 @@ fn spawn_thread(run: &Arc<Run>, id: usize) -> anyhow::Result<Handle> {
 pub fn run(args: &Args) -> anyhow::Result<Report> {
     super::require_dir("directory", &args.dir)?;
     let (text, name) = load(args)?;
-    let lines = lf::parse(&text).with_context(|| format!("parsing loadfile {name}"))?;
-    drop(text);
+    let loadfile_ops = lf::validate(&text).with_context(|| format!("parsing loadfile {name}"))?;
     let n = args.clients as usize;
     let run = Arc::new(Run {
-        loadfile_ops: lines.len() as u64,
-        lines,
+        loadfile_ops,
+        text,
+        coordinator: std::process::id() as libc::pid_t,
         dir: args.dir.clone(),
         ctl: SharedArray::new(1)?,
         counters: SharedArray::new(n)?,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::dbench_loadfile::{Line, Op, OpKind, PathTemplate};
+use super::dbench_loadfile::{Line, Op, OpKind, PathTemplate, parse_line};
 use crate::metrics::new_latency_histogram;
 
 pub(crate) const WARMUP: u8 = 0;
@@ -133,11 +133,17 @@ impl Client {
 
     /// Loops over the loadfile until the coordinator says stop; counts operations and their
     /// latencies only while the phase is MEASURE.
+    ///
+    /// As dbench's `child_run`, every line is tokenized as it is replayed, on every pass (the
+    /// loadfile was validated once before the start), and, when `parent` is given (the client
+    /// is a process), each line first checks with `kill(parent, 0)` that the coordinator is
+    /// still alive, leaving if it is not: both are client work dbench does per operation.
     pub fn run(
         &mut self,
-        lines: &[Line],
+        text: &str,
         ctl: &Control,
         counters: &ClientCounters,
+        parent: Option<libc::pid_t>,
     ) -> anyhow::Result<ClientOutcome> {
         let mut hist: Vec<_> = OpKind::ALL
             .iter()
@@ -146,17 +152,24 @@ impl Client {
         let mut out = ClientOutcome::default();
         let mut measuring = false;
         'outer: loop {
-            for line in lines {
+            for (i, raw) in text.lines().enumerate() {
+                if let Some(pid) = parent {
+                    // SAFETY: signal 0 only checks that the process exists.
+                    anyhow::ensure!(unsafe { libc::kill(pid, 0) } == 0, "the coordinator is gone");
+                }
                 let phase = ctl.phase.load(Ordering::Relaxed);
                 if phase == STOP {
                     break 'outer;
                 }
+                let Some(line) = parse_line(i + 1, raw)? else {
+                    continue;
+                };
                 if phase == MEASURE && !measuring {
                     measuring = true;
                 }
                 self.lineno = line.lineno;
                 let t = Instant::now();
-                let (written, read) = self.exec(line, &mut out)?;
+                let (written, read) = self.exec(&line, &mut out)?;
                 let ns = t.elapsed().as_nanos() as u64;
                 if written + read > 0 {
                     let add =
