@@ -321,19 +321,6 @@ impl Guest for QemuGuest {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn kvm_stats(&self) -> BoxFut<'_, anyhow::Result<serde_json::Value>> {
-        Box::pin(async move {
-            let mut qmp = self.qmp.lock().await;
-            let qmp = qmp.as_mut().context("QMP is closed")?;
-            let mut raw = serde_json::Map::new();
-            for target in ["vm", "vcpu"] {
-                let args = serde_json::json!({ "target": target, "providers": [{ "provider": "kvm" }] });
-                raw.insert(target.into(), qmp.execute("query-stats", args).await?);
-            }
-            Ok(serde_json::Value::Object(raw))
-        })
-    }
-
     fn liveness(&self) -> Liveness {
         match self.child.id() {
             Some(pid) => Box::new(move || process_alive(pid)),
