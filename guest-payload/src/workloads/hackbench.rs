@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
+use super::shm::{SharedArray, ZeroValid};
 use crate::env::Env;
 use crate::metrics::Fairness;
 use crate::report::Report;
@@ -86,57 +87,11 @@ struct Slot {
     ok: AtomicU64,
 }
 
-/// An anonymous MAP_SHARED mapping of `n` slots, visible to forked children.
-struct SharedSlots {
-    ptr: *mut Slot,
-    len: usize,
-}
+// SAFETY: only atomics, all valid at zero; no pointers.
+unsafe impl ZeroValid for Slot {}
 
-// SAFETY: the slots hold only atomics.
-unsafe impl Send for SharedSlots {}
-unsafe impl Sync for SharedSlots {}
-
-impl SharedSlots {
-    fn new(n: usize) -> anyhow::Result<Self> {
-        let bytes = n.max(1) * std::mem::size_of::<Slot>();
-        // SAFETY: anonymous shared mapping, no fd; checked for MAP_FAILED. Zeroed memory is a
-        // valid `Slot` (all atomics 0).
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        anyhow::ensure!(
-            p != libc::MAP_FAILED,
-            "mmap of {bytes} bytes failed: {}",
-            std::io::Error::last_os_error()
-        );
-        Ok(Self {
-            ptr: p.cast(),
-            len: n.max(1),
-        })
-    }
-
-    fn get(&self, i: usize) -> &Slot {
-        assert!(i < self.len);
-        // SAFETY: in bounds of the live mapping.
-        unsafe { &*self.ptr.add(i) }
-    }
-}
-
-impl Drop for SharedSlots {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was created in `new` with this size.
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.len * std::mem::size_of::<Slot>());
-        }
-    }
-}
+/// The slots of every task, in memory that forked children share.
+type SharedSlots = SharedArray<Slot>;
 
 fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
