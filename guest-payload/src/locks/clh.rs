@@ -19,11 +19,11 @@
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use lock_api::{GuardNoSend, RawMutex};
 
 use super::pool::Pool;
+use super::sync::{AtomicBool, AtomicPtr, Ordering, global, spin_loop, thread_local};
 
 #[repr(align(64))]
 struct Node {
@@ -31,7 +31,9 @@ struct Node {
     locked: AtomicBool,
 }
 
-static POOL: Pool<Node> = Pool::new();
+global! {
+    static POOL: Pool<Node> = Pool::new();
+}
 
 fn new_node() -> &'static Node {
     POOL.take(|_| Node {
@@ -42,6 +44,7 @@ fn new_node() -> &'static Node {
 /// This thread's one spare node, given back to the pool when the thread exits.
 struct Spare(Cell<&'static Node>);
 
+#[cfg(not(loom))] // see pool.rs
 impl Drop for Spare {
     fn drop(&mut self) {
         // The spare is never linked into a queue, whatever locks this thread still holds.
@@ -77,7 +80,7 @@ impl RawClhLock {
             // Acquire pairs with the Release store in `unlock`: we see the previous critical
             // section once we see its node released.
             while pred.locked.load(Ordering::Acquire) {
-                std::hint::spin_loop();
+                spin_loop();
             }
             pred
         };
@@ -148,7 +151,8 @@ impl Drop for RawClhLock {
     fn drop(&mut self) {
         // With `&mut self` nobody waits on or holds the lock (a forgotten guard's node is the
         // tail and is not referenced by its thread any more), so the tail node is free.
-        let t = *self.tail.get_mut();
+        // (A load, not `get_mut`: loom's atomics have no `get_mut`.)
+        let t = self.tail.load(Ordering::Relaxed);
         if !t.is_null() {
             POOL.give(node_ref(t));
         }

@@ -11,11 +11,10 @@
 //! a kernel round trip (sleep + wake-up IPI, i.e. VM exits on real hardware) on every contended
 //! hand-over, even for critical sections far shorter than a context switch.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use lock_api::{GuardSend, RawMutex};
 
 use super::futex;
+use super::sync::{AtomicU32, Ordering};
 
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
@@ -39,7 +38,7 @@ impl RawFutexMutex {
                     .compare_exchange(LOCKED, CONTENDED, Ordering::Relaxed, Ordering::Relaxed)
                     .map_or_else(|v| v != UNLOCKED, |_| true)
             {
-                futex::wait(&self.state, CONTENDED);
+                futex::wait_word(&self.state, CONTENDED);
             }
             // Take the lock as 2, not 1: we cannot know whether other sleepers remain.
             match self
@@ -84,7 +83,7 @@ unsafe impl RawMutex for RawFutexMutex {
         // and wake one sleeper, which retakes the lock as 2.
         if self.state.fetch_sub(1, Ordering::Release) != LOCKED {
             self.state.store(UNLOCKED, Ordering::Release);
-            futex::wake(&self.state, 1);
+            futex::wake_word(&self.state, 1);
         }
     }
 

@@ -16,11 +16,11 @@
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use lock_api::{GuardNoSend, RawMutex};
 
 use super::pool::Pool;
+use super::sync::{AtomicBool, AtomicPtr, Ordering, global, spin_loop, thread_local};
 
 /// MCS locks one thread can hold (or be waiting for) at the same time.
 pub const MAX_HELD: usize = 8;
@@ -37,7 +37,9 @@ struct Block {
     nodes: [Node; MAX_HELD],
 }
 
-static POOL: Pool<Block> = Pool::new();
+global! {
+    static POOL: Pool<Block> = Pool::new();
+}
 
 /// This thread's node block and which of its nodes are in use.
 struct Lease {
@@ -45,6 +47,7 @@ struct Lease {
     used: Cell<u8>,
 }
 
+#[cfg(not(loom))] // see pool.rs
 impl Drop for Lease {
     fn drop(&mut self) {
         // A node still in use at thread exit (a forgotten guard) may be linked into a queue:
@@ -131,7 +134,7 @@ unsafe impl RawMutex for RawMcsLock {
             node_ref(pred).next.store(me, Ordering::Release);
             // Acquire pairs with the predecessor's Release store of false in `unlock`.
             while node.waiting.load(Ordering::Acquire) {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
         // Relaxed: only the owner reads `holder`, and the next owner writes it only after
@@ -184,7 +187,7 @@ unsafe impl RawMutex for RawMcsLock {
                 if !next.is_null() {
                     break;
                 }
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
         // Release hands the lock and our critical section to the successor. After this store

@@ -22,10 +22,11 @@
 //! stalls the others only for one timeout (about `TIMEOUT_UNIT` per position) instead of until
 //! its vCPU runs again, which is the point of the algorithm. Fairness is traded away only then.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_api::{GuardSend, RawMutex};
+
+use super::sync::{AtomicU32, Ordering, spin_loop};
 
 /// Stall allowance per waiter ahead of us before we may take the lock out of order.
 pub const TIMEOUT_UNIT: Duration = Duration::from_micros(100);
@@ -69,7 +70,7 @@ impl RawPticketLock {
             if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && Instant::now() >= deadline {
                 return;
             }
-            std::hint::spin_loop();
+            spin_loop();
         }
     }
 
@@ -81,7 +82,7 @@ impl RawPticketLock {
                 return;
             }
             while self.grant.load(Ordering::Relaxed) & ACQUIRED != 0 {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
     }

@@ -37,11 +37,11 @@
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 use lock_api::{GuardSend, RawMutex};
 
 use super::pool::Pool;
+use super::sync::{AtomicBool, AtomicPtr, AtomicU32, Ordering, global, spin_loop, thread_local};
 
 pub const LOCKED_VAL: u32 = 1;
 pub const LOCKED_MASK: u32 = 0xff;
@@ -85,9 +85,18 @@ struct Block {
     nodes: [QNode; MAX_NODES],
 }
 
-static POOL: Pool<Block> = Pool::new();
-/// id -> block, so a tail in the lock word can be turned back into a node.
-static BLOCKS: [AtomicPtr<Block>; MAX_IDS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_IDS];
+/// Thread ids handed out (block ids): every id the tail can encode, except under loom, where a
+/// model has a handful of threads and each execution builds its own table.
+const REGISTERED_IDS: usize = if cfg!(loom) { 8 } else { MAX_IDS };
+
+global! {
+    static POOL: Pool<Block> = Pool::new();
+}
+global! {
+    /// id -> block, so a tail in the lock word can be turned back into a node.
+    static BLOCKS: [AtomicPtr<Block>; REGISTERED_IDS] =
+        [const { AtomicPtr::new(ptr::null_mut()) }; REGISTERED_IDS];
+}
 
 /// This thread's node block and current nesting depth (nodes in use).
 struct Lease {
@@ -95,6 +104,7 @@ struct Lease {
     depth: Cell<usize>,
 }
 
+#[cfg(not(loom))] // see pool.rs
 impl Drop for Lease {
     fn drop(&mut self) {
         // Nodes are only in use while this thread waits inside `lock`, never at thread exit.
@@ -111,7 +121,7 @@ thread_local! {
 
 fn lease_block() -> &'static Block {
     let block = POOL.take(|n| Block {
-        id: (n < MAX_IDS).then_some(n),
+        id: (n < REGISTERED_IDS).then_some(n),
         nodes: std::array::from_fn(|_| QNode {
             next: AtomicPtr::new(ptr::null_mut()),
             head: AtomicBool::new(false),
@@ -159,7 +169,7 @@ impl RawQspinLock {
         // 0,1,0: a pending waiter is just turning into the owner; let it finish (bounded).
         if val == PENDING_VAL {
             for _ in 0..PENDING_LOOPS {
-                std::hint::spin_loop();
+                spin_loop();
                 val = self.word.load(Ordering::Relaxed);
                 if val != PENDING_VAL {
                     break;
@@ -173,7 +183,7 @@ impl RawQspinLock {
             if val & !LOCKED_MASK == 0 {
                 // We are pending. Wait for the owner to go; Acquire pairs with its Release.
                 while self.word.load(Ordering::Acquire) & LOCKED_MASK != 0 {
-                    std::hint::spin_loop();
+                    spin_loop();
                 }
                 // 0,1,0 -> 0,0,1 (a tail may have appeared meanwhile: the add preserves it).
                 // Relaxed: the Acquire load above already ordered us after the last owner.
@@ -200,7 +210,7 @@ impl RawQspinLock {
         let Some(id) = block.id.filter(|_| idx < MAX_NODES) else {
             // No node to queue with: spin on the word instead (as Linux does past MAX_NODES).
             while !self.try_lock() {
-                std::hint::spin_loop();
+                spin_loop();
             }
             leave();
             return;
@@ -233,7 +243,7 @@ impl RawQspinLock {
                 .store(node as *const QNode as *mut QNode, Ordering::Release);
             // Acquire pairs with the predecessor's Release store of `head`.
             while !node.head.load(Ordering::Acquire) {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
 
@@ -244,7 +254,7 @@ impl RawQspinLock {
             if v & LOCKED_PENDING_MASK == 0 {
                 break v;
             }
-            std::hint::spin_loop();
+            spin_loop();
         };
         loop {
             if val & TAIL_MASK == tail {
@@ -275,7 +285,7 @@ impl RawQspinLock {
             if !n.is_null() {
                 break n;
             }
-            std::hint::spin_loop();
+            spin_loop();
         };
         // Release: the successor will touch the word only after seeing this.
         node_ref(next).head.store(true, Ordering::Release);
@@ -418,7 +428,7 @@ mod tests {
                         unsafe {
                             let v = std::ptr::read_volatile(s.counter.get());
                             for _ in 0..50 {
-                                std::hint::spin_loop();
+                                spin_loop();
                             }
                             std::ptr::write_volatile(s.counter.get(), v + 1);
                         }

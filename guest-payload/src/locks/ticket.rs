@@ -4,9 +4,9 @@
 //! preempted vCPU, every other waiter spins until that vCPU runs again, even though the lock
 //! is free (lock-waiter preemption).
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use lock_api::{GuardSend, RawMutex};
+
+use super::sync::{AtomicU32, Ordering, spin_loop};
 
 pub struct RawTicketLock {
     next_ticket: AtomicU32,
@@ -27,7 +27,7 @@ unsafe impl RawMutex for RawTicketLock {
         // of `now_serving` that hands us the lock.
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         while self.now_serving.load(Ordering::Acquire) != ticket {
-            std::hint::spin_loop();
+            spin_loop();
         }
     }
 
