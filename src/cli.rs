@@ -38,6 +38,10 @@ pub enum Command {
         /// No progress bar (for CI and scripts).
         #[arg(long)]
         quiet: bool,
+        /// When a live sweep holds any of this scenario's host CPUs, wait for it instead of
+        /// refusing (the default: two sweeps on the same CPUs spoil each other's numbers).
+        #[arg(long)]
+        wait_for_cpus: bool,
     },
     /// Check scenario files without booting anything.
     Validate {

@@ -4,6 +4,7 @@
 mod backend;
 mod cli;
 mod commands;
+mod executor;
 mod guest;
 mod host;
 mod image;
@@ -13,6 +14,7 @@ mod scenario;
 mod stats;
 mod sweep;
 mod telemetry;
+mod vocabulary;
 
 use std::process::ExitCode;
 

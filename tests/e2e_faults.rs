@@ -16,6 +16,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rustix::process::Signal;
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -85,9 +86,10 @@ fn qemus_of(run_id: &str) -> Vec<u32> {
         .collect()
 }
 
-fn kill(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid as i32, sig) };
+fn kill(pid: u32, sig: Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
 }
 
 /// Waits until no QEMU of `run_id` is left; returns how long that took, None on timeout.
@@ -113,27 +115,33 @@ fn ssh_port(qemu_pid: u32) -> Option<u16> {
 
 // ------------------------------------------------------------------ the guest over SSH
 
-/// The client key of the cached guest image.
-fn client_key() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    let images = std::env::var_os("XDG_CACHE_HOME")
-        .map_or_else(|| home.join(".cache"), PathBuf::from)
-        .join("ocrig/images");
-    let mut keys: Vec<PathBuf> = std::fs::read_dir(&images)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", images.display()))
+/// The client key of the image the guest behind `port` booted from: its QEMU's `-initrd` lies
+/// in the image's cache directory, beside the key. (Several images may be cached — other
+/// work on this host builds its own — so "the newest key" is not necessarily this guest's.)
+fn client_key(port: u16) -> PathBuf {
+    let fwd = format!("hostfwd=tcp:127.0.0.1:{port}-");
+    let entries = std::fs::read_dir("/proc").expect("reading /proc");
+    entries
         .flatten()
-        .map(|e| e.path().join("id_ed25519"))
-        .filter(|p| p.is_file())
-        .collect();
-    keys.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    keys.pop()
-        .expect("a guest image with a client key (run ocrig once)")
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(cmdline)
+        .filter(|args| args.iter().any(|a| a.contains(&fwd)))
+        .find_map(|args| {
+            // The initrd lives in the image's cache directory beside its key (the kernel may be
+            // the per-kernel PVH vmlinux, kept elsewhere).
+            ["-initrd", "-kernel"].iter().find_map(|flag| {
+                let i = args.iter().position(|a| a == flag)?;
+                let key = Path::new(args.get(i + 1)?).parent()?.join("id_ed25519");
+                key.is_file().then_some(key)
+            })
+        })
+        .unwrap_or_else(|| panic!("no QEMU forwarding port {port} with a cached image key"))
 }
 
 fn ssh_cmd(port: u16, remote: &str) -> Command {
     let mut c = Command::new("ssh");
     c.arg("-i")
-        .arg(client_key())
+        .arg(client_key(port))
         .args(["-p", &port.to_string()])
         .args([
             "-o",
@@ -212,6 +220,8 @@ impl Sweep {
             "run".into(),
             s.scenario.clone().into(),
             "--quiet".into(),
+            // Queue behind another live sweep on these CPUs (another engineer's, say).
+            "--wait-for-cpus".into(),
             "--results".into(),
             s.results.clone().into(),
         ];
@@ -238,7 +248,13 @@ impl Sweep {
     fn resume(&mut self, dir: &Path) {
         assert!(self.child.is_none(), "the first ocrig is still running");
         self.log = self.tmp.path().join("ocrig-2.log");
-        self.spawn(&["run".into(), "--resume".into(), dir.into(), "--quiet".into()]);
+        self.spawn(&[
+            "run".into(),
+            "--resume".into(),
+            dir.into(),
+            "--quiet".into(),
+            "--wait-for-cpus".into(),
+        ]);
     }
 
     fn pid(&self) -> u32 {
@@ -406,7 +422,7 @@ impl Drop for Sweep {
         for id in self.run_ids() {
             for pid in qemus_of(&id) {
                 say(format!("cleanup: killing leftover QEMU {pid} of sweep {id}"));
-                kill(pid, libc::SIGKILL);
+                kill(pid, Signal::KILL);
             }
         }
     }
@@ -472,6 +488,10 @@ impl Journal {
         let f = failed[0];
         assert_eq!(f["attempt"], 1, "{f}");
         assert!(f["error"].as_str().is_some_and(|e| !e.is_empty()), "{f}");
+        assert!(
+            f["superseded"].is_string(),
+            "a failed attempt is marked superseded: {f}"
+        );
         let retry = self
             .runs
             .iter()
@@ -541,7 +561,7 @@ fn fault_is_retried(name: &str, fault: impl FnOnce(u32, u16)) -> (Journal, Value
 fn sigstop_of_a_guest_times_out_and_is_retried() {
     let (_j, failed) = fault_is_retried("fault-sigstop", |qemu, _| {
         say(format!("SIGSTOP to QEMU {qemu}"));
-        kill(qemu, libc::SIGSTOP);
+        kill(qemu, Signal::STOP);
     });
     let error = failed["error"].as_str().unwrap().to_lowercase();
     assert!(
@@ -554,7 +574,7 @@ fn sigstop_of_a_guest_times_out_and_is_retried() {
 fn sigkill_of_a_guest_is_retried() {
     fault_is_retried("fault-qemu-kill", |qemu, _| {
         say(format!("SIGKILL to QEMU {qemu}"));
-        kill(qemu, libc::SIGKILL);
+        kill(qemu, Signal::KILL);
     });
 }
 
@@ -605,7 +625,7 @@ fn dropped_ssh_session_is_retried() {
 
 /// Sends `sig` to ocrig mid-run; checks its exit status, that every guest is gone within 5 s
 /// and that the journal holds only whole lines.
-fn signal_stops_everything(name: &str, sig: i32, code: i32) {
+fn signal_stops_everything(name: &str, sig: Signal, code: i32) {
     let _serial = serial();
     let mut sweep = Sweep::start(name);
     let (_, run_id, port) = sweep.wait_guest(Duration::from_secs(180));
@@ -635,12 +655,12 @@ fn signal_stops_everything(name: &str, sig: i32, code: i32) {
 
 #[test]
 fn sigint_exits_130_and_stops_every_guest() {
-    signal_stops_everything("fault-sigint", libc::SIGINT, 130);
+    signal_stops_everything("fault-sigint", Signal::INT, 130);
 }
 
 #[test]
 fn sigterm_exits_143_and_stops_every_guest() {
-    signal_stops_everything("fault-sigterm", libc::SIGTERM, 143);
+    signal_stops_everything("fault-sigterm", Signal::TERM, 143);
 }
 
 #[test]
@@ -660,7 +680,7 @@ fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
         std::thread::sleep(Duration::from_millis(100));
     }
     sweep.wait_payload(port, Duration::from_secs(60));
-    kill(sweep.pid(), libc::SIGKILL);
+    kill(sweep.pid(), Signal::KILL);
     let gone = wait_qemus_gone(&run_id, Duration::from_secs(5));
     say(format!(
         "SIGKILL of ocrig: last guest gone {:.0} ms later (PDEATHSIG)",
@@ -716,4 +736,81 @@ fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
     for id in sweep.run_ids() {
         assert!(qemus_of(&id).is_empty(), "QEMUs of {id} left after the resume");
     }
+}
+
+/// A second sweep on host CPUs a live sweep uses is refused at once: exit 2, naming the live
+/// sweep's pid and results directory, with nothing booted and no results directory made. The
+/// live sweep here runs on the host backend (no guest to boot), holding both CPUs for a while.
+#[test]
+fn a_second_sweep_on_busy_cpus_is_refused_naming_the_first() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let first_yaml = tmp.path().join("holder.yaml");
+    std::fs::write(
+        &first_yaml,
+        "name: holder\nhost: {cpus: 2, backend: host}\nlevels: [0.5]\nworkloads:\n  - command: hog\n    args: {seconds: 20}\n    metric: iterations\n",
+    )
+    .unwrap();
+    let first_results = tmp.path().join("results-1");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .args(["run", "--quiet", "--wait-for-cpus", "--results"])
+        .arg(&first_results)
+        .arg(&first_yaml)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // It holds the CPUs once its results directory exists.
+    let t = Instant::now();
+    let first_dir = loop {
+        if let Some(d) = std::fs::read_dir(&first_results).ok().and_then(|mut e| e.next()) {
+            break d.unwrap().path();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the first sweep never started"
+        );
+        assert!(first.try_wait().unwrap().is_none(), "the first sweep ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+
+    let second_yaml = tmp.path().join("second.yaml");
+    std::fs::write(&second_yaml, scenario_yaml("second")).unwrap();
+    let second_results = tmp.path().join("results-2");
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .args(["run", "--quiet", "--results"])
+        .arg(&second_results)
+        .arg(&second_yaml)
+        .output()
+        .unwrap();
+    let refused_after = t.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    say(format!(
+        "second sweep refused after {:.0} ms: {}",
+        refused_after.as_secs_f64() * 1e3,
+        stderr.trim()
+    ));
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", first.id())),
+        "names the live sweep's pid: {stderr}"
+    );
+    assert!(
+        stderr.contains(&first_dir.display().to_string()),
+        "names its results directory: {stderr}"
+    );
+    assert!(!second_results.exists(), "a results directory was made");
+    assert!(
+        !stderr.contains("ocrig: accel"),
+        "it went on past the CPU check: {stderr}"
+    );
+    assert!(
+        refused_after < Duration::from_secs(10),
+        "took {refused_after:?} to refuse"
+    );
 }

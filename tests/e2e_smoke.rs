@@ -48,6 +48,8 @@ fn smoke(backend: &str) {
             "--quiet",
             "--backend",
             backend,
+            // Queue behind another live sweep on these CPUs rather than fail the test.
+            "--wait-for-cpus",
             "--results",
         ])
         .arg(&results)
@@ -60,6 +62,12 @@ fn smoke(backend: &str) {
     assert_eq!(header["type"], "sweep");
     assert_eq!(header["scenario"], "smoke");
     assert_eq!(header["backend"], backend);
+    // One boot group per level, as planned and recorded.
+    let boots = header["schedule"]["boots"]
+        .as_array()
+        .expect("schedule in header");
+    assert_eq!(boots.len(), 2, "{header}");
+    assert_eq!(header["schedule"]["order"], "round-robin");
     let kernel = header["kernels"]["base"]
         .as_str()
         .expect("kernel release in header")
@@ -72,6 +80,16 @@ fn smoke(backend: &str) {
     for r in &runs {
         assert_eq!(r["type"], "run");
         assert_eq!(r["ok"], true, "failed run: {r}");
+        assert!(
+            r.get("superseded").is_none(),
+            "nothing failed, so nothing is superseded: {r}"
+        );
+        assert_eq!(r["attempt"], 1);
+        let guests = r["guests"].as_u64().unwrap();
+        assert_eq!(r["attempt_records"].as_u64(), Some(guests), "{r}");
+        assert!(r["slot"]["seq"].is_u64(), "{r}");
+        assert!(r["extra"]["vcpu_sched"]["vcpus"].is_array(), "{r}");
+        assert!(r["extra"]["group"]["start"].is_array(), "{r}");
         let p = &r["payload"];
         assert_eq!(p["workload"], "lock");
         assert_eq!(p["algo"], "tas");

@@ -11,6 +11,8 @@ struct Case {
     yaml: String,
     /// 1-based line of the offending field.
     line: usize,
+    /// 1-based column, where the case pins it.
+    column: Option<usize>,
     /// The field as the message names it (`field \`...\``); None for YAML syntax errors.
     field: Option<&'static str>,
     /// Something else the message must say (the bad value, the rule broken).
@@ -28,8 +30,23 @@ fn case(
         name,
         yaml: yaml.to_string(),
         line,
+        column: None,
         field,
         mention,
+    }
+}
+
+/// A case located to its column too: `file:line:col:`.
+fn case_at(
+    name: &'static str,
+    yaml: &str,
+    (line, column): (usize, usize),
+    field: &'static str,
+    mention: &'static str,
+) -> Case {
+    Case {
+        column: Some(column),
+        ..case(name, yaml, line, Some(field), mention)
     }
 }
 
@@ -82,7 +99,10 @@ fn check_via(c: &Case, via: Via) -> Option<String> {
     if out.status.code() != Some(2) {
         problems.push(format!("exit status {:?}, not 2", out.status.code()));
     }
-    let at = format!("{}:{}:", file.display(), c.line);
+    let at = match c.column {
+        Some(col) => format!("{}:{}:{col}:", file.display(), c.line),
+        None => format!("{}:{}:", file.display(), c.line),
+    };
     if !stderr.contains(&at) {
         problems.push(format!("not located at {at}"));
     }
@@ -484,4 +504,107 @@ fn the_tables_base_scenario_is_valid() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The gaps a new user found: each refused at file:line:col and its field, exit 2, before
+/// anything boots and without a results directory.
+#[test]
+fn metric_names_timeouts_and_duplicates_are_checked_where_they_stand() {
+    check_all(&[
+        case_at(
+            "metric-never-reported",
+            &format!("{HEAD}workloads:\n  - command: lock\n    args: {{algo: tas}}\n    metric: time_s\n"),
+            (8, 5),
+            "workloads[0].metric",
+            "never reports 'time_s'",
+        ),
+        case_at(
+            "variant-name-escapes",
+            &format!("{HEAD}variants:\n  - name: ../../etc\n{WORK}"),
+            (6, 5),
+            "variants[0].name",
+            "../../etc",
+        ),
+        case_at(
+            "variant-name-with-slash",
+            &format!("{HEAD}variants:\n  - name: base\n  - name: a/b\n{WORK}"),
+            (7, 5),
+            "variants[1].name",
+            "a/b",
+        ),
+        case_at(
+            "variant-name-dotdot",
+            &format!("{HEAD}variants:\n  - name: '..'\n{WORK}"),
+            (6, 5),
+            "variants[0].name",
+            "not starting with '.'",
+        ),
+        case_at(
+            "scenario-name-dotdot",
+            &format!("name: '..'\nhost: {{cpus: 2}}\nlevels: [0.5]\n{WORK}"),
+            (1, 1),
+            "name",
+            "not starting with '.'",
+        ),
+        case_at(
+            "boot-timeout-huge",
+            &with_tail("timeouts: {boot_s: 18446744073709551615}\n"),
+            (9, 12),
+            "timeouts.boot_s",
+            "more than the 3600 s",
+        ),
+        case_at(
+            "run-timeout-huge",
+            &with_tail("timeouts:\n  run_s: 99999999999\n"),
+            (10, 3),
+            "timeouts.run_s",
+            "more than the 86400 s",
+        ),
+        case_at(
+            "retries-huge",
+            &with_tail("timeouts: {retries: 4000000000}\n"),
+            (9, 12),
+            "timeouts.retries",
+            "more than the 10 retries",
+        ),
+        case_at(
+            "run-timeout-below-duration",
+            &format!(
+                "{HEAD}workloads:\n  - command: lock\n    args: {{algo: tas, duration-ms: 6000}}\n    metric: ops_per_sec\ntimeouts:\n  run_s: 5\n"
+            ),
+            (10, 3),
+            "timeouts.run_s",
+            "own duration of 6 s",
+        ),
+        case_at(
+            "duplicate-nested-key",
+            &with_tail("timeouts:\n  run_s: 30\n  boot_s: 20\n  run_s: 40\n"),
+            (12, 3),
+            "timeouts.run_s",
+            "duplicate field `run_s`",
+        ),
+        case_at(
+            "duplicate-workload-key",
+            &format!("{HEAD}workloads:\n  - command: lock\n    metric: ops_per_sec\n    metric: ops_total\n"),
+            (8, 5),
+            "workloads[0].metric",
+            "duplicate field `metric`",
+        ),
+        case_at(
+            "duplicate-flow-arg",
+            &format!(
+                "{HEAD}workloads:\n  - command: lock\n    args: {{algo: tas, threads: 2, algo: ttas}}\n    metric: ops_per_sec\n"
+            ),
+            (7, 35),
+            "workloads[0].args.algo",
+            "duplicate field `algo`",
+        ),
+        case_at(
+            "duplicate-guest-key",
+            "name: bad\nhost: {cpus: 2}\nguest:\n  vcpus: 1\n  memory_mib: 256\n  vcpus: 2\nlevels: [0.5]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+            (6, 3),
+            "guest.vcpus",
+            "duplicate field `vcpus`",
+        ),
+    ]);
 }

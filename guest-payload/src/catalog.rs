@@ -80,9 +80,26 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             m("jain", "Jain's fairness index of per-thread operations"),
             m("min_thread_ops", "operations of the slowest thread"),
             m("max_thread_ops", "operations of the fastest thread"),
-            m("acquire_p99_ns", "99th percentile acquisition latency"),
-            cond("futex_waits", "FUTEX_WAIT calls (algorithms that issue them)"),
-            cond("futex_wakes", "FUTEX_WAKE calls (algorithms that issue them)"),
+            cond(
+                "acquire_p99_ns",
+                "99th percentile acquisition latency of sampled contended acquisitions (absent when none was contended)",
+            ),
+            cond(
+                "futex_waits",
+                "FUTEX_WAIT calls (algorithms whose futex calls the payload counts)",
+            ),
+            cond(
+                "futex_wakes",
+                "FUTEX_WAKE calls (algorithms whose futex calls the payload counts)",
+            ),
+            m(
+                "ctxsw_voluntary",
+                "voluntary context switches (sleeps) of the workers",
+            ),
+            m(
+                "ctxsw_involuntary",
+                "involuntary context switches (preemptions) of the workers",
+            ),
         ],
         inputs: &[],
     },
@@ -120,21 +137,50 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             m("jain", "Jain's index of per-client operations"),
             cond("*_p99_ms", "99th percentile latency per operation kind"),
         ],
-        inputs: &[],
+        inputs: &[GuestInput {
+            host_path: crate::workloads::dbench::CLIENT_TXT_HOST,
+            guest_path: crate::workloads::dbench::CLIENT_TXT_GUEST,
+            gzip: true,
+            required_by_default: true,
+        }],
     },
     WorkloadSpec {
         name: "mutex",
         metrics: &[
             m("time_s", "wall time until the last thread finished"),
             m("ops_per_sec", "lock operations per second"),
-            m("contended", "acquisitions whose trylock failed"),
-            m("contention_rate", "contended / operations"),
+            cond(
+                "contended",
+                "acquisitions whose trylock failed (--acquire trylock-first)",
+            ),
+            cond(
+                "contention_rate",
+                "contended / operations (--acquire trylock-first)",
+            ),
+            m(
+                "jain",
+                "Jain's index of per-thread progress when the first thread finished",
+            ),
             m("time_jain", "Jain's index of per-thread times"),
-            m("progress_jain", "Jain's index of per-thread progress"),
+            m("progress_jain", "Jain's index of per-thread progress (= jain)"),
             m("thread_time_max_s", "slowest thread's time"),
             m("thread_time_min_s", "fastest thread's time"),
-            cond("futex_waits", "FUTEX_WAIT calls (algorithms that issue them)"),
-            cond("futex_wakes", "FUTEX_WAKE calls (algorithms that issue them)"),
+            cond(
+                "futex_waits",
+                "FUTEX_WAIT calls (algorithms whose futex calls the payload counts)",
+            ),
+            cond(
+                "futex_wakes",
+                "FUTEX_WAKE calls (algorithms whose futex calls the payload counts)",
+            ),
+            m(
+                "ctxsw_voluntary",
+                "voluntary context switches (sleeps) of the workers",
+            ),
+            m(
+                "ctxsw_involuntary",
+                "involuntary context switches (preemptions) of the workers",
+            ),
         ],
         inputs: &[],
     },
@@ -143,12 +189,39 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
         metrics: &[
             m("kiter_per_sec", "thousand loop iterations per second"),
             m("time_s", "wall time"),
-            m("futex_waits", "FUTEX_WAIT calls"),
-            m("futex_wakes", "FUTEX_WAKE calls"),
-            m("wait_share", "share of lock calls that waited in the kernel"),
-            m("wake_share", "share of unlock calls that woke in the kernel"),
-            m("progress_jain", "Jain's index of per-thread progress"),
+            m("lock_calls", "lock calls"),
+            m(
+                "lock_syscalls",
+                "lock calls that entered the kernel (made a FUTEX_WAIT, even one returning EAGAIN)",
+            ),
+            m("lock_syscall_pct", "lock syscalls / lock calls, %"),
+            m("unlock_calls", "unlock calls"),
+            m("unlock_syscalls", "unlock calls that issued a FUTEX_WAKE"),
+            m("unlock_syscall_pct", "unlock syscalls / unlock calls, %"),
+            m(
+                "lock_sleeps",
+                "lock calls in which a FUTEX_WAIT slept until woken",
+            ),
+            m("futex_waits", "FUTEX_WAIT system calls"),
+            m(
+                "futex_wait_eagain",
+                "FUTEX_WAIT calls that returned EAGAIN at once",
+            ),
+            m("futex_wakes", "FUTEX_WAKE system calls"),
+            m(
+                "jain",
+                "Jain's index of per-thread progress when the first thread finished",
+            ),
+            m("progress_jain", "Jain's index of per-thread progress (= jain)"),
             m("time_jain", "Jain's index of per-thread times"),
+            m(
+                "ctxsw_voluntary",
+                "voluntary context switches (sleeps) of the workers",
+            ),
+            m(
+                "ctxsw_involuntary",
+                "involuntary context switches (preemptions) of the workers",
+            ),
         ],
         inputs: &[],
     },
@@ -161,6 +234,18 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             m("files_jain", "Jain's index of per-task files read"),
             m("task_max_s", "slowest task's time"),
             m("unreadable", "files that could not be read"),
+            m(
+                "jain",
+                "Jain's index of per-task files read when the first task finished",
+            ),
+            m(
+                "ctxsw_voluntary",
+                "voluntary context switches (sleeps) of the tasks",
+            ),
+            m(
+                "ctxsw_involuntary",
+                "involuntary context switches (preemptions) of the tasks",
+            ),
         ],
         inputs: &[],
     },
@@ -261,6 +346,8 @@ mod tests {
                 "1",
                 "--warmup",
                 "0",
+                "--loadfile",
+                "builtin",
             ],
             &[
                 "mutex",
@@ -270,8 +357,10 @@ mod tests {
                 "200",
                 "--algo",
                 "futex",
+                "--acquire",
+                "trylock-first",
             ],
-            &["futexlock", "--threads", "2", "--iterations", "2000"],
+            &["futexlock", "--threads", "2", "--iterations", "200"],
             &[
                 "sysfs-mutex",
                 "--cpus",
@@ -293,6 +382,15 @@ mod tests {
                     spec.may_report(key),
                     "{} reports '{key}', which its catalog entry does not declare",
                     spec.name
+                );
+            }
+            // And the other way: a metric declared unconditional is always there.
+            for m in spec.metrics.iter().filter(|m| !m.conditional) {
+                assert!(
+                    report.metrics.contains_key(m.name),
+                    "{} declares '{}' as always reported, but did not report it",
+                    spec.name,
+                    m.name
                 );
             }
         }

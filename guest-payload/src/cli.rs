@@ -68,6 +68,22 @@ impl Command {
             Command::List(_) => None,
         }
     }
+
+    /// Checks the parser cannot make (arguments that are each valid but do not fit together),
+    /// as a clap error, so the host's scenario validation and the payload refuse them alike.
+    pub fn check(&self) -> Result<(), clap::Error> {
+        let conflict = match self {
+            Command::Mutex(a) => a.check().err(),
+            _ => None,
+        };
+        match conflict {
+            None => Ok(()),
+            Some(msg) => {
+                use clap::CommandFactory;
+                Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg))
+            }
+        }
+    }
 }
 
 /// Runs a workload command and returns its report (None for `list`).
@@ -88,7 +104,9 @@ pub fn run(command: &Command) -> anyhow::Result<Option<crate::report::Report>> {
 /// Checks a workload invocation (`["lock", "--algo", "tas", ...]`) without running it.
 pub fn validate(args: &[String]) -> Result<Command, clap::Error> {
     let argv = std::iter::once("ocrig-payload".to_string()).chain(args.iter().cloned());
-    Cli::try_parse_from(argv).map(|c| c.command)
+    let command = Cli::try_parse_from(argv)?.command;
+    command.check()?;
+    Ok(command)
 }
 
 /// Text printed by `ocrig-payload list`.
@@ -192,6 +210,10 @@ mod tests {
             (&["mutex", "--algo", "bogus"], "unknown lock algorithm"),
             (&["mutex", "--threads", "0"], "threads"),
             (&["futexlock", "--mode", "sometimes"], "mode"),
+            (
+                &["mutex", "--contended-delay-ns", "100"],
+                "--acquire trylock-first",
+            ),
             (&["sysfs-mutex", "--root", ""], "empty path"),
             (&["sysfs-mutex", "--tasks-per-cpu", "0"], "tasks-per-cpu"),
         ] {

@@ -10,8 +10,13 @@ pub struct Env {
     pub cpus: usize,
     /// CPUs this process may run on (its affinity mask).
     pub cpus_allowed: usize,
-    /// `/sys/devices/system/clocksource/clocksource0/current_clocksource`, or "unknown".
+    /// `/sys/devices/system/clocksource/clocksource0/current_clocksource`, or "unknown": the
+    /// clock every timing in the report was read from (an emulated HPET costs microseconds a
+    /// read under TCG; tsc and kvm-clock are read in user space).
     pub clocksource: String,
+    /// `available_clocksource` (empty when unreadable; absent in reports before schema 2).
+    #[serde(default)]
+    pub clocksource_available: Vec<String>,
     /// Hypervisor vendor from CPUID leaf 0x40000000 when the hypervisor bit is set, else None.
     pub hypervisor: Option<String>,
     /// `/proc/cmdline`, trimmed.
@@ -26,6 +31,11 @@ impl Env {
             cpus_allowed: allowed_cpus(),
             clocksource: read_trimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
                 .unwrap_or_else(|| "unknown".into()),
+            clocksource_available: read_trimmed(
+                "/sys/devices/system/clocksource/clocksource0/available_clocksource",
+            )
+            .map(|s| s.split_whitespace().map(String::from).collect())
+            .unwrap_or_default(),
             hypervisor: hypervisor_vendor(),
             cmdline: read_trimmed("/proc/cmdline").unwrap_or_default(),
         }
@@ -105,5 +115,8 @@ mod tests {
         assert!(!env.kernel.is_empty() && env.kernel != "unknown");
         assert!(env.cpus >= 1);
         assert!(env.cpus_allowed >= 1 && env.cpus_allowed <= env.cpus.max(env.cpus_allowed));
+        if env.clocksource != "unknown" {
+            assert!(env.clocksource_available.contains(&env.clocksource), "{env:?}");
+        }
     }
 }

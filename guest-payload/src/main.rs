@@ -17,6 +17,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Err(e) = cli.command.check() {
+        let _ = e.print();
+        return ExitCode::from(2);
+    }
     if let Command::List(list) = &cli.command {
         if list.json {
             println!("{}", ocrig_payload::catalog::to_json());

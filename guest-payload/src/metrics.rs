@@ -1,4 +1,5 @@
-//! Per-thread counters and summaries shared by the workloads: fairness, latency percentiles.
+//! Per-thread counters and summaries shared by the workloads: fairness, latency percentiles,
+//! context switches and the process's CPU time.
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -65,9 +66,98 @@ impl Latency {
     }
 }
 
+/// Context switches of one thread (`getrusage(RUSAGE_THREAD)`): voluntary ones are sleeps
+/// (futex waits, blocking I/O), involuntary ones are preemptions by the scheduler.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ctxsw {
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+impl Ctxsw {
+    /// The calling thread's counts so far.
+    pub fn this_thread() -> Self {
+        let ru = rusage(libc::RUSAGE_THREAD);
+        Self {
+            voluntary: ru.ru_nvcsw.max(0) as u64,
+            involuntary: ru.ru_nivcsw.max(0) as u64,
+        }
+    }
+
+    /// The switches between `earlier` and `self` (two readings of one thread).
+    pub fn since(self, earlier: Self) -> Self {
+        Self {
+            voluntary: self.voluntary.saturating_sub(earlier.voluntary),
+            involuntary: self.involuntary.saturating_sub(earlier.involuntary),
+        }
+    }
+
+    pub fn sum(all: &[Ctxsw]) -> Self {
+        all.iter().fold(Self::default(), |a, c| Self {
+            voluntary: a.voluntary + c.voluntary,
+            involuntary: a.involuntary + c.involuntary,
+        })
+    }
+
+    /// Adds `ctxsw_voluntary` and `ctxsw_involuntary` (sums over `per_thread`) to `metrics`.
+    pub fn insert_metrics(per_thread: &[Ctxsw], metrics: &mut std::collections::BTreeMap<String, f64>) {
+        let total = Self::sum(per_thread);
+        metrics.insert("ctxsw_voluntary".into(), total.voluntary as f64);
+        metrics.insert("ctxsw_involuntary".into(), total.involuntary as f64);
+    }
+}
+
+/// User + system CPU seconds of this whole process so far (every thread, not the reaped
+/// children).
+pub fn process_cpu_s() -> f64 {
+    let ru = rusage(libc::RUSAGE_SELF);
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn rusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: getrusage fills the zeroed struct; `who` is RUSAGE_SELF or RUSAGE_THREAD, which
+    // cannot fail on Linux, so a failure leaves zeros (reported as no switches).
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut ru);
+        ru
+    }
+}
+
+impl Latency {
+    /// The same percentiles with a constant `ns` taken off each (saturating at 0): for a
+    /// histogram of "wait + a known fixed cost", the wait alone.
+    pub fn minus(&self, ns: u64) -> Self {
+        Self {
+            count: self.count,
+            p50_ns: self.p50_ns.saturating_sub(ns),
+            p99_ns: self.p99_ns.saturating_sub(ns),
+            p999_ns: self.p999_ns.saturating_sub(ns),
+            max_ns: self.max_ns.saturating_sub(ns),
+            mean_ns: (self.mean_ns - ns as f64).max(0.0),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sleeping_thread_counts_voluntary_switches() {
+        let before = Ctxsw::this_thread();
+        for _ in 0..5 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let d = Ctxsw::this_thread().since(before);
+        assert!(d.voluntary >= 5, "{d:?}");
+        let total = Ctxsw::sum(&[d, d]);
+        assert_eq!(total.voluntary, 2 * d.voluntary);
+        let mut m = std::collections::BTreeMap::new();
+        Ctxsw::insert_metrics(&[d, d], &mut m);
+        assert_eq!(m["ctxsw_voluntary"], total.voluntary as f64);
+    }
 
     #[test]
     fn jain_index_known_answers() {

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::env::Env;
 
 /// Bump when a field changes meaning or disappears; adding fields does not need a bump.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: lock acquire_latency sampled and nullable, mutex contended nullable (acquire lock),
+/// futexlock counts per lock call (wait_share/wake_share gone), futex null for pthread.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Report {

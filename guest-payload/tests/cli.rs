@@ -24,6 +24,15 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             "/nonexistent/ocrig-dir",
         ),
         (&["dbench", "--dir", "/tmp", "--clients", "0"], "--clients"),
+        (
+            &["dbench", "--dir", "/tmp", "--loadfile", "/nonexistent/client.txt"],
+            "--loadfile '/nonexistent/client.txt'",
+        ),
+        (
+            &["mutex", "--contended-delay-ns", "1000"],
+            "--acquire trylock-first",
+        ),
+        (&["ebizzy", "--rng", "lcg"], "--rng"),
         (&["futexlock", "--mode", "sometimes"], "sometimes"),
         (
             &["sysfs-mutex", "--root", "/nonexistent/ocrig-root"],

@@ -22,6 +22,17 @@
 //!   an unaddressed NIC takes slot 1 and collides with libvirt's first pcie-root-port.
 //! - Pinning goes through libvirt (`virDomainPinVcpu`), so libvirt records it in the live XML.
 //! - The domain carries the `custom-argv` taint because of `<qemu:commandline>`; that is expected.
+//! - Boot: `<kernel>` is the PVH vmlinux when there is one, and qboot is `<loader type='rom'>`
+//!   (libvirt passes a ROM loader as `-bios`); the console file is opened with `append='on'`.
+//! - Templates and clones (template.rs) need QMP, which libvirt keeps to itself: every domain
+//!   gets a second monitor, `-qmp unix:<workdir>/<name>.qmp`, in `<qemu:commandline>`. A clone
+//!   adds `-incoming file:<state>` there. libvirt starts QEMU with `-S` and sends `cont` while
+//!   the state loads, which QEMU turns into "resume when loaded" (qmp_cont in INMIGRATE); a
+//!   template saved stopped still stays paused, so template.rs sends `cont` itself afterwards.
+//!   libvirt's own restore (`virDomainRestore`) cannot be used: it refuses a domain name or
+//!   UUID other than the saved one, so two clones of one template could never run at once.
+//! - `<genid/>` (templates and clones): a fresh VM generation ID per domain, so a clone's kernel
+//!   reseeds its RNG.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -32,7 +43,11 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
-use super::qemu::console_path;
+use super::boot::BootPlan;
+use super::qemu::{console_path, qemu_identity, qmp_path};
+use super::qmp::Qmp;
+use super::started::Starter;
+use super::template::{Controlled, Launcher};
 use super::{Backend, BoxFut, Guest, GuestSpec, free_loopback_port};
 use crate::host::Accel;
 
@@ -44,6 +59,9 @@ const NIC_SLOT: &str = "0x10";
 
 pub struct LibvirtBackend {
     uri: String,
+    starter: Starter,
+    /// libvirt and hypervisor versions, part of every template's key.
+    versions: String,
 }
 
 impl LibvirtBackend {
@@ -57,7 +75,18 @@ impl LibvirtBackend {
             version > 0,
             "libvirt at {uri} reports no hypervisor (is it a QEMU/KVM URI?)"
         );
-        Ok(Self { uri: uri.to_string() })
+        let lib = conn.lib_version().unwrap_or(0);
+        Ok(Self {
+            uri: uri.to_string(),
+            starter: Starter::default(),
+            versions: format!("libvirt {lib} hypervisor {version}"),
+        })
+    }
+
+    #[cfg(test)]
+    pub fn with_starter(mut self, starter: Starter) -> Self {
+        self.starter = starter;
+        self
     }
 }
 
@@ -115,9 +144,10 @@ fn cpu_xml(cpu: &str, vcpus: u32) -> (String, Option<String>) {
     (element, over)
 }
 
-/// The transient domain for a guest whose SSH is forwarded from `ssh_port` on 127.0.0.1.
+/// The transient domain for a guest whose SSH is forwarded from `ssh_port` on 127.0.0.1,
+/// booting `plan` or, with `incoming`, restoring that saved state.
 /// Paths are used as given; `boot` makes them absolute first.
-pub fn domain_xml(spec: &GuestSpec, ssh_port: u16) -> String {
+pub fn domain_xml(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Option<&Path>) -> String {
     let dom_type = match spec.accel {
         Accel::Kvm => "kvm",
         Accel::Tcg => "qemu",
@@ -136,17 +166,26 @@ pub fn domain_xml(spec: &GuestSpec, ssh_port: u16) -> String {
     line("  <description>ocrig guest (transient, destroyed when its ocrig exits)</description>");
     line(&format!("  <memory unit='MiB'>{}</memory>", spec.memory_mib));
     line(&format!("  <vcpu placement='static'>{}</vcpu>", spec.vcpus));
+    if plan.vmgenid {
+        line("  <genid/>");
+    }
     line("  <os>");
     line("    <type arch='x86_64' machine='q35'>hvm</type>");
+    if let Some(bios) = &plan.bios {
+        line(&format!(
+            "    <loader type='rom' readonly='yes'>{}</loader>",
+            esc(&bios.to_string_lossy())
+        ));
+    }
     line(&format!(
         "    <kernel>{}</kernel>",
-        esc(&spec.kernel.to_string_lossy())
+        esc(&plan.kernel.to_string_lossy())
     ));
     line(&format!(
         "    <initrd>{}</initrd>",
         esc(&spec.initrd.to_string_lossy())
     ));
-    line(&format!("    <cmdline>{}</cmdline>", esc(&spec.cmdline)));
+    line(&format!("    <cmdline>{}</cmdline>", esc(&plan.cmdline)));
     line("  </os>");
     // Without <acpi/> libvirt passes acpi=off, and the guest would not find its other CPUs.
     line("  <features><acpi/><apic/></features>");
@@ -160,10 +199,10 @@ pub fn domain_xml(spec: &GuestSpec, ssh_port: u16) -> String {
     // -nodefaults: no USB controller, no balloon (libvirt adds both unless told not to).
     line("    <controller type='usb' model='none'/>");
     line(&format!(
-        "    <serial type='file'><source path='{console}'/><target port='0'/></serial>"
+        "    <serial type='file'><source path='{console}' append='on'/><target port='0'/></serial>"
     ));
     line(&format!(
-        "    <console type='file'><source path='{console}'/><target type='serial' port='0'/></console>"
+        "    <console type='file'><source path='{console}' append='on'/><target type='serial' port='0'/></console>"
     ));
     line("    <rng model='virtio'><backend model='builtin'/></rng>");
     if let Some(disk) = &spec.scratch_disk {
@@ -187,6 +226,16 @@ pub fn domain_xml(spec: &GuestSpec, ssh_port: u16) -> String {
     ];
     if let Some(c) = cpu_override {
         args.extend(["-cpu".to_string(), c]);
+    }
+    args.extend([
+        "-qmp".to_string(),
+        format!(
+            "unix:{},server=on,wait=off",
+            qmp_path(&spec.workdir, &spec.name).display()
+        ),
+    ]);
+    if let Some(state) = incoming {
+        args.extend(["-incoming".to_string(), format!("file:{}", state.display())]);
     }
     for a in args {
         line(&format!("    <qemu:arg value='{}'/>", esc(&a)));
@@ -215,22 +264,65 @@ impl Backend for LibvirtBackend {
 
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>> {
         Box::pin(async move {
-            let g = self
-                .start(spec)
+            self.starter
+                .start(self, spec)
                 .await
-                .with_context(|| format!("booting {} under libvirt", spec.name))?;
-            Ok(Box::new(g) as Box<dyn Guest>)
+                .with_context(|| format!("starting {} under libvirt", spec.name))
+        })
+    }
+}
+
+impl Launcher for LibvirtBackend {
+    fn kind(&self) -> &'static str {
+        "libvirt"
+    }
+
+    fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
+        let masked = GuestSpec {
+            name: "NAME".into(),
+            workdir: "/WORKDIR".into(),
+            scratch_disk: spec.scratch_disk.as_ref().map(|_| "/SCRATCH".into()),
+            ..absolute(spec)?
+        };
+        // libvirt runs its default emulator, which is the qemu-system-x86_64 on PATH here.
+        Ok(format!(
+            "{}\n{}\n{}",
+            self.versions,
+            qemu_identity(Path::new("qemu-system-x86_64")),
+            domain_xml(&masked, plan, 0, None)
+        ))
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        plan: &'a BootPlan,
+        incoming: Option<&'a Path>,
+    ) -> BoxFut<'a, anyhow::Result<Box<dyn Controlled>>> {
+        Box::pin(async move {
+            let g = self.start(spec, plan, incoming).await?;
+            Ok(Box::new(g) as Box<dyn Controlled>)
         })
     }
 }
 
 impl LibvirtBackend {
-    async fn start(&self, spec: &GuestSpec) -> anyhow::Result<LibvirtGuest> {
+    async fn start(
+        &self,
+        spec: &GuestSpec,
+        plan: &BootPlan,
+        incoming: Option<&Path>,
+    ) -> anyhow::Result<LibvirtGuest> {
         std::fs::create_dir_all(&spec.workdir)
             .with_context(|| format!("creating {}", spec.workdir.display()))?;
         let abs = absolute(spec)?;
+        let qmp_sock = qmp_path(&abs.workdir, &abs.name);
+        let _ = std::fs::remove_file(&qmp_sock);
         let uri = self.uri.clone();
-        let (conn, dom, port) = tokio::task::spawn_blocking(move || create(&uri, &abs)).await??;
+        let t0 = std::time::Instant::now();
+        let (plan, incoming) = (plan.clone(), incoming.map(Path::to_path_buf));
+        let (conn, dom, port) =
+            tokio::task::spawn_blocking(move || create(&uri, &abs, &plan, incoming.as_deref())).await??;
         let mut guest = LibvirtGuest {
             name: spec.name.clone(),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
@@ -240,24 +332,39 @@ impl LibvirtBackend {
             dom: Some(dom),
             _conn: conn,
             pid: None,
+            qmp: tokio::sync::Mutex::new(None),
         };
         // Drop destroys the domain if any of these checks fails.
         let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
         guest.pid = Some(pid);
         let tids = vcpu_tids(pid, spec.vcpus)?;
         tracing::debug!("{}: QEMU pid {pid}, vCPU threads {tids:?}", spec.name);
+        let qmp = Qmp::connect(&qmp_sock, Duration::from_secs(15))
+            .await
+            .with_context(|| format!("the second QMP monitor of {}", spec.name))?;
+        *guest.qmp.get_mut() = Some(qmp);
+        tracing::debug!(
+            "{}: libvirt domain up with our QMP monitor {:.2} s after asking",
+            spec.name,
+            t0.elapsed().as_secs_f64()
+        );
         Ok(guest)
     }
 }
 
 /// Creates the transient domain on a fresh connection (retrying with another port when the picked
 /// one was taken before QEMU bound it).
-fn create(uri: &str, spec: &GuestSpec) -> anyhow::Result<(Connect, Domain, u16)> {
+fn create(
+    uri: &str,
+    spec: &GuestSpec,
+    plan: &BootPlan,
+    incoming: Option<&Path>,
+) -> anyhow::Result<(Connect, Domain, u16)> {
     let conn = open(uri)?;
     let mut last = None;
     for _ in 0..3 {
         let port = free_loopback_port().context("finding a free loopback port")?;
-        let xml = domain_xml(spec, port);
+        let xml = domain_xml(spec, plan, port, incoming);
         match conn.create_domain_xml(&xml, virt::sys::VIR_DOMAIN_START_AUTODESTROY) {
             Ok(dom) => return Ok((conn, dom, port)),
             // QEMU: "Could not set up host forwarding rule 'tcp:127.0.0.1:PORT-:22'".
@@ -372,6 +479,31 @@ pub struct LibvirtGuest {
     /// The connection the domain was created on: closing it makes libvirtd destroy the domain.
     _conn: Connect,
     pid: Option<i32>,
+    /// Our own monitor (`-qmp` in `<qemu:commandline>`), beside libvirt's.
+    qmp: tokio::sync::Mutex<Option<Qmp>>,
+}
+
+impl Controlled for LibvirtGuest {
+    fn qmp<'a>(
+        &'a self,
+        command: &'a str,
+        args: serde_json::Value,
+    ) -> BoxFut<'a, anyhow::Result<serde_json::Value>> {
+        Box::pin(async move {
+            let mut qmp = self.qmp.lock().await;
+            qmp.as_mut()
+                .context("QMP is closed")?
+                .execute(command, args)
+                .await
+        })
+    }
+
+    fn qemu_log(&self) -> String {
+        // libvirt keeps QEMU's stderr here for qemu:///system.
+        let log =
+            std::fs::read_to_string(format!("/var/log/libvirt/qemu/{}.log", self.name)).unwrap_or_default();
+        crate::guest::ready::tail(&log, 10)
+    }
 }
 
 impl LibvirtGuest {
@@ -514,22 +646,28 @@ mod tests {
 
     fn spec() -> GuestSpec {
         GuestSpec {
-            name: "ocrig-t-0".into(),
-            vcpus: 2,
-            memory_mib: 512,
-            kernel: "/k/vmlinuz".into(),
-            initrd: "/k/initrd.img".into(),
             cmdline: "console=ttyS0 panic=-1 a<b&c".into(),
-            accel: Accel::Tcg,
-            cpu: "max".into(),
-            scratch_disk: None,
-            workdir: "/w".into(),
+            ..crate::backend::boot::tests::spec(Default::default())
+        }
+    }
+
+    fn plan(s: &GuestSpec, pvh: bool) -> BootPlan {
+        BootPlan {
+            kernel: if pvh {
+                "/k/vmlinux".into()
+            } else {
+                s.kernel.clone()
+            },
+            bios: pvh.then(|| "/usr/share/qemu/qboot.rom".into()),
+            cmdline: format!("quiet {}", s.cmdline),
+            vmgenid: !pvh,
+            facts: serde_json::Value::Null,
         }
     }
 
     #[test]
     fn domain_xml_matches_the_qemu_backend_devices() {
-        let x = domain_xml(&spec(), 40022);
+        let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None);
         assert!(
             x.starts_with("<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>")
         );
@@ -538,13 +676,19 @@ mod tests {
         assert!(x.contains("machine='q35'>hvm</type>"));
         assert!(x.contains("<kernel>/k/vmlinuz</kernel>") && x.contains("<initrd>/k/initrd.img</initrd>"));
         assert!(
-            x.contains("<cmdline>console=ttyS0 panic=-1 a&lt;b&amp;c</cmdline>"),
+            x.contains("<cmdline>quiet console=ttyS0 panic=-1 a&lt;b&amp;c</cmdline>"),
             "{x}"
         );
+        assert!(!x.contains("<loader") && !x.contains("-incoming"));
+        assert!(x.contains("<genid/>"), "no qboot here: a template's plan");
         assert!(x.contains("<cpu mode='maximum' check='none'><topology sockets='1' dies='1' cores='2'"));
         // The console is where the QEMU backend puts it, so the sweep's readiness poll is the same.
         let con = console_path(Path::new("/w"), "ocrig-t-0");
-        assert!(x.contains(&format!("<serial type='file'><source path='{}'/>", con.display())));
+        assert!(x.contains(&format!(
+            "<serial type='file'><source path='{}' append='on'/>",
+            con.display()
+        )));
+        assert!(x.contains("<qemu:arg value='unix:/w/ocrig-t-0.qmp,server=on,wait=off'/>"));
         assert!(x.contains("<qemu:arg value='user,id=n0,hostfwd=tcp:127.0.0.1:40022-:22'/>"));
         assert!(x.contains("<qemu:arg value='virtio-net-pci,netdev=n0,bus=pcie.0,addr=0x10'/>"));
         assert!(x.contains("<rng model='virtio'>") && x.contains("<memballoon model='none'/>"));
@@ -562,7 +706,14 @@ mod tests {
             vcpus: 4,
             ..spec()
         };
-        let x = domain_xml(&s, 1);
+        let x = domain_xml(&s, &plan(&s, true), 1, Some(Path::new("/t/state")));
+        // PVH with qboot as a ROM loader (libvirt turns it into -bios), restoring a state file.
+        assert!(x.contains("<loader type='rom' readonly='yes'>/usr/share/qemu/qboot.rom</loader>"));
+        assert!(x.contains("<kernel>/k/vmlinux</kernel>") && !x.contains("<genid/>"));
+        assert!(
+            x.contains("<qemu:arg value='-incoming'/>\n    <qemu:arg value='file:/t/state'/>"),
+            "{x}"
+        );
         assert!(x.starts_with("<domain type='kvm'"));
         assert!(
             x.contains("<cpu mode='host-passthrough' check='none'><topology sockets='1' dies='1' cores='4'")
@@ -615,7 +766,9 @@ mod tests {
             .expect("no image cache; build one with `ocrig image build`")
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.join("vmlinuz").exists() && p.join("initrd.img").exists())
+            .filter(|p| {
+                p.join("vmlinuz").exists() && p.join("initrd.img").exists() && p.join("vmlinux").exists()
+            })
             .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
             .expect("no complete image in the cache")
     }
@@ -679,6 +832,8 @@ mod tests {
                 },
                 scratch_disk: None,
                 workdir: work.path().into(),
+                fast_kernel: crate::backend::FastKernel::Pvh(img.join("vmlinux")),
+                start: crate::backend::StartMethod::Boot,
             };
             let t0 = std::time::Instant::now();
             let mut g = backend.boot(&spec).await.unwrap();
@@ -733,6 +888,8 @@ mod tests {
             cpu: "max".into(),
             scratch_disk: None,
             workdir: work.path().into(),
+            fast_kernel: crate::backend::FastKernel::Pvh(img.join("vmlinux")),
+            start: crate::backend::StartMethod::Boot,
         };
         let g = backend.boot(&spec).await.unwrap();
         assert_eq!(list_owned(uri, &spec.name).unwrap().len(), 1);

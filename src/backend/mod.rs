@@ -2,9 +2,16 @@
 //!
 //! The sweep never sees QEMU arguments or libvirt XML; a backend never sees SSH or workloads.
 
+pub mod boot;
+pub mod isolation;
 pub mod libvirt;
+pub mod owned;
 pub mod qemu;
 pub mod qmp;
+#[cfg(test)]
+mod real_tests;
+pub mod started;
+pub mod template;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,6 +24,41 @@ use crate::host::Accel;
 pub type Liveness = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a guest is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartMethod {
+    /// A cold boot of the kernel.
+    #[default]
+    Boot,
+    /// A restore of a saved template guest of the same shape (built on first use); a clone
+    /// that cannot be had or does not come up is replaced by a cold boot.
+    Clone,
+}
+
+impl StartMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartMethod::Boot => "boot",
+            StartMethod::Clone => "clone",
+        }
+    }
+}
+
+/// The kernel in a form QEMU can boot directly (PVH entry of the uncompressed ELF vmlinux),
+/// or why the image has none (then the bzImage in `GuestSpec::kernel` is booted).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FastKernel {
+    Pvh(PathBuf),
+    Unavailable(String),
+}
+
+impl Default for FastKernel {
+    fn default() -> Self {
+        FastKernel::Unavailable("no uncompressed kernel was given".into())
+    }
+}
 
 /// Everything a backend needs to start one guest.
 #[derive(Debug, Clone)]
@@ -34,6 +76,9 @@ pub struct GuestSpec {
     pub scratch_disk: Option<PathBuf>,
     /// Where the console log, QMP socket and pid file go.
     pub workdir: PathBuf,
+    /// The image's PVH-bootable kernel, preferred over `kernel` when QEMU can use it.
+    pub fast_kernel: FastKernel,
+    pub start: StartMethod,
 }
 
 /// A started guest. Dropping it must kill whatever it started.
@@ -66,6 +111,12 @@ pub trait Guest: Send + Sync {
     fn post_ready_command(&self, _host_unix_time: f64) -> Option<String> {
         None
     }
+    /// The guest's KVM statistics now, raw, as QMP `query-stats` returns them per target:
+    /// `{"vm": [...], "vcpu": [...]}` (empty lists under TCG). An error says why there are
+    /// none; the telemetry then tries debugfs.
+    fn kvm_stats(&self) -> BoxFut<'_, anyhow::Result<serde_json::Value>> {
+        Box::pin(async { anyhow::bail!("this backend does not query QEMU's statistics") })
+    }
     /// Orderly stop within `grace`, then forced; idempotent.
     fn shutdown(&mut self, grace: Duration) -> BoxFut<'_, anyhow::Result<()>>;
 }
@@ -77,19 +128,12 @@ pub trait Backend: Send + Sync {
 
 /// Pins one host thread to one CPU.
 pub fn pin_thread(tid: i32, cpu: usize) -> anyhow::Result<()> {
-    // SAFETY: the set is zeroed then filled with one valid CPU index; sched_setaffinity reads it.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        anyhow::bail!(
-            "sched_setaffinity(tid {tid}, cpu {cpu}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    let pid = rustix::process::Pid::from_raw(tid)
+        .ok_or_else(|| anyhow::anyhow!("thread id {tid} is not a valid id"))?;
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(Some(pid), &set)
+        .map_err(|e| anyhow::anyhow!("sched_setaffinity(tid {tid}, cpu {cpu}): {e}"))
 }
 
 /// True while process `pid` exists and is not a zombie.

@@ -1,6 +1,7 @@
 //! QEMU driven directly: one `qemu-system-x86_64` process per guest, a QMP socket for
-//! vCPU thread ids and orderly power-off, user-mode networking with SSH forwarded from a free
-//! port on 127.0.0.1 only.
+//! vCPU thread ids, saving templates and orderly power-off, user-mode networking with SSH
+//! forwarded from a free port on 127.0.0.1 only. How the kernel starts (PVH or bzImage) comes
+//! from `boot.rs`; booting versus cloning from `started.rs`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -11,24 +12,36 @@ use anyhow::Context;
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
+use super::boot::BootPlan;
 use super::qmp::Qmp;
+use super::started::Starter;
+use super::template::{Controlled, Launcher};
 use super::{Backend, BoxFut, Guest, GuestSpec, Liveness, free_loopback_port, pin_thread, process_alive};
 use crate::host::Accel;
 
 pub struct QemuBackend {
     pub binary: PathBuf,
+    starter: Starter,
 }
 
 impl Default for QemuBackend {
     fn default() -> Self {
+        Self::with_starter(Starter::default())
+    }
+}
+
+impl QemuBackend {
+    pub fn with_starter(starter: Starter) -> Self {
         Self {
             binary: PathBuf::from("qemu-system-x86_64"),
+            starter,
         }
     }
 }
 
-/// QEMU's command line for a guest whose SSH is forwarded from `ssh_port`.
-pub fn qemu_args(spec: &GuestSpec, ssh_port: u16) -> Vec<String> {
+/// QEMU's command line for a guest whose SSH is forwarded from `ssh_port`, booting `plan` or,
+/// with `incoming`, restoring that saved state.
+pub fn qemu_args(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Option<&Path>) -> Vec<String> {
     let wd = &spec.workdir;
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -47,17 +60,21 @@ pub fn qemu_args(spec: &GuestSpec, ssh_port: u16) -> Vec<String> {
         &spec.memory_mib.to_string(),
     ]);
     push(&["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]);
+    if let Some(bios) = &plan.bios {
+        push(&["-bios", &bios.to_string_lossy()]);
+    }
     push(&[
         "-kernel",
-        &spec.kernel.to_string_lossy(),
+        &plan.kernel.to_string_lossy(),
         "-initrd",
         &spec.initrd.to_string_lossy(),
     ]);
-    push(&["-append", &spec.cmdline]);
+    push(&["-append", &plan.cmdline]);
     let console = console_path(wd, &spec.name);
+    // append: a clone's log starts with its template's boot log (see template.rs).
     push(&[
         "-chardev",
-        &format!("file,id=con0,path={}", console.display()),
+        &format!("file,id=con0,path={},append=on", console.display()),
         "-serial",
         "chardev:con0",
     ]);
@@ -68,6 +85,11 @@ pub fn qemu_args(spec: &GuestSpec, ssh_port: u16) -> Vec<String> {
         "virtio-net-pci,netdev=n0",
     ]);
     push(&["-device", "virtio-rng-pci"]);
+    if plan.vmgenid {
+        // A new VM generation ID per QEMU: a restored clone's kernel sees it change and reseeds
+        // its RNG at once (Linux's vmgenid driver, built into Debian's kernel).
+        push(&["-device", "vmgenid,guid=auto"]);
+    }
     if let Some(disk) = &spec.scratch_disk {
         push(&[
             "-drive",
@@ -79,14 +101,57 @@ pub fn qemu_args(spec: &GuestSpec, ssh_port: u16) -> Vec<String> {
         &format!("unix:{},server=on,wait=off", qmp_path(wd, &spec.name).display()),
     ]);
     push(&["-pidfile", &pid_path(wd, &spec.name).to_string_lossy()]);
+    if let Some(state) = incoming {
+        push(&["-incoming", &format!("file:{}", state.display())]);
+    }
     a
+}
+
+/// The guest-independent part of `qemu_args`: per-guest names, paths and the port masked.
+fn masked_args(spec: &GuestSpec, plan: &BootPlan) -> String {
+    let masked = GuestSpec {
+        name: "NAME".into(),
+        workdir: "/WORKDIR".into(),
+        scratch_disk: spec.scratch_disk.as_ref().map(|_| "/SCRATCH".into()),
+        ..spec.clone()
+    };
+    qemu_args(&masked, plan, 0, None).join("\n")
+}
+
+/// `path size mtime` of the QEMU binary found on PATH, and its version line.
+pub fn qemu_identity(binary: &Path) -> String {
+    let found = if binary.components().count() > 1 {
+        Some(binary.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(binary))
+                .find(|c| c.is_file())
+        })
+    };
+    let stamp = found
+        .as_deref()
+        .and_then(|p| super::template::file_stamp(p).ok())
+        .unwrap_or_else(|| binary.display().to_string());
+    let version = crate::host::tool_version(&binary.to_string_lossy(), &["--version"]).unwrap_or_default();
+    format!("qemu {stamp} {version}")
 }
 
 pub fn console_path(workdir: &Path, name: &str) -> PathBuf {
     workdir.join(format!("{name}.console.log"))
 }
-fn qmp_path(workdir: &Path, name: &str) -> PathBuf {
-    workdir.join(format!("{name}.qmp"))
+/// The guest's QMP socket: beside its console log, unless that path is too long for a Unix
+/// socket (108 bytes with the NUL, which a deep results directory exceeds); then in a short
+/// per-user directory under the temp dir, where the guest's unique name keeps it apart.
+pub fn qmp_path(workdir: &Path, name: &str) -> PathBuf {
+    let beside = workdir.join(format!("{name}.qmp"));
+    if beside.as_os_str().len() < 100 {
+        return beside;
+    }
+    // SAFETY: getuid has no preconditions.
+    let dir = std::env::temp_dir().join(format!("ocrig-qmp-{}", unsafe { libc::getuid() }));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.join(format!("{name}.qmp"))
 }
 pub fn pid_path(workdir: &Path, name: &str) -> PathBuf {
     workdir.join(format!("{name}.pid"))
@@ -98,22 +163,50 @@ impl Backend for QemuBackend {
     }
 
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>> {
+        Box::pin(self.starter.start(self, spec))
+    }
+}
+
+impl Launcher for QemuBackend {
+    fn kind(&self) -> &'static str {
+        "qemu"
+    }
+
+    fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
+        Ok(format!(
+            "{}\n{}",
+            qemu_identity(&self.binary),
+            masked_args(spec, plan)
+        ))
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        plan: &'a BootPlan,
+        incoming: Option<&'a Path>,
+    ) -> BoxFut<'a, anyhow::Result<Box<dyn Controlled>>> {
         Box::pin(async move {
             // A port picked free can be taken before QEMU binds it; retry with another.
             let mut last_err = None;
             for _ in 0..3 {
-                match self.start(spec).await {
-                    Ok(g) => return Ok(Box::new(g) as Box<dyn Guest>),
+                match self.start(spec, plan, incoming).await {
+                    Ok(g) => return Ok(Box::new(g) as Box<dyn Controlled>),
                     Err(e) => last_err = Some(e),
                 }
             }
-            Err(last_err.unwrap())
+            Err(last_err.expect("three attempts"))
         })
     }
 }
 
 impl QemuBackend {
-    async fn start(&self, spec: &GuestSpec) -> anyhow::Result<QemuGuest> {
+    async fn start(
+        &self,
+        spec: &GuestSpec,
+        plan: &BootPlan,
+        incoming: Option<&Path>,
+    ) -> anyhow::Result<QemuGuest> {
         std::fs::create_dir_all(&spec.workdir)
             .with_context(|| format!("creating {}", spec.workdir.display()))?;
         let port = free_loopback_port().context("finding a free loopback port")?;
@@ -121,7 +214,7 @@ impl QemuBackend {
         let log = std::fs::File::create(&log_path)?;
         let _ = std::fs::remove_file(qmp_path(&spec.workdir, &spec.name));
         let mut cmd = Command::new(&self.binary);
-        cmd.args(qemu_args(spec, port))
+        cmd.args(qemu_args(spec, plan, port, incoming))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -153,6 +246,7 @@ impl QemuBackend {
             name: spec.name.clone(),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             console: console_path(&spec.workdir, &spec.name),
+            log: log_path,
             child,
             qmp: Mutex::new(Some(qmp)),
         })
@@ -163,8 +257,30 @@ pub struct QemuGuest {
     name: String,
     addr: SocketAddr,
     console: PathBuf,
+    /// QEMU's stdout and stderr.
+    log: PathBuf,
     child: Child,
     qmp: Mutex<Option<Qmp>>,
+}
+
+impl Controlled for QemuGuest {
+    fn qmp<'a>(
+        &'a self,
+        command: &'a str,
+        args: serde_json::Value,
+    ) -> BoxFut<'a, anyhow::Result<serde_json::Value>> {
+        Box::pin(async move {
+            let mut qmp = self.qmp.lock().await;
+            qmp.as_mut()
+                .context("QMP is closed")?
+                .execute(command, args)
+                .await
+        })
+    }
+
+    fn qemu_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
 }
 
 impl Guest for QemuGuest {
@@ -205,6 +321,19 @@ impl Guest for QemuGuest {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    fn kvm_stats(&self) -> BoxFut<'_, anyhow::Result<serde_json::Value>> {
+        Box::pin(async move {
+            let mut qmp = self.qmp.lock().await;
+            let qmp = qmp.as_mut().context("QMP is closed")?;
+            let mut raw = serde_json::Map::new();
+            for target in ["vm", "vcpu"] {
+                let args = serde_json::json!({ "target": target, "providers": [{ "provider": "kvm" }] });
+                raw.insert(target.into(), qmp.execute("query-stats", args).await?);
+            }
+            Ok(serde_json::Value::Object(raw))
+        })
+    }
+
     fn liveness(&self) -> Liveness {
         match self.child.id() {
             Some(pid) => Box::new(move || process_alive(pid)),
@@ -235,33 +364,113 @@ impl Guest for QemuGuest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::FastKernel;
+    use crate::backend::boot::tests::spec;
+
+    fn plan(kernel: &str, bios: Option<&str>, cmdline: &str) -> BootPlan {
+        BootPlan {
+            kernel: kernel.into(),
+            bios: bios.map(PathBuf::from),
+            cmdline: cmdline.into(),
+            vmgenid: bios.is_none(),
+            facts: serde_json::Value::Null,
+        }
+    }
 
     #[test]
     fn command_line_forwards_ssh_on_loopback_only_and_pins_accel() {
-        let spec = GuestSpec {
-            name: "ocrig-t-0".into(),
-            vcpus: 2,
-            memory_mib: 512,
-            kernel: "/k".into(),
-            initrd: "/i".into(),
-            cmdline: "console=ttyS0".into(),
-            accel: Accel::Tcg,
-            cpu: "max".into(),
-            scratch_disk: None,
-            workdir: "/w".into(),
-        };
-        let a = qemu_args(&spec, 40022).join(" ");
+        let spec = spec(FastKernel::default());
+        let p = plan("/k/vmlinux", Some("/q/qboot.rom"), "quiet console=ttyS0");
+        let a = qemu_args(&spec, &p, 40022, None).join(" ");
         assert!(a.contains("hostfwd=tcp:127.0.0.1:40022-:22"), "{a}");
         assert!(a.contains("-accel tcg,thread=multi"));
         assert!(a.contains("-smp 2 -m 512"));
-        assert!(a.contains("-append console=ttyS0"));
-        assert!(!a.contains("-drive"));
+        assert!(
+            a.contains("-bios /q/qboot.rom -kernel /k/vmlinux -initrd /k/initrd.img"),
+            "{a}"
+        );
+        assert!(a.contains("-append quiet console=ttyS0"));
+        assert!(!a.contains("vmgenid"));
+        assert!(a.contains("path=/w/ocrig-t-0.console.log,append=on"));
+        assert!(!a.contains("-drive") && !a.contains("-incoming"));
+        let a = qemu_args(
+            &spec,
+            &plan("/k/vmlinuz", None, "x"),
+            1,
+            Some(Path::new("/t/state")),
+        )
+        .join(" ");
+        assert!(!a.contains("-bios") && a.contains("-device vmgenid,guid=auto"));
+        assert!(a.ends_with("-incoming file:/t/state"), "{a}");
         let kvm = GuestSpec {
             accel: Accel::Kvm,
             cpu: "host,kvm-pv-unhalt=off".into(),
             ..spec
         };
-        let a = qemu_args(&kvm, 1).join(" ");
+        let a = qemu_args(&kvm, &p, 1, None).join(" ");
         assert!(a.contains("-accel kvm") && a.contains("-cpu host,kvm-pv-unhalt=off"));
+    }
+
+    #[test]
+    fn qmp_sockets_fit_in_a_unix_socket_path() {
+        let short = qmp_path(Path::new("/w"), "ocrig-a-0");
+        assert_eq!(short, Path::new("/w/ocrig-a-0.qmp"));
+        let deep = Path::new("/tmp").join("d".repeat(120));
+        let p = qmp_path(&deep, "ocrig-a-0");
+        assert!(p.as_os_str().len() < 108 && p.ends_with("ocrig-a-0.qmp"), "{p:?}");
+    }
+
+    #[test]
+    fn the_template_fingerprint_masks_only_per_guest_parts() {
+        let b = QemuBackend::default();
+        let p = plan("/k/vmlinux", Some("/q/qboot.rom"), "quiet");
+        let a = spec(FastKernel::default());
+        let other_guest = GuestSpec {
+            name: "ocrig-zz-7".into(),
+            workdir: "/elsewhere".into(),
+            ..a.clone()
+        };
+        let fp = b.fingerprint(&a, &p).unwrap();
+        assert_eq!(fp, b.fingerprint(&other_guest, &p).unwrap());
+        assert!(
+            fp.contains("QEMU emulator version") || fp.starts_with("qemu "),
+            "{fp}"
+        );
+        let changed = [
+            GuestSpec {
+                vcpus: 3,
+                ..a.clone()
+            },
+            GuestSpec {
+                memory_mib: 256,
+                ..a.clone()
+            },
+            GuestSpec {
+                cpu: "max,pmu=off".into(),
+                ..a.clone()
+            },
+            GuestSpec {
+                accel: Accel::Kvm,
+                ..a.clone()
+            },
+            GuestSpec {
+                initrd: "/other/initrd".into(),
+                ..a.clone()
+            },
+            GuestSpec {
+                scratch_disk: Some("/d".into()),
+                ..a.clone()
+            },
+        ];
+        for c in &changed {
+            assert_ne!(b.fingerprint(c, &p).unwrap(), fp, "{c:?}");
+        }
+        for p2 in [
+            plan("/k/vmlinux", None, "quiet"),
+            plan("/k/vmlinuz", Some("/q/qboot.rom"), "quiet"),
+            plan("/k/vmlinux", Some("/q/qboot.rom"), "quiet nopvspin"),
+        ] {
+            assert_ne!(b.fingerprint(&a, &p2).unwrap(), fp, "{p2:?}");
+        }
     }
 }

@@ -40,7 +40,8 @@ pub fn doctor() -> anyhow::Result<()> {
         kernel: KernelSource::Debian("default".into()),
     };
     let cache = image::cache_dir();
-    match image::cached(&spec, &cache) {
+    let img = image::cached(&spec, &cache);
+    match &img {
         Ok(Some(img)) => println!(
             "image (default kernel): cached {} — kernel {}",
             img.dir.display(),
@@ -52,7 +53,59 @@ pub fn doctor() -> anyhow::Result<()> {
         ),
         Err(e) => println!("image (default kernel): unknown — {e:#}"),
     }
+    let img = img.ok().flatten();
+    for line in start_methods(choice.accel, img.as_ref()) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// Which ways of starting a guest work on this host, and why (one line each).
+fn start_methods(accel: host::Accel, img: Option<&image::Image>) -> Vec<String> {
+    let mut out = Vec::new();
+    let qboot = std::path::Path::new(host::QBOOT_ROM).is_file();
+    let pvh = match img {
+        Some(i) => match (&i.pvh_kernel, &i.pvh_unavailable) {
+            (Some(k), _) => Ok(k.display().to_string()),
+            (None, why) => Err(why.clone().unwrap_or_default()),
+        },
+        None => Err("no cached image to check (`ocrig image build`)".into()),
+    };
+    out.push(match (&pvh, qboot) {
+        (Ok(k), true) => format!("start: boot     PVH of {k} with qboot — the fast cold boot"),
+        (Ok(k), false) => format!(
+            "start: boot     PVH of {k} through SeaBIOS — no {} (install qemu-system-data for qboot)",
+            host::QBOOT_ROM
+        ),
+        (Err(why), _) => format!("start: boot     bzImage through SeaBIOS — {why}"),
+    });
+    out.push(match crate::backend::started::clone_support() {
+        Ok(()) => {
+            let v = host::qemu_version(std::path::Path::new("qemu-system-x86_64"))
+                .map_or("?".into(), |(a, b, c)| format!("{a}.{b}.{c}"));
+            format!(
+                "start: clone    works (the default) — QEMU {v} restores a saved template from a file \
+                 (`-incoming file:`, QEMU ≥ 8.2); {} templates in {}",
+                accel.as_str(),
+                crate::image::cache_dir().join("templates").display()
+            )
+        }
+        Err(why) => format!("start: clone    unavailable, guests are booted — {why}"),
+    });
+    out.push(match (accel, host::tsc_freq()) {
+        (host::Accel::Tcg, Some(f)) => format!(
+            "guest clock:    TCG guests get tsc_early_khz={} tsc=reliable (host TSC from {}{})",
+            f.khz,
+            f.source,
+            if f.invariant { ", invariant" } else { "" }
+        ),
+        (host::Accel::Tcg, None) => {
+            "guest clock:    host TSC rate unknown: TCG guests calibrate their own TSC and may use HPET"
+                .into()
+        }
+        (host::Accel::Kvm, _) => "guest clock:    KVM guests use kvm-clock (nothing forced)".into(),
+    });
+    out
 }
 
 fn libvirtd_status() -> String {

@@ -104,12 +104,14 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             resume,
             backend,
             quiet,
+            wait_for_cpus,
         } => run::run(&run::RunArgs {
             scenario,
             results,
             resume,
             backend,
             quiet,
+            wait_for_cpus,
         }),
         Command::Validate { files } => validate::validate(&files),
         Command::Report { dir, format } => {

@@ -1,15 +1,13 @@
 //! `ocrig run --resume DIR`: what an interrupted sweep already finished, and whether its
 //! scenario is still the one it ran.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 use super::BadInput;
 use crate::scenario::hex;
-use crate::sweep::journal::Journal;
-use crate::sweep::plan::Plan;
+use crate::sweep::journal::{Journal, RunRecord};
 
 pub struct Previous {
     pub dir: PathBuf,
@@ -50,40 +48,15 @@ impl Previous {
         })
     }
 
-    /// Marks in the plan every measured run that already succeeded (guest 0, the primary
-    /// result) and drops groups with nothing left to do. Returns the number of runs kept.
-    pub fn mark_done(&self, plan: &mut Plan) -> usize {
-        let mut done: BTreeMap<(String, u64, String), BTreeMap<u32, f64>> = BTreeMap::new();
-        for r in self
-            .journal
-            .runs
-            .iter()
-            .filter(|r| r.ok && !r.warmup && r.guest == 0)
-        {
-            let metric = self
-                .journal
-                .header
-                .workloads
-                .get(&r.workload)
-                .map(|w| w.metric.as_str())
-                .unwrap_or("");
-            let value = r.metrics.get(metric).copied().unwrap_or(f64::NAN);
-            done.entry((r.variant.clone(), r.level.to_bits(), r.workload.clone()))
-                .or_default()
-                .insert(r.run, value);
-        }
-        let mut kept = 0;
-        for g in &mut plan.groups {
-            for c in &mut g.cells {
-                if let Some(d) = done.get(&(g.variant.clone(), g.level.to_bits(), c.workload.id.clone())) {
-                    c.done = d.clone();
-                    kept += d.len();
-                }
-            }
-        }
-        plan.groups
-            .retain(|g| g.cells.iter().any(|c| (c.done.len() as u32) < c.runs));
-        kept
+    /// Every record the interrupted sweep journaled; the scheduler settles them (what counts,
+    /// which attempt comes next) by the same rule as the reports.
+    pub fn records(&self) -> &[RunRecord] {
+        &self.journal.runs
+    }
+
+    /// The shuffle seed the sweep started with, if it shuffled.
+    pub fn seed(&self) -> Option<u64> {
+        self.journal.header.schedule.as_ref().and_then(|s| s.seed)
     }
 }
 

@@ -11,17 +11,23 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::{BadInput, Interrupted, resume};
 use crate::backend::Backend;
+use crate::backend::isolation::{CpuClaim, CpusBusy};
 use crate::backend::libvirt::{self, LibvirtBackend};
+use crate::backend::owned::{self, RunOwnership};
 use crate::backend::qemu::QemuBackend;
+use crate::executor::Executor;
+use crate::executor::deploy::{self, Prepared};
+use crate::executor::host::HostExecutor;
+use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::host::{Accel, AccelChoice, VirtEvidence};
 use crate::image::{self, ImageSpec, KernelSource};
 use crate::scenario::validate::{HostFacts, validate};
 use crate::scenario::{AccelSetting, BackendKind, KernelRef, ScenarioErrors, load};
-use crate::sweep::journal::{Entry, JournalWriter, SweepHeader, WorkloadInfo};
-use crate::sweep::owned::{self, RunOwnership};
+use crate::sweep::accounting;
+use crate::sweep::journal::{Entry, JournalWriter, RunRecord, ScheduleInfo, SweepHeader, WorkloadInfo};
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
-use crate::sweep::runner::{self, SweepEnv};
+use crate::sweep::scheduler::{self, PhaseTotals};
 
 pub struct RunArgs {
     pub scenario: Option<PathBuf>,
@@ -29,6 +35,8 @@ pub struct RunArgs {
     pub resume: Option<PathBuf>,
     pub backend: Option<BackendKind>,
     pub quiet: bool,
+    /// Queue behind a live sweep on the same host CPUs instead of refusing.
+    pub wait_for_cpus: bool,
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
@@ -51,13 +59,24 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if loaded.scenario.host.backend != BackendKind::Host {
         super::validate::check_kernels(&loaded)?;
     }
-    let mut plan = Plan::build(&loaded.scenario, &facts.allowed_cpus)?;
+    // A resumed sweep keeps the shuffle seed it started with.
+    let seed = previous
+        .as_ref()
+        .and_then(|p| p.seed())
+        .unwrap_or_else(crate::sweep::order::fresh_seed);
+    let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus, seed)?;
+    let mut cpus = claim_cpus(&plan.host_cpus, args.wait_for_cpus)?;
+    let previous_records: Vec<RunRecord> = previous
+        .as_ref()
+        .map(|p| p.records().to_vec())
+        .unwrap_or_default();
     if let Some(p) = &previous {
-        let skipped = p.mark_done(&mut plan);
-        eprintln!(
-            "ocrig: resuming {}: {skipped} finished runs kept",
-            p.dir.display()
-        );
+        let settled = accounting::settle(&previous_records);
+        let kept = settled
+            .counted(&previous_records)
+            .filter(|r| !r.warmup && r.guest == 0)
+            .count();
+        eprintln!("ocrig: resuming {}: {kept} finished runs kept", p.dir.display());
     }
     let s = &loaded.scenario;
 
@@ -86,6 +105,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         );
     }
     let payload = crate::payload_bin::locate()?;
+    let uploads = if backend.is_some() {
+        uploads_for(&plan, &payload)?
+    } else {
+        Vec::new()
+    };
     let images = if backend.is_some() {
         images_for(&plan, s)?
     } else {
@@ -97,6 +121,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         Some(p) => p.dir.clone(),
         None => create_results_dir(&args.results, &plan.name)?,
     };
+    cpus.note_results_dir(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
     preflight_disk(&results_dir, &plan)?;
     super::log_to_file(&results_dir.join(if previous.is_some() {
         "ocrig-resume.log"
@@ -115,38 +140,92 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         journal.append(&Entry::Sweep(Box::new(head)))?;
     }
     eprintln!("ocrig: results in {}", results_dir.display());
+    tracing::info!(
+        "plan: {} boot group(s): {}",
+        plan.boots.len(),
+        plan.boots
+            .iter()
+            .map(|b| b.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
-    let env = SweepEnv {
-        backend,
-        accel: accel.accel,
-        images,
-        payload,
-        results_dir: results_dir.clone(),
-        run_id: run_id(),
-        progress: Progress::new(plan.total_runs(), args.quiet),
-    };
-    let _ownership = RunOwnership::claim(&env.run_id, &results_dir)?;
+    let run_id = run_id();
+    let progress = Progress::new(plan.total_runs(), args.quiet);
+    let _ownership = RunOwnership::claim(&run_id, &results_dir)?;
     let rt = tokio::runtime::Runtime::new()?;
     let outcome = rt.block_on(async {
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
-        // Dropping the sweep future drops every live guest, and dropping a guest kills it.
-        tokio::select! {
-            r = runner::run(&plan, &env, &mut journal) => r,
-            _ = sigint.recv() => Err(Interrupted { signal: "SIGINT", code: 130 }.into()),
-            _ = sigterm.recv() => Err(Interrupted { signal: "SIGTERM", code: 143 }.into()),
+        match backend {
+            Some(backend) => {
+                let exec = VmExecutor::new(VmConfig {
+                    backend,
+                    accel: accel.accel,
+                    images,
+                    uploads,
+                    guests_dir: results_dir.join("guests"),
+                    run_id,
+                    host_cpus: plan.host_cpus.clone(),
+                    vcpus: plan.vcpus,
+                    memory_mib: plan.memory_mib,
+                    scratch_disk_mib: plan.scratch_disk_mib,
+                    guest_start: plan.guest_start,
+                    timeouts: plan.timeouts.clone(),
+                });
+                sweep_until_signal(&plan, exec, &mut journal, previous_records, &progress).await
+            }
+            None => {
+                let exec = HostExecutor {
+                    payload: payload.clone(),
+                    host_cpus: plan.host_cpus.clone(),
+                };
+                sweep_until_signal(&plan, exec, &mut journal, previous_records, &progress).await
+            }
         }
     });
     // Blocking SSH threads may still wait on dead guests; do not wait for them.
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
-    env.progress.finish();
+    progress.finish();
     if let Err(e) = &outcome {
         tracing::error!("sweep stopped: {e:#}");
     }
     let totals = outcome?;
+    drop(cpus);
+    finish(&results_dir, previous.is_some(), t0, prep_s, &totals)
+}
+
+/// Runs the scheduler until it is done or a signal arrives. Dropping the sweep future (on a
+/// signal) drops the executor, and with it every live guest, which kills it.
+async fn sweep_until_signal<E: Executor>(
+    plan: &Plan,
+    exec: E,
+    journal: &mut JournalWriter,
+    previous: Vec<RunRecord>,
+    progress: &Progress,
+) -> anyhow::Result<PhaseTotals> {
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = scheduler::run(plan, exec, journal, previous, progress) => r,
+        _ = sigint.recv() => Err(Interrupted { signal: "SIGINT", code: 130 }.into()),
+        _ = sigterm.recv() => Err(Interrupted { signal: "SIGTERM", code: 143 }.into()),
+    }
+}
+
+/// Timings, reports and the closing line of a sweep that ran to its end.
+fn finish(
+    results_dir: &Path,
+    resumed: bool,
+    t0: Instant,
+    prep_s: f64,
+    totals: &PhaseTotals,
+) -> anyhow::Result<()> {
     let wall_s = t0.elapsed().as_secs_f64();
-    let timings = serde_json::json!({ "wall_s": wall_s, "prepare_s": prep_s, "phases": totals });
-    let timings_file = if previous.is_some() {
+    let share = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
+    let timings = serde_json::json!({
+        "wall_s": wall_s, "prepare_s": prep_s, "phases": totals,
+        "run_share": share(totals.run_s), "measured_share": share(totals.measured_s),
+    });
+    let timings_file = if resumed {
         "timings-resume.json"
     } else {
         "timings.json"
@@ -156,24 +235,28 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&timings)?,
     )?;
 
-    let j = crate::sweep::journal::Journal::read(&results_dir)?;
+    let j = crate::sweep::journal::Journal::read(results_dir)?;
     super::out(&crate::report::render(
         &j,
         crate::report::Format::Table,
         &Default::default(),
     )?)?;
-    if let Err(e) = crate::report::write_all(&j, &results_dir) {
+    if let Err(e) = crate::report::write_all(&j, results_dir) {
         tracing::warn!("writing reports: {e:#}");
     }
     eprintln!(
-        "ocrig: {} runs ok, {} failed; wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} + teardown {:.1}; max start skew {:.0} µs",
+        "ocrig: {} runs ok, {} failed ({} failed attempts); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
         totals.runs_ok,
         totals.runs_failed,
+        totals.attempts_failed,
+        totals.boots,
         wall_s,
         prep_s,
         totals.boot_s,
         totals.deploy_s,
         totals.run_s,
+        totals.measured_s,
+        share(totals.measured_s) * 100.0,
         totals.teardown_s,
         totals.max_start_skew_us
     );
@@ -184,9 +267,34 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Takes the host CPUs for this sweep: refused (bad input, exit 2) while a live sweep holds
+/// any of them, unless told to wait.
+fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
+    CpuClaim::claim(cpus, wait, |busy| {
+        eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
+    })
+    .map_err(|e| match e.downcast::<CpusBusy>() {
+        Ok(busy) => BadInput(busy.to_string()).into(),
+        Err(e) => e.context("claiming the host CPUs"),
+    })
+}
+
+/// The payload and every input the plan's workloads read in the guest, read once.
+fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
+    let mut commands: Vec<&str> = plan.workloads.iter().map(|w| w.command.as_str()).collect();
+    if plan.background == crate::scenario::Background::Hog {
+        commands.push("hog");
+    }
+    let dp = deploy::deploy_plan(payload, &commands, Path::exists).map_err(BadInput)?;
+    for w in &dp.warnings {
+        eprintln!("ocrig: warning: {w}");
+    }
+    deploy::prepare(&dp)
+}
+
 /// Enough free space for every scratch disk of the largest level.
 fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
-    let guests = plan.groups.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
+    let guests = plan.boots.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
     let need_mib = guests * plan.scratch_disk_mib as u64 + 16;
     let free_mib = free_space_mib(dir)
         .with_context(|| format!("preflight: checking free space in {}", dir.display()))?;
@@ -200,15 +308,8 @@ fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
 }
 
 fn free_space_mib(dir: &Path) -> std::io::Result<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: statvfs writes into a zeroed struct; the path is NUL-terminated.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(st.f_bavail as u64 * st.f_frsize as u64 / 1048576)
-    }
+    let st = rustix::fs::statvfs(dir)?;
+    Ok(st.f_bavail * st.f_frsize / 1048576)
 }
 
 /// Destroys `ocrig-` domains whose sweep has no live owner (libvirt's auto-destroy normally
@@ -314,7 +415,14 @@ fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
         guest_vcpus: plan.vcpus,
         scenario_path: None,
         kernels: BTreeMap::new(),
+        schedule: Some(ScheduleInfo {
+            guests: plan.schedule.guests,
+            order: plan.schedule.order,
+            seed: plan.schedule.seed,
+            boots: plan.boot_infos(),
+        }),
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
+        guest_start: Some(plan.guest_start.as_str().to_string()),
     }
 }

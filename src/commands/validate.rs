@@ -16,15 +16,16 @@ pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
             .and_then(|l| check_kernels(&l).map(|_| l));
         match checked {
             Ok(l) => {
-                let plan = crate::sweep::plan::Plan::build(&l.scenario, &facts.allowed_cpus)?;
+                let plan = crate::sweep::plan::Plan::build(&l.scenario, &facts.allowed_cpus, 0)?;
                 println!(
-                    "{}: ok — {} levels × {} variants × {} workloads, {} runs, up to {} guests",
+                    "{}: ok — {} levels × {} variants × {} workloads, {} runs in {} boot group(s), up to {} guests",
                     f.display(),
                     plan.levels.len(),
                     plan.variants.len(),
                     plan.workloads.len(),
                     plan.total_runs(),
-                    plan.groups.iter().map(|g| g.guests).max().unwrap_or(0)
+                    plan.boots.len(),
+                    plan.boots.iter().map(|g| g.guests).max().unwrap_or(0)
                 );
             }
             Err(e) => problems.extend(e.0),

@@ -1,8 +1,10 @@
 //! The content-addressed cache: `$OCRIG_CACHE` or `~/.cache/ocrig`.
 //!
 //! ```text
-//! <cache>/images/<id>/        one finished image (vmlinuz, initrd.img, keys, manifest.json)
-//! <cache>/kernels/<deb sha>/  an unpacked Debian kernel: vmlinuz, release, modules/*.ko, modules.order
+//! <cache>/images/<id>/        one finished image (vmlinuz, vmlinux, initrd.img, keys, manifest.json)
+//! <cache>/kernels/<deb sha>/  an unpacked Debian kernel: vmlinuz, release, modules/*.ko, modules.order,
+//!                             vmlinux (extracted on first use) or vmlinux.unavailable (why not)
+//! <cache>/templates/<key>/    a saved guest to clone (see backend/template.rs)
 //! <cache>/*/.tmp-*            builds in progress; renamed into place when complete
 //! ```
 
@@ -140,8 +142,14 @@ pub struct Manifest {
     /// Module files in load order (empty: drivers built in, or a user initrd).
     pub modules: Vec<String>,
     pub vmlinuz_bytes: u64,
+    /// Size of the uncompressed PVH kernel `vmlinux`, when the image has one.
+    #[serde(default)]
+    pub vmlinux_bytes: Option<u64>,
+    /// Why the image has no PVH kernel (one sentence), when it has none.
+    #[serde(default)]
+    pub pvh_unavailable: Option<String>,
     pub initrd_bytes: u64,
-    /// sha256 of the key-independent first gzip member of initrd.img (absent for a user initrd).
+    /// sha256 of the key-independent first cpio archive of initrd.img (absent for a user initrd).
     pub initrd_base_sha256: Option<String>,
     /// Whether host_key.pub exists (false for a user-supplied initrd).
     pub host_key_pinned: bool,

@@ -1,4 +1,4 @@
-//! Host binaries copied into the guest: busybox, dropbear, scp and their shared libraries.
+//! Host binaries copied into the guest: busybox, dropbear, scp, GNU date and their shared libraries.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,10 @@ use anyhow::{Context, Result, bail};
 pub const BUSYBOX: &str = "/bin/busybox";
 const DROPBEAR: &str = "/usr/sbin/dropbear";
 const SCP: &str = "/usr/bin/scp";
+/// GNU date, for `date -s @<seconds.fraction>` (busybox's takes whole seconds only): a restored
+/// clone sets its wall clock with it (backend/template.rs). Beside busybox's, not over it.
+const GNU_DATE: &str = "/bin/date";
+pub const GUEST_GNU_DATE: &str = "/usr/libexec/ocrig/date";
 
 /// A host file copied into the initramfs.
 #[derive(Debug, Clone)]
@@ -43,6 +47,12 @@ pub fn host_files() -> Result<Vec<HostFile>> {
     for bin in bins {
         add(bin, Path::new(bin), 0o755)?;
         for lib in shared_libs(Path::new(bin))? {
+            add(&lib.display().to_string(), &lib, 0o755)?;
+        }
+    }
+    if Path::new(GNU_DATE).is_file() {
+        add(GUEST_GNU_DATE, Path::new(GNU_DATE), 0o755)?;
+        for lib in shared_libs(Path::new(GNU_DATE))? {
             add(&lib.display().to_string(), &lib, 0o755)?;
         }
     }

@@ -91,3 +91,25 @@ pub fn bzimage_release(path: &Path) -> Option<String> {
         .to_string();
     (!release.is_empty()).then_some(release)
 }
+
+/// The PVH-bootable vmlinux of an unpacked Debian kernel (`<kernel dir>/vmlinux`), extracted
+/// from its bzImage once; or why there is none (remembered in `vmlinux.unavailable`, so a
+/// kernel that cannot boot PVH is not decompressed again on every image build).
+pub fn pvh_vmlinux(k: &KernelDir) -> Result<std::result::Result<PathBuf, String>> {
+    let dir = k.vmlinuz.parent().context("kernel directory")?;
+    let (vmlinux, unavailable) = (dir.join("vmlinux"), dir.join("vmlinux.unavailable"));
+    if vmlinux.is_file() {
+        return Ok(Ok(vmlinux));
+    }
+    if let Ok(why) = fs::read_to_string(&unavailable) {
+        return Ok(Err(why.trim().to_string()));
+    }
+    match super::vmlinux::extract(&k.vmlinuz, &vmlinux)? {
+        Ok(()) => Ok(Ok(vmlinux)),
+        Err(why) => {
+            fs::write(&unavailable, format!("{why}\n"))
+                .with_context(|| format!("writing {}", unavailable.display()))?;
+            Ok(Err(why))
+        }
+    }
+}

@@ -2,8 +2,11 @@
 //!
 //! `ensure` builds (or reuses) `<cache>/images/<id>/` where `id` is the sha256 of the inputs
 //! (kernel .deb or bzImage, busybox/dropbear versions, host files copied in, /init, format).
-//! The initrd is two concatenated gzip cpio members: a deterministic base (same inputs → same
-//! bytes) and a small one with the per-image keys. See images/README.md.
+//! The initrd is two concatenated uncompressed cpio archives — a deterministic base (same
+//! inputs → same bytes) and a small one with the per-image keys — because under TCG the
+//! guest spends longer inflating a gzip initramfs than copying a plain one. A Debian kernel
+//! also gets its uncompressed `vmlinux` for direct PVH boot (see `vmlinux.rs`). See
+//! images/README.md.
 
 mod cache;
 mod cmd;
@@ -12,6 +15,7 @@ mod host_files;
 mod initramfs;
 mod kernel;
 mod keys;
+mod vmlinux;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,14 +23,16 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-pub use cache::cache_dir;
-use cache::{Inputs, KernelInput, Manifest, TempDir};
+use cache::{Inputs, KernelInput, Manifest};
+pub use cache::{TempDir, cache_dir, sweep_stale};
+pub use cmd::{sha256_file, sha256_hex};
+pub use host_files::GUEST_GNU_DATE;
 use host_files::{BUSYBOX, HostFile, host_files};
 use initramfs::Archive;
-use kernel::{bzimage_release, debian_kernel};
+use kernel::{bzimage_release, debian_kernel, pvh_vmlinux};
 
 /// Bump when the image layout or /init contract changes (invalidates every cached image).
-pub const FORMAT: &str = "ocrig-image-1";
+pub const FORMAT: &str = "ocrig-image-2";
 /// The guest's /init (busybox sh), also at images/init.
 pub const INIT_SCRIPT: &str = include_str!("../../images/init");
 /// Printed on the console (ttyS0) once dropbear listens on port 22.
@@ -66,6 +72,23 @@ pub struct Image {
     /// Seconds this call took (build, or cache lookup when reused).
     pub build_secs: f64,
     pub initrd_bytes: u64,
+    /// The uncompressed kernel with a PVH entry note (`vmlinux`), booted directly when the
+    /// backend can; None when the image has none, with the reason in `pvh_unavailable`.
+    pub pvh_kernel: Option<PathBuf>,
+    pub pvh_unavailable: Option<String>,
+}
+
+impl Image {
+    /// The image's fast-boot kernel for a [`crate::backend::GuestSpec`].
+    pub fn fast_kernel(&self) -> crate::backend::FastKernel {
+        match (&self.pvh_kernel, &self.pvh_unavailable) {
+            (Some(k), _) => crate::backend::FastKernel::Pvh(k.clone()),
+            (None, why) => crate::backend::FastKernel::Unavailable(
+                why.clone()
+                    .unwrap_or_else(|| "the image has no uncompressed kernel".into()),
+            ),
+        }
+    }
 }
 
 /// The release the `linux-image-amd64` metapackage depends on (e.g. "6.1.0-57-amd64").
@@ -142,6 +165,16 @@ fn load(dir: &Path) -> Result<Option<Image>> {
         Vec::new()
     };
     let initrd_bytes = fs::metadata(&initrd)?.len();
+    let vmlinux = dir.join("vmlinux");
+    let pvh_kernel = (m.vmlinux_bytes.is_some() && vmlinux.is_file()).then_some(vmlinux);
+    let pvh_unavailable = match &pvh_kernel {
+        Some(_) => None,
+        None => Some(
+            m.pvh_unavailable
+                .clone()
+                .unwrap_or_else(|| "the image has no uncompressed kernel".into()),
+        ),
+    };
     Ok(Some(Image {
         id: m.id,
         dir: dir.to_path_buf(),
@@ -153,6 +186,8 @@ fn load(dir: &Path) -> Result<Option<Image>> {
         built: false,
         build_secs: 0.0,
         initrd_bytes,
+        pvh_kernel,
+        pvh_unavailable,
     }))
 }
 
@@ -319,15 +354,24 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
     let tmp = TempDir::new_in(&images_dir(cache), &plan.id)?;
     let dir = tmp.path();
     let client = keys::client_key(dir)?;
+    let mut pvh_unavailable = None;
     let (release, modules, initrd_base_sha256, pinned) = match (&spec.kernel, &plan.deb) {
         (KernelSource::Debian(_), Some(info)) => {
             let k = debian_kernel(info, cache)?;
             cache::link_or_copy(&k.vmlinuz, &dir.join("vmlinuz"))?;
+            match pvh_vmlinux(&k).context("extracting the uncompressed kernel")? {
+                Ok(vmlinux) => cache::link_or_copy(&vmlinux, &dir.join("vmlinux"))?,
+                Err(why) => pvh_unavailable = Some(why),
+            }
             let base = write_initrd(plan, &k.modules, &client, dir)?;
             (k.release, k.modules, Some(base), true)
         }
         (KernelSource::File { kernel, initrd }, _) => {
             fs::copy(kernel, dir.join("vmlinuz")).with_context(|| format!("copying {}", kernel.display()))?;
+            // A kernel of the user's own is booted as given: its PVH path is untested, and a
+            // guest that hangs in early boot would only show up as a boot timeout.
+            pvh_unavailable =
+                Some("a user-supplied bzImage is booted as given (PVH only for Debian kernels)".into());
             let release = bzimage_release(kernel).unwrap_or_else(|| "unknown".to_string());
             match initrd {
                 Some(i) => {
@@ -352,6 +396,8 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
             .filter_map(|m| m.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect(),
         vmlinuz_bytes: fs::metadata(dir.join("vmlinuz"))?.len(),
+        vmlinux_bytes: fs::metadata(dir.join("vmlinux")).ok().map(|m| m.len()),
+        pvh_unavailable,
         initrd_bytes: fs::metadata(dir.join("initrd.img"))?.len(),
         initrd_base_sha256,
         host_key_pinned: pinned,
@@ -362,23 +408,24 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
     tmp.commit(dest)
 }
 
+/// Uncompressed, the initramfs is ~9.5 MB (busybox, dropbear, libc, modules); QEMU hands it to
+/// the guest by DMA, so its size costs far less than inflating it would.
+const INITRD_LIMIT: u64 = 16 * 1024 * 1024;
+
 /// Write `initrd.img` (base member + keys member) and `host_key.pub`; returns the base's sha256.
 fn write_initrd(plan: &Plan, modules: &[PathBuf], client: &keys::ClientKey, dir: &Path) -> Result<String> {
     let host = keys::host_key(dir)?;
     fs::write(dir.join("host_key.pub"), format!("{}\n", host.public_line))?;
-    let base = base_archive(&plan.id, &plan.host_files, modules)?;
-    let (base_gz, keys_gz) = (dir.join("base.cpio.gz"), dir.join("keys.cpio.gz"));
-    initramfs::gzip_to(&base.to_cpio(), &base_gz)?;
-    initramfs::gzip_to(&keys_archive(&host, client).to_cpio(), &keys_gz)?;
-    let mut bytes = fs::read(&base_gz)?;
+    let mut bytes = base_archive(&plan.id, &plan.host_files, modules)?.to_cpio();
     let base_sha = cmd::sha256_hex(&bytes);
-    bytes.extend(fs::read(&keys_gz)?);
+    bytes.extend(keys_archive(&host, client).to_cpio());
     fs::write(dir.join("initrd.img"), &bytes)?;
-    fs::remove_file(base_gz)?;
-    fs::remove_file(keys_gz)?;
-    const LIMIT: u64 = 5 * 1024 * 1024;
-    if bytes.len() as u64 >= LIMIT {
-        bail!("initramfs is {} bytes, over the 5 MiB budget", bytes.len());
+    if bytes.len() as u64 >= INITRD_LIMIT {
+        bail!(
+            "initramfs is {} bytes, over the {} MiB budget",
+            bytes.len(),
+            INITRD_LIMIT >> 20
+        );
     }
     Ok(base_sha)
 }
@@ -424,10 +471,15 @@ mod tests {
         );
         assert!(img.built);
         assert!(
-            img.initrd_bytes < 5 * 1024 * 1024,
+            img.initrd_bytes < INITRD_LIMIT,
             "initrd {} bytes",
             img.initrd_bytes
         );
+        // Debian's kernel boots PVH: the image carries its uncompressed ELF with the entry note.
+        let vmlinux = img.pvh_kernel.as_ref().expect("a PVH kernel for a Debian image");
+        assert_eq!(img.pvh_unavailable, None);
+        vmlinux::has_pvh_note(&fs::read(vmlinux).unwrap()).unwrap();
+        assert!(fs::metadata(vmlinux).unwrap().len() > 4 * fs::metadata(&img.kernel).unwrap().len());
         assert_eq!(img.host_key_blob.len(), 51);
         assert!(img.kernel.is_file() && img.client_key.is_file());
         assert!(bzimage_release(&img.kernel).is_some_and(|r| r == img.kernel_release));
@@ -470,9 +522,9 @@ mod tests {
         let cpio = base_archive(&plan.id, &plan.host_files, &k.modules)
             .unwrap()
             .to_cpio();
-        let gz = tmp.path().join("again.gz");
-        initramfs::gzip_to(&cpio, &gz).unwrap();
-        assert_eq!(Some(cmd::sha256_file(&gz).unwrap()), m.initrd_base_sha256);
+        assert_eq!(Some(cmd::sha256_hex(&cpio)), m.initrd_base_sha256);
+        // Uncompressed: the initrd starts with a newc header, not a gzip magic.
+        assert_eq!(&fs::read(&img.initrd).unwrap()[..6], b"070701");
 
         // A user-supplied bzImage: no modules, own id, release read from the header.
         let user = ImageSpec {
@@ -486,6 +538,13 @@ mod tests {
         assert_eq!(u.kernel_release, img.kernel_release);
         assert!(Manifest::read(&u.dir).unwrap().modules.is_empty());
         assert_eq!(u.host_key_blob.len(), 51);
+        assert!(u.pvh_kernel.is_none());
+        assert!(
+            u.pvh_unavailable
+                .as_deref()
+                .unwrap()
+                .contains("user-supplied bzImage")
+        );
 
         // With a user initrd, it is used as-is and nothing is pinned.
         let own = ImageSpec {

@@ -1,13 +1,18 @@
-//! CSV: one row per workload × variant × level (long format, for spreadsheets and pandas).
-//! Non-baseline rows carry the comparison against the baseline at that level.
+//! CSV: one row per workload × variant × level (long format, for spreadsheets and pandas),
+//! then per non-baseline variant a `geomean` row (`kind` tells them apart; a geomean row has
+//! no level). Non-baseline rows carry the comparison against the baseline at that level, and
+//! every cell row what explains it: vCPU wait, guest steal (empty with a note when not
+//! measured), contention, Jain, context switches, other guests, KVM counters.
 
-use super::Exporter;
-use crate::stats::cells::{Cell, Model, Row, WorkloadModel};
+use super::{Exporter, KVM_COLUMNS};
+use crate::stats::cells::{Cell, Comparison, Model, Row, WorkloadModel};
 use crate::sweep::journal::Better;
 
 pub struct CsvExporter;
 
-pub const COLUMNS: [&str; 24] = [
+/// The fixed columns; the KVM counters of [`KVM_COLUMNS`] follow as `kvm_<name>`.
+pub const COLUMNS: [&str; 38] = [
+    "kind",
     "workload",
     "command",
     "metric",
@@ -24,6 +29,7 @@ pub const COLUMNS: [&str; 24] = [
     "max",
     "ci95_low",
     "ci95_high",
+    "base_mean",
     "improvement_pct",
     "t",
     "df",
@@ -32,7 +38,28 @@ pub const COLUMNS: [&str; 24] = [
     "contention_rate",
     "jain",
     "failed",
+    "vcpu_wait_share",
+    "vcpu_wait_n",
+    "vcpu_wait_note",
+    "guest_steal_share",
+    "guest_steal_note",
+    "host_other_share",
+    "host_other_note",
+    "ctxsw_voluntary",
+    "ctxsw_involuntary",
+    "other_guests_mean",
+    "other_guests_n",
+    "kvm_note",
 ];
+
+/// Every column name, in order.
+pub fn header() -> Vec<String> {
+    COLUMNS
+        .iter()
+        .map(|c| c.to_string())
+        .chain(KVM_COLUMNS.iter().map(|(k, _)| format!("kvm_{k}")))
+        .collect()
+}
 
 /// Quotes a field if it contains a comma, quote or line break (RFC 4180).
 fn field(s: &str) -> String {
@@ -47,10 +74,14 @@ fn num(x: Option<f64>) -> String {
     x.map(|x| x.to_string()).unwrap_or_default()
 }
 
-fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&Row>) -> Vec<String> {
-    let s = c.summary.as_ref();
-    let w = cmp.and_then(|r| r.welch);
+fn text(x: Option<&String>) -> String {
+    x.map(|s| field(s)).unwrap_or_default()
+}
+
+/// The columns every row of a workload starts with: kind, workload, command, metric, better.
+fn lead(kind: &str, wl: &WorkloadModel) -> Vec<String> {
     vec![
+        kind.into(),
         field(&wl.workload),
         field(&wl.command),
         field(&wl.metric),
@@ -58,6 +89,14 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
             Better::Higher => "higher".into(),
             Better::Lower => "lower".into(),
         },
+    ]
+}
+
+fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&Row>) -> Vec<String> {
+    let s = c.summary.as_ref();
+    let w = cmp.and_then(|r| r.welch);
+    let mut r = lead("cell", wl);
+    r.extend([
         field(variant),
         field(&model.baseline),
         c.level.to_string(),
@@ -70,6 +109,7 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
         num(s.map(|s| s.max)),
         num(s.and_then(|s| s.ci95).map(|ci| ci.low)),
         num(s.and_then(|s| s.ci95).map(|ci| ci.high)),
+        num(cmp.and_then(|r| r.base.as_ref()).map(|b| b.mean)),
         num(cmp.and_then(|r| r.improvement_pct)),
         num(w.map(|w| w.t)),
         num(w.map(|w| w.df)),
@@ -80,20 +120,64 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
         num(c.contention_rate),
         num(c.jain),
         c.failed.to_string(),
-    ]
+        num(c.vcpu_wait.mean()),
+        c.vcpu_wait.samples.len().to_string(),
+        text(c.vcpu_wait.unavailable.as_ref()),
+        num(c.guest_steal.mean()),
+        text(c.guest_steal.unavailable.as_ref()),
+        num(c.host_other.mean()),
+        text(c.host_other.unavailable.as_ref()),
+        num(c.ctxsw_voluntary),
+        num(c.ctxsw_involuntary),
+        num(c.other_guests.as_ref().map(|s| s.mean)),
+        c.other_guests.as_ref().map_or(0, |s| s.n).to_string(),
+        text(c.kvm.unavailable.as_ref()),
+    ]);
+    r.extend(
+        KVM_COLUMNS
+            .iter()
+            .map(|(k, _)| num(c.kvm.counters.get(*k).copied())),
+    );
+    r
+}
+
+/// A comparison's geometric mean over the levels: `mean` is the variant's, `base_mean` the
+/// baseline's, `n` the number of levels; the columns that have no meaning here are empty.
+fn geomean_row(model: &Model, wl: &WorkloadModel, cmp: &Comparison) -> Option<Vec<String>> {
+    let g = cmp.geomean.as_ref()?;
+    let mut r = lead("geomean", wl);
+    r.extend([
+        field(&cmp.variant),
+        field(&model.baseline),
+        String::new(),
+        g.levels.to_string(),
+    ]);
+    r.push(g.variant.to_string());
+    r.extend(std::iter::repeat_n(String::new(), 7));
+    r.push(g.base.to_string());
+    r.push(g.improvement_pct.to_string());
+    r.resize(header().len(), String::new());
+    Some(r)
 }
 
 impl Exporter for CsvExporter {
     fn render(&self, model: &Model) -> anyhow::Result<String> {
-        let mut out = COLUMNS.join(",");
+        let mut out = header().join(",");
         out.push('\n');
+        let mut line = |r: Vec<String>| {
+            out.push_str(&r.join(","));
+            out.push('\n');
+        };
         for wl in &model.workloads {
             for s in &wl.series {
                 let cmp = wl.comparisons.iter().find(|c| c.variant == s.variant);
                 for (i, c) in s.cells.iter().enumerate() {
-                    let r = row(model, wl, &s.variant, c, cmp.map(|cmp| &cmp.rows[i]));
-                    out.push_str(&r.join(","));
-                    out.push('\n');
+                    line(row(model, wl, &s.variant, c, cmp.map(|cmp| &cmp.rows[i])));
+                }
+            }
+            for cmp in &wl.comparisons {
+                if let Some(r) = geomean_row(model, wl, cmp) {
+                    line(r);
                 }
             }
         }
@@ -143,14 +227,15 @@ mod tests {
         }
         let text = render(&j, Format::Csv, &ReportOptions::default()).unwrap();
         let rows = parse(&text);
-        assert_eq!(rows[0], COLUMNS);
-        // 2 workloads × 2 variants × 2 levels
-        assert_eq!(rows.len(), 1 + 8);
-        assert!(rows.iter().all(|r| r.len() == COLUMNS.len()));
-        let col = |name: &str| COLUMNS.iter().position(|c| *c == name).unwrap();
+        let head = header();
+        assert_eq!(rows[0], head);
+        // 2 workloads × 2 variants × 2 levels, then one geomean row per workload.
+        assert_eq!(rows.len(), 1 + 8 + 2);
+        assert!(rows.iter().all(|r| r.len() == head.len()), "ragged rows");
+        let col = |name: &str| head.iter().position(|c| c == name).unwrap();
         let patched = rows
             .iter()
-            .find(|r| r[col("variant")] == "patched" && r[col("level")] == "0.5")
+            .find(|r| r[col("kind")] == "cell" && r[col("variant")] == "patched" && r[col("level")] == "0.5")
             .unwrap();
         assert_eq!(patched[col("workload")], "hackbench, \"quoted\"");
         assert_eq!(patched[col("mean")].parse::<f64>().unwrap(), 9.0);
@@ -170,5 +255,36 @@ mod tests {
         assert_eq!(base[col("failed")], "1");
         let lock = rows.iter().find(|r| r[col("workload")] == "lock-ticket").unwrap();
         assert!((lock[col("jain")].parse::<f64>().unwrap() - 0.99).abs() < 1e-12);
+        // base at 0.5x: vCPU wait (0.02 + 0.04 + 0.06) / 3 over 3 runs, steal 0.05, halts 2000.
+        assert!((lock[col("vcpu_wait_share")].parse::<f64>().unwrap() - 0.04).abs() < 1e-12);
+        assert_eq!(lock[col("vcpu_wait_n")], "3");
+        assert!((lock[col("guest_steal_share")].parse::<f64>().unwrap() - 0.05).abs() < 1e-12);
+        assert_eq!(lock[col("kvm_halt_exits")], "2000");
+        assert!((lock[col("host_other_share")].parse::<f64>().unwrap() - 0.1).abs() < 1e-9);
+        assert_eq!(
+            lock[col("base_mean")],
+            "",
+            "the baseline's own row compares with nothing"
+        );
+        // hackbench had no telemetry: empty numbers, and a note saying why.
+        assert_eq!(base[col("vcpu_wait_share")], "");
+        assert!(base[col("vcpu_wait_note")].contains("not recorded"));
+        // The geomean rows: hackbench base 14.1421, patched 13.5831, +3.95 % (see cells.rs).
+        let g = rows
+            .iter()
+            .find(|r| r[col("kind")] == "geomean" && r[col("workload")].starts_with("hackbench"))
+            .unwrap();
+        assert_eq!(
+            (
+                g[col("variant")].as_str(),
+                g[col("level")].as_str(),
+                g[col("n")].as_str()
+            ),
+            ("patched", "", "2")
+        );
+        assert!((g[col("mean")].parse::<f64>().unwrap() - 13.583077707206124).abs() < 1e-9);
+        assert!((g[col("base_mean")].parse::<f64>().unwrap() - 14.142135623730951).abs() < 1e-9);
+        assert!((g[col("improvement_pct")].parse::<f64>().unwrap() - 3.9531364385072787).abs() < 1e-9);
+        assert_eq!(g[col("stdev")], "");
     }
 }

@@ -1,11 +1,12 @@
 //! One self-contained HTML file: per workload an inline SVG plot of the metric vs overcommit
-//! level (95% CI error bars), the comparison tables, and for lock workloads the
-//! contention/fairness table and a Jain's index plot. No external assets.
+//! level (every run, mean, 95% CI), the cell table (what explains each number), a plot of
+//! guest 0's vCPU wait and, for lock workloads, one of Jain's index, the KVM counters where
+//! there are any, then the comparison tables. No external assets.
 
-use super::plot::{jain_plot, metric_plot};
+use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
 use super::{
-    Exporter, comparison_rows, describe_metric, fairness_rows, fmt_level, notes, other_guest_rows,
-    single_rows,
+    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows,
+    variants_line,
 };
 use crate::stats::cells::Model;
 
@@ -13,8 +14,8 @@ pub struct HtmlExporter;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
-.plot svg{max-width:100%;height:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
+th:first-child,td:first-child,.label{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
+.plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
 
 /// Escapes text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -36,6 +37,7 @@ pub fn escape(s: &str) -> String {
 /// a signed %improvement, coloured green/red.
 fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
     let mut out = String::from("<table>\n");
+    let labels = super::label_columns(rows);
     for (i, row) in rows.iter().enumerate() {
         out.push_str("<tr>");
         for (j, c) in row.iter().enumerate() {
@@ -45,6 +47,7 @@ fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
                 let class = match pct_col {
                     Some(p) if p == j && c.starts_with('+') => " class=\"better\"",
                     Some(p) if p == j && c.starts_with('-') && c.len() > 1 => " class=\"worse\"",
+                    _ if j > 0 && j < labels => " class=\"label\"",
                     _ => "",
                 };
                 out.push_str(&format!("<td{class}>{}</td>", escape(c)));
@@ -67,15 +70,7 @@ impl Exporter for HtmlExporter {
             escape(&title),
             escape(&title),
             escape(&model.baseline),
-            model
-                .variants
-                .iter()
-                .map(|v| match model.kernels.get(v) {
-                    Some(k) => format!("<code>{}</code> (kernel <code>{}</code>)", escape(v), escape(k)),
-                    None => format!("<code>{}</code>", escape(v)),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            variants_line(model, |v| format!("<code>{}</code>", escape(v))),
             escape(&levels.join(", ")),
             model.alpha
         );
@@ -86,7 +81,19 @@ impl Exporter for HtmlExporter {
                 escape(&wl.command),
                 escape(&describe_metric(wl))
             ));
+            // The metric, then what explains it, then the published comparison tables.
             out.push_str(&format!("<div class=\"plot\">\n{}\n</div>\n", metric_plot(wl)?));
+            out.push_str("<h3>What explains each cell (means per run)</h3>\n<div class=\"wide\">\n");
+            out.push_str(&html_table(&cell_rows(wl), None));
+            out.push_str("</div>\n");
+            for svg in [vcpu_wait_plot(wl)?, jain_plot(wl)?].into_iter().flatten() {
+                out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
+            }
+            if let Some(rows) = kvm_rows(wl) {
+                out.push_str("<h3>KVM counters of guest 0's VM (mean per run)</h3>\n<div class=\"wide\">\n");
+                out.push_str(&html_table(&rows, None));
+                out.push_str("</div>\n");
+            }
             if wl.comparisons.is_empty() {
                 out.push_str(&html_table(&single_rows(wl), None));
             }
@@ -97,17 +104,6 @@ impl Exporter for HtmlExporter {
                     escape(&model.baseline)
                 ));
                 out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
-            }
-            if wl.lock {
-                out.push_str("<h3>Contention and fairness</h3>\n");
-                out.push_str(&html_table(&fairness_rows(wl), None));
-                if let Some(svg) = jain_plot(wl)? {
-                    out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
-                }
-            }
-            if let Some(rows) = other_guest_rows(wl) {
-                out.push_str("<h3>Other guests (mean of the metric)</h3>\n");
-                out.push_str(&html_table(&rows, None));
             }
             out.push_str("<ul class=\"notes\">\n");
             for n in notes(model, wl) {
@@ -130,8 +126,9 @@ mod tests {
     fn self_contained_with_an_svg_per_workload() {
         let html = render(&journal(), Format::Html, &ReportOptions::default()).unwrap();
         assert!(html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>\n"));
-        // hackbench: one metric plot; lock-ticket: metric plot + Jain plot.
-        assert_eq!(html.matches("<svg").count(), 3);
+        // hackbench: one metric plot (no vCPU telemetry); lock-ticket: metric, vCPU wait, Jain.
+        assert_eq!(html.matches("<svg").count(), 4);
+        assert!(html.contains("vCPU wait for a host CPU"));
         for section in html.split("<section>").skip(1) {
             assert!(section.contains("<svg"), "workload section without a plot");
         }

@@ -1,8 +1,8 @@
 //! Markdown: the same tables as the terminal format, as pipe tables with right-aligned numbers.
 
 use super::{
-    Exporter, comparison_rows, describe_metric, fairness_rows, fmt_level, notes, other_guest_rows,
-    single_rows,
+    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows,
+    variants_line,
 };
 use crate::stats::cells::Model;
 
@@ -13,15 +13,16 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-/// A pipe table; the first row is the header, first column left-aligned, the rest right-aligned.
+/// A pipe table; the first row is the header, label columns left-aligned, the rest right-aligned.
 pub fn pipe_table(rows: &[Vec<String>]) -> String {
     let mut out = String::new();
+    let labels = super::label_columns(rows);
     for (i, row) in rows.iter().enumerate() {
         let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
         out.push_str(&format!("| {} |\n", cells.join(" | ")));
         if i == 0 {
             let rule: Vec<&str> = (0..row.len())
-                .map(|j| if j == 0 { ":---" } else { "---:" })
+                .map(|j| if j < labels { ":---" } else { "---:" })
                 .collect();
             out.push_str(&format!("|{}|\n", rule.join("|")));
         }
@@ -37,15 +38,7 @@ impl Exporter for MarkdownExporter {
              %improvement is signed so + is better.\n",
             model.scenario,
             model.baseline,
-            model
-                .variants
-                .iter()
-                .map(|v| match model.kernels.get(v) {
-                    Some(k) => format!("`{v}` (kernel `{k}`)"),
-                    None => format!("`{v}`"),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            variants_line(model, |v| format!("`{v}`")),
             levels.join(", ")
         );
         for wl in &model.workloads {
@@ -63,12 +56,10 @@ impl Exporter for MarkdownExporter {
                 out.push_str(&format!("\n### {} vs {}\n\n", cmp.variant, model.baseline));
                 out.push_str(&pipe_table(&comparison_rows(model, cmp)));
             }
-            if wl.lock {
-                out.push_str("\n### Contention and fairness\n\n");
-                out.push_str(&pipe_table(&fairness_rows(wl)));
-            }
-            if let Some(rows) = other_guest_rows(wl) {
-                out.push_str("\n### Other guests (mean of the metric)\n\n");
+            out.push_str("\n### What explains each cell (means per run)\n\n");
+            out.push_str(&pipe_table(&cell_rows(wl)));
+            if let Some(rows) = kvm_rows(wl) {
+                out.push_str("\n### KVM counters of guest 0's VM (mean per run)\n\n");
                 out.push_str(&pipe_table(&rows));
             }
             out.push('\n');
@@ -98,14 +89,19 @@ mod tests {
 | gmean | 14.1421 |  | 13.5831 |  | +3.95% |  |
 ";
         assert!(md.contains(expected), "got:\n{md}");
-        assert!(md.contains("### Contention and fairness"));
+        assert!(md.contains("### What explains each cell (means per run)"));
+        assert!(md.contains("### KVM counters of guest 0's VM (mean per run)"));
         assert!(
             md.contains("variants `base`, `patched`; overcommit levels 0.5x, 1x."),
             "got:\n{md}"
         );
-        // guest 1 reported 11.0 for base at 0.5x
+        // guest 1 reported 11.0 for base at 0.5x; hackbench was journaled without telemetry.
         assert!(
-            md.contains("| 0.5x | 10.0000 | 11.0000 | 1 | 9.0000 | - | 0 |"),
+            md.contains("| base | 0.5x | 3 | 10.0000 | - | - | - | 11.0000 |"),
+            "got:\n{md}"
+        );
+        assert!(
+            md.contains("| patched | 1x | 3 | 800.00 | 44.0% | 5.0% | 10.0% | 0.4000 | 0.9000 | 101 | 202 |"),
             "got:\n{md}"
         );
     }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::stats::cells::{Comparison, Model, WorkloadModel, build};
+use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::sweep::journal::{Journal, RunRecord};
 
@@ -402,100 +402,244 @@ pub fn single_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     rows
 }
 
-/// Fairness/contention table for lock workloads:
-/// `oc | <v> contention | ... | <v> jain | ...`, one column pair per variant.
-pub fn fairness_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
-    let mut head = vec!["oc".to_string()];
-    head.extend(wl.series.iter().map(|s| format!("{} contention", s.variant)));
-    head.extend(wl.series.iter().map(|s| format!("{} jain", s.variant)));
-    let mut rows = vec![head];
-    let levels: Vec<f64> = wl
-        .series
-        .first()
-        .map(|s| s.cells.iter().map(|c| c.level).collect())
-        .unwrap_or_default();
-    for (i, level) in levels.into_iter().enumerate() {
-        let mut row = vec![fmt_level(level)];
-        row.extend(wl.series.iter().map(|s| fmt_frac(s.cells[i].contention_rate)));
-        row.extend(wl.series.iter().map(|s| fmt_frac(s.cells[i].jain)));
-        rows.push(row);
+/// The variants for a report's opening line, each as `code` renders a name: `a`, `b` (kernel
+/// `k`) each with its own kernel, or once for all when every variant ran the same one.
+pub fn variants_line(model: &Model, code: impl Fn(&str) -> String) -> String {
+    let kernels: Vec<Option<&String>> = model.variants.iter().map(|v| model.kernels.get(v)).collect();
+    let names: Vec<String> = model.variants.iter().map(|v| code(v)).collect();
+    match kernels.first() {
+        Some(Some(k)) if model.variants.len() > 1 && kernels.iter().all(|x| *x == Some(*k)) => {
+            format!("{} (kernel {} for all)", names.join(", "), code(k))
+        }
+        _ => names
+            .iter()
+            .zip(&kernels)
+            .map(|(n, k)| match k {
+                Some(k) => format!("{n} (kernel {})", code(k)),
+                None => n.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
     }
-    rows
 }
 
-/// Aggregate of the other guests (guest ≥ 1) next to guest 0, when any other guest reported:
-/// `oc | <v> guest 0 | <v> others | ...`.
-pub fn other_guest_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
-    if !wl
-        .series
-        .iter()
-        .flat_map(|s| &s.cells)
-        .any(|c| c.other_guests.is_some())
-    {
-        return None;
+/// How many leading columns of a table are labels (left-aligned): `oc`, or `variant | oc`
+/// in the cell tables.
+pub fn label_columns(rows: &[Vec<String>]) -> usize {
+    match rows.first() {
+        Some(head) if head.first().is_some_and(|h| h == "variant") => 2,
+        _ => 1,
     }
-    let mut head = vec!["oc".to_string()];
-    for s in &wl.series {
-        head.extend([
-            format!("{} guest 0", s.variant),
-            format!("{} other guests", s.variant),
-            "n".into(),
-        ]);
+}
+
+/// Per-run mean of a count, compact: `873`, `12.3k`, `4.56M`.
+pub fn fmt_count(x: Option<f64>) -> String {
+    let Some(x) = x.filter(|x| x.is_finite()) else {
+        return "-".into();
+    };
+    match x.abs() {
+        a if a >= 1e9 => format!("{:.2}G", x / 1e9),
+        a if a >= 1e6 => format!("{:.2}M", x / 1e6),
+        a if a >= 1e4 => format!("{:.1}k", x / 1e3),
+        _ => format!("{x:.0}"),
     }
-    let mut rows = vec![head];
+}
+
+/// A share (0..1) as a percentage with one decimal: `48.2%`.
+pub fn fmt_share(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
+/// The cell table: one row per variant × level (so it stays 120 columns wide at any number
+/// of variants), the headline metric next to what explains it:
+/// `variant | oc | n | <metric> | vCPU wait | steal | other load | contention | jain | cs vol |
+/// cs invol | other guests`. Columns no cell of the workload has are left out, except vCPU
+/// wait, steal and other load, which show `-` and a note saying why.
+pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     let cells = || wl.series.iter().flat_map(|s| &s.cells);
+    let has = |f: &dyn Fn(&Cell) -> bool| cells().any(f);
+    let contention = has(&|c| c.contention_rate.is_some());
+    let jain = has(&|c| c.jain.is_some());
+    let ctxsw = has(&|c| c.ctxsw_voluntary.is_some() || c.ctxsw_involuntary.is_some());
+    let others = has(&|c| c.other_guests.is_some());
+    let mut head: Vec<String> = [
+        "variant",
+        "oc",
+        "n",
+        wl.metric.as_str(),
+        "vCPU wait",
+        "steal",
+        "other load",
+    ]
+    .map(String::from)
+    .to_vec();
+    let optional = [
+        (contention, "contention"),
+        (jain, "jain"),
+        (ctxsw, "cs vol"),
+        (ctxsw, "cs invol"),
+        (others, "other guests"),
+    ];
+    head.extend(optional.iter().filter(|(on, _)| *on).map(|(_, h)| h.to_string()));
     let d = table_decimals(
         cells()
             .flat_map(|c| [&c.summary, &c.other_guests])
             .flatten()
             .map(|s| s.mean),
     );
-    let levels: Vec<f64> = wl.series[0].cells.iter().map(|c| c.level).collect();
-    for (i, level) in levels.into_iter().enumerate() {
-        let mut row = vec![fmt_level(level)];
-        for s in &wl.series {
-            let c = &s.cells[i];
-            row.extend([
+    let mut rows = vec![head];
+    for s in &wl.series {
+        for c in &s.cells {
+            let mut row = vec![
+                s.variant.clone(),
+                fmt_level(c.level),
+                c.summary.as_ref().map_or(0, |s| s.n).to_string(),
                 fmt_opt(c.summary.as_ref().map(|s| s.mean), d),
-                fmt_opt(c.other_guests.as_ref().map(|s| s.mean), d),
-                c.other_guests
-                    .as_ref()
-                    .map_or_else(|| "0".into(), |s| s.n.to_string()),
-            ]);
+                fmt_share(c.vcpu_wait.mean()),
+                fmt_share(c.guest_steal.mean()),
+                fmt_share(c.host_other.mean()),
+            ];
+            if contention {
+                row.push(fmt_frac(c.contention_rate));
+            }
+            if jain {
+                row.push(fmt_frac(c.jain));
+            }
+            if ctxsw {
+                row.push(fmt_count(c.ctxsw_voluntary));
+                row.push(fmt_count(c.ctxsw_involuntary));
+            }
+            if others {
+                row.push(fmt_opt(c.other_guests.as_ref().map(|s| s.mean), d));
+            }
+            rows.push(row);
         }
-        rows.push(row);
+    }
+    rows
+}
+
+/// KVM counters shown per cell (mean per run of guest 0's VM), with their column names.
+pub const KVM_COLUMNS: [(&str, &str); 7] = [
+    ("halt_exits", "halt exits"),
+    ("halt_successful_poll", "halt polled"),
+    ("directed_yield_attempted", "yield tried"),
+    ("directed_yield_successful", "yield ok"),
+    ("preemption_reported", "preempt rep"),
+    ("preemption_other", "preempt other"),
+    ("hypercalls", "hypercalls"),
+];
+
+/// `variant | oc | halt exits | ... | hypercalls`, one row per variant × level, when any cell
+/// has KVM counters (KVM hosts only).
+pub fn kvm_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
+    if !wl.series.iter().flat_map(|s| &s.cells).any(|c| c.kvm.runs > 0) {
+        return None;
+    }
+    let mut head = vec!["variant".to_string(), "oc".into()];
+    head.extend(KVM_COLUMNS.iter().map(|(_, h)| h.to_string()));
+    let mut rows = vec![head];
+    for s in &wl.series {
+        for c in &s.cells {
+            let mut row = vec![s.variant.clone(), fmt_level(c.level)];
+            row.extend(
+                KVM_COLUMNS
+                    .iter()
+                    .map(|(k, _)| fmt_count(c.kvm.counters.get(*k).copied())),
+            );
+            rows.push(row);
+        }
     }
     Some(rows)
+}
+
+/// What the cell table's telemetry columns mean, and why any of them is empty.
+pub fn telemetry_notes(wl: &WorkloadModel) -> Vec<String> {
+    let cells: Vec<&Cell> = wl.series.iter().flat_map(|s| &s.cells).collect();
+    let mut notes = vec![
+        "vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x"
+            .to_string(),
+    ];
+    let reasons = |label: &str, why: Vec<&String>| -> Vec<String> {
+        let mut why = why;
+        why.sort();
+        why.dedup();
+        why.into_iter().map(|w| format!("{label}: {w}")).collect()
+    };
+    notes.extend(reasons(
+        "vCPU wait",
+        cells
+            .iter()
+            .filter_map(|c| c.vcpu_wait.unavailable.as_ref())
+            .collect(),
+    ));
+    notes.extend(reasons(
+        "steal",
+        cells
+            .iter()
+            .filter_map(|c| c.guest_steal.unavailable.as_ref())
+            .collect(),
+    ));
+    notes.push("other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)".into());
+    notes.extend(reasons(
+        "other load",
+        cells
+            .iter()
+            .filter_map(|c| c.host_other.unavailable.as_ref())
+            .collect(),
+    ));
+    if cells.iter().any(|c| c.ctxsw_voluntary.is_some()) {
+        notes.push(
+            "cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run"
+                .into(),
+        );
+    }
+    if cells.iter().all(|c| c.kvm.runs == 0) {
+        notes.extend(reasons(
+            "KVM counters",
+            cells.iter().filter_map(|c| c.kvm.unavailable.as_ref()).collect(),
+        ));
+    }
+    notes
 }
 
 /// Footnotes for a workload: sample counts, failures and outliers.
 pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
     let mut notes = Vec::new();
-    let counts: Vec<String> = wl
-        .series
-        .iter()
-        .map(|s| {
-            let ns: Vec<usize> = s
-                .cells
-                .iter()
-                .map(|c| c.summary.as_ref().map_or(0, |s| s.n))
-                .collect();
-            let (lo, hi) = (
-                ns.iter().min().copied().unwrap_or(0),
-                ns.iter().max().copied().unwrap_or(0),
-            );
-            if lo == hi {
-                format!("{} n={lo}", s.variant)
-            } else {
-                format!("{} n={lo}..{hi}", s.variant)
-            }
-        })
-        .collect();
+    // Variants with the same counts share one entry, so the line stays short at ten variants.
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for s in &wl.series {
+        let ns: Vec<usize> = s
+            .cells
+            .iter()
+            .map(|c| c.summary.as_ref().map_or(0, |s| s.n))
+            .collect();
+        let (lo, hi) = (
+            ns.iter().min().copied().unwrap_or(0),
+            ns.iter().max().copied().unwrap_or(0),
+        );
+        let n = if lo == hi {
+            format!("n={lo}")
+        } else {
+            format!("n={lo}..{hi}")
+        };
+        match groups.iter_mut().find(|(g, _)| *g == n) {
+            Some((_, vs)) => vs.push(&s.variant),
+            None => groups.push((n, vec![&s.variant])),
+        }
+    }
+    let counts: Vec<String> = match groups.as_slice() {
+        [(n, _)] if wl.series.len() > 1 => vec![format!("{n} (every variant)")],
+        _ => groups
+            .iter()
+            .map(|(n, vs)| format!("{} {n}", vs.join(", ")))
+            .collect(),
+    };
     notes.push(format!(
         "runs per cell: {}; p: Welch's t-test, * = p < {}",
-        counts.join(", "),
+        counts.join("; "),
         model.alpha
     ));
+    notes.extend(telemetry_notes(wl));
     for s in &wl.series {
         for c in &s.cells {
             if c.failed > 0 {
@@ -589,6 +733,23 @@ mod tests {
         other.header.workloads.remove("hackbench");
         let e = merge(&a, &other, "A", "B").unwrap_err().to_string();
         assert!(e.contains("different workloads: only in A: [hackbench]"), "{e}");
+    }
+
+    #[test]
+    fn one_kernel_for_all_variants_is_named_once() {
+        let mut m = model(&journal(), &ReportOptions::default());
+        let code = |v: &str| format!("`{v}`");
+        assert_eq!(variants_line(&m, code), "`base`, `patched`");
+        m.kernels = BTreeMap::from([("base".into(), "6.1".into()), ("patched".into(), "6.1".into())]);
+        assert_eq!(
+            variants_line(&m, code),
+            "`base`, `patched` (kernel `6.1` for all)"
+        );
+        m.kernels.insert("patched".into(), "6.8".into());
+        assert_eq!(
+            variants_line(&m, code),
+            "`base` (kernel `6.1`), `patched` (kernel `6.8`)"
+        );
     }
 
     #[test]

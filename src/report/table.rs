@@ -1,10 +1,11 @@
 //! Terminal tables (comfy-table) in the published layout:
 //! `oc | base | stdev | patched | stdev | %improvement | p`, one table per workload and
-//! non-baseline variant, plus a fairness/contention table for lock workloads.
+//! non-baseline variant, then the cell table (one row per variant × level: the metric next to
+//! vCPU wait, steal, contention, fairness) and, on KVM hosts, the KVM counters.
 
 use comfy_table::{CellAlignment, ContentArrangement, ContentLineStyle, LineStyle, Table, TableStyle};
 
-use super::{Exporter, comparison_rows, describe_metric, fairness_rows, notes, single_rows};
+use super::{Exporter, cell_rows, comparison_rows, describe_metric, kvm_rows, notes, single_rows};
 use crate::stats::cells::Model;
 
 pub struct TableExporter;
@@ -17,12 +18,13 @@ const STYLE: TableStyle = TableStyle::new()
     .content_lines(ContentLineStyle::new('|', '|', '|'))
     .bottom_border(LineStyle::new('+', '-', '+', '+'));
 
-/// A plain-ASCII table (pastes cleanly into mail), first column left-aligned, numbers right.
+/// A plain-ASCII table (pastes cleanly into mail), label columns left-aligned, numbers right.
 pub fn ascii_table(rows: &[Vec<String>]) -> String {
     let mut t = Table::new();
     t.load_style(STYLE)
         .set_content_arrangement(ContentArrangement::Disabled)
         .force_no_tty();
+    let labels = super::label_columns(rows);
     let mut rows = rows.iter();
     if let Some(head) = rows.next() {
         t.set_header(head);
@@ -31,7 +33,7 @@ pub fn ascii_table(rows: &[Vec<String>]) -> String {
         t.add_row(r);
     }
     for (i, col) in t.column_iter_mut().enumerate() {
-        col.set_cell_alignment(if i == 0 {
+        col.set_cell_alignment(if i < labels {
             CellAlignment::Left
         } else {
             CellAlignment::Right
@@ -65,12 +67,11 @@ impl Exporter for TableExporter {
                 );
                 blocks.push(format!("{title}\n{}", ascii_table(&comparison_rows(model, cmp))));
             }
-            if wl.lock {
-                let title = format!(
-                    "{}: contention rate and Jain's fairness index (mean per cell)",
-                    wl.workload
-                );
-                blocks.push(format!("{title}\n{}", ascii_table(&fairness_rows(wl))));
+            let title = format!("{}: what explains each cell (means per run)", wl.workload);
+            blocks.push(format!("{title}\n{}", ascii_table(&cell_rows(wl))));
+            if let Some(rows) = kvm_rows(wl) {
+                let title = format!("{}: KVM counters of guest 0's VM (mean per run)", wl.workload);
+                blocks.push(format!("{title}\n{}", ascii_table(&rows)));
             }
             let notes: String = notes(model, wl).iter().map(|n| format!("  {n}\n")).collect();
             blocks.push(notes);
@@ -92,6 +93,9 @@ mod tests {
         //   hackbench 0.5x 0.004797999699128008, 1x 0.5733922538253555;
         //   lock 0.5x 0.07048399691021992, 1x 5.16503636448792e-05.
         // gmean: sqrt(10*20) = 14.1421, sqrt(9*20.5) = 13.5831 → +3.95% (lower is better).
+        // Cell table: vCPU wait (0.02+0.04+0.06)/3 = 4.0 %, (0.42+0.44+0.46)/3 = 44.0 %;
+        // cs vol (50+51+52)/3 = 51, (100+101+102)/3 = 101; halt exits (1000+2000+3000)/3;
+        // other load (busy ticks - vCPU run) / total = 40 / 400 = 10 % in every run.
         let expected = "\
 hackbench: patched vs base (seconds, lower is better)
 +-------+---------+--------+---------+--------+--------------+----------+
@@ -102,7 +106,23 @@ hackbench: patched vs base (seconds, lower is better)
 | gmean | 14.1421 |        | 13.5831 |        |       +3.95% |          |
 +-------+---------+--------+---------+--------+--------------+----------+
 
-  runs per cell: base n=3, patched n=3; p: Welch's t-test, * = p < 0.05
+hackbench: what explains each cell (means per run)
++---------+------+---+---------+-----------+-------+------------+--------------+
+| variant | oc   | n | seconds | vCPU wait | steal | other load | other guests |
++=========+======+===+=========+===========+=======+============+==============+
+| base    | 0.5x | 3 | 10.0000 |         - |     - |          - |      11.0000 |
+| base    | 1x   | 3 | 20.0000 |         - |     - |          - |            - |
+| patched | 0.5x | 3 |  9.0000 |         - |     - |          - |            - |
+| patched | 1x   | 3 | 20.5000 |         - |     - |          - |            - |
++---------+------+---+---------+-----------+-------+------------+--------------+
+
+  runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
+  vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
+  vCPU wait: not recorded (a journal from an ocrig without per-vCPU telemetry)
+  steal: not recorded
+  other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
+  other load: not recorded
+  KVM counters: not recorded
   base at 0.5x: 1 failed run(s) excluded
 
 lock-ticket: patched vs base (ops_per_sec, higher is better)
@@ -114,34 +134,83 @@ lock-ticket: patched vs base (ops_per_sec, higher is better)
 | gmean |  707.11 |        |  979.80 |        |      +38.56% |           |
 +-------+---------+--------+---------+--------+--------------+-----------+
 
-lock-ticket: contention rate and Jain's fairness index (mean per cell)
-+------+-----------------+--------------------+-----------+--------------+
-| oc   | base contention | patched contention | base jain | patched jain |
-+======+=================+====================+===========+==============+
-| 0.5x |          0.2500 |             0.2000 |    0.9900 |       0.9800 |
-| 1x   |          0.5000 |             0.4000 |    0.7500 |       0.9000 |
-+------+-----------------+--------------------+-----------+--------------+
+lock-ticket: what explains each cell (means per run)
++---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
+| variant | oc   | n | ops_per_sec | vCPU wait | steal | other load | contention |   jain | cs vol | cs invol |
++=========+======+===+=============+===========+=======+============+============+========+========+==========+
+| base    | 0.5x | 3 |     1000.00 |      4.0% |  5.0% |      10.0% |     0.2500 | 0.9900 |     51 |      102 |
+| base    | 1x   | 3 |      500.00 |     44.0% |  5.0% |      10.0% |     0.5000 | 0.7500 |    101 |      202 |
+| patched | 0.5x | 3 |     1200.00 |      4.0% |  5.0% |      10.0% |     0.2000 | 0.9800 |     51 |      102 |
+| patched | 1x   | 3 |      800.00 |     44.0% |  5.0% |      10.0% |     0.4000 | 0.9000 |    101 |      202 |
++---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
 
-  runs per cell: base n=3, patched n=3; p: Welch's t-test, * = p < 0.05
+lock-ticket: KVM counters of guest 0's VM (mean per run)
++---------+------+------------+-------------+-------------+----------+-------------+---------------+------------+
+| variant | oc   | halt exits | halt polled | yield tried | yield ok | preempt rep | preempt other | hypercalls |
++=========+======+============+=============+=============+==========+=============+===============+============+
+| base    | 0.5x |       2000 |           - |           7 |        - |           - |             - |          - |
+| base    | 1x   |       2000 |           - |           7 |        - |           - |             - |          - |
+| patched | 0.5x |       2000 |           - |           7 |        - |           - |             - |          - |
+| patched | 1x   |       2000 |           - |           7 |        - |           - |             - |          - |
++---------+------+------------+-------------+-------------+----------+-------------+---------------+------------+
+
+  runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
+  vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
+  other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
+  cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run
 ";
         assert_eq!(text, expected);
     }
     #[test]
-    fn more_variants_each_against_the_baseline() {
+    fn ten_variants_stay_within_120_columns() {
+        // spinlock-variants' ten variants: the old per-variant column pairs made the
+        // contention/fairness table 21 columns wide and the other-guests table 31.
+        let names = [
+            "ticket",
+            "tas",
+            "ttas",
+            "mcs",
+            "clh",
+            "qspinlock",
+            "pticket",
+            "spin_park",
+            "futex",
+            "pthread",
+        ];
         let mut j = journal();
-        j.header.variants.push("pv".into());
-        for r in j.runs.clone().into_iter().filter(|r| r.variant == "patched") {
-            j.runs.push(crate::sweep::journal::RunRecord {
-                variant: "pv".into(),
-                ..r
-            });
+        j.header.baseline = "ticket".into();
+        j.header.variants = names.iter().map(|n| n.to_string()).collect();
+        let base: Vec<_> = j.runs.iter().filter(|r| r.variant == "base").cloned().collect();
+        j.runs.clear();
+        for n in names {
+            j.runs
+                .extend(base.iter().map(|r| crate::sweep::journal::RunRecord {
+                    variant: n.into(),
+                    ..r.clone()
+                }));
         }
         let text = render(&j, Format::Table, &ReportOptions::default()).unwrap();
-        assert!(text.contains("hackbench: patched vs base"));
-        assert!(text.contains("hackbench: pv vs base"));
-        assert!(
-            text.contains("| oc   | base contention | patched contention | pv contention |"),
-            "{text}"
-        );
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 120,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+        assert!(text.contains("hackbench: pthread vs ticket"));
+        let rows = |title: &str| {
+            let block = text.split(title).nth(1).unwrap();
+            block
+                .split("\n\n")
+                .next()
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("| "))
+                .count()
+        };
+        // Header plus one row per variant × level.
+        assert_eq!(rows("lock-ticket: what explains each cell"), 1 + 10 * 2);
+        assert_eq!(rows("lock-ticket: KVM counters"), 1 + 10 * 2);
+        assert!(text.contains("| spin_park | 1x   | 3 |"), "{text}");
     }
 }

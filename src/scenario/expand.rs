@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{ArgValue, KernelRef, Scenario, Variant, Workload};
-use crate::sweep::journal::Better;
+use crate::vocabulary::Better;
 
 /// One point of a workload's argument matrix.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,7 +122,25 @@ pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
     argv
 }
 
-/// A variant's guest: kernel, full command line, CPU model.
+/// How long a payload command line says it runs (`--duration-ms` or `--seconds`), if it says.
+pub fn workload_seconds(argv: &[String]) -> Option<f64> {
+    let value_of = |flag: &str| {
+        argv.iter()
+            .enumerate()
+            .find_map(|(i, a)| match a.strip_prefix(flag) {
+                Some("") => argv.get(i + 1).map(String::as_str),
+                Some(rest) => rest.strip_prefix('='),
+                None => None,
+            })
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    value_of("--duration-ms")
+        .map(|ms| ms / 1000.0)
+        .or_else(|| value_of("--seconds"))
+}
+
+/// A variant's guest: kernel, full command line, CPU model. Two variants with equal guests can
+/// share one boot.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuestVariant {
     pub kernel: KernelRef,
@@ -179,6 +197,18 @@ mod tests {
         assert_eq!(payload_argv(w, &vs[1]), ["lock", "--algo", "mcs", "--verbose"]);
         assert_eq!(guest_for(&s, &vs[1]).cmdline, "quiet nopvspin");
         assert_eq!(guest_for(&s, &vs[0]).cmdline, "quiet");
+    }
+
+    #[test]
+    fn workload_durations_come_from_either_flag_form() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            workload_seconds(&argv(&["lock", "--duration-ms", "2500"])),
+            Some(2.5)
+        );
+        assert_eq!(workload_seconds(&argv(&["ebizzy", "--seconds", "7"])), Some(7.0));
+        assert_eq!(workload_seconds(&argv(&["ebizzy", "--seconds=3"])), Some(3.0));
+        assert_eq!(workload_seconds(&argv(&["hackbench", "--loops", "5"])), None);
     }
 
     #[test]

@@ -103,19 +103,34 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
             field: field_from_serde_message(&msg),
             message: strip_location(&msg),
         };
-        // Some errors are placed at the document start; find the field they are about.
-        if err.line.is_none_or(|l| l == 1)
+        let duplicate = msg
+            .split("duplicate field `")
+            .nth(1)
+            .and_then(|r| r.split('`').next());
+        if let Some(key) = duplicate {
+            let (line, col) = (err.line.unwrap_or(1), err.column.unwrap_or(1));
+            // yaml_serde names the mapping that holds a duplicate; point at the duplicate.
+            if let Some((l, c)) = duplicate_position(&text, key, line, col) {
+                (err.line, err.column) = (Some(l), Some(c));
+            }
+            err.field = if err.field.is_empty() {
+                key.to_string()
+            } else {
+                format!("{}.{key}", err.field)
+            };
+        } else if err.line.is_none_or(|l| l == 1)
             && let Some((field, (line, col))) = relocate(&text, &msg)
         {
+            // Some errors are placed at the document start; find the field they are about.
             let found = text
                 .lines()
                 .nth(line - 1)
                 .and_then(|l| l.split_once(':'))
                 .map(|(_, v)| v.trim());
-            if let Some(v) = found.filter(|v| !v.is_empty() && !msg.contains("duplicate field")) {
+            if let Some(v) = found.filter(|v| !v.is_empty()) {
                 err.message = format!("{}; found `{v}`", err.message);
             }
-            (err.field, err.line, err.column) = (field, Some(line), Some(col));
+            (err.field, err.column, err.line) = (field, Some(col), Some(line));
         }
         err
     })?;
@@ -128,25 +143,51 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
     })
 }
 
-/// Where an error that yaml_serde reports at the document start really is: a duplicated key
-/// (its second occurrence), or a value that fits none of an untagged enum's forms.
-fn relocate(text: &str, msg: &str) -> Option<(String, (usize, usize))> {
-    if let Some(key) = msg
-        .split("duplicate field `")
-        .nth(1)
-        .and_then(|r| r.split('`').next())
-    {
-        let (i, line) = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| {
-                l.trim_start()
-                    .trim_start_matches("- ")
-                    .starts_with(&format!("{key}:"))
+/// Where the second `key` of the mapping that yaml_serde located at `line`:`col` stands: in
+/// a flow mapping (`{a: 1, a: 2}`) on that line, or among the block mapping's keys at that
+/// column, which ends at the first line indented less (or at the next sequence item).
+fn duplicate_position(text: &str, key: &str, line: usize, col: usize) -> Option<(usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let first = *lines.get(line.checked_sub(1)?)?;
+    let spellings = [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")];
+    let is_key_at = |l: &str, at: usize| {
+        l.get(at..)
+            .is_some_and(|rest| spellings.iter().any(|p| rest.starts_with(p.as_str())))
+    };
+    if let Some(open) = first.get(col.saturating_sub(1)..).and_then(|r| r.find('{')) {
+        let from = col.saturating_sub(1) + open;
+        let hits: Vec<usize> = (from..first.len())
+            .filter(|&i| {
+                first.get(..i).is_some_and(|head| head.ends_with(['{', ' ', ','])) && is_key_at(first, i)
             })
-            .nth(1)?;
-        return Some((key.to_string(), (i + 1, line.len() - line.trim_start().len() + 1)));
+            .collect();
+        if let Some(&second) = hits.get(1) {
+            return Some((line, second + 1));
+        }
     }
+    let indent = col.checked_sub(1)?;
+    let mut hits = Vec::new();
+    for (i, l) in lines.iter().enumerate().skip(line - 1) {
+        let body = l.trim_start();
+        let ind = l.len() - body.len();
+        if i > line - 1 {
+            if body.is_empty() || body.starts_with('#') {
+                continue;
+            }
+            if ind < indent {
+                break;
+            }
+        }
+        if ind <= indent && is_key_at(l, indent) {
+            hits.push(i);
+        }
+    }
+    hits.get(1).map(|&i| (i + 1, indent + 1))
+}
+
+/// Where an error that yaml_serde reports at the document start really is: a value that fits
+/// none of an untagged enum's forms.
+fn relocate(text: &str, msg: &str) -> Option<(String, (usize, usize))> {
     let untagged = [
         ("RunCount", "runs"),
         ("CpuSet", "host.cpus"),
@@ -201,6 +242,48 @@ mod tests {
         assert_eq!(e.line, Some(6), "{e}");
         assert!(e.message.contains("threadz"), "{e}");
         assert!(e.to_string().starts_with(&format!("{}:6:", p.display())), "{e}");
+    }
+
+    #[test]
+    fn duplicate_keys_are_located_at_the_duplicate_in_any_mapping() {
+        let head = "name: x\nlevels: [1.0]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n";
+        let cases = [
+            (format!("{head}runs: 2\nruns: 3\n"), 7, 1, "runs"),
+            (
+                format!("{head}timeouts:\n  run_s: 30\n  boot_s: 20\n  run_s: 40\n"),
+                9,
+                3,
+                "timeouts.run_s",
+            ),
+            (
+                format!("{head}    args: {{algo: tas, threads: 2, algo: ttas}}\n"),
+                6,
+                35,
+                "workloads[0].args.algo",
+            ),
+            (
+                format!("{head}    metric: ops_total\n  - command: lock\n    metric: m\n"),
+                6,
+                5,
+                "workloads[0].metric",
+            ),
+            (
+                "name: x\nguest:\n  vcpus: 1\n  memory_mib: 256\n  vcpus: 2\nlevels: [1]\n".to_string(),
+                5,
+                3,
+                "guest.vcpus",
+            ),
+        ];
+        for (text, line, col, field) in cases {
+            let (_d, p) = write(&text);
+            let e = load(&p).unwrap_err();
+            assert_eq!(
+                (e.line, e.column, e.field.as_str()),
+                (Some(line), Some(col), field),
+                "{e}\n{text}"
+            );
+            assert!(e.message.contains("duplicate field"), "{e}");
+        }
     }
 
     #[test]

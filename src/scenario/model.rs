@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sweep::journal::Better;
+use crate::vocabulary::{Better, GuestSharing, RunOrder};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +34,21 @@ pub struct Scenario {
     pub warmup_runs: u32,
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// How boots are shared between variants and in which order runs are made.
+    #[serde(default)]
+    pub schedule: ScheduleSpec,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleSpec {
+    /// `shared` (default): variants with identical guests share one boot per level;
+    /// `per-variant`: fresh guests for every variant.
+    pub guests: GuestSharing,
+    /// `round-robin` (default) or `shuffle`.
+    pub order: RunOrder,
+    /// Seed of `order: shuffle`; default: one picked at start and recorded in the journal.
+    pub seed: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -153,6 +168,14 @@ pub struct GuestShape {
     /// Size of a raw ext4 scratch disk mounted at /scratch; 0 = none.
     #[serde(default)]
     pub scratch_disk_mib: u32,
+    /// `boot` (cold boot) or `clone` (restore a saved template of this guest; falls back to a
+    /// boot where the host cannot). Default: clone.
+    #[serde(default = "default_start")]
+    pub start: crate::backend::StartMethod,
+}
+
+fn default_start() -> crate::backend::StartMethod {
+    crate::backend::StartMethod::Clone
 }
 
 fn default_memory() -> u32 {
@@ -168,6 +191,7 @@ impl Default for GuestShape {
             cmdline: String::new(),
             cpu: None,
             scratch_disk_mib: 0,
+            start: default_start(),
         }
     }
 }
@@ -186,7 +210,7 @@ pub struct Variant {
     /// Replaces the guest's `-cpu` value (e.g. `host,kvm-pv-unhalt=off`).
     pub cpu: Option<String>,
     /// Merged into every workload's arguments (e.g. `{algo: ticket}`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
 }
 
@@ -221,12 +245,35 @@ pub struct Workload {
     /// Payload subcommand (`lock`, `hackbench`, ...).
     pub command: String,
     /// `--key value` arguments; lists expand into a matrix.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
     /// Headline metric, a key of the payload report's `metrics`.
     pub metric: String,
     #[serde(default)]
     pub better: Better,
+}
+
+/// A mapping of arguments in which a key given twice is an error (a plain map would keep the
+/// last one silently), phrased as serde phrases duplicate fields so it is located the same way.
+fn unique_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, ArgValue>, D::Error> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = BTreeMap<String, ArgValue>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a mapping of arguments")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = map.next_entry::<String, ArgValue>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format_args!("duplicate field `{k}`")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Keys)
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

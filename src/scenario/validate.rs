@@ -75,22 +75,34 @@ pub fn guests_at(level: f64, host_cpus: usize, vcpus: u32) -> Result<u32, String
     Ok(rounded as u32)
 }
 
+/// Longest boot, deploy and telemetry timeouts accepted, seconds (an hour).
+pub const MAX_STEP_TIMEOUT_S: u64 = 3600;
+/// Longest run timeout accepted, seconds (a day).
+pub const MAX_RUN_TIMEOUT_S: u64 = 86_400;
+/// Most retries of a failed run accepted.
+pub const MAX_RETRIES: u32 = 10;
+
+/// Names that become directory names (the scenario's, each variant's): letters, digits,
+/// `-`, `_`, `.`, not starting with `.` (so never `.`, `..` or hidden).
+pub fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+const NAME_RULE: &str =
+    "must be non-empty letters, digits, '-', '_' or '.', not starting with '.' (it names a directory)";
+
 /// Checks everything that can be checked without booting. All problems are returned together.
 pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
     let s = &l.scenario;
     let mut errs: Vec<ScenarioError> = Vec::new();
     let mut err = |path: &[Seg], msg: String| errs.push(l.error_at(path, msg));
 
-    if s.name.is_empty()
-        || !s
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        err(
-            &[key("name")],
-            format!("'{}' must be non-empty letters, digits, '-', '_' or '.'", s.name),
-        );
+    if !is_safe_name(&s.name) {
+        err(&[key("name")], format!("'{}' {NAME_RULE}", s.name));
     }
     if s.guest.vcpus == 0 {
         err(&[key("guest"), key("vcpus")], "must be at least 1".into());
@@ -126,18 +138,32 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         _ => {}
     }
     let t = &s.timeouts;
-    for (name, v) in [
-        ("boot_s", Some(t.boot_s)),
-        ("deploy_s", Some(t.deploy_s)),
-        ("collect_s", Some(t.collect_s)),
-        ("run_s", t.run_s),
+    for (name, v, most) in [
+        ("boot_s", Some(t.boot_s), MAX_STEP_TIMEOUT_S),
+        ("deploy_s", Some(t.deploy_s), MAX_STEP_TIMEOUT_S),
+        ("collect_s", Some(t.collect_s), MAX_STEP_TIMEOUT_S),
+        ("run_s", t.run_s, MAX_RUN_TIMEOUT_S),
     ] {
-        if v == Some(0) {
-            err(
+        match v {
+            Some(0) => err(
                 &[key("timeouts"), key(name)],
                 "must be at least 1 second (0 would fail or never time out)".into(),
-            );
+            ),
+            Some(v) if v > most => err(
+                &[key("timeouts"), key(name)],
+                format!("{v} s is more than the {most} s this timeout may be"),
+            ),
+            _ => {}
         }
+    }
+    if t.retries > MAX_RETRIES {
+        err(
+            &[key("timeouts"), key("retries")],
+            format!(
+                "{} is more than the {MAX_RETRIES} retries a run may get",
+                t.retries
+            ),
+        );
     }
     let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus) {
         Ok(c) => c,
@@ -198,10 +224,15 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         );
     }
     for (i, v) in s.variants.iter().enumerate() {
-        if v.name.is_empty() || !names.insert(v.name.clone()) {
+        if !is_safe_name(&v.name) {
             err(
                 &[key("variants"), Seg::Index(i), key("name")],
-                format!("'{}' is empty or used twice", v.name),
+                format!("'{}' {NAME_RULE}", v.name),
+            );
+        } else if !names.insert(v.name.clone()) {
+            err(
+                &[key("variants"), Seg::Index(i), key("name")],
+                format!("'{}' is used twice", v.name),
             );
         }
         if let Some(KernelRef::File(f)) = &v.kernel {
@@ -216,10 +247,20 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         err(&[key("workloads")], "name at least one workload".into());
     }
     for (i, w) in s.workloads.iter().enumerate() {
+        let at = [key("workloads"), Seg::Index(i), key("metric")];
         if w.metric.trim().is_empty() {
+            err(&at, "must name the metric to report".into());
+        } else if let Some(spec) = ocrig_payload::catalog::workload(&w.command)
+            && !spec.may_report(&w.metric)
+        {
             err(
-                &[key("workloads"), Seg::Index(i), key("metric")],
-                "must name the metric to report".into(),
+                &at,
+                format!(
+                    "workload {} never reports '{}' (it reports: {}; see `ocrig-payload list --json`)",
+                    w.command,
+                    w.metric,
+                    spec.metric_names().join(", ")
+                ),
             );
         }
     }
@@ -240,6 +281,20 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             if let Err(e) = ocrig_payload::cli::validate(&argv) {
                 let (path, msg) = payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty());
                 err(&path, msg);
+                continue;
+            }
+            if let (Some(limit), Some(own)) = (t.run_s, expand::workload_seconds(&argv))
+                && (limit as f64) <= own
+            {
+                err(
+                    &[key("timeouts"), key("run_s")],
+                    format!(
+                        "{limit} s is not longer than workload {}'s own duration of {own} s \
+                         (`{}`): every run would time out",
+                        w.id,
+                        argv.join(" ")
+                    ),
+                );
             }
         }
     }

@@ -1,19 +1,24 @@
 //! Journal records grouped into cells (workload × metric × variant × level) and the comparison
 //! model every report format renders: per workload, each non-baseline variant against the
-//! baseline, level by level, plus a geometric-mean row.
+//! baseline, level by level, plus a geometric-mean row; and per cell what explains its number
+//! (vCPU wait, guest steal, contention, fairness, context switches, KVM counters; [`explain`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::compare::{Welch, geomean_ratio, geometric_mean, improvement_pct, welch_t_test};
+use super::explain::{self, Measured, RecordContext};
 use super::outliers::outlier_indices;
 use super::summary::{Summary, mean, summarize};
 use crate::sweep::journal::{Better, Journal, RunRecord};
 
-/// Lock workloads report these; their per-cell means go into the fairness/contention table.
+/// Lock workloads report these; their per-cell means go next to the headline metric.
 pub const CONTENTION_METRIC: &str = "contention_rate";
 pub const JAIN_METRIC: &str = "jain";
+/// Context switches of the workload's threads inside the guest (sums over its threads).
+pub const CTXSW_VOLUNTARY_METRIC: &str = "ctxsw_voluntary";
+pub const CTXSW_INVOLUNTARY_METRIC: &str = "ctxsw_involuntary";
 
 /// Everything a report shows, computed from a journal alone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +34,11 @@ pub struct Model {
     pub kernels: BTreeMap<String, String>,
     /// Significance level of the Welch tests.
     pub alpha: f64,
+    /// Accelerator the guests ran under (`kvm`, `tcg`) and the backend, from the header.
+    #[serde(default)]
+    pub accel: String,
+    #[serde(default)]
+    pub backend: String,
     pub workloads: Vec<WorkloadModel>,
 }
 
@@ -60,9 +70,12 @@ pub struct Cell {
     pub level: f64,
     /// Primary results (guest 0, ok, not warm-up) of the metric; `None` if there are none.
     pub summary: Option<Summary>,
+    /// The same results one by one, for plots that show every run.
+    #[serde(default)]
+    pub points: Vec<RunPoint>,
     /// Run indices of primary results flagged by the modified Z-score (|M| > 3.5).
     pub outlier_runs: Vec<u32>,
-    /// Guest-0 measured runs that failed.
+    /// Measured runs with no valid result (every attempt failed; see `sweep::accounting`).
     pub failed: usize,
     /// Mean `contention_rate` of the primary results, when reported.
     pub contention_rate: Option<f64>,
@@ -70,6 +83,32 @@ pub struct Cell {
     pub jain: Option<f64>,
     /// The metric over the other guests' (guest ≥ 1) successful measured runs.
     pub other_guests: Option<Summary>,
+    /// Guest 0's vCPU wait share per run: host run-queue wait of its vCPU threads / the run's
+    /// wall time, mean over its vCPUs.
+    #[serde(default)]
+    pub vcpu_wait: Measured,
+    /// Guest 0's steal share per run from its own /proc/stat (not measured under TCG).
+    #[serde(default)]
+    pub guest_steal: Measured,
+    /// Share of the pinned host CPUs' time that went to anything but the run's vCPUs, per run
+    /// (another process on a shared host takes its part of the CPUs too).
+    #[serde(default)]
+    pub host_other: Measured,
+    /// Mean voluntary / involuntary context switches of the workload's threads per run.
+    #[serde(default)]
+    pub ctxsw_voluntary: Option<f64>,
+    #[serde(default)]
+    pub ctxsw_involuntary: Option<f64>,
+    /// Guest 0's VM's KVM counters, mean per run.
+    #[serde(default)]
+    pub kvm: explain::KvmCell,
+}
+
+/// One primary result: its run index and value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunPoint {
+    pub run: u32,
+    pub value: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,7 +162,12 @@ fn metric_values<'a>(records: impl Iterator<Item = &'a RunRecord>, metric: &str)
 /// Builds the comparison model. `metric` overrides every workload's headline metric.
 pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
     let header = &journal.header;
+    let ctx = RecordContext {
+        accel: &header.accel,
+        backend: &header.backend,
+    };
     let baseline = header.baseline.clone();
+    let settled = crate::sweep::accounting::settle(&journal.runs);
 
     let mut variants = vec![baseline.clone()];
     let extra = journal.runs.iter().map(|r| &r.variant);
@@ -146,7 +190,11 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
         .iter()
         .map(|(id, info)| {
             let metric = metric.unwrap_or(&info.metric).to_string();
-            let records: Vec<&RunRecord> = journal.runs.iter().filter(|r| &r.workload == id).collect();
+            // Only the valid result of each run: the sweep's own accounting rule.
+            let records: Vec<&RunRecord> = settled
+                .counted(&journal.runs)
+                .filter(|r| &r.workload == id)
+                .collect();
             let lock = records
                 .iter()
                 .any(|r| r.metrics.contains_key(CONTENTION_METRIC) || r.metrics.contains_key(JAIN_METRIC));
@@ -154,7 +202,10 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
                 .iter()
                 .map(|v| Series {
                     variant: v.clone(),
-                    cells: levels.iter().map(|&l| cell(&records, v, l, &metric)).collect(),
+                    cells: levels
+                        .iter()
+                        .map(|&l| cell(&records, v, l, &metric, settled.failed_runs(v, l, id), &ctx))
+                        .collect(),
                 })
                 .collect();
             let comparisons = variants[1..]
@@ -180,6 +231,8 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
         levels,
         kernels: header.kernels.clone(),
         alpha,
+        accel: header.accel.clone(),
+        backend: header.backend.clone(),
         workloads,
     }
 }
@@ -195,6 +248,8 @@ fn in_cell<'a>(
         .filter(move |r| r.variant == variant && same_level(r.level, level))
 }
 
+/// The valid primary results of a cell: the one place that decides which records count
+/// (every statistic and every telemetry column of a cell goes through it).
 fn primary<'a>(
     records: &'a [&'a RunRecord],
     variant: &'a str,
@@ -203,7 +258,14 @@ fn primary<'a>(
     in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest == 0)
 }
 
-fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str) -> Cell {
+fn cell(
+    records: &[&RunRecord],
+    variant: &str,
+    level: f64,
+    metric: &str,
+    failed: usize,
+    ctx: &RecordContext,
+) -> Cell {
     let (samples, runs) = metric_values(primary(records, variant, level), metric);
     let others = in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest != 0);
     let (other_samples, _) = metric_values(others, metric);
@@ -211,13 +273,32 @@ fn cell(records: &[&RunRecord], variant: &str, level: f64, metric: &str) -> Cell
     Cell {
         level,
         summary: summarize(&samples),
+        points: runs
+            .iter()
+            .zip(&samples)
+            .map(|(&run, &value)| RunPoint { run, value })
+            .collect(),
         outlier_runs: outlier_indices(&samples).into_iter().map(|i| runs[i]).collect(),
-        failed: in_cell(records, variant, level)
-            .filter(|r| !r.ok && !r.warmup && r.guest == 0)
-            .count(),
+        failed,
         contention_rate: metric_mean(CONTENTION_METRIC),
         jain: metric_mean(JAIN_METRIC),
         other_guests: summarize(&other_samples),
+        vcpu_wait: explain::measure(primary(records, variant, level), |r| explain::vcpu_wait(r, ctx)),
+        guest_steal: explain::measure(primary(records, variant, level), |r| explain::guest_steal(r, ctx)),
+        host_other: explain::measure(primary(records, variant, level), |r| {
+            let run: Vec<&RunRecord> = in_cell(records, variant, level)
+                .filter(|o| {
+                    o.workload == r.workload
+                        && o.run == r.run
+                        && o.warmup == r.warmup
+                        && o.attempt == r.attempt
+                })
+                .collect();
+            explain::host_other(&run, ctx)
+        }),
+        ctxsw_voluntary: metric_mean(CTXSW_VOLUNTARY_METRIC),
+        ctxsw_involuntary: metric_mean(CTXSW_INVOLUNTARY_METRIC),
+        kvm: explain::kvm_cell(primary(records, variant, level), ctx),
     }
 }
 
@@ -297,8 +378,29 @@ pub(crate) mod tests {
         .expect("run record fixture")
     }
 
-    /// A two-variant, two-level journal: `hackbench` (seconds, lower is better) and a lock
-    /// workload (`ops_per_sec`, higher is better, with contention and fairness metrics).
+    /// What the run probe journals for one guest of a KVM run: one vCPU waiting `wait` of the
+    /// run, steal share `steal`, `halts` halt exits.
+    pub(crate) fn telemetry_extra(
+        wait: f64,
+        steal: f64,
+        halts: u64,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let v = serde_json::json!({
+            "vcpu_sched": {"wall_s": 2.0, "mean_wait_share": wait, "vcpus": [{
+                "vcpu": 0, "tid": 100, "run_s": 2.0 * (1.0 - wait), "wait_s": 2.0 * wait, "wait_share": wait,
+                "timeslices": 10, "voluntary_switches": 5, "involuntary_switches": 5}]},
+            "guest_stat": {"user": 190, "system": 0, "idle": 0, "steal": 10, "steal_share": steal, "busy_share": 0.95},
+            "kvm": {"source": "qmp query-stats", "counters": {"halt_exits": halts, "directed_yield_attempted": 7}},
+            // 4 s of pinned CPU time, busy for the vCPU's run time plus 0.4 s: other load 0.1.
+            "host_stat": {"cpus": [0, 1], "user": (200.0 * (1.0 - wait)).round() as u64 + 40, "system": 0,
+                          "idle": 160 + (200.0 * wait).round() as u64, "steal": 0, "per_cpu": []},
+        });
+        v.as_object().unwrap().clone()
+    }
+
+    /// A two-variant, two-level journal: `hackbench` (seconds, lower is better; journaled without
+    /// telemetry, as an older ocrig did) and a lock workload (`ops_per_sec`, higher is better,
+    /// with contention, fairness and context-switch metrics and the run probe's telemetry).
     pub(crate) fn journal() -> Journal {
         let header: SweepHeader = serde_json::from_value(serde_json::json!({
             "scenario": "demo", "scenario_sha256": "00", "baseline": "base",
@@ -331,8 +433,19 @@ pub(crate) mod tests {
         ];
         for (v, l, xs, c, j) in lk {
             for (i, x) in xs.into_iter().enumerate() {
-                let m = [("ops_per_sec", x), (CONTENTION_METRIC, c), (JAIN_METRIC, j)];
-                runs.push(record(v, l, "lock-ticket", i as u32, &m));
+                let cs = 100.0 * l + i as f64;
+                let m = [
+                    ("ops_per_sec", x),
+                    (CONTENTION_METRIC, c),
+                    (JAIN_METRIC, j),
+                    (CTXSW_VOLUNTARY_METRIC, cs),
+                    (CTXSW_INVOLUNTARY_METRIC, 2.0 * cs),
+                ];
+                let mut r = record(v, l, "lock-ticket", i as u32, &m);
+                // vCPU wait 0.02 / 0.04 / 0.06 at 0.5x, 0.42 / 0.44 / 0.46 at 1x; steal 5 %.
+                let wait = if l < 1.0 { 0.02 } else { 0.42 } + 0.02 * i as f64;
+                r.extra = telemetry_extra(wait, 0.05, 1000 * (i as u64 + 1));
+                runs.push(r);
             }
         }
         // Not counted as primary: a warm-up, a failure, and another guest.
@@ -381,6 +494,45 @@ pub(crate) mod tests {
         let cell = &&lock.series[1].cells[1];
         assert!((cell.contention_rate.unwrap() - 0.4).abs() < 1e-12);
         assert!((cell.jain.unwrap() - 0.9).abs() < 1e-12);
+        // Telemetry of the three runs: wait 0.42, 0.44, 0.46; steal 0.05; halts 1000, 2000, 3000.
+        assert_eq!(cell.vcpu_wait.samples.len(), 3);
+        assert!((cell.vcpu_wait.mean().unwrap() - 0.44).abs() < 1e-12);
+        assert!((cell.guest_steal.mean().unwrap() - 0.05).abs() < 1e-12);
+        assert!(
+            (cell.host_other.mean().unwrap() - 0.1).abs() < 1e-9,
+            "{:?}",
+            cell.host_other
+        );
+        assert_eq!(cell.kvm.counters["halt_exits"], 2000.0);
+        assert_eq!(
+            (cell.ctxsw_voluntary, cell.ctxsw_involuntary),
+            (Some(101.0), Some(202.0))
+        );
+        assert_eq!(
+            cell.points.iter().map(|p| p.value).collect::<Vec<_>>(),
+            [800.0, 820.0, 780.0]
+        );
+        // hackbench was journaled without telemetry: not measured, with the reason.
+        let old = &hb.series[0].cells[0];
+        assert!(old.vcpu_wait.summary.is_none());
+        assert!(
+            old.vcpu_wait
+                .unavailable
+                .as_deref()
+                .unwrap()
+                .contains("not recorded")
+        );
+        // Under TCG the same records' steal is no measurement.
+        let mut tcg = journal();
+        tcg.header.accel = "tcg".into();
+        let m = build(&tcg, 0.05, None);
+        let c = &m.workloads[1].series[0].cells[0];
+        assert!(c.guest_steal.summary.is_none());
+        assert!(c.guest_steal.unavailable.as_deref().unwrap().contains("TCG"));
+        assert!(
+            c.vcpu_wait.summary.is_some(),
+            "vCPU wait is measured under TCG too"
+        );
     }
 
     #[test]

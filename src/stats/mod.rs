@@ -4,8 +4,10 @@
 //! - [`outliers`]: modified Z-scores (median absolute deviation).
 //! - [`compare`]: %improvement (signed so `+` is better), Welch's t-test, geometric means.
 //! - [`cells`]: journal records grouped into cells and the comparison model reports render.
+//! - [`explain`]: per-cell telemetry (vCPU wait, guest steal, KVM counters) or why it is missing.
 
 pub mod cells;
 pub mod compare;
+pub mod explain;
 pub mod outliers;
 pub mod summary;

@@ -14,14 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
 
-/// Which direction of a metric is an improvement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Better {
-    #[default]
-    Higher,
-    Lower,
-}
+pub use crate::vocabulary::Better;
+use crate::vocabulary::{GuestSharing, RunOrder};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -51,8 +45,15 @@ pub struct SweepHeader {
     /// Guest kernel release per variant (empty for the host backend).
     #[serde(default)]
     pub kernels: BTreeMap<String, String>,
+    /// How boots were shared and runs ordered (absent in journals of older ocrig versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleInfo>,
     pub started_at: String,
     pub ocrig_version: String,
+    /// `guest.start` as asked (`boot` | `clone`); each guest's start facts say
+    /// whether it was cloned. Absent in journals written before it existed.
+    #[serde(default)]
+    pub guest_start: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,6 +63,38 @@ pub struct WorkloadInfo {
     /// The headline metric (a key of the payload's `metrics`).
     pub metric: String,
     pub better: Better,
+}
+
+/// The sweep's schedule as planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleInfo {
+    pub guests: GuestSharing,
+    pub order: RunOrder,
+    /// The seed of `order: shuffle` (picked at start when the scenario names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Boot groups in plan order; [`Slot::boot`] indexes this list.
+    pub boots: Vec<BootInfo>,
+}
+
+/// One boot group: guests booted at a level, shared by these variants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BootInfo {
+    pub level: f64,
+    pub guests: u32,
+    pub variants: Vec<String>,
+}
+
+/// Where an attempt stood in the sweep's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    /// Index of the boot group in [`ScheduleInfo::boots`].
+    pub boot: u32,
+    /// Which bring-up of that group's guests ran it, from 1 (a failed attempt brings up fresh
+    /// guests before the next one).
+    pub bring_up: u32,
+    /// Position of this attempt among the group's attempts in this `ocrig run`, from 0.
+    pub seq: u32,
 }
 
 /// One guest's result of one run of one cell (variant × level × workload).
@@ -80,8 +113,21 @@ pub struct RunRecord {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Attempt number (1 = first try).
+    /// Attempt number (1 = first try); a resumed sweep goes on counting.
     pub attempt: u32,
+    /// Set on every record of an attempt that does not count because some guest of it failed:
+    /// why. Such a record may be `ok` (its own guest finished) and is still never a sample: its
+    /// level's conditions did not hold for the whole run. The run is retried, or given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
+    /// How many records this attempt journaled (one per guest that ran something). An attempt
+    /// with fewer in the journal was cut short (a crash mid-append) and does not count.
+    /// Absent in journals of older ocrig versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_records: Option<u32>,
+    /// Where this attempt stood in the sweep's order (absent in older journals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<Slot>,
     /// The payload's headline numbers (name → value); empty when the run failed.
     pub metrics: BTreeMap<String, f64>,
     /// The payload's full JSON report.
@@ -116,11 +162,19 @@ impl JournalWriter {
     }
 
     pub fn append(&mut self, entry: &Entry) -> anyhow::Result<()> {
-        let mut line = serde_json::to_string(entry)?;
-        line.push('\n');
-        // One write call per line keeps lines whole even if we die mid-way; fsync makes it durable.
+        self.append_all(std::slice::from_ref(entry))
+    }
+
+    /// Appends entries with one write and one fsync (an attempt's records land together; should
+    /// a crash cut the write short, [`RunRecord::attempt_records`] tells the attempt is partial).
+    pub fn append_all(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+        let mut text = String::new();
+        for e in entries {
+            text.push_str(&serde_json::to_string(e)?);
+            text.push('\n');
+        }
         self.file
-            .write_all(line.as_bytes())
+            .write_all(text.as_bytes())
             .and_then(|_| self.file.sync_data())
             .with_context(|| format!("appending to {}", self.path.display()))
     }
@@ -172,7 +226,7 @@ impl Journal {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn header() -> SweepHeader {
@@ -189,8 +243,10 @@ mod tests {
             guest_vcpus: 1,
             scenario_path: None,
             kernels: BTreeMap::new(),
+            schedule: None,
             started_at: "now".into(),
             ocrig_version: "0".into(),
+            guest_start: None,
         }
     }
 
@@ -206,6 +262,9 @@ mod tests {
             ok: true,
             error: None,
             attempt: 1,
+            superseded: None,
+            attempt_records: Some(1),
+            slot: None,
             metrics: BTreeMap::from([("ops_per_sec".into(), 1.5)]),
             payload: None,
             argv: vec![],
@@ -229,6 +288,24 @@ mod tests {
         let j = Journal::read(dir.path()).unwrap();
         assert_eq!(j.header, header());
         assert_eq!(j.runs, vec![record(0), record(1)]);
+    }
+
+    /// A journal line exactly as ocrig wrote it before attempts were settled and boots shared.
+    pub(crate) const OLD_FORMAT_RUN: &str = r#"{"type":"run","variant":"base","level":0.5,"workload":"lock-tas","run":0,"warmup":false,"guest":0,"guests":1,"ok":true,"attempt":1,"metrics":{"ops_per_sec":123.5},"argv":["lock","--algo","tas"],"timings":{"run_s":1.6},"extra":{"start_skew_us":0.0},"finished_at":"2026-11-30T10:00:00Z"}"#;
+
+    #[test]
+    fn journals_of_older_versions_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = r#"{"type":"sweep","scenario":"smoke","scenario_sha256":"00","baseline":"base","variants":["base"],"levels":[0.5],"workloads":{"lock-tas":{"command":"lock","metric":"ops_per_sec","better":"higher"}},"backend":"qemu","accel":"tcg","host_cpus":[0,1],"guest_vcpus":1,"started_at":"2026-11-30T10:00:00Z","ocrig_version":"0.1.0"}"#;
+        std::fs::write(dir.path().join(JOURNAL_FILE), format!("{h}\n{OLD_FORMAT_RUN}\n")).unwrap();
+        let j = Journal::read(dir.path()).unwrap();
+        assert_eq!(j.header.schedule, None);
+        let r = &j.runs[0];
+        assert_eq!(
+            (r.superseded.as_deref(), r.attempt_records, r.slot),
+            (None, None, None)
+        );
+        assert_eq!(r.metrics["ops_per_sec"], 123.5);
     }
 
     #[test]

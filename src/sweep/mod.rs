@@ -1,7 +1,11 @@
-//! The sweep: run plan, runner, journal.
+//! The sweep: the run plan, the scheduler that turns it into attempts and records over an
+//! executor, and the journal with the one rule for what counts.
 
+pub mod accounting;
+pub mod deadlines;
 pub mod journal;
-pub mod owned;
+pub mod order;
 pub mod plan;
 pub mod progress;
-pub mod runner;
+pub mod records;
+pub mod scheduler;

@@ -1,23 +1,43 @@
 //! The run plan: which guests boot when, and which runs they do. Built from a validated
 //! scenario; after this point nothing knows about YAML.
+//!
+//! Variants whose guests are identical (same kernel, command line and CPU model) share one boot
+//! per level unless the scenario asks for fresh guests per variant: a boot group holds the
+//! cells of every variant that runs in it.
 
 use crate::scenario::expand::{self, GuestVariant, WorkloadInstance};
 use crate::scenario::validate::{guests_at, host_cpus};
 use crate::scenario::{BackendKind, Background, Scenario, Timeouts};
+use crate::vocabulary::{GuestSharing, RunOrder};
 
-/// One boot of a set of guests: a level under a variant, and every cell run in it.
+/// One set of identical guests at one level, and every cell run in them.
 #[derive(Debug, Clone)]
-pub struct Group {
+pub struct BootGroup {
     pub level: f64,
     pub guests: u32,
-    pub variant: String,
     pub guest: GuestVariant,
+    /// Variants sharing these guests, in scenario order (one unless boots are shared).
+    pub variants: Vec<String>,
+    /// Workload-major, variant-minor: the round-robin order.
     pub cells: Vec<Cell>,
+}
+
+impl BootGroup {
+    /// A directory name for the group's guests: `<level>x-<variant>`, or `<level>x-<first
+    /// variant>+<number of others>` when shared. Short, because QEMU's QMP socket lives below
+    /// it and a Unix socket path may not exceed 107 bytes.
+    pub fn label(&self) -> String {
+        match self.variants.len() {
+            1 => format!("{}x-{}", self.level, self.variants[0]),
+            n => format!("{}x-{}+{}", self.level, self.variants[0], n - 1),
+        }
+    }
 }
 
 /// One workload instance under one variant at one level.
 #[derive(Debug, Clone)]
 pub struct Cell {
+    pub variant: String,
     pub workload: WorkloadInstance,
     /// Payload argv (subcommand first).
     pub argv: Vec<String>,
@@ -27,8 +47,15 @@ pub struct Cell {
     /// Most measured runs; more than `runs` only with a CV target.
     pub max_runs: u32,
     pub target_cv: Option<f64>,
-    /// Measured runs already in the journal (resume): run index → headline metric.
-    pub done: std::collections::BTreeMap<u32, f64>,
+}
+
+/// How boots are shared and runs ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    pub guests: GuestSharing,
+    pub order: RunOrder,
+    /// Set when `order` is `Shuffle`.
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,10 +69,12 @@ pub struct Plan {
     pub vcpus: u32,
     pub memory_mib: u32,
     pub scratch_disk_mib: u32,
+    /// How guests start (`guest.start`).
+    pub guest_start: crate::backend::StartMethod,
     pub background: Background,
     pub timeouts: Timeouts,
-    pub backend: BackendKind,
-    pub groups: Vec<Group>,
+    pub schedule: Schedule,
+    pub boots: Vec<BootGroup>,
 }
 
 /// On the host backend the level scales the thread count: `--threads T` (default: one per
@@ -67,45 +96,63 @@ fn scale_threads(argv: &mut Vec<String>, level: f64, host_cpus: usize) {
 
 impl Plan {
     /// Builds the plan of a scenario that passed validation (errors here mean it did not).
-    pub fn build(s: &Scenario, allowed_cpus: &[usize]) -> anyhow::Result<Self> {
+    /// `seed` is the shuffle seed to use when the scenario asks for a shuffle but names none.
+    pub fn build(s: &Scenario, allowed_cpus: &[usize], seed: u64) -> anyhow::Result<Self> {
         let cpus = host_cpus(&s.host.cpus, allowed_cpus).map_err(anyhow::Error::msg)?;
         let variants = expand::variants(s);
         let workloads = expand::workloads(s);
-        let mut groups = Vec::new();
+        let host = s.host.backend == BackendKind::Host;
+        let (runs, max_runs, target_cv) = s.runs.bounds();
+        let mut boots: Vec<BootGroup> = Vec::new();
         for &level in &s.levels {
             let guests = match s.host.backend {
                 BackendKind::Host => 1,
                 _ => guests_at(level, cpus.len(), s.guest.vcpus).map_err(anyhow::Error::msg)?,
             };
+            let first_of_level = boots.len();
             for v in &variants {
-                let cells = workloads
-                    .iter()
-                    .map(|w| {
+                let guest = expand::guest_for(s, v);
+                // The host backend boots nothing, so every variant shares its one "boot".
+                let shares = host || s.schedule.guests == GuestSharing::Shared;
+                let group = match boots[first_of_level..]
+                    .iter_mut()
+                    .find(|b| shares && b.guest == guest)
+                {
+                    Some(b) => b,
+                    None => {
+                        boots.push(BootGroup {
+                            level,
+                            guests,
+                            guest,
+                            variants: Vec::new(),
+                            cells: Vec::new(),
+                        });
+                        boots.last_mut().expect("just pushed")
+                    }
+                };
+                group.variants.push(v.name.clone());
+            }
+            for b in &mut boots[first_of_level..] {
+                for w in &workloads {
+                    for v in variants.iter().filter(|v| b.variants.contains(&v.name)) {
                         let mut argv = expand::payload_argv(w, v);
-                        if s.host.backend == BackendKind::Host {
+                        if host {
                             scale_threads(&mut argv, level, cpus.len());
                         }
-                        let (runs, max_runs, target_cv) = s.runs.bounds();
-                        Cell {
+                        b.cells.push(Cell {
+                            variant: v.name.clone(),
                             workload: w.clone(),
                             argv,
                             warmup_runs: s.warmup_runs,
                             runs,
                             max_runs,
                             target_cv,
-                            done: Default::default(),
-                        }
-                    })
-                    .collect();
-                groups.push(Group {
-                    level,
-                    guests,
-                    variant: v.name.clone(),
-                    guest: expand::guest_for(s, v),
-                    cells,
-                });
+                        });
+                    }
+                }
             }
         }
+        let order = s.schedule.order;
         Ok(Self {
             name: s.name.clone(),
             baseline: expand::baseline(s),
@@ -116,24 +163,37 @@ impl Plan {
             vcpus: s.guest.vcpus,
             memory_mib: s.guest.memory_mib,
             scratch_disk_mib: s.guest.scratch_disk_mib,
+            guest_start: s.guest.start,
             background: s.background,
             timeouts: s.timeouts.clone(),
-            backend: s.host.backend,
-            groups,
+            schedule: Schedule {
+                guests: s.schedule.guests,
+                order,
+                seed: (order == RunOrder::Shuffle).then(|| s.schedule.seed.unwrap_or(seed)),
+            },
+            boots,
         })
-    }
-
-    pub fn is_host_backend(&self) -> bool {
-        self.backend == BackendKind::Host
     }
 
     /// Runs in the whole sweep (warm-ups included).
     pub fn total_runs(&self) -> u64 {
-        self.groups
+        self.boots
             .iter()
             .flat_map(|g| &g.cells)
             .map(|c| (c.warmup_runs + c.max_runs) as u64)
             .sum()
+    }
+
+    /// The plan's boot groups as the journal header records them.
+    pub fn boot_infos(&self) -> Vec<crate::sweep::journal::BootInfo> {
+        self.boots
+            .iter()
+            .map(|b| crate::sweep::journal::BootInfo {
+                level: b.level,
+                guests: b.guests,
+                variants: b.variants.clone(),
+            })
+            .collect()
     }
 }
 
@@ -141,36 +201,76 @@ impl Plan {
 mod tests {
     use super::*;
 
+    fn plan(yaml: &str) -> Plan {
+        let s: Scenario = yaml_serde::from_str(yaml).unwrap();
+        Plan::build(&s, &[0, 1], 7).unwrap()
+    }
+
     #[test]
-    fn groups_are_levels_times_variants_with_guest_counts() {
-        let s: Scenario = yaml_serde::from_str(
+    fn guests_differing_in_cmdline_boot_apart_and_counts_follow_the_level() {
+        let p = plan(
             "name: p\nlevels: [0.5, 2.5]\nruns: 3\nwarmup_runs: 1\nvariants:\n  - {name: base}\n  - {name: nopv, cmdline: nopvspin}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {threads: [1, 2]}\n",
-        )
-        .unwrap();
-        let p = Plan::build(&s, &[0, 1]).unwrap();
-        assert_eq!(p.groups.len(), 4);
-        assert_eq!(
-            p.groups.iter().map(|g| g.guests).collect::<Vec<_>>(),
-            [1, 1, 5, 5]
         );
-        assert_eq!(p.groups[1].guest.cmdline, "nopvspin");
+        assert_eq!(p.boots.len(), 4);
+        assert_eq!(p.boots.iter().map(|g| g.guests).collect::<Vec<_>>(), [1, 1, 5, 5]);
+        assert_eq!(p.boots[1].guest.cmdline, "nopvspin");
+        assert_eq!(p.boots[1].variants, ["nopv"]);
         assert_eq!(p.total_runs(), 4 * 2 * 4);
         assert_eq!(p.baseline, "base");
+        assert_eq!(p.schedule.seed, None);
+    }
+
+    const ARGS_ONLY: &str = "name: p\nlevels: [1.0, 2.0]\nvariants:\n  - {name: ticket, args: {algo: ticket}}\n  - {name: tas, args: {algo: tas}}\n  - {name: nopv, cmdline: nopvspin, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {hold-ns: [200, 2000]}\n";
+
+    #[test]
+    fn variants_with_identical_guests_share_one_boot_per_level() {
+        let p = plan(ARGS_ONLY);
+        assert_eq!(p.boots.len(), 4, "two guest shapes × two levels");
+        let b = &p.boots[0];
+        assert_eq!(b.variants, ["ticket", "tas"]);
+        assert_eq!(b.label(), "1x-ticket+1");
+        // Workload-major, variant-minor: the variants of a workload run next to each other.
+        let order: Vec<(String, String)> = b
+            .cells
+            .iter()
+            .map(|c| (c.workload.id.clone(), c.variant.clone()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("lock[hold-ns=200]".to_string(), "ticket".to_string()),
+                ("lock[hold-ns=200]".into(), "tas".into()),
+                ("lock[hold-ns=2000]".into(), "ticket".into()),
+                ("lock[hold-ns=2000]".into(), "tas".into()),
+            ]
+        );
+        assert!(b.cells[1].argv.contains(&"tas".to_string()));
+        assert_eq!(p.boots[1].variants, ["nopv"]);
+    }
+
+    #[test]
+    fn per_variant_guests_and_a_shuffle_seed_are_kept() {
+        let p = plan(&format!(
+            "{ARGS_ONLY}schedule: {{guests: per-variant, order: shuffle}}\n"
+        ));
+        assert_eq!(p.boots.len(), 6);
+        assert!(p.boots.iter().all(|b| b.variants.len() == 1));
+        assert_eq!(p.schedule.seed, Some(7), "the seed picked at start");
+        let p = plan(&format!("{ARGS_ONLY}schedule: {{order: shuffle, seed: 42}}\n"));
+        assert_eq!(p.schedule.seed, Some(42));
     }
 
     #[test]
     fn host_backend_scales_threads_by_level() {
-        let s: Scenario = yaml_serde::from_str(
+        let p = plan(
             "name: h\nhost: {backend: host}\nlevels: [0.5, 2.5]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {threads: 2}\n  - command: lock\n    name: auto\n    metric: ops_per_sec\n",
-        )
-        .unwrap();
-        let p = Plan::build(&s, &[0, 1]).unwrap();
+        );
         let threads = |g: usize, c: usize| {
-            let a = &p.groups[g].cells[c].argv;
+            let a = &p.boots[g].cells[c].argv;
             a[a.iter().position(|x| x == "--threads").unwrap() + 1].clone()
         };
         assert_eq!((threads(0, 0), threads(1, 0)), ("1".into(), "5".into()));
         assert_eq!((threads(0, 1), threads(1, 1)), ("1".into(), "5".into()));
-        assert!(p.groups.iter().all(|g| g.guests == 1));
+        assert!(p.boots.iter().all(|g| g.guests == 1));
     }
 }

@@ -44,6 +44,12 @@ impl Progress {
         }
     }
 
+    /// Runs counted so far (done, failed for good, or skipped).
+    #[cfg(test)]
+    pub fn position(&self) -> u64 {
+        self.bar.position()
+    }
+
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }

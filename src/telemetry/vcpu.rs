@@ -67,6 +67,11 @@ pub struct VcpuRun {
     pub wait_s: Option<f64>,
     /// Run-queue wait / wall time of the run.
     pub wait_share: Option<f64>,
+    /// Run-queue wait / (run + wait): of the time the vCPU wanted a host CPU, the share it
+    /// waited. Equals `wait_share` for a vCPU that is busy all the time; unlike it, it does not
+    /// shrink when the vCPU idles (sleeping lock waiters, the run's start and collect).
+    #[serde(default)]
+    pub runnable_wait_share: Option<f64>,
     pub timeslices: Option<u64>,
     pub voluntary_switches: Option<u64>,
     pub involuntary_switches: Option<u64>,
@@ -81,6 +86,35 @@ pub struct VcpuSched {
     pub vcpus: Vec<VcpuRun>,
     /// Mean of the measured vCPUs' wait shares; `None` when none was measured.
     pub mean_wait_share: Option<f64>,
+    /// Mean of the measured vCPUs' runnable wait shares.
+    #[serde(default)]
+    pub mean_runnable_wait_share: Option<f64>,
+}
+
+impl VcpuSched {
+    /// CPU time the vCPU threads got over the run, seconds (`None` if none was measured).
+    pub fn run_s(&self) -> Option<f64> {
+        let runs: Vec<f64> = self.vcpus.iter().filter_map(|v| v.run_s).collect();
+        (!runs.is_empty()).then(|| runs.iter().sum())
+    }
+
+    /// Why nothing was measured, when nothing was.
+    pub fn unavailable(&self) -> Option<String> {
+        if self.mean_wait_share.is_some() {
+            return None;
+        }
+        Some(
+            self.vcpus
+                .iter()
+                .find_map(|v| v.unavailable.clone())
+                .unwrap_or_else(|| "no vCPU thread ids (the backend could not name them)".into()),
+        )
+    }
+}
+
+/// The process (thread group) a thread belongs to: for a vCPU thread, its QEMU.
+pub fn process_of(tid: i32) -> Option<i32> {
+    Process::new(tid).ok()?.status().ok().map(|s| s.tgid)
 }
 
 /// The change between two snapshots of the same guest.
@@ -99,12 +133,14 @@ pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
             match (&before.counters[i], a) {
                 (Ok(b), Some(Ok(a))) => {
                     let wait_s = a.wait_ns.saturating_sub(b.wait_ns) as f64 / 1e9;
+                    let run_s = a.run_ns.saturating_sub(b.run_ns) as f64 / 1e9;
                     VcpuRun {
                         vcpu: i as u32,
                         tid,
-                        run_s: Some(a.run_ns.saturating_sub(b.run_ns) as f64 / 1e9),
+                        run_s: Some(run_s),
                         wait_s: Some(wait_s),
                         wait_share: (wall_s > 0.0).then(|| wait_s / wall_s),
+                        runnable_wait_share: (run_s + wait_s > 0.0).then(|| wait_s / (run_s + wait_s)),
                         timeslices: Some(a.timeslices.saturating_sub(b.timeslices)),
                         voluntary_switches: Some(a.voluntary_switches.saturating_sub(b.voluntary_switches)),
                         involuntary_switches: Some(
@@ -119,6 +155,7 @@ pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
                     run_s: None,
                     wait_s: None,
                     wait_share: None,
+                    runnable_wait_share: None,
                     timeslices: None,
                     voluntary_switches: None,
                     involuntary_switches: None,
@@ -130,10 +167,11 @@ pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
             }
         })
         .collect();
-    let shares: Vec<f64> = vcpus.iter().filter_map(|v| v.wait_share).collect();
+    let mean = |xs: Vec<f64>| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
     VcpuSched {
         wall_s,
-        mean_wait_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
+        mean_wait_share: mean(vcpus.iter().filter_map(|v| v.wait_share).collect()),
+        mean_runnable_wait_share: mean(vcpus.iter().filter_map(|v| v.runnable_wait_share).collect()),
         vcpus,
     }
 }
@@ -141,6 +179,16 @@ pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn thread_cpu_s() -> f64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    }
 
     fn gettid() -> i32 {
         // SAFETY: gettid has no preconditions.
@@ -151,19 +199,20 @@ mod tests {
     fn a_busy_thread_runs_and_a_missing_one_is_unavailable() {
         let me = gettid();
         let before = VcpuSnapshot::take(&[me, i32::MAX]);
-        let t = Instant::now();
+        // Burn 50 ms of this thread's own CPU time, however loaded the machine is.
+        let cpu0 = thread_cpu_s();
         let mut x = 0u64;
-        while t.elapsed().as_millis() < 50 {
+        while thread_cpu_s() - cpu0 < 0.05 {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let after = VcpuSnapshot::take(&[me, i32::MAX]);
         let d = delta(&before, &after);
         let mine = &d.vcpus[0];
         assert!(mine.unavailable.is_none(), "{mine:?}");
-        // It ran most of the 50 ms (physics: not more than the wall time, plus read slack).
+        // schedstat counts the same CPU time (physics: not more than the wall time).
         let run = mine.run_s.unwrap();
         assert!(
-            run > 0.01 && run <= d.wall_s + 0.005,
+            run >= 0.049 && run <= d.wall_s + 0.005,
             "run {run} wall {}",
             d.wall_s
         );
@@ -171,5 +220,22 @@ mod tests {
         assert!((0.0..=1.0).contains(&share));
         assert!(d.vcpus[1].unavailable.is_some() && d.vcpus[1].wait_share.is_none());
         assert_eq!(d.mean_wait_share, mine.wait_share);
+        // Busy all along: run + wait is the wall time (less the snapshot reads themselves).
+        let (run, wait) = (mine.run_s.unwrap(), mine.wait_s.unwrap());
+        assert!(
+            run + wait <= d.wall_s + 0.005 && run + wait > 0.8 * d.wall_s,
+            "{mine:?} wall {}",
+            d.wall_s
+        );
+        let rws = mine.runnable_wait_share.unwrap();
+        assert!((rws - wait / (run + wait)).abs() < 1e-12);
+        assert_eq!(d.run_s(), Some(run));
+        assert_eq!(d.unavailable(), None);
+        assert_eq!(process_of(me), Some(std::process::id() as i32));
+        let none = delta(&VcpuSnapshot::take(&[i32::MAX]), &VcpuSnapshot::take(&[i32::MAX]));
+        assert!(
+            none.unavailable().unwrap().contains(&i32::MAX.to_string()),
+            "{none:?}"
+        );
     }
 }

@@ -1,40 +1,56 @@
 //! `dbench`: N clients replay a dbench loadfile (client.txt format) against a local file
-//! system, as dbench 4.0's `fileio` backend does.
+//! system, as dbench 4.0 with its `fileio` backend.
 //!
-//! Each client works in `<dir>/clients/clientN` (N from 0; every `client1` in the loadfile's
-//! paths becomes the client's name) and loops over the loadfile until time is up. Operations
-//! follow dbench's fileio.c: NTCreateX opens/creates (create disposition and directory flag as
-//! dbench maps them), WriteX/ReadX are pwrite/pread of zeroed buffers at the given offsets,
-//! Flush is fsync, LockX/UnlockX are fcntl byte-range locks, Qpathinfo/Find/Unlink/Rename/...
-//! first "resolve" the name (stat, and on failure a case-insensitive scan of the parent
-//! directory, like Samba's name resolution), Qfsinfo is statvfs of the working directory,
-//! Sfileinfo is fstat + utime. Unlink, Rmdir and Rename must return the status the loadfile
-//! expects, and WriteX must write everything, else the run fails (dbench exits there too).
+//! The loadfile is Debian's `/usr/share/dbench/client.txt` (26 MB, 458k operations) by
+//! default: in a guest ocrig uploads it gzip-compressed to [`CLIENT_TXT_GUEST`] once per boot
+//! (declared in the catalog); elsewhere the payload reads [`CLIENT_TXT_HOST`]. `--loadfile
+//! PATH` takes another loadfile (plain or gzip, told apart by its first bytes) and
+//! `--loadfile builtin` ocrig's small built-in one (72 operations, for quick tests).
 //!
-//! Throughput is counted as dbench does: bytes of WriteX + ReadX (their `size` arguments) done
-//! after the warm-up, divided by the measured time, in MB/s with MB = 10^6 bytes
-//! (`mb_per_sec`, higher is better). Per-operation counts and latencies are for the measured
-//! phase only, as dbench resets them when warm-up ends.
+//! As dbench, each client is a process (`fork`; `--threads` makes them threads of one process,
+//! sharing one fd table) working in `<dir>/clients/clientN` (every `client1` in the loadfile's
+//! paths becomes the client's name), looping over the loadfile until time is up; the
+//! operations are in [`super::dbench_client`]. As dbench's clients, each tokenizes every line
+//! as it replays it and, as a process, checks before each line that its parent is alive
+//! (`kill(parent, 0)`): client work that dbench does per operation. The loadfile is validated
+//! once before the start, so a malformed line is reported before anything is measured. The
+//! clients are released together through a start gate after each has set up.
 //!
-//! Difference from dbench, on purpose: clients are threads of one process (dbench forks one
-//! process per client), so they share one fd table.
+//! Throughput is counted as dbench 4.0 counts it (dbench.c `sig_alarm`): bytes of WriteX and
+//! ReadX (their `size` arguments, added when the operation returns) done after the warm-up,
+//! divided by the time since the warm-up ended, in MB/s with MB = 10^6 bytes (`mb_per_sec`,
+//! higher is better). The warm-up lasts `--warmup` seconds (default `seconds / 5`, as dbench)
+//! and, as in dbench, goes on until every client has moved some bytes. Per-operation counts
+//! and latencies are for the measured phase only, as dbench resets them when warm-up ends.
+//! dbench's `-t T` measures T seconds after the warm-up and prints the throughput of its last
+//! one-second tick inside them, i.e. over T − 1 seconds: `--seconds T-1` is the same window.
 
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
-use super::dbench_loadfile::{self as lf, Line, Op, OpKind, PathTemplate};
+use super::dbench_client::{Client, ClientCounters, ClientOutcome, Control, MEASURE, STOP};
+use super::dbench_loadfile::{self as lf, OpKind};
+use super::shm::{SharedArray, ZeroValid};
+use super::start::PipeGate;
 use crate::env::Env;
 use crate::metrics::{Fairness, Latency, new_latency_histogram};
 use crate::report::Report;
+
+/// Where ocrig puts Debian's client.txt (gzip-compressed) inside a guest.
+pub const CLIENT_TXT_GUEST: &str = "/opt/ocrig/client.txt.gz";
+/// Debian's dbench package's loadfile, on the host.
+pub const CLIENT_TXT_HOST: &str = "/usr/share/dbench/client.txt";
+/// `--loadfile` value that selects ocrig's small built-in loadfile.
+pub const BUILTIN: &str = "builtin";
 
 #[derive(Debug, Clone, ClapArgs, Serialize, Deserialize)]
 pub struct Args {
@@ -42,7 +58,9 @@ pub struct Args {
     /// scratch disk is mounted at /scratch.
     #[arg(long, short = 'D', default_value = "/scratch", value_parser = parse_path)]
     pub dir: PathBuf,
-    /// Loadfile in dbench's client.txt format (default: ocrig's small built-in loadfile).
+    /// Loadfile in dbench's client.txt format, plain or gzip; `builtin` for ocrig's small one
+    /// (default: Debian's client.txt, from /opt/ocrig/client.txt.gz in a guest, else
+    /// /usr/share/dbench/client.txt).
     #[arg(long, short = 'c', value_parser = parse_path)]
     pub loadfile: Option<PathBuf>,
     /// Number of clients.
@@ -54,6 +72,9 @@ pub struct Args {
     /// Warm-up seconds before measuring (default: seconds / 5, as dbench 4).
     #[arg(long, value_parser = parse_warmup)]
     pub warmup: Option<f64>,
+    /// Run the clients as threads of one process instead of one process each (dbench's way).
+    #[arg(long)]
+    pub threads: bool,
 }
 
 /// Path arguments are only checked for being non-empty here; their existence is checked when
@@ -88,8 +109,14 @@ pub struct DbenchResult {
     pub loadfile: String,
     pub loadfile_ops: u64,
     pub clients: u32,
+    /// "process" (dbench's way) or "thread".
+    pub client_mode: String,
     pub seconds: f64,
+    /// Warm-up asked for.
     pub warmup_s: f64,
+    /// Warm-up as it happened: from the start until every client had moved bytes and the
+    /// asked warm-up had passed.
+    pub warmup_actual_s: f64,
     /// Measured seconds (from the end of warm-up until the stop signal).
     pub measured_s: f64,
     /// WriteX + ReadX bytes in the measured phase.
@@ -114,109 +141,292 @@ pub struct DbenchResult {
     pub short_reads: u64,
 }
 
-const WARMUP: u8 = 0;
-const MEASURE: u8 = 1;
-const STOP: u8 = 2;
+// SAFETY: atomics only, valid at zero.
+unsafe impl ZeroValid for Control {}
+// SAFETY: atomics only, valid at zero.
+unsafe impl ZeroValid for ClientCounters {}
 
-#[repr(align(128))]
-struct ClientCounters {
-    bytes: AtomicU64,
-    written: AtomicU64,
-    read: AtomicU64,
+/// The loadfile to replay: where it comes from, and its text.
+fn load(args: &Args) -> anyhow::Result<(String, String)> {
+    let path = match &args.loadfile {
+        Some(p) if p.as_os_str() == BUILTIN => {
+            return Ok((lf::DEFAULT_LOADFILE.to_string(), BUILTIN.to_string()));
+        }
+        Some(p) if p.is_file() => p.clone(),
+        Some(p) => {
+            return Err(
+                super::BadInput(format!("--loadfile '{}' is not a readable file", p.display())).into(),
+            );
+        }
+        None => default_loadfile()?,
+    };
+    let bytes = std::fs::read(&path).with_context(|| format!("reading loadfile {}", path.display()))?;
+    let text = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut s = String::new();
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .with_context(|| format!("decompressing loadfile {}", path.display()))?;
+        s
+    } else {
+        String::from_utf8(bytes).with_context(|| format!("loadfile {} is not text", path.display()))?
+    };
+    Ok((text, path.display().to_string()))
 }
 
-struct Shared {
-    phase: AtomicU8,
-    counters: Vec<ClientCounters>,
+fn default_loadfile() -> Result<PathBuf, super::BadInput> {
+    [CLIENT_TXT_GUEST, CLIENT_TXT_HOST]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            super::BadInput(format!(
+                "--loadfile: the default loadfile is missing: neither {CLIENT_TXT_GUEST} (uploaded by ocrig into \
+                 guests) nor {CLIENT_TXT_HOST} (Debian's dbench package) exists; pass --loadfile PATH or \
+                 --loadfile {BUILTIN}"
+            ))
+        })
 }
 
-struct ClientOutcome {
-    ops: Vec<(u64, hdrhistogram::Histogram<u64>)>,
-    passes: u64,
-    open_failures: u64,
-    short_reads: u64,
+/// Everything the clients and the coordinator share; the arrays survive `fork`.
+struct Run {
+    /// The loadfile's text, validated; clients tokenize it as they go.
+    text: String,
+    /// The coordinator's pid, which client processes check before each line.
+    coordinator: libc::pid_t,
+    loadfile_ops: u64,
+    dir: PathBuf,
+    ctl: SharedArray<Control>,
+    counters: SharedArray<ClientCounters>,
+    gate: PipeGate,
+}
+
+// Only SharedArray, PipeGate (fds) and immutable data: shareable with client threads.
+fn client_main(run: &Run, id: usize) -> Result<ClientOutcome, String> {
+    let mut c = Client::new(&run.dir, id);
+    run.gate
+        .arrive()
+        .map_err(|e| format!("client {id}: start gate: {e}"))?;
+    let parent = (std::process::id() as libc::pid_t != run.coordinator).then_some(run.coordinator);
+    let out = c.run(&run.text, run.ctl.get(0), run.counters.get(id), parent);
+    c.cleanup();
+    out.map_err(|e| format!("{e:#}"))
+}
+
+/// A running client and how to collect its outcome.
+enum Handle {
+    /// A forked client: its pid and the read end of the pipe its outcome comes through.
+    Process {
+        pid: libc::pid_t,
+        result: std::fs::File,
+    },
+    Thread(std::thread::JoinHandle<Result<ClientOutcome, String>>),
+}
+
+/// Forks client `id`: it runs, sends its outcome as JSON through a pipe and leaves with _exit.
+fn fork_client(run: &Run, id: usize) -> anyhow::Result<Handle> {
+    let mut fds = [-1i32; 2];
+    // SAFETY: room for the two descriptors.
+    anyhow::ensure!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
+        "creating a result pipe failed: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the child runs only the client (file-system calls, glibc's fork-safe malloc, no
+    // locks shared with other threads: it prints nothing) and leaves through _exit, so it
+    // never unwinds into or runs destructors of the parent's frames.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => anyhow::bail!("fork failed: {}", std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: dying with the coordinator, as dbench's clients do (they poll kill(parent,
+            // 0)); closing our copy of the read end.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                libc::close(fds[0]);
+            }
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| client_main(run, id)))
+                .unwrap_or_else(|_| Err(format!("client {id} panicked")));
+            // SAFETY: the write end is ours; File takes it over.
+            let mut w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+            let sent = serde_json::to_vec(&outcome)
+                .ok()
+                .is_some_and(|b| w.write_all(&b).is_ok());
+            // SAFETY: ends the child.
+            unsafe { libc::_exit(if sent && outcome.is_ok() { 0 } else { 1 }) }
+        }
+        pid => {
+            // SAFETY: the parent keeps only the read end.
+            unsafe { libc::close(fds[1]) };
+            // SAFETY: the read end is ours; File takes it over.
+            let result = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+            Ok(Handle::Process { pid, result })
+        }
+    }
+}
+
+fn collect(h: Handle) -> anyhow::Result<ClientOutcome> {
+    match h {
+        Handle::Thread(t) => t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a dbench client panicked"))?
+            .map_err(anyhow::Error::msg),
+        Handle::Process { pid, mut result } => {
+            let mut text = Vec::new();
+            let read = result.read_to_end(&mut text);
+            let mut status = 0;
+            // SAFETY: reaping our own child.
+            while unsafe { libc::waitpid(pid, &mut status, 0) } == -1
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {}
+            read.context("reading a dbench client's outcome")?;
+            let outcome: Result<ClientOutcome, String> =
+                serde_json::from_slice(&text).with_context(|| {
+                    format!("dbench client {pid} died without reporting (wait status {status:#x})")
+                })?;
+            outcome.map_err(anyhow::Error::msg)
+        }
+    }
+}
+
+fn kill_all(handles: &[Handle]) {
+    for h in handles {
+        if let Handle::Process { pid, .. } = h {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn spawn_thread(run: &Arc<Run>, id: usize) -> anyhow::Result<Handle> {
+    let run = Arc::clone(run);
+    let t = std::thread::Builder::new()
+        .name(format!("dbench-client{id}"))
+        .spawn(move || client_main(&run, id))?;
+    Ok(Handle::Thread(t))
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
     super::require_dir("directory", &args.dir)?;
-    if let Some(p) = &args.loadfile
-        && !p.is_file()
-    {
-        return Err(super::BadInput(format!("loadfile '{}' is not a readable file", p.display())).into());
-    }
-    let (text, name) = match &args.loadfile {
-        Some(p) => (
-            std::fs::read_to_string(p).with_context(|| format!("reading loadfile {}", p.display()))?,
-            p.display().to_string(),
-        ),
-        None => (lf::DEFAULT_LOADFILE.to_string(), "builtin".to_string()),
-    };
-    let lines = Arc::new(lf::parse(&text).with_context(|| format!("parsing loadfile {name}"))?);
-    let warmup = args.warmup.unwrap_or(args.seconds / 5.0);
-    let shared = Arc::new(Shared {
-        phase: AtomicU8::new(WARMUP),
-        counters: (0..args.clients)
-            .map(|_| ClientCounters {
-                bytes: AtomicU64::new(0),
-                written: AtomicU64::new(0),
-                read: AtomicU64::new(0),
-            })
-            .collect(),
+    let (text, name) = load(args)?;
+    let loadfile_ops = lf::validate(&text).with_context(|| format!("parsing loadfile {name}"))?;
+    let n = args.clients as usize;
+    let run = Arc::new(Run {
+        loadfile_ops,
+        text,
+        coordinator: std::process::id() as libc::pid_t,
+        dir: args.dir.clone(),
+        ctl: SharedArray::new(1)?,
+        counters: SharedArray::new(n)?,
+        gate: PipeGate::new()?,
     });
-    let barrier = Arc::new(Barrier::new(args.clients as usize + 1));
-    let workers: Vec<_> = (0..args.clients as usize)
-        .map(|id| {
-            let (lines, shared, barrier) = (Arc::clone(&lines), Arc::clone(&shared), Arc::clone(&barrier));
-            let dir = args.dir.clone();
-            std::thread::Builder::new()
-                .name(format!("dbench-client{id}"))
-                .spawn(move || {
-                    let mut c = Client::new(&dir, id);
-                    barrier.wait();
-                    let out = c.run(&lines, &shared);
-                    c.cleanup();
-                    out
-                })
-        })
-        .collect::<Result<_, _>>()?;
+    let mut handles = Vec::with_capacity(n);
+    for id in 0..n {
+        let h = if args.threads {
+            spawn_thread(&run, id)
+        } else {
+            fork_client(&run, id)
+        };
+        match h {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // Threads parked at the gate cannot be cancelled; they end with the process,
+                // which is about to report this error.
+                kill_all(&handles);
+                return Err(e.context("starting the dbench clients"));
+            }
+        }
+    }
+    if !args.threads {
+        run.gate.close_ready_writer();
+    }
+    match phases(args, &run) {
+        Ok(p) => report(args, &run, &name, p, handles),
+        Err(e) => {
+            kill_all(&handles);
+            run.ctl.get(0).phase.store(STOP, Ordering::Relaxed);
+            // Reap the killed processes; threads that may still be parked at the gate are left
+            // to end with the process, which is about to report this error.
+            for h in handles {
+                if matches!(h, Handle::Process { .. }) {
+                    let _ = collect(h);
+                }
+            }
+            Err(e)
+        }
+    }
+}
 
-    barrier.wait();
-    let sleep = |s: f64| std::thread::sleep(Duration::from_secs_f64(s));
-    sleep(warmup);
-    let snap = |sel: fn(&ClientCounters) -> &AtomicU64| -> Vec<u64> {
-        shared
-            .counters
-            .iter()
-            .map(|c| sel(c).load(Ordering::Relaxed))
+/// The measured window: byte counters at its start and end, and its length.
+struct Phases {
+    warmup_actual: Duration,
+    before: Vec<[u64; 3]>,
+    after: Vec<[u64; 3]>,
+    measured: Duration,
+}
+
+/// Releases the clients, warms up, measures, and tells them to stop.
+fn phases(args: &Args, run: &Run) -> anyhow::Result<Phases> {
+    let n = args.clients as usize;
+    let snap = || -> Vec<[u64; 3]> {
+        (0..n)
+            .map(|i| {
+                let c = run.counters.get(i);
+                [&c.bytes, &c.written, &c.read].map(|a| a.load(Ordering::Relaxed))
+            })
             .collect()
     };
-    let (b0, w0, r0) = (snap(|c| &c.bytes), snap(|c| &c.written), snap(|c| &c.read));
-    shared.phase.store(MEASURE, Ordering::Relaxed);
+    // Parsing is done before the gate; setting up is quick: a generous bound.
+    let start = run.gate.open(n, Duration::from_secs(60 + n as u64))?;
+    let warmup = args.warmup.unwrap_or(args.seconds / 5.0);
+    std::thread::sleep(Duration::from_secs_f64(warmup));
+    // As dbench, warm-up lasts until every client has moved some bytes — bounded here, so a
+    // loadfile without reads or writes still gets measured.
+    let limit = start + Duration::from_secs_f64(warmup + args.seconds);
+    while snap().iter().any(|c| c[0] == 0) && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = snap();
+    run.ctl.get(0).phase.store(MEASURE, Ordering::Relaxed);
     let t0 = Instant::now();
-    sleep(args.seconds);
-    let (b1, w1, r1) = (snap(|c| &c.bytes), snap(|c| &c.written), snap(|c| &c.read));
+    let warmup_actual = t0 - start;
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    let after = snap();
     let measured = t0.elapsed();
-    shared.phase.store(STOP, Ordering::Relaxed);
-    let outcomes: Vec<ClientOutcome> = workers
-        .into_iter()
-        .map(|h| {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a dbench client panicked"))?
-        })
-        .collect::<anyhow::Result<_>>()?;
+    run.ctl.get(0).phase.store(STOP, Ordering::Relaxed);
+    Ok(Phases {
+        warmup_actual,
+        before,
+        after,
+        measured,
+    })
+}
 
-    let diff = |a: &[u64], b: &[u64]| -> Vec<u64> { a.iter().zip(b).map(|(x, y)| y - x).collect() };
-    let bytes_per_client = diff(&b0, &b1);
+fn report(args: &Args, run: &Run, name: &str, p: Phases, handles: Vec<Handle>) -> anyhow::Result<Report> {
+    let mut outcomes = Vec::with_capacity(handles.len());
+    let mut first_err = None;
+    for h in handles {
+        match collect(h) {
+            Ok(o) => outcomes.push(o),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e.context("a dbench client failed"));
+    }
+    let col = |k: usize| -> Vec<u64> { p.before.iter().zip(&p.after).map(|(a, b)| b[k] - a[k]).collect() };
+    let bytes_per_client = col(0);
     let bytes: u64 = bytes_per_client.iter().sum();
     let mut ops = BTreeMap::new();
-    let mut ops_total = 0;
-    let mut max_ns = 0u64;
+    let (mut ops_total, mut max_ns) = (0, 0u64);
     for (k, kind) in OpKind::ALL.iter().enumerate() {
         let mut h = new_latency_histogram();
         let mut count = 0;
         for o in &outcomes {
-            count += o.ops[k].0;
-            h.add(&o.ops[k].1)?;
+            let rec = o.ops.get(k).cloned().unwrap_or_default();
+            count += rec.count;
+            h.add(&rec.histogram()?)?;
         }
         if count > 0 {
             max_ns = max_ns.max(h.max());
@@ -230,19 +440,24 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
             );
         }
     }
-    let ops_per_client: Vec<u64> = outcomes.iter().map(|o| o.ops.iter().map(|x| x.0).sum()).collect();
-    let secs = measured.as_secs_f64();
+    let ops_per_client: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.ops.iter().map(|x| x.count).sum())
+        .collect();
+    let secs = p.measured.as_secs_f64();
     let result = DbenchResult {
         dir: args.dir.display().to_string(),
-        loadfile: name,
-        loadfile_ops: lines.len() as u64,
+        loadfile: name.to_string(),
+        loadfile_ops: run.loadfile_ops,
         clients: args.clients,
+        client_mode: if args.threads { "thread" } else { "process" }.into(),
         seconds: args.seconds,
-        warmup_s: warmup,
+        warmup_s: args.warmup.unwrap_or(args.seconds / 5.0),
+        warmup_actual_s: p.warmup_actual.as_secs_f64(),
         measured_s: secs,
         bytes,
-        bytes_written: diff(&w0, &w1).iter().sum(),
-        bytes_read: diff(&r0, &r1).iter().sum(),
+        bytes_written: col(1).iter().sum(),
+        bytes_read: col(2).iter().sum(),
         mb_per_sec: 1e-6 * bytes as f64 / secs,
         ops_total,
         ops_per_sec: ops_total as f64 / secs,
@@ -257,7 +472,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     };
     Report::new(
         "dbench",
-        measured.as_nanos() as u64,
+        p.measured.as_nanos() as u64,
         Env::read(),
         metrics_of(&result),
         &result,
@@ -283,387 +498,10 @@ fn metrics_of(r: &DbenchResult) -> BTreeMap<String, f64> {
     m
 }
 
-const FILE_DIRECTORY_FILE: u32 = 0x0001;
-const FILE_CREATE: u32 = 2;
-const FILE_OVERWRITE: u32 = 4;
-const FILE_OVERWRITE_IF: u32 = 5;
-
-struct Open {
-    fd: i32,
-    name: CString,
-}
-
-struct Client {
-    id: usize,
-    base: Vec<u8>,
-    cname: String,
-    dir_c: CString,
-    files: HashMap<i64, Open>,
-    lineno: usize,
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-impl Client {
-    fn new(dir: &Path, id: usize) -> Self {
-        let mut base = dir.as_os_str().as_bytes().to_vec();
-        if !base.ends_with(b"/") {
-            base.push(b'/');
-        }
-        Self {
-            id,
-            dir_c: CString::new(dir.as_os_str().as_bytes()).unwrap_or_default(),
-            base,
-            cname: format!("client{id}"),
-            files: HashMap::new(),
-            lineno: 0,
-        }
-    }
-
-    fn path(&self, t: &PathTemplate) -> CString {
-        let mut v = self.base.clone();
-        t.render_into(&self.cname, &mut v);
-        // Loadfile text has no NULs (it is UTF-8 split on whitespace); fall back to empty.
-        CString::new(v).unwrap_or_default()
-    }
-
-    fn fd(&self, handle: i64) -> anyhow::Result<i32> {
-        self.files.get(&handle).map(|o| o.fd).ok_or_else(|| {
-            anyhow::anyhow!(
-                "client {} line {}: handle {handle} was not found",
-                self.id,
-                self.lineno
-            )
-        })
-    }
-
-    fn run(&mut self, lines: &[Line], shared: &Shared) -> anyhow::Result<ClientOutcome> {
-        let mut out = ClientOutcome {
-            ops: OpKind::ALL.iter().map(|_| (0, new_latency_histogram())).collect(),
-            passes: 0,
-            open_failures: 0,
-            short_reads: 0,
-        };
-        let counters = &shared.counters[self.id];
-        let mut measuring = false;
-        'outer: loop {
-            for line in lines {
-                let phase = shared.phase.load(Ordering::Relaxed);
-                if phase == STOP {
-                    break 'outer;
-                }
-                if phase == MEASURE && !measuring {
-                    measuring = true;
-                }
-                self.lineno = line.lineno;
-                let t = Instant::now();
-                let (written, read) = self.exec(line, &mut out)?;
-                let ns = t.elapsed().as_nanos() as u64;
-                if written + read > 0 {
-                    // Single writer per counter: plain load + store is enough.
-                    let add =
-                        |a: &AtomicU64, v: u64| a.store(a.load(Ordering::Relaxed) + v, Ordering::Relaxed);
-                    add(&counters.bytes, written + read);
-                    add(&counters.written, written);
-                    add(&counters.read, read);
-                }
-                if measuring && shared.phase.load(Ordering::Relaxed) == MEASURE {
-                    let slot = &mut out.ops[line.op.kind() as usize];
-                    slot.0 += 1;
-                    let _ = slot.1.record(ns.max(1));
-                }
-            }
-            out.passes += 1;
-        }
-        Ok(out)
-    }
-
-    /// dbench's resolve_name: stat, else scan the parent directory case-insensitively.
-    fn resolve(&self, name: &CString) {
-        // SAFETY: valid C string and a zeroed stat buffer.
-        unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            if libc::stat(name.as_ptr(), &mut st) == 0 {
-                return;
-            }
-        }
-        let bytes = name.as_bytes();
-        let Some(slash) = bytes.iter().rposition(|&b| b == b'/') else {
-            return;
-        };
-        let (dname, fname) = (&bytes[..slash], &bytes[slash + 1..]);
-        let Ok(dname) = CString::new(dname) else {
-            return;
-        };
-        // SAFETY: opendir/readdir/closedir on a valid C string; entries are read before the
-        // next readdir call.
-        unsafe {
-            let dir = libc::opendir(dname.as_ptr());
-            if dir.is_null() {
-                return;
-            }
-            loop {
-                let d = libc::readdir(dir);
-                if d.is_null() {
-                    break;
-                }
-                let n = std::ffi::CStr::from_ptr((*d).d_name.as_ptr()).to_bytes();
-                if n.eq_ignore_ascii_case(fname) {
-                    break;
-                }
-            }
-            libc::closedir(dir);
-        }
-    }
-
-    fn check_status(&self, what: &str, name: &CString, rc: i32, line: &Line) -> anyhow::Result<()> {
-        let expected = if line.expect_ok { 0 } else { -1 };
-        if rc != expected {
-            anyhow::bail!(
-                "client {} line {}: {what} {} returned {rc} ({}), the loadfile expects {}",
-                self.id,
-                line.lineno,
-                name.to_string_lossy(),
-                std::io::Error::from_raw_os_error(errno()),
-                line.status
-            );
-        }
-        Ok(())
-    }
-
-    /// Executes one operation; returns (bytes written, bytes read) as dbench counts them.
-    fn exec(&mut self, line: &Line, out: &mut ClientOutcome) -> anyhow::Result<(u64, u64)> {
-        // SAFETY (whole function): every libc call gets valid C strings, valid fds from our
-        // table, and buffers at least as long as the lengths passed.
-        unsafe {
-            match &line.op {
-                Op::NtCreateX {
-                    path,
-                    create_options,
-                    disposition,
-                    handle,
-                } => {
-                    let name = self.path(path);
-                    self.resolve(&name);
-                    let mut flags = libc::O_RDWR;
-                    if *disposition == FILE_CREATE {
-                        flags |= libc::O_CREAT;
-                    }
-                    if *disposition == FILE_OVERWRITE || *disposition == FILE_OVERWRITE_IF {
-                        flags |= libc::O_CREAT | libc::O_TRUNC;
-                    }
-                    if create_options & FILE_DIRECTORY_FILE != 0 {
-                        libc::mkdir(name.as_ptr(), 0o700);
-                        flags = libc::O_RDONLY | libc::O_DIRECTORY;
-                    }
-                    let mut fd = libc::open(name.as_ptr(), flags | libc::O_CLOEXEC, 0o600);
-                    if fd == -1 && errno() == libc::EISDIR {
-                        fd = libc::open(
-                            name.as_ptr(),
-                            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                            0o600,
-                        );
-                    }
-                    if fd == -1 {
-                        if line.expect_ok {
-                            out.open_failures += 1;
-                        }
-                        return Ok((0, 0));
-                    }
-                    if !line.expect_ok {
-                        libc::close(fd);
-                        return Ok((0, 0));
-                    }
-                    let mut st: libc::stat = std::mem::zeroed();
-                    libc::fstat(fd, &mut st);
-                    if let Some(old) = self.files.insert(*handle, Open { fd, name }) {
-                        libc::close(old.fd);
-                    }
-                }
-                Op::Close { handle } => {
-                    let fd = self.fd(*handle)?;
-                    libc::close(fd);
-                    self.files.remove(handle);
-                }
-                Op::Rename { from, to } => {
-                    let (a, b) = (self.path(from), self.path(to));
-                    self.resolve(&a);
-                    self.resolve(&b);
-                    let rc = libc::rename(a.as_ptr(), b.as_ptr());
-                    self.check_status("rename", &a, rc, line)?;
-                }
-                Op::Unlink { path } => {
-                    let name = self.path(path);
-                    self.resolve(&name);
-                    let rc = libc::unlink(name.as_ptr());
-                    self.check_status("unlink", &name, rc, line)?;
-                }
-                Op::Deltree { path } => {
-                    let name = self.path(path);
-                    deltree(&name);
-                }
-                Op::Rmdir { path } => {
-                    let name = self.path(path);
-                    self.resolve(&name);
-                    let rc = libc::rmdir(name.as_ptr());
-                    self.check_status("rmdir", &name, rc, line)?;
-                }
-                Op::Mkdir { path } => {
-                    let name = self.path(path);
-                    self.resolve(&name);
-                    libc::mkdir(name.as_ptr(), 0o777);
-                }
-                Op::Qpathinfo { path } => {
-                    let name = self.path(path);
-                    self.resolve(&name);
-                }
-                Op::Qfileinfo { handle } => {
-                    let fd = self.fd(*handle)?;
-                    let mut st: libc::stat = std::mem::zeroed();
-                    libc::fstat(fd, &mut st);
-                }
-                Op::Qfsinfo => {
-                    let mut st: libc::statvfs = std::mem::zeroed();
-                    libc::statvfs(self.dir_c.as_ptr(), &mut st);
-                }
-                Op::Sfileinfo { handle } => {
-                    let fd = self.fd(*handle)?;
-                    let mut st: libc::stat = std::mem::zeroed();
-                    libc::fstat(fd, &mut st);
-                    let tm = libc::utimbuf {
-                        actime: st.st_atime - 10,
-                        modtime: st.st_mtime - 12,
-                    };
-                    let name = &self.files[handle].name;
-                    libc::utime(name.as_ptr(), &tm);
-                }
-                Op::Find { path, max_count } => {
-                    let name = self.path(path);
-                    self.resolve(&name);
-                    if path.has_wildcard() {
-                        let bytes = name.as_bytes();
-                        if let Some(slash) = bytes.iter().rposition(|&b| b == b'/')
-                            && let Ok(d) = CString::new(&bytes[..slash])
-                        {
-                            let dir = libc::opendir(d.as_ptr());
-                            if !dir.is_null() {
-                                let mut left = *max_count;
-                                while left > 0 && !libc::readdir(dir).is_null() {
-                                    left -= 1;
-                                }
-                                libc::closedir(dir);
-                            }
-                        }
-                    }
-                }
-                Op::WriteX {
-                    handle,
-                    offset,
-                    size,
-                    ret_size,
-                } => {
-                    let fd = self.fd(*handle)?;
-                    let size = *size as usize;
-                    // A fresh zeroed buffer per write, as dbench's calloc: the allocator and
-                    // page-fault traffic is part of the client's work.
-                    let zero = vec![0u8; size];
-                    let r = libc::pwrite(fd, zero.as_ptr().cast(), size, *offset);
-                    if r < 0 {
-                        anyhow::bail!(
-                            "client {} line {}: write failed on handle {handle}: {}",
-                            self.id,
-                            line.lineno,
-                            std::io::Error::last_os_error()
-                        );
-                    }
-                    if r as i64 != *ret_size {
-                        anyhow::bail!(
-                            "client {} line {}: wrote {r} bytes, expected {ret_size} on handle {handle}",
-                            self.id,
-                            line.lineno
-                        );
-                    }
-                    return Ok((size as u64, 0));
-                }
-                Op::ReadX {
-                    handle,
-                    offset,
-                    size,
-                    ret_size,
-                } => {
-                    let fd = self.fd(*handle)?;
-                    let size = *size as usize;
-                    // A fresh (uninitialised) buffer per read, as dbench's malloc.
-                    let mut buf = Vec::<u8>::with_capacity(size);
-                    let r = libc::pread(fd, buf.as_mut_ptr().cast(), size, *offset);
-                    if r as i64 != *ret_size {
-                        out.short_reads += 1;
-                    }
-                    return Ok((0, size as u64));
-                }
-                Op::LockX { handle, offset, size } | Op::UnlockX { handle, offset, size } => {
-                    let fd = self.fd(*handle)?;
-                    let mut fl: libc::flock = std::mem::zeroed();
-                    fl.l_type = if matches!(line.op, Op::LockX { .. }) {
-                        libc::F_WRLCK
-                    } else {
-                        libc::F_UNLCK
-                    } as _;
-                    fl.l_whence = libc::SEEK_SET as _;
-                    fl.l_start = *offset;
-                    fl.l_len = *size;
-                    libc::fcntl(fd, libc::F_SETLKW, &fl);
-                }
-                Op::Flush { handle } => {
-                    let fd = self.fd(*handle)?;
-                    libc::fsync(fd);
-                }
-                Op::Sleep { usec } => {
-                    std::thread::sleep(Duration::from_micros((*usec).max(0) as u64));
-                }
-            }
-        }
-        Ok((0, 0))
-    }
-
-    /// dbench's nb_cleanup: remove this client's tree, then `clients` if it is empty.
-    fn cleanup(&mut self) {
-        for (_, o) in self.files.drain() {
-            // SAFETY: closing our own fds.
-            unsafe { libc::close(o.fd) };
-        }
-        let clients = Path::new(std::ffi::OsStr::from_bytes(&self.base)).join("clients");
-        let _ = std::fs::remove_dir_all(clients.join(&self.cname));
-        let _ = std::fs::remove_dir(&clients);
-    }
-}
-
-/// dbench's nb_deltree: unlink every file below `dname`, recursively (directories stay).
-fn deltree(dname: &CString) {
-    let Ok(rd) = std::fs::read_dir(std::ffi::OsStr::from_bytes(dname.as_bytes())) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        match std::fs::metadata(&p) {
-            Ok(m) if m.is_dir() => {
-                if let Ok(c) = CString::new(p.as_os_str().as_bytes()) {
-                    deltree(&c);
-                }
-            }
-            Ok(_) => {
-                let _ = std::fs::remove_file(&p);
-            }
-            Err(_) => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("ocrig-dbench-{tag}-{}", std::process::id()));
@@ -671,66 +509,102 @@ mod tests {
         d
     }
 
-    #[test]
-    fn per_op_counts_sum_and_bytes_add_up() {
-        let dir = tmpdir("run");
-        let a = Args {
-            dir: dir.clone(),
-            loadfile: None,
-            clients: 2,
+    fn args(dir: PathBuf, loadfile: &str, clients: u32, threads: bool) -> Args {
+        Args {
+            dir,
+            loadfile: Some(loadfile.into()),
+            clients,
             seconds: 0.4,
             warmup: Some(0.1),
-        };
-        let report = run(&a).unwrap();
-        let r: DbenchResult = report.detail_as().unwrap();
-        assert_eq!(r.ops.values().map(|s| s.count).sum::<u64>(), r.ops_total);
-        assert_eq!(r.ops_per_client.iter().sum::<u64>(), r.ops_total);
-        assert_eq!(r.bytes_per_client.iter().sum::<u64>(), r.bytes);
-        assert_eq!(r.bytes_written + r.bytes_read, r.bytes);
-        assert!(r.ops_total > 0 && r.bytes > 0, "{r:?}");
-        assert!(r.loadfile_passes > 0);
-        assert_eq!(r.open_failures, 0);
-        assert!((report.metrics["mb_per_sec"] - r.bytes as f64 / 1e6 / r.measured_s).abs() < 1e-6);
-        // Cleanup removed the clients' trees.
-        assert!(!dir.join("clients").exists());
-        let back: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
-        assert_eq!(back, report);
-        std::fs::remove_dir_all(&dir).unwrap();
+            threads,
+        }
     }
 
     #[test]
-    fn replays_the_real_client_txt_prefix() {
-        let Ok(text) = std::fs::read_to_string("/usr/share/dbench/client.txt") else {
+    fn per_op_counts_sum_and_bytes_add_up_for_processes_and_threads() {
+        for threads in [false, true] {
+            let dir = tmpdir(if threads { "threads" } else { "procs" });
+            let report = run(&args(dir.clone(), BUILTIN, 2, threads)).unwrap();
+            let r: DbenchResult = report.detail_as().unwrap();
+            assert_eq!(r.client_mode, if threads { "thread" } else { "process" });
+            assert_eq!(r.loadfile, BUILTIN);
+            assert_eq!(r.ops.values().map(|s| s.count).sum::<u64>(), r.ops_total);
+            assert_eq!(r.ops_per_client.iter().sum::<u64>(), r.ops_total);
+            assert_eq!(r.bytes_per_client.iter().sum::<u64>(), r.bytes);
+            assert_eq!(r.bytes_written + r.bytes_read, r.bytes);
+            assert!(r.ops_total > 0 && r.bytes > 0, "{r:?}");
+            assert!(r.bytes_per_client.iter().all(|&b| b > 0), "every client measured");
+            assert!(r.loadfile_passes > 0);
+            assert_eq!(r.open_failures, 0);
+            assert!(r.warmup_actual_s >= 0.1);
+            assert!((report.metrics["mb_per_sec"] - r.bytes as f64 / 1e6 / r.measured_s).abs() < 1e-6);
+            // Cleanup removed the clients' trees.
+            assert!(!dir.join("clients").exists());
+            let back: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+            assert_eq!(back, report);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    #[test]
+    fn replays_a_gzip_prefix_of_the_real_client_txt() {
+        let Ok(text) = std::fs::read_to_string(CLIENT_TXT_HOST) else {
             return;
         };
         let dir = tmpdir("real");
         let head: String = text.lines().take(3000).map(|l| format!("{l}\n")).collect();
-        let lf_path = dir.join("head.txt");
-        std::fs::write(&lf_path, head).unwrap();
+        let lf_path = dir.join("head.txt.gz");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(head.as_bytes()).unwrap();
+        std::fs::write(&lf_path, gz.finish().unwrap()).unwrap();
         let work = dir.join("work");
         std::fs::create_dir_all(&work).unwrap();
-        let a = Args {
-            dir: work,
-            loadfile: Some(lf_path),
-            clients: 1,
-            seconds: 0.3,
-            warmup: Some(0.0),
-        };
+        let mut a = args(work, lf_path.to_str().unwrap(), 1, false);
+        a.seconds = 0.3;
+        a.warmup = Some(0.0);
         let r: DbenchResult = run(&a).unwrap().detail_as().unwrap();
+        assert_eq!(r.loadfile_ops, lf::parse(&head).unwrap().len() as u64);
         assert!(r.ops_total > 0);
         assert!(r.ops.contains_key("NTCreateX") && r.ops.contains_key("WriteX"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
+    fn the_default_loadfile_is_debians_client_txt_here() {
+        match default_loadfile() {
+            Ok(p) if Path::new(CLIENT_TXT_GUEST).is_file() => assert_eq!(p, Path::new(CLIENT_TXT_GUEST)),
+            Ok(p) => assert_eq!(p, Path::new(CLIENT_TXT_HOST)),
+            Err(e) => {
+                assert!(!Path::new(CLIENT_TXT_HOST).exists());
+                assert!(
+                    e.0.contains("--loadfile") && e.0.contains(CLIENT_TXT_GUEST),
+                    "{}",
+                    e.0
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_client_process_fails_the_run_with_its_reason() {
+        let dir = tmpdir("fail");
+        let lf_path = dir.join("bad.txt");
+        std::fs::write(
+            &lf_path,
+            "Unlink \"\\clients\\client1\\nothere\" 0x10 NT_STATUS_OK\n",
+        )
+        .unwrap();
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let e = run(&args(work, lf_path.to_str().unwrap(), 2, false)).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("unlink") && msg.contains("nothere"), "{msg}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn rejects_missing_directory_and_loadfile() {
-        let mut a = Args {
-            dir: "/nonexistent/ocrig".into(),
-            loadfile: None,
-            clients: 1,
-            seconds: 0.1,
-            warmup: Some(0.0),
-        };
+        let mut a = args("/nonexistent/ocrig".into(), BUILTIN, 1, false);
         let e = run(&a).unwrap_err();
         assert!(
             e.is::<super::super::BadInput>() && e.to_string().contains("not usable"),
@@ -740,7 +614,11 @@ mod tests {
         assert!(run(&a).unwrap_err().to_string().contains("not a directory"));
         a.dir = std::env::temp_dir();
         a.loadfile = Some("/nonexistent.txt".into());
-        assert!(run(&a).unwrap_err().is::<super::super::BadInput>());
+        let e = run(&a).unwrap_err();
+        assert!(
+            e.is::<super::super::BadInput>() && e.to_string().contains("--loadfile"),
+            "{e}"
+        );
         assert!(parse_path("").is_err());
         assert!(parse_warmup("-1").is_err());
     }

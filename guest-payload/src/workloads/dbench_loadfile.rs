@@ -428,6 +428,22 @@ pub fn parse_line(lineno: usize, text: &str) -> Result<Option<Line>, ParseError>
 }
 
 /// Parses a whole loadfile; fails on the first malformed line, or when it has no operations.
+/// Checks every line of `text` without keeping the parsed operations; returns how many
+/// operations it holds (clients then parse each line as they replay it, as dbench does).
+pub fn validate(text: &str) -> Result<u64, ParseError> {
+    let mut n = 0;
+    for (i, l) in text.lines().enumerate() {
+        n += parse_line(i + 1, l)?.is_some() as u64;
+    }
+    if n == 0 {
+        return Err(ParseError {
+            lineno: 0,
+            msg: "the loadfile has no operations".into(),
+        });
+    }
+    Ok(n)
+}
+
 pub fn parse(text: &str) -> Result<Vec<Line>, ParseError> {
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate() {

@@ -9,20 +9,29 @@
 //! (mmap_sem / mm locks, TLB shootdowns on munmap) is what makes ebizzy sensitive to vCPU
 //! preemption.
 //!
-//! Differences from ebizzy 0.3, on purpose: the random generator is a per-thread xorshift with
-//! a per-thread seed (ebizzy's `rand_num` multiplies a zero state and so always picks chunk 0
-//! and key 0); elapsed time is measured with a monotonic clock instead of `time()` seconds; the
-//! start is a barrier instead of a busy-wait on a global flag.
+//! Chunk and key selection (`--rng`): by default a per-thread xorshift with a per-thread seed,
+//! so every thread walks all chunks (the workload ebizzy was meant to be). `--rng ebizzy-0.3`
+//! reproduces ebizzy 0.3 exactly: its `rand_num(max, state)` computes `state *= 1103515245 +
+//! 12345` (operator precedence makes that a multiplication by 1103527590) on a state passed *by
+//! value* that starts at 0 in every thread, so it returns `(0 / 65536) % max` = 0 on every
+//! call: every record copies chunk 0 and looks up key 0, and with `-R` every copy is one
+//! record. That workload is much friendlier to caches and TLBs than the intended one; use it to
+//! compare with published ebizzy 0.3 figures.
+//!
+//! Other differences from ebizzy 0.3, on purpose: elapsed time is measured with a monotonic
+//! clock from before the threads are released until the last one stopped, instead of `time()`
+//! whole seconds; the start is a gate instead of a busy-wait on a global flag.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use clap::Args as ClapArgs;
+use clap::{Args as ClapArgs, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use super::Rng;
+use super::start::StartGate;
 use crate::env::Env;
 use crate::metrics::Fairness;
 use crate::report::Report;
@@ -53,6 +62,57 @@ pub struct Args {
     /// Linear search instead of binary search (ebizzy -z).
     #[arg(long, short = 'z')]
     pub linear: bool,
+    /// How chunks and keys are picked: per-thread (a real generator) or ebizzy-0.3 (its
+    /// generator exactly, which always returns 0: chunk 0, key 0).
+    #[arg(long, value_enum, default_value_t = ChunkRng::PerThread)]
+    pub rng: ChunkRng,
+}
+
+/// The generator that picks chunks, keys and (with `-R`) copy sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChunkRng {
+    /// A per-thread xorshift with a per-thread seed.
+    PerThread,
+    /// ebizzy 0.3's `rand_num`, quirk included.
+    #[value(name = "ebizzy-0.3")]
+    #[serde(rename = "ebizzy-0.3")]
+    Ebizzy03,
+}
+
+/// ebizzy 0.3's `rand_num(max, state)`, as written: `state *= 1103515245 + 12345;` then
+/// `(state / 65536) % max`, with `state` a by-value copy (so the caller's never changes).
+pub fn ebizzy03_rand_num(max: u32, state: u32) -> u32 {
+    let state = state.wrapping_mul(1_103_515_245u32.wrapping_add(12_345));
+    (state / 65_536) % max
+}
+
+/// One thread's chunk/key picker.
+enum Picker {
+    PerThread(Rng),
+    /// ebizzy 0.3 keeps `unsigned int state = 0;` in each thread and passes it by value.
+    Ebizzy03 {
+        state: u32,
+    },
+}
+
+impl Picker {
+    fn new(kind: ChunkRng, seed: u64) -> Self {
+        match kind {
+            ChunkRng::PerThread => Picker::PerThread(Rng::new(seed ^ 0xEB1_22F)),
+            ChunkRng::Ebizzy03 => Picker::Ebizzy03 { state: 0 },
+        }
+    }
+
+    /// Uniform in `0..max` (max > 0) for the per-thread generator; ebizzy's value otherwise.
+    fn below(&mut self, max: u64) -> u64 {
+        match self {
+            Picker::PerThread(r) => r.below(max),
+            Picker::Ebizzy03 { state } => {
+                ebizzy03_rand_num(u32::try_from(max).unwrap_or(u32::MAX), *state) as u64
+            }
+        }
+    }
 }
 
 fn parse_chunk_size(s: &str) -> Result<u64, String> {
@@ -84,12 +144,15 @@ pub struct EbizzyResult {
     pub alloc: String,
     pub random_size: bool,
     pub linear: bool,
+    pub rng: ChunkRng,
     pub records_total: u64,
     pub records_per_sec: f64,
     pub records_per_thread: Vec<u64>,
     pub fairness: Fairness,
     /// Bytes memcpy'd in total (records × copy size).
     pub bytes_copied: u64,
+    /// Chunks that were copied at least once (all of them, except under `--rng ebizzy-0.3`).
+    pub chunks_touched: u32,
     /// User and system CPU seconds of the measured phase (ebizzy's `user` / `sys` lines).
     pub user_s: f64,
     pub sys_s: f64,
@@ -199,6 +262,15 @@ fn cpu_times() -> (f64, f64) {
     }
 }
 
+/// What one worker did.
+struct Outcome {
+    records: u64,
+    bytes: u64,
+    /// Per chunk: copied at least once.
+    touched: Vec<bool>,
+    end: Instant,
+}
+
 pub fn run(args: &Args) -> anyhow::Result<Report> {
     let threads = args
         .threads
@@ -208,49 +280,62 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     let alloc = Alloc { mmap: args.mmap };
     let chunks = Arc::new(Chunks::new(args.chunks as usize, chunk_size, alloc)?);
     let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(threads as usize + 1));
-    let (random_size, linear) = (args.random_size, args.linear);
+    let gate = Arc::new(StartGate::new(threads as usize));
+    let opts = SearchOpts {
+        random_size: args.random_size,
+        linear: args.linear,
+        rng: args.rng,
+    };
 
     let workers: Vec<_> = (0..threads)
         .map(|t| {
-            let (chunks, stop, barrier) = (Arc::clone(&chunks), Arc::clone(&stop), Arc::clone(&barrier));
+            let (chunks, stop, gate) = (Arc::clone(&chunks), Arc::clone(&stop), Arc::clone(&gate));
             std::thread::Builder::new().name("ebizzy".into()).spawn(move || {
-                barrier.wait();
-                search_mem(&chunks, &stop, t as u64, random_size, linear)
+                gate.arrive();
+                search_mem(&chunks, &stop, t as u64, opts)
             })
         })
         .collect::<Result<_, _>>()?;
 
     let (u0, s0) = cpu_times();
-    barrier.wait();
-    let start = Instant::now();
+    let start = gate.open();
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
     stop.store(true, Ordering::Relaxed);
-    let elapsed = start.elapsed();
-    let (u1, s1) = cpu_times();
-    let outcomes: Vec<(u64, u64)> = workers
+    let outcomes: Vec<Outcome> = workers
         .into_iter()
         .map(|h| {
             h.join()
                 .map_err(|_| anyhow::anyhow!("an ebizzy worker panicked"))?
         })
         .collect::<anyhow::Result<_>>()?;
+    let (u1, s1) = cpu_times();
+    // Until the last worker stopped: its last record counts, so its time does too.
+    let elapsed = outcomes
+        .iter()
+        .map(|o| o.end.saturating_duration_since(start))
+        .max()
+        .unwrap_or_default();
 
-    let records_per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
+    let records_per_thread: Vec<u64> = outcomes.iter().map(|o| o.records).collect();
     let records_total: u64 = records_per_thread.iter().sum();
+    let chunks_touched = (0..args.chunks as usize)
+        .filter(|&c| outcomes.iter().any(|o| o.touched[c]))
+        .count() as u32;
     let result = EbizzyResult {
         chunks: args.chunks,
         chunk_size: args.chunk_size,
         threads,
         seconds: args.seconds,
         alloc: if args.mmap { "mmap" } else { "malloc" }.into(),
-        random_size,
-        linear,
+        random_size: args.random_size,
+        linear: args.linear,
+        rng: args.rng,
         records_total,
         records_per_sec: records_total as f64 / elapsed.as_secs_f64(),
         fairness: Fairness::of(&records_per_thread),
         records_per_thread,
-        bytes_copied: outcomes.iter().map(|o| o.1).sum(),
+        bytes_copied: outcomes.iter().map(|o| o.bytes).sum(),
+        chunks_touched,
         user_s: u1 - u0,
         sys_s: s1 - s0,
     };
@@ -275,25 +360,33 @@ fn metrics_of(r: &EbizzyResult) -> BTreeMap<String, f64> {
     m
 }
 
-/// One worker: the body of ebizzy's `search_mem`. Returns (records, bytes copied).
-fn search_mem(
-    chunks: &Chunks,
-    stop: &AtomicBool,
-    seed: u64,
+#[derive(Clone, Copy)]
+struct SearchOpts {
     random_size: bool,
     linear: bool,
-) -> anyhow::Result<(u64, u64)> {
-    let mut rng = Rng::new(seed ^ 0xEB1_22F);
+    rng: ChunkRng,
+}
+
+/// One worker: the body of ebizzy's `search_mem`.
+fn search_mem(chunks: &Chunks, stop: &AtomicBool, seed: u64, o: SearchOpts) -> anyhow::Result<Outcome> {
+    let mut pick = Picker::new(o.rng, seed);
     let records_per_chunk = chunks.size / RECORD_SIZE;
-    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut out = Outcome {
+        records: 0,
+        bytes: 0,
+        touched: vec![false; chunks.ptrs.len()],
+        end: Instant::now(),
+    };
     while !stop.load(Ordering::Relaxed) {
-        let src = chunks.ptrs[rng.below(chunks.ptrs.len() as u64) as usize];
-        let copy_records = if random_size {
-            rng.below(records_per_chunk as u64) as usize + 1
+        let chunk = pick.below(chunks.ptrs.len() as u64) as usize;
+        out.touched[chunk] = true;
+        let src = chunks.ptrs[chunk];
+        let copy_records = if o.random_size {
+            pick.below(records_per_chunk as u64) as usize + 1
         } else {
             records_per_chunk
         };
-        let copy_size = if random_size {
+        let copy_size = if o.random_size {
             copy_records * RECORD_SIZE
         } else {
             chunks.size
@@ -304,8 +397,8 @@ fn search_mem(
         let found = unsafe {
             std::ptr::copy_nonoverlapping(src, copy, copy_size);
             let recs = std::slice::from_raw_parts(copy.cast::<Record>(), copy_records);
-            let key = rng.below(copy_records as u64) as Record;
-            let found = if linear {
+            let key = pick.below(copy_records as u64) as Record;
+            let found = if o.linear {
                 recs.iter().position(|&r| r == key)
             } else {
                 recs.binary_search(&key).ok()
@@ -318,10 +411,11 @@ fn search_mem(
             found.is_some(),
             "key not found in a copied chunk: memory corruption"
         );
-        records += 1;
-        bytes += copy_size as u64;
+        out.records += 1;
+        out.bytes += copy_size as u64;
     }
-    Ok((records, bytes))
+    out.end = Instant::now();
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -337,6 +431,7 @@ mod tests {
             mmap,
             random_size,
             linear: false,
+            rng: ChunkRng::PerThread,
         }
     }
 
@@ -354,6 +449,25 @@ mod tests {
             assert!(report.metrics["records_per_sec"] > 0.0);
             assert_eq!(r.alloc, if mmap { "mmap" } else { "malloc" });
         }
+    }
+
+    #[test]
+    fn ebizzy_03_generator_always_picks_chunk_0_and_key_0() {
+        // ebizzy 0.3's formula on its per-thread state (0, passed by value): always 0.
+        for max in [1, 2, 10, 65_536, u32::MAX] {
+            assert_eq!(ebizzy03_rand_num(max, 0), 0);
+        }
+        // The formula itself is a real LCG step: a non-zero state gives other values.
+        assert_ne!(ebizzy03_rand_num(1000, 12_345), 0);
+        let mut a = args(false, true);
+        a.rng = ChunkRng::Ebizzy03;
+        let r: EbizzyResult = run(&a).unwrap().detail_as().unwrap();
+        assert!(r.records_total > 0);
+        assert_eq!(r.chunks_touched, 1);
+        // -R copies (0 + 1) records.
+        assert_eq!(r.bytes_copied, r.records_total * RECORD_SIZE as u64);
+        let r: EbizzyResult = run(&args(false, false)).unwrap().detail_as().unwrap();
+        assert_eq!(r.chunks_touched, 4, "the per-thread generator walks every chunk");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Workloads: each takes its clap `Args`, runs, and returns one [`crate::report::Report`].
 
 pub mod dbench;
+mod dbench_client;
 pub mod dbench_loadfile;
 pub mod ebizzy;
 pub mod futexlock;
@@ -8,7 +9,43 @@ pub mod hackbench;
 pub mod hog;
 pub mod lock;
 pub mod mutex;
+mod shm;
+pub mod start;
 pub mod sysfs_mutex;
+
+use crate::locks::LockInfo;
+use crate::locks::futex::FutexCounts;
+
+/// Algorithms whose every futex call goes through [`crate::locks::futex`]'s counters.
+const FUTEX_COUNTED: &[&str] = &["futex", "spin_park"];
+
+/// The futex counts of a lock run, or why there are none: counts only where the payload itself
+/// issues the system calls, never a 0 that looks like a measurement. Read the counters after
+/// the run (they are process-wide; reset them before it with `futex::reset_counts`).
+pub(crate) fn futex_counts(info: &LockInfo) -> (Option<FutexCounts>, Option<String>) {
+    if FUTEX_COUNTED.contains(&info.name) {
+        (Some(crate::locks::futex::counts()), None)
+    } else if info.name == "pthread" {
+        let why = "glibc's pthread_mutex issues its own futex calls, which the payload cannot count";
+        (None, Some(why.into()))
+    } else if info.uses_futex {
+        (
+            None,
+            Some(format!(
+                "'{}' does not issue its futex calls through the payload's counters",
+                info.name
+            )),
+        )
+    } else {
+        (
+            None,
+            Some(format!(
+                "'{}' never sleeps in the kernel: it makes no futex calls",
+                info.name
+            )),
+        )
+    }
+}
 
 /// An argument that parsed but cannot be used on this machine (a missing directory or file).
 /// Checked when the workload runs, not by the parser, because the host validates scenarios with
@@ -106,5 +143,21 @@ mod tests {
         }
         assert!(seen.iter().all(|&s| s));
         assert_ne!(Rng::new(1).next_u64(), Rng::new(2).next_u64());
+    }
+
+    #[test]
+    fn futex_counts_are_reported_only_where_the_payload_counts_them() {
+        for info in crate::locks::ALGOS {
+            let (counts, why) = futex_counts(info);
+            assert!(counts.is_some() != why.is_some(), "{}", info.name);
+            assert_eq!(
+                counts.is_some(),
+                FUTEX_COUNTED.contains(&info.name),
+                "{}",
+                info.name
+            );
+        }
+        let pthread = crate::locks::ALGOS.iter().find(|i| i.name == "pthread").unwrap();
+        assert!(futex_counts(pthread).1.unwrap().contains("glibc"));
     }
 }

@@ -10,21 +10,26 @@
 //! seconds have passed. Files that cannot be opened or read (write-only attributes, EIO,
 //! permission) are counted, not fatal.
 //!
-//! Result: `total_s` (wall time until the last task finished, lower is better; with
-//! `--seconds` the progress counts are the result) and per-task durations and file counts.
+//! Result: `total_s` (wall time from the start — stamped before any task was released — until
+//! the last task finished, lower is better; with `--seconds` the progress counts are the
+//! result), per-task durations, file counts and context switches, and `jain`: Jain's index of
+//! the files each task had read when the first task finished (with `--seconds`, when time was
+//! up). The payload takes no user-space lock here (the locks are the kernel's), so there is no
+//! owner-identity check and no futex count.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
+use super::start::StartGate;
 use crate::env::Env;
-use crate::metrics::Fairness;
+use crate::metrics::{Ctxsw, Fairness};
 use crate::report::Report;
 
 #[derive(Debug, Clone, ClapArgs, Serialize, Deserialize)]
@@ -62,8 +67,9 @@ pub struct SysfsMutexResult {
     pub tasks: u32,
     pub rounds: u32,
     pub seconds: Option<f64>,
-    /// Wall seconds from the start barrier until the last task finished.
+    /// Wall seconds from the start until the last task finished.
     pub total_s: f64,
+    /// Per task: seconds from the start until it finished.
     pub task_s: Vec<f64>,
     pub task_fairness: Fairness,
     /// Files read per task (progress).
@@ -76,6 +82,11 @@ pub struct SysfsMutexResult {
     pub files_per_sec: f64,
     /// Tasks whose CPU pinning the kernel refused (they ran unpinned).
     pub pin_failures: u32,
+    /// Per task: files read when the first task finished (or when time was up).
+    pub progress_at_first_finish: Vec<u64>,
+    pub progress_fairness: Fairness,
+    /// Per task: context switches during its walks.
+    pub threads_ctxsw: Vec<Ctxsw>,
 }
 
 #[derive(Default)]
@@ -85,23 +96,35 @@ struct TaskOutcome {
     unreadable: u64,
     rounds: u64,
     pinned: bool,
-    ns: u64,
+    at_first_finish: Option<u64>,
+    ctxsw: Ctxsw,
     end: Option<Instant>,
 }
 
+/// The flags every task watches while walking.
+struct Flags {
+    /// Time is up (`--seconds`).
+    stop: AtomicBool,
+    /// Some task has finished its rounds.
+    first_done: AtomicBool,
+}
+
 /// Reads every regular file under `dir` (no symlinks followed).
-fn walk(dir: &Path, buf: &mut Vec<u8>, out: &mut TaskOutcome, stop: &AtomicBool) {
+fn walk(dir: &Path, buf: &mut Vec<u8>, out: &mut TaskOutcome, flags: &Flags) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         out.unreadable += 1;
         return;
     };
     for e in rd.flatten() {
-        if stop.load(Ordering::Relaxed) {
+        if flags.stop.load(Ordering::Relaxed) {
             return;
+        }
+        if out.at_first_finish.is_none() && flags.first_done.load(Ordering::Relaxed) {
+            out.at_first_finish = Some(out.files);
         }
         let Ok(ft) = e.file_type() else { continue };
         if ft.is_dir() {
-            walk(&e.path(), buf, out, stop);
+            walk(&e.path(), buf, out, flags);
         } else if ft.is_file() {
             buf.clear();
             match std::fs::File::open(e.path()).and_then(|mut f| f.read_to_end(buf)) {
@@ -115,44 +138,50 @@ fn walk(dir: &Path, buf: &mut Vec<u8>, out: &mut TaskOutcome, stop: &AtomicBool)
     }
 }
 
+/// One task: pinned, parked at the gate, then its walks.
+fn task(i: u32, cpus: u32, root: &Path, rounds: Option<u32>, flags: &Flags, gate: &StartGate) -> TaskOutcome {
+    let mut out = TaskOutcome {
+        pinned: super::pin_to_cpu((i % cpus) as usize),
+        ..Default::default()
+    };
+    let mut buf = Vec::with_capacity(8192);
+    gate.arrive();
+    let before = Ctxsw::this_thread();
+    while !flags.stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| out.rounds < r as u64) {
+        walk(root, &mut buf, &mut out, flags);
+        if !flags.stop.load(Ordering::Relaxed) {
+            out.rounds += 1;
+        }
+    }
+    out.end = Some(Instant::now());
+    flags.first_done.store(true, Ordering::Relaxed);
+    out.at_first_finish.get_or_insert(out.files);
+    out.ctxsw = Ctxsw::this_thread().since(before);
+    out
+}
+
 pub fn run(args: &Args) -> anyhow::Result<Report> {
     super::require_dir("root directory", &args.root)?;
     let cpus = args.cpus.unwrap_or(crate::env::online_cpus() as u32).max(1);
     let tasks = cpus * args.tasks_per_cpu;
-    let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(tasks as usize + 1));
-    let timed = args.seconds.is_some();
-    let rounds = args.rounds;
+    let flags = Arc::new(Flags {
+        stop: AtomicBool::new(false),
+        first_done: AtomicBool::new(false),
+    });
+    let gate = Arc::new(StartGate::new(tasks as usize));
+    let rounds = args.seconds.is_none().then_some(args.rounds);
     let workers: Vec<_> = (0..tasks)
         .map(|i| {
-            let (stop, barrier, root) = (Arc::clone(&stop), Arc::clone(&barrier), args.root.clone());
+            let (flags, gate, root) = (Arc::clone(&flags), Arc::clone(&gate), args.root.clone());
             std::thread::Builder::new()
                 .name(format!("sysfs-{i}"))
-                .spawn(move || {
-                    let mut out = TaskOutcome {
-                        pinned: super::pin_to_cpu((i % cpus) as usize),
-                        ..Default::default()
-                    };
-                    let mut buf = Vec::with_capacity(8192);
-                    barrier.wait();
-                    let t0 = Instant::now();
-                    while !stop.load(Ordering::Relaxed) && (timed || out.rounds < rounds as u64) {
-                        walk(&root, &mut buf, &mut out, &stop);
-                        if !stop.load(Ordering::Relaxed) {
-                            out.rounds += 1;
-                        }
-                    }
-                    out.ns = t0.elapsed().as_nanos() as u64;
-                    out.end = Some(Instant::now());
-                    out
-                })
+                .spawn(move || task(i, cpus, &root, rounds, &flags, &gate))
         })
         .collect::<Result<_, _>>()?;
-    barrier.wait();
-    let start = Instant::now();
+    let start = gate.open();
     if let Some(s) = args.seconds {
         std::thread::sleep(Duration::from_secs_f64(s));
-        stop.store(true, Ordering::Relaxed);
+        flags.stop.store(true, Ordering::Relaxed);
     }
     let outcomes: Vec<TaskOutcome> = workers
         .into_iter()
@@ -174,7 +203,17 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         "no readable file under {} (is it the right root?)",
         args.root.display()
     );
-    let task_ns: Vec<u64> = outcomes.iter().map(|o| o.ns).collect();
+    let task_ns: Vec<u64> = outcomes
+        .iter()
+        .map(|o| {
+            o.end
+                .map_or(0, |e| e.saturating_duration_since(start).as_nanos() as u64)
+        })
+        .collect();
+    let progress: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.at_first_finish.unwrap_or(o.files))
+        .collect();
     let total_s = elapsed.as_secs_f64();
     let result = SysfsMutexResult {
         root: args.root.display().to_string(),
@@ -194,6 +233,9 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         unreadable: outcomes.iter().map(|o| o.unreadable).sum(),
         files_per_sec: files_read as f64 / total_s,
         pin_failures: outcomes.iter().filter(|o| !o.pinned).count() as u32,
+        progress_fairness: Fairness::of(&progress),
+        progress_at_first_finish: progress,
+        threads_ctxsw: outcomes.iter().map(|o| o.ctxsw).collect(),
     };
     Report::new(
         "sysfs-mutex",
@@ -212,6 +254,8 @@ fn metrics_of(r: &SysfsMutexResult) -> BTreeMap<String, f64> {
     m.insert("files_jain".into(), r.files_fairness.jain);
     m.insert("task_max_s".into(), r.task_s.iter().cloned().fold(0.0, f64::max));
     m.insert("unreadable".into(), r.unreadable as f64);
+    m.insert("jain".into(), r.progress_fairness.jain);
+    Ctxsw::insert_metrics(&r.threads_ctxsw, &mut m);
     m
 }
 
@@ -247,7 +291,15 @@ mod tests {
         assert_eq!(r.files_read, 36);
         assert_eq!(r.bytes_read, 4 * 3 * 9);
         assert_eq!(r.unreadable, 0);
-        assert!(r.task_s.iter().all(|&t| t <= r.total_s + 1e-3));
+        assert!(r.task_s.iter().all(|&t| t <= r.total_s + 1e-9));
+        assert_eq!(r.progress_at_first_finish.len(), 4);
+        assert!(r.progress_at_first_finish.iter().all(|&f| f <= 9));
+        assert!(
+            r.progress_at_first_finish.contains(&9),
+            "the first finisher read all"
+        );
+        assert_eq!(report.metrics["jain"], r.progress_fairness.jain);
+        assert_eq!(r.threads_ctxsw.len(), 4);
         let back: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
         assert_eq!(back, report);
         std::fs::remove_dir_all(&root).unwrap();

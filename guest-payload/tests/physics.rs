@@ -1,0 +1,147 @@
+//! Time obeys physics: a CPU-bound run with more threads than CPUs can never report less wall
+//! time than its CPU time spread over every CPU it may use. Each workload runs as its own
+//! process with 16 threads (or tasks) on this machine's CPUs; its CPU time comes from the
+//! kernel (`wait4`'s rusage: the process and the children it reaped), its elapsed time from
+//! its report. A start stamped after the workers were released (the main thread preempted
+//! behind them) breaks the bound; other load on the machine only makes it easier to meet.
+//! Setup (process start, thread creation) is charged but not timed, so every run is long
+//! enough for it to stay far below the 10 % margin.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+/// Runs the payload; returns its report and the CPU seconds the kernel charged it.
+// Reaped with wait4 (for its rusage), not Child::wait.
+#[allow(clippy::zombie_processes)]
+fn run_measured(args: &[&str]) -> (serde_json::Value, f64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ocrig-payload"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting ocrig-payload");
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let mut status = 0;
+    // SAFETY: reaping our own child (std's Child is not waited on afterwards); the rusage is a
+    // zeroed out-parameter.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        let pid = child.id() as libc::pid_t;
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut ru), pid);
+        ru
+    };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{args:?} failed: {status:#x}"
+    );
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+    (report, tv(ru.ru_utime) + tv(ru.ru_stime))
+}
+
+/// CPUs this process (and so the payload, which inherits the mask) may run on.
+fn usable_cpus() -> f64 {
+    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        libc::CPU_COUNT(&set) as f64
+    }
+}
+
+#[test]
+fn no_workload_reports_less_time_than_its_cpu_time_allows() {
+    let cpus = usable_cpus();
+    let runs: &[&[&str]] = &[
+        // The case (with 20 000 locks a thread it once reported 87 µs), made longer: the
+        // ~4 ms of CPU that starting a process and 16 threads costs lies outside any window,
+        // so every run here takes well over 40 ms of CPU.
+        &[
+            "mutex",
+            "--threads",
+            "16",
+            "--num",
+            "1",
+            "--locks",
+            "100000",
+            "--loops",
+            "0",
+        ],
+        &[
+            "mutex",
+            "--threads",
+            "16",
+            "--num",
+            "4096",
+            "--locks",
+            "500",
+            "--loops",
+            "10000",
+        ],
+        &[
+            "futexlock",
+            "--threads",
+            "16",
+            "--iterations",
+            "300",
+            "--mode",
+            "plain",
+        ],
+        &[
+            "futexlock",
+            "--threads",
+            "16",
+            "--iterations",
+            "300",
+            "--mode",
+            "adaptive",
+        ],
+        &[
+            "sysfs-mutex",
+            "--cpus",
+            "2",
+            "--tasks-per-cpu",
+            "8",
+            "--rounds",
+            "1",
+        ],
+        &["hackbench", "--groups", "1", "--fds", "8", "--loops", "300"],
+        &[
+            "hackbench",
+            "--groups",
+            "1",
+            "--fds",
+            "8",
+            "--loops",
+            "300",
+            "--threads",
+            "--pipe",
+        ],
+        &["lock", "--algo", "tas", "--threads", "16", "--duration-ms", "300"],
+        &[
+            "ebizzy",
+            "--threads",
+            "16",
+            "--seconds",
+            "0.3",
+            "--chunks",
+            "4",
+            "--chunk-size",
+            "65536",
+        ],
+    ];
+    for args in runs {
+        let (report, cpu_s) = run_measured(args);
+        let elapsed_s = report["elapsed_ns"].as_f64().unwrap() / 1e9;
+        let floor = cpu_s / cpus;
+        eprintln!("{args:?}: elapsed {elapsed_s:.4} s, CPU {cpu_s:.4} s on {cpus} CPUs");
+        assert!(
+            elapsed_s >= 0.9 * floor,
+            "{args:?}: reported {elapsed_s:.4} s, but its {cpu_s:.4} CPU seconds on {cpus} CPUs need at least {floor:.4} s"
+        );
+    }
+}

@@ -1,0 +1,551 @@
+//! End to end on real guests (TCG here, KVM where the host has it): PVH cold boots, template
+//! clones through both backends, and clones measuring what booted guests measure. Each test
+//! boots what it checks; they run one at a time (two at once would share the 2 host CPUs).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::started::Starter;
+use super::template::TemplateCache;
+use super::{Backend, Guest, GuestSpec, StartMethod};
+use crate::guest::ready::wait_for_marker;
+use crate::guest::ssh::{Credentials, GuestSsh};
+use crate::host::Accel;
+use crate::image::{Image, ImageSpec, KernelSource};
+
+/// Async-aware: the guard is held across the tests' awaits.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn image() -> Image {
+    let spec = ImageSpec {
+        kernel: KernelSource::Debian("default".into()),
+    };
+    crate::image::ensure(&spec, &crate::image::cache_dir()).expect("the default guest image")
+}
+
+fn accel() -> (Accel, String) {
+    match crate::host::VirtEvidence::read().choose().accel {
+        Accel::Kvm => (Accel::Kvm, "host".into()),
+        Accel::Tcg => (Accel::Tcg, "max".into()),
+    }
+}
+
+/// A guest of `img`; `scratch_mib` > 0 gives it a fresh ext4 scratch disk like the sweep does.
+fn spec(img: &Image, work: &Path, name: &str, vcpus: u32, scratch_mib: u64, start: StartMethod) -> GuestSpec {
+    let (accel, cpu) = accel();
+    let scratch_disk = (scratch_mib > 0).then(|| {
+        let p = work.join(format!("{name}.scratch.img"));
+        super::template::make_ext4(&p, scratch_mib << 20).unwrap();
+        p
+    });
+    GuestSpec {
+        name: name.into(),
+        vcpus,
+        memory_mib: 256,
+        kernel: img.kernel.clone(),
+        initrd: img.initrd.clone(),
+        cmdline: "console=ttyS0 panic=-1".into(),
+        accel,
+        cpu,
+        scratch_disk,
+        workdir: work.into(),
+        fast_kernel: img.fast_kernel(),
+        start,
+    }
+}
+
+/// A started guest reachable over SSH, as the sweep brings one up.
+struct Up {
+    guest: Box<dyn Guest>,
+    ssh: GuestSsh,
+    /// From `boot()` to an SSH login (before the post-ready command).
+    ready_s: f64,
+}
+
+async fn up(backend: &dyn Backend, spec: &GuestSpec, img: &Image) -> Up {
+    let creds = Credentials {
+        user: "root".into(),
+        private_key: img.client_key.clone(),
+        host_key_blob: img.host_key_blob.clone(),
+    };
+    let t0 = Instant::now();
+    let guest = backend.boot(spec).await.unwrap();
+    let (console, addr, alive) = (guest.console_log(), guest.ssh_addr(), guest.liveness());
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let ssh = tokio::task::spawn_blocking(move || {
+        wait_for_marker(&console, deadline, alive)?;
+        GuestSsh::connect_until(addr, &creds, deadline)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{} did not come up: {e:#}", spec.name));
+    let ready_s = t0.elapsed().as_secs_f64();
+    Up { guest, ssh, ready_s }
+}
+
+impl Up {
+    fn sh(&self, cmd: &str) -> String {
+        let out = self.ssh.exec(cmd, None, Duration::from_secs(60)).unwrap();
+        assert!(out.ok(), "`{cmd}` failed ({}): {}", out.status, out.stderr);
+        out.stdout.trim().to_string()
+    }
+
+    /// What the sweep does right after login.
+    fn post_ready(&self) {
+        if let Some(cmd) = self.guest.post_ready_command(unix_now()) {
+            self.sh(&cmd);
+        }
+    }
+
+    fn facts(&self) -> Value {
+        self.guest.start_facts()
+    }
+
+    /// Guest wall clock minus host wall clock, seconds (the read's round trip bounds the error).
+    fn wall_offset(&self) -> f64 {
+        let before = unix_now();
+        let g: f64 = self
+            .sh(&format!("{} +%s.%N", crate::image::GUEST_GNU_DATE))
+            .parse()
+            .unwrap();
+        g - (before + unix_now()) / 2.0
+    }
+
+    /// (host seconds at the read's midpoint, guest CLOCK_MONOTONIC seconds, round trip), the
+    /// best of three reads.
+    fn monotonic(&self) -> (f64, f64, f64) {
+        (0..3)
+            .map(|_| {
+                let t0 = Instant::now();
+                let ns: f64 = self
+                    .sh("grep -m1 'now at' /proc/timer_list")
+                    .split_whitespace()
+                    .nth(2)
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let rtt = t0.elapsed().as_secs_f64();
+                (mono_s() - rtt / 2.0, ns / 1e9, rtt)
+            })
+            .min_by(|a, b| a.2.total_cmp(&b.2))
+            .unwrap()
+    }
+
+    /// The guest clock's rate against the host's over `secs`, and its uncertainty.
+    fn clock_rate(&self, secs: f64) -> (f64, f64) {
+        let (h0, g0, r0) = self.monotonic();
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        let (h1, g1, r1) = self.monotonic();
+        ((g1 - g0) / (h1 - h0), (r0 + r1) / 2.0 / (h1 - h0))
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn mono_s() -> f64 {
+    static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    T0.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+fn run_id() -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("rt{}x{n}", std::process::id())
+}
+
+fn sha(p: &Path) -> String {
+    crate::image::sha256_file(p).unwrap()
+}
+
+/// PVH + qboot cold boot, clones with their own clock, RNG, memory and scratch disk, a
+/// template reused, and a template QEMU cannot load replaced by a cold boot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
+    let _serial = SERIAL.lock().await;
+    let img = image();
+    let cache = tempfile::tempdir().unwrap();
+    let templates = cache.path().join("templates");
+    let backend = super::qemu::QemuBackend::with_starter(Starter::new(TemplateCache::new(templates.clone())));
+    let work = tempfile::tempdir().unwrap();
+    let run = run_id();
+    let name = |i: u32| format!("ocrig-{run}-{i}");
+
+    // A cold boot: PVH with qboot, the TSC as clocksource, running at the host's rate.
+    let booted = up(
+        &backend,
+        &spec(&img, work.path(), &name(0), 1, 0, StartMethod::Boot),
+        &img,
+    )
+    .await;
+    let f = booted.facts();
+    assert_eq!(
+        (f["method"].as_str(), f["boot"]["kernel"].as_str()),
+        (Some("boot"), Some("pvh")),
+        "{f}"
+    );
+    assert_eq!(f["boot"]["bios"], "qboot", "{f}");
+    assert_eq!(
+        booted.sh("cat /sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        "tsc"
+    );
+    let cmdline = booted.sh("cat /proc/cmdline");
+    assert!(
+        cmdline.contains("tsc=reliable") && cmdline.contains("quiet"),
+        "{cmdline}"
+    );
+    let (rate, err) = booted.clock_rate(3.0);
+    eprintln!(
+        "cold boot to SSH login {:.2} s; guest clock rate {rate:.4} ± {err:.4} of the host's",
+        booted.ready_s
+    );
+    assert!(
+        (rate - 1.0).abs() < 0.01 + err,
+        "guest clock runs at {rate} of host time"
+    );
+    drop(booted);
+
+    // Clone 0 builds the template (one cold boot, saved before any SSH connection).
+    let c0 = up(
+        &backend,
+        &spec(&img, work.path(), &name(1), 1, 64, StartMethod::Clone),
+        &img,
+    )
+    .await;
+    let f0 = c0.facts();
+    assert_eq!(f0["method"], "clone", "{f0}");
+    assert_eq!(f0["template_built_now"], true, "{f0}");
+    let tdir = templates.join(
+        std::fs::read_dir(&templates)
+            .unwrap()
+            .flatten()
+            .find(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .unwrap()
+            .file_name(),
+    );
+    let (state_sum, scratch_sum) = (sha(&tdir.join("state")), sha(&tdir.join("scratch.img")));
+    // Restored, the guest's wall clock still shows when the template was saved...
+    let stale = c0.wall_offset();
+    assert!(
+        stale < -0.5,
+        "a restored clock should lag the host: {stale:+.3} s"
+    );
+    // ...until the post-ready command sets it.
+    c0.post_ready();
+    let fixed = c0.wall_offset();
+    assert!(
+        fixed.abs() < 0.25,
+        "wall clock after the fix-up is {fixed:+.3} s off"
+    );
+
+    // Clone 1 reuses the template.
+    let c1 = up(
+        &backend,
+        &spec(&img, work.path(), &name(2), 1, 64, StartMethod::Clone),
+        &img,
+    )
+    .await;
+    c1.post_ready();
+    let f1 = c1.facts();
+    assert_eq!(
+        (f1["method"].as_str(), f1["template"].as_str()),
+        (Some("clone"), f0["template"].as_str())
+    );
+    assert_eq!(f1["template_built_now"], false, "{f1}");
+    eprintln!(
+        "clone: running after {:.2} s, sshd banner {:.2} s, SSH login {:.2} s (template boot {:.2} s + save {:.2} s, {} MB)",
+        f1["restore_running_s"].as_f64().unwrap(),
+        f1["restore_banner_s"].as_f64().unwrap(),
+        c1.ready_s,
+        f0["template_boot_s"].as_f64().unwrap(),
+        f0["template_save_s"].as_f64().unwrap(),
+        f0["template_state_bytes"].as_u64().unwrap() >> 20
+    );
+    // Isolated: memory (tmpfs) and scratch disk writes of one clone are not in the other, nor in
+    // the template; each has its own RNG output and generation ID.
+    c0.sh("echo c0 > /tmp/mark && echo c0 > /scratch/mark && sync");
+    assert_eq!(
+        c1.sh("cat /tmp/mark /scratch/mark 2>/dev/null; grep -q ' /scratch ' /proc/mounts && echo mounted"),
+        "mounted"
+    );
+    assert_eq!(c0.sh("cat /tmp/mark /scratch/mark"), "c0\nc0");
+    let rnd = |u: &Up| u.sh("head -c 16 /dev/urandom | od -An -tx1");
+    assert_ne!(rnd(&c0), rnd(&c1));
+    for c in [&c0, &c1] {
+        assert_eq!(
+            c.sh("cat /sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            "tsc"
+        );
+        assert!(
+            c.sh("ls /sys/bus/acpi/drivers/vmgenid/").contains("QEMUVGID"),
+            "vmgenid bound"
+        );
+        // The new generation ID made the restored kernel reseed its RNG at once.
+        let dmesg = c.sh("dmesg | grep -i -e random -e crng || true");
+        assert!(
+            dmesg.contains("virtual machine fork"),
+            "no vmfork reseed in dmesg: {dmesg}"
+        );
+    }
+    let (rate, err) = c1.clock_rate(3.0);
+    eprintln!("clone clock rate {rate:.4} ± {err:.4}");
+    assert!(
+        (rate - 1.0).abs() < 0.01 + err,
+        "clone clock runs at {rate} of host time"
+    );
+    drop((c0, c1));
+    assert_eq!(
+        sha(&tdir.join("state")),
+        state_sum,
+        "clones must not write the template"
+    );
+    assert_eq!(
+        sha(&tdir.join("scratch.img")),
+        scratch_sum,
+        "nor its scratch disk"
+    );
+
+    // A template whose state QEMU cannot load (consistent checksum, so only QEMU notices):
+    // the guest is booted instead, promptly, and the template is removed.
+    let state = tdir.join("state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    bytes.truncate(bytes.len() / 3);
+    std::fs::write(&state, &bytes).unwrap();
+    let t = Instant::now();
+    let c2 = up(
+        &backend,
+        &spec(&img, work.path(), &name(3), 1, 64, StartMethod::Clone),
+        &img,
+    )
+    .await;
+    let f2 = c2.facts();
+    assert_eq!(f2["method"], "boot", "{f2}");
+    let why = f2["fallback_reason"].as_str().unwrap();
+    assert!(why.contains("loading the template"), "{why}");
+    assert!(
+        t.elapsed() < Duration::from_secs(90),
+        "fallback took {:?}",
+        t.elapsed()
+    );
+    assert!(!tdir.exists(), "the unloadable template is removed");
+    eprintln!(
+        "unloadable template → cold boot after {:.1} s: {why}",
+        t.elapsed().as_secs_f64()
+    );
+}
+
+/// libvirt: the PVH/qboot domain boots, its template is saved through the extra QMP monitor,
+/// and clones restore into domains of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libvirt_boots_pvh_and_clones() {
+    let _serial = SERIAL.lock().await;
+    let img = image();
+    let cache = tempfile::tempdir().unwrap();
+    let backend = super::libvirt::LibvirtBackend::connect("qemu:///system")
+        .expect("libvirtd (scripts/setup starts it)")
+        .with_starter(Starter::new(TemplateCache::new(cache.path().join("templates"))));
+    // libvirt runs QEMU as root from its own cwd: absolute paths, readable by root.
+    let work = tempfile::tempdir().unwrap();
+    let run = run_id();
+    let name = |i: u32| format!("ocrig-{run}-{i}");
+
+    let c0 = up(
+        &backend,
+        &spec(&img, work.path(), &name(0), 2, 0, StartMethod::Clone),
+        &img,
+    )
+    .await;
+    let c1 = up(
+        &backend,
+        &spec(&img, work.path(), &name(1), 2, 0, StartMethod::Clone),
+        &img,
+    )
+    .await;
+    c0.post_ready();
+    c1.post_ready();
+    let (f0, f1) = (c0.facts(), c1.facts());
+    assert_eq!(
+        (f0["method"].as_str(), f1["method"].as_str()),
+        (Some("clone"), Some("clone")),
+        "{f0} {f1}"
+    );
+    assert_eq!(
+        (
+            f0["template_built_now"].as_bool(),
+            f1["template_built_now"].as_bool()
+        ),
+        (Some(true), Some(false))
+    );
+    // A template's firmware is SeaBIOS, for the vmgenid device qboot cannot set up.
+    assert_eq!(f0["boot"]["kernel"], "pvh");
+    assert_eq!(
+        (f0["boot"]["bios"].as_str(), f0["boot"]["vmgenid"].as_bool()),
+        (Some("seabios"), Some(true))
+    );
+    eprintln!(
+        "libvirt: template boot {:.2} s + save {:.2} s; clone running {:.2} s, banner {:.2} s, SSH login {:.2} s",
+        f0["template_boot_s"].as_f64().unwrap(),
+        f0["template_save_s"].as_f64().unwrap(),
+        f1["restore_running_s"].as_f64().unwrap(),
+        f1["restore_banner_s"].as_f64().unwrap(),
+        c1.ready_s
+    );
+    assert_eq!(c1.sh("nproc"), "2");
+    assert_eq!(
+        c1.sh("cat /sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        "tsc"
+    );
+    assert!(c1.wall_offset().abs() < 0.25);
+    c0.sh("echo c0 > /tmp/mark");
+    assert_eq!(c1.sh("cat /tmp/mark 2>/dev/null; echo end"), "end");
+    // Both clones are libvirt domains with their own names, vCPU threads and pinning.
+    let tids = c1.guest.vcpu_threads().await.unwrap();
+    assert_eq!(tids.len(), 2);
+    c1.guest.pin_vcpus(&[1, 0]).await.unwrap();
+    let live = super::libvirt::list_owned("qemu:///system", &format!("ocrig-{run}-")).unwrap();
+    assert_eq!(
+        live,
+        vec![name(0), name(1)],
+        "the template domain is gone, the clones run"
+    );
+    drop((c0, c1));
+    assert!(
+        super::libvirt::list_owned("qemu:///system", &format!("ocrig-{run}-"))
+            .unwrap()
+            .is_empty()
+    );
+
+    // A cold boot through libvirt, for the record.
+    let b = up(
+        &backend,
+        &spec(&img, work.path(), &name(2), 2, 0, StartMethod::Boot),
+        &img,
+    )
+    .await;
+    assert_eq!(b.facts()["boot"]["kernel"], "pvh");
+    assert_eq!(b.facts()["boot"]["bios"], "qboot");
+    eprintln!("libvirt cold boot to SSH login {:.2} s", b.ready_s);
+}
+
+/// One lock workload in a booted and a cloned guest of the same shape, alive side by side
+/// (the same level), runs interleaved B C C B ...: the clone measures what the booted guest
+/// measures (Welch p ≥ 0.01, means within the runs' CV). The first run of each is reported
+/// (restored memory is touched for the first time then) and kept out of the comparison, as a
+/// scenario's warm-up run would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_measure_what_booted_guests_measure() {
+    use crate::stats::compare::welch_t_test;
+    use crate::stats::summary::summarize;
+    let _serial = SERIAL.lock().await;
+    let img = image();
+    let payload = crate::payload_bin::locate().unwrap();
+    let data = std::fs::read(&payload).unwrap();
+    // The real template cache: a template of this shape from an earlier run is reused.
+    let backend = super::qemu::QemuBackend::default();
+    let work = tempfile::tempdir().unwrap();
+    let run = run_id();
+    let booted = up(
+        &backend,
+        &spec(
+            &img,
+            work.path(),
+            &format!("ocrig-{run}-0"),
+            2,
+            0,
+            StartMethod::Boot,
+        ),
+        &img,
+    )
+    .await;
+    let cloned = up(
+        &backend,
+        &spec(
+            &img,
+            work.path(),
+            &format!("ocrig-{run}-1"),
+            2,
+            0,
+            StartMethod::Clone,
+        ),
+        &img,
+    )
+    .await;
+    cloned.post_ready();
+    assert_eq!(cloned.facts()["method"], "clone", "{}", cloned.facts());
+    for g in [&booted, &cloned] {
+        g.ssh
+            .upload(
+                &data,
+                crate::payload_bin::GUEST_PATH,
+                "755",
+                Duration::from_secs(120),
+            )
+            .unwrap();
+        g.guest.pin_vcpus(&crate::host::allowed_cpus()).await.unwrap();
+    }
+    let lock_run = |g: &Up| -> f64 {
+        let out = g.sh(&format!(
+            "{} lock --algo ticket --threads 2 --duration-ms 700 --hold-ns 200 --gap-ns 200",
+            crate::payload_bin::GUEST_PATH
+        ));
+        let r: ocrig_payload::report::Report = serde_json::from_str(&out).unwrap();
+        r.metrics["ops_per_sec"]
+    };
+    // First runs: the clone's first, then the booted guest's.
+    let (first_c, first_b) = (lock_run(&cloned), lock_run(&booted));
+    let (mut b, mut c) = (Vec::new(), Vec::new());
+    for i in 0..8 {
+        // B C C B B C C B ...: neither side always runs first.
+        let order: [bool; 2] = if i % 2 == 0 { [true, false] } else { [false, true] };
+        for is_booted in order {
+            if is_booted {
+                b.push(lock_run(&booted));
+            } else {
+                c.push(lock_run(&cloned));
+            }
+        }
+    }
+    let (sb, sc) = (summarize(&b).unwrap(), summarize(&c).unwrap());
+    let w = welch_t_test(&b, &c).unwrap();
+    let (cvb, cvc) = (sb.cv.unwrap(), sc.cv.unwrap());
+    let gap = (sb.mean - sc.mean).abs() / sb.mean;
+    eprintln!("lock ticket 2 threads, 2-vCPU guests, ops/s over 8 interleaved runs each:");
+    eprintln!(
+        "  booted: mean {:.0} cv {:.3}  first run {:.0} ({:+.1}% of mean)",
+        sb.mean,
+        cvb,
+        first_b,
+        (first_b / sb.mean - 1.0) * 100.0
+    );
+    eprintln!(
+        "  cloned: mean {:.0} cv {:.3}  first run {:.0} ({:+.1}% of mean)",
+        sc.mean,
+        cvc,
+        first_c,
+        (first_c / sc.mean - 1.0) * 100.0
+    );
+    eprintln!(
+        "  gap {:.2}% of the booted mean, Welch t {:.2} p {:.3}",
+        gap * 100.0,
+        w.t,
+        w.p
+    );
+    eprintln!("  booted runs {b:.0?}\n  cloned runs {c:.0?}");
+    assert!(
+        w.p >= 0.01,
+        "booted and cloned guests differ significantly (p = {:.4})",
+        w.p
+    );
+    assert!(
+        gap <= cvb.max(cvc),
+        "means {:.0} vs {:.0} differ by more than the runs' CV",
+        sb.mean,
+        sc.mean
+    );
+}

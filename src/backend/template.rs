@@ -1,0 +1,876 @@
+//! Snapshot clones: boot one guest of a shape to ready, save it, and start guests of that
+//! shape by restoring the saved state instead of booting.
+//!
+//! A template is built by a cold boot that is stopped once /init reports ready on the console —
+//! before any SSH connection, so no session or TCP state is in the snapshot — then saved with
+//! QMP `migrate` to a file (`stop` first, so guest memory, devices and the scratch disk are one
+//! consistent instant). A clone is a QEMU started with the same configuration plus
+//! `-incoming file:<state>`; it gets its own SSH forward, QMP socket and console log, and its own
+//! copy of the template's scratch disk (the guest's mounted ext4 lives partly in the restored
+//! page cache, so the disk must be byte-identical to the template's at save time: a fresh,
+//! independently made file system would be corrupted). The full state (≈86 MB for a 512 MiB
+//! guest) is loaded into each clone's own anonymous memory, so clones share nothing writable;
+//! `x-ignore-shared` with a shared memory file would shrink the file to ~60 KB but was measured
+//! slower to resume (0.8–1.1 s vs 0.6–0.7 s) and needs per-clone private mappings.
+//!
+//! Templates live in `<cache>/templates/<key>/` where the key is the sha256 of every input
+//! that shapes the saved state: the backend's complete QEMU configuration with the per-guest
+//! parts (name, paths, port) masked, the QEMU (and libvirt) versions and binary, the
+//! accelerator (KVM and TCG snapshots never mix), for KVM the host CPU, size and mtime of the
+//! kernel, initrd and firmware files, and the scratch disk size. A template whose recorded
+//! inputs differ from the current ones, whose state file has the wrong size or checksum, or
+//! that QEMU cannot load, is never used: it is removed and rebuilt.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::boot::BootPlan;
+use super::qemu::console_path;
+use super::{BoxFut, Guest, GuestSpec, StartMethod};
+use crate::guest::ready::{tail_file, wait_for_marker};
+use crate::host::Accel;
+
+/// Bump when the template layout or the way templates are made changes.
+pub const FORMAT: &str = "ocrig-template-1";
+/// Templates kept; the least recently used beyond this are removed when a new one is built.
+const KEEP: usize = 12;
+/// A template's cold boot to the ready marker (a loaded 2-core host can take 30 s+).
+const BUILD_BOOT_TIMEOUT: Duration = Duration::from_secs(150);
+/// Saving ~90 MB to a file, or loading it back.
+const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// From a running restored guest to its sshd's banner.
+const BANNER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A started QEMU that template code can drive through QMP.
+pub trait Controlled: Guest {
+    fn qmp<'a>(&'a self, command: &'a str, args: Value) -> BoxFut<'a, anyhow::Result<Value>>;
+    /// QEMU's own messages (stderr), for errors.
+    fn qemu_log(&self) -> String;
+}
+
+/// What a backend provides so that guests can be booted, saved and restored.
+pub trait Launcher: Send + Sync {
+    fn kind(&self) -> &'static str;
+    /// Canonical text of the guest's machine configuration as this backend would start it,
+    /// with per-guest parts masked, plus the versions of the programs that run it.
+    fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String>;
+    /// Starts QEMU for `spec`: booting `plan`, or restoring the state file `incoming`.
+    fn launch<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        plan: &'a BootPlan,
+        incoming: Option<&'a Path>,
+    ) -> BoxFut<'a, anyhow::Result<Box<dyn Controlled>>>;
+}
+
+/// What `template.json` records.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    pub format: String,
+    pub key: String,
+    pub backend: String,
+    /// The full input text the key hashes (compared on every use, not only its hash).
+    pub inputs: String,
+    pub state_bytes: u64,
+    pub state_sha256: String,
+    pub scratch_bytes: Option<u64>,
+    pub built_at: String,
+    /// Cold boot of the template to its ready marker, and the save, seconds.
+    pub boot_s: f64,
+    pub save_s: f64,
+}
+
+/// A usable template.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub key: String,
+    pub dir: PathBuf,
+    pub meta: Meta,
+    /// True when this process built it (the group that pays for the build).
+    pub built_now: bool,
+}
+
+impl Template {
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+    pub fn scratch(&self) -> Option<PathBuf> {
+        self.meta.scratch_bytes.map(|_| self.dir.join("scratch.img"))
+    }
+    pub fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+    pub fn short(&self) -> &str {
+        &self.key[..16]
+    }
+}
+
+type Cell = Arc<tokio::sync::OnceCell<Result<Arc<Template>, String>>>;
+
+/// The on-disk template cache plus, per process, one build or check per key (the guests of a
+/// group ask at once; one builds, the others wait for it).
+pub struct TemplateCache {
+    root: PathBuf,
+    cells: tokio::sync::Mutex<HashMap<String, Cell>>,
+}
+
+impl Default for TemplateCache {
+    fn default() -> Self {
+        Self::new(crate::image::cache_dir().join("templates"))
+    }
+}
+
+impl TemplateCache {
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            cells: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The template for `spec`'s shape: checked (once per process) or built, and whether this
+    /// call built it (the guest that paid for it). Err says why there is none, in one sentence.
+    pub async fn get(
+        &self,
+        l: &dyn Launcher,
+        spec: &GuestSpec,
+        plan: &BootPlan,
+    ) -> Result<(Arc<Template>, bool), String> {
+        let inputs = inputs(l, spec, plan).map_err(|e| format!("{e:#}"))?;
+        let key = crate::image::sha256_hex(inputs.as_bytes());
+        let cell = {
+            let mut cells = self.cells.lock().await;
+            Arc::clone(cells.entry(key.clone()).or_default())
+        };
+        let mut ran = false;
+        let t = cell
+            .get_or_init(|| {
+                ran = true;
+                async {
+                    self.load_or_build(l, spec, plan, &key, &inputs)
+                        .await
+                        .map(Arc::new)
+                        .map_err(|e| format!("{e:#}"))
+                }
+            })
+            .await
+            .clone()?;
+        let built_here = ran && t.built_now;
+        Ok((t, built_here))
+    }
+
+    /// Removes a template QEMU could not load, so the next guest of its shape rebuilds it.
+    pub async fn discard(&self, t: &Template, why: &str) {
+        super::boot::notice_once(&format!(
+            "template {} is unusable ({why}); removing it so it is rebuilt",
+            t.short()
+        ));
+        self.cells.lock().await.remove(&t.key);
+        let _ = std::fs::remove_dir_all(&t.dir);
+    }
+
+    async fn load_or_build(
+        &self,
+        l: &dyn Launcher,
+        spec: &GuestSpec,
+        plan: &BootPlan,
+        key: &str,
+        inputs: &str,
+    ) -> anyhow::Result<Template> {
+        let dir = self.root.join(key);
+        if dir.exists() {
+            let checked = {
+                let (dir, key, inputs) = (dir.clone(), key.to_string(), inputs.to_string());
+                tokio::task::spawn_blocking(move || check(&dir, &key, &inputs)).await?
+            };
+            match checked {
+                Ok(t) => return Ok(t),
+                Err(why) => {
+                    super::boot::notice_once(&format!(
+                        "template {} is unusable ({why}); rebuilding it",
+                        &key[..16]
+                    ));
+                    std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+                }
+            }
+        }
+        std::fs::create_dir_all(&self.root).with_context(|| format!("creating {}", self.root.display()))?;
+        let t = build(l, spec, plan, &self.root, key, inputs).await?;
+        evict(&self.root, KEEP);
+        Ok(t)
+    }
+}
+
+/// Everything the template key covers, as text.
+fn inputs(l: &dyn Launcher, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
+    let mut s = format!(
+        "format {FORMAT}\nbackend {}\naccel {}\n",
+        l.kind(),
+        spec.accel.as_str()
+    );
+    s.push_str(&l.fingerprint(spec, plan)?);
+    s.push('\n');
+    let files = [Some(&plan.kernel), Some(&spec.initrd), plan.bios.as_ref()];
+    for f in files.into_iter().flatten() {
+        s.push_str(&format!("file {}\n", file_stamp(f)?));
+    }
+    let scratch = match &spec.scratch_disk {
+        Some(d) => std::fs::metadata(d)
+            .with_context(|| format!("the scratch disk {}", d.display()))?
+            .len()
+            .to_string(),
+        None => "none".into(),
+    };
+    s.push_str(&format!("scratch {scratch}\n"));
+    if spec.accel == Accel::Kvm {
+        // `-cpu host` is whatever this CPU offers; a template saved on other silicon (or after a
+        // microcode update that changed the flags) must not be restored here.
+        s.push_str(&format!("host-cpu {}\n", host_cpu_identity()));
+    }
+    Ok(s)
+}
+
+/// `path size mtime-ns`: the files are content-addressed by the image cache already; this
+/// catches a file replaced in place.
+pub fn file_stamp(path: &Path) -> anyhow::Result<String> {
+    let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    let mtime = m
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    Ok(format!("{} {} {mtime}", canon.display(), m.len()))
+}
+
+fn host_cpu_identity() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    format!(
+        "{} | {} | {}",
+        field("model name"),
+        field("microcode"),
+        crate::image::sha256_hex(field("flags").as_bytes())
+    )
+}
+
+/// A usable template in `dir`, or why it is not.
+fn check(dir: &Path, key: &str, inputs: &str) -> Result<Template, String> {
+    let meta: Meta = std::fs::read(dir.join("template.json"))
+        .map_err(|e| format!("template.json: {e}"))
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("template.json: {e}")))?;
+    if meta.format != FORMAT || meta.key != key || meta.inputs != inputs {
+        return Err("its recorded inputs differ from this guest's".into());
+    }
+    let t = Template {
+        key: key.to_string(),
+        dir: dir.to_path_buf(),
+        meta,
+        built_now: false,
+    };
+    let size = std::fs::metadata(t.state())
+        .map_err(|e| format!("state file: {e}"))?
+        .len();
+    if size != t.meta.state_bytes {
+        return Err(format!(
+            "the state file has {size} bytes, {} were saved",
+            t.meta.state_bytes
+        ));
+    }
+    if let (Some(want), Some(p)) = (t.meta.scratch_bytes, t.scratch()) {
+        let got = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+        if got != want {
+            return Err(format!("its scratch disk has {got} bytes, {want} were saved"));
+        }
+    }
+    let sum = crate::image::sha256_file(&t.state()).map_err(|e| format!("state file: {e:#}"))?;
+    if sum != t.meta.state_sha256 {
+        return Err("the state file's checksum differs from the saved one".into());
+    }
+    // Recently used templates are kept when the cache is trimmed.
+    if let Ok(f) = std::fs::File::options()
+        .append(true)
+        .open(dir.join("template.json"))
+    {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
+    Ok(t)
+}
+
+/// A name for a template guest that the orphan reaper recognises as belonging to this sweep
+/// (`ocrig-<run id>-<digits>`, the same run id as the guests it is built for).
+fn template_name(spec_name: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = 900_000 + N.fetch_add(1, Ordering::Relaxed);
+    match crate::backend::owned::run_id_of(spec_name) {
+        Some(run) => format!("ocrig-{run}-{n}"),
+        None => format!("{spec_name}-{n}"),
+    }
+}
+
+async fn build(
+    l: &dyn Launcher,
+    spec: &GuestSpec,
+    plan: &BootPlan,
+    root: &Path,
+    key: &str,
+    inputs: &str,
+) -> anyhow::Result<Template> {
+    let tmp = crate::image::TempDir::new_in(root, key)?;
+    let dir = tmp.path().to_path_buf();
+    let state = dir.join("state");
+    anyhow::ensure!(
+        !state.to_string_lossy().contains(','),
+        "the template cache path {} contains a comma, which QEMU's migration URI cannot carry",
+        dir.display()
+    );
+    let scratch_bytes = match &spec.scratch_disk {
+        Some(d) => Some(std::fs::metadata(d)?.len()),
+        None => None,
+    };
+    let scratch = match scratch_bytes {
+        Some(bytes) => {
+            let p = dir.join("scratch.img");
+            make_ext4(&p, bytes)?;
+            Some(p)
+        }
+        None => None,
+    };
+    // Console, QMP socket and pid file in a short directory of their own: a socket path must fit
+    // in 108 bytes, which a cache under a long $HOME would not leave.
+    let work = WorkDir::new()?;
+    let tspec = GuestSpec {
+        name: template_name(&spec.name),
+        workdir: work.0.clone(),
+        scratch_disk: scratch.clone(),
+        start: StartMethod::Boot,
+        ..spec.clone()
+    };
+    let t0 = Instant::now();
+    let mut g = l
+        .launch(&tspec, plan, None)
+        .await
+        .context("starting the template guest")?;
+    let saved = save(&mut *g, &tspec, &state).await;
+    let _ = g.shutdown(Duration::from_secs(5)).await;
+    let boot_save = saved?;
+    drop(g);
+    std::fs::copy(console_path(&work.0, &tspec.name), dir.join("console.log"))
+        .context("keeping the template's console log")?;
+    let state_bytes = std::fs::metadata(&state)?.len();
+    let state_sha256 = {
+        let s = state.clone();
+        tokio::task::spawn_blocking(move || crate::image::sha256_file(&s)).await??
+    };
+    let meta = Meta {
+        format: FORMAT.into(),
+        key: key.to_string(),
+        backend: l.kind().to_string(),
+        inputs: inputs.to_string(),
+        state_bytes,
+        state_sha256,
+        scratch_bytes,
+        built_at: jiff::Timestamp::now().to_string(),
+        boot_s: boot_save.0,
+        save_s: boot_save.1,
+    };
+    std::fs::write(dir.join("template.json"), serde_json::to_vec_pretty(&meta)?)?;
+    tracing::info!(
+        "template {} built: boot {:.2} s, save {:.2} s, {} MB state ({:.2} s in all)",
+        &key[..16],
+        meta.boot_s,
+        meta.save_s,
+        state_bytes >> 20,
+        t0.elapsed().as_secs_f64()
+    );
+    let final_dir = root.join(key);
+    tmp.commit(&final_dir)?;
+    // A concurrent build elsewhere may have won the rename; use whichever is in place.
+    let mut t = check(&final_dir, key, inputs).map_err(anyhow::Error::msg)?;
+    t.built_now = true;
+    Ok(t)
+}
+
+/// A scratch directory under the system temp dir, removed on drop.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new() -> anyhow::Result<Self> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "ocrig-tpl-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(Self(p))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits for the template's ready marker, then stops it and saves it to `state`.
+/// Returns (boot seconds, save seconds).
+async fn save(g: &mut dyn Controlled, spec: &GuestSpec, state: &Path) -> anyhow::Result<(f64, f64)> {
+    let t0 = Instant::now();
+    let (console, alive) = (g.console_log(), g.liveness());
+    let deadline = Instant::now() + BUILD_BOOT_TIMEOUT;
+    tokio::task::spawn_blocking(move || wait_for_marker(&console, deadline, alive))
+        .await?
+        .with_context(|| format!("the template guest {} did not become ready", spec.name))?;
+    let boot_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    g.qmp("stop", Value::Null).await?;
+    g.qmp("migrate", json!({ "uri": format!("file:{}", state.display()) }))
+        .await?;
+    wait_migration(g, MIGRATION_TIMEOUT)
+        .await
+        .context("saving the template")?;
+    Ok((boot_s, t1.elapsed().as_secs_f64()))
+}
+
+/// Polls `query-migrate` until it completes; fails on `failed`/`cancelled`, a dead QEMU or
+/// the timeout.
+async fn wait_migration(g: &dyn Controlled, within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    let alive = g.liveness();
+    loop {
+        if !alive() {
+            bail!("QEMU exited: {}", g.qemu_log().trim());
+        }
+        let r = g.qmp("query-migrate", Value::Null).await;
+        match r.as_ref().ok().and_then(|v| v["status"].as_str()) {
+            Some("completed") => return Ok(()),
+            Some(s @ ("failed" | "cancelled")) => {
+                let why = r
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| v["error-desc"].as_str())
+                    .unwrap_or("");
+                bail!("migration {s}: {why} {}", g.qemu_log().trim());
+            }
+            _ => {}
+        }
+        if let Err(e) = &r
+            && !alive()
+        {
+            bail!("QEMU exited ({e:#}): {}", g.qemu_log().trim());
+        }
+        if Instant::now() >= deadline {
+            bail!("no completed migration after {:.0} s", within.as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Why a clone did not come up, and whether the template is to blame.
+#[derive(Debug)]
+pub struct CloneFailure {
+    pub why: String,
+    /// QEMU could not load the state: the template must not be used again.
+    pub template_fault: bool,
+}
+
+/// A clone that is running with its sshd answering.
+pub struct Restored {
+    pub guest: Box<dyn Controlled>,
+    /// From starting QEMU to the guest running again, and to its sshd's banner, seconds.
+    pub running_s: f64,
+    pub banner_s: f64,
+}
+
+/// Starts `spec` as a clone of `t`.
+pub async fn restore(
+    l: &dyn Launcher,
+    t: &Template,
+    spec: &GuestSpec,
+    plan: &BootPlan,
+) -> Result<Restored, CloneFailure> {
+    let fail = |why: String| CloneFailure {
+        why,
+        template_fault: false,
+    };
+    prepare(t, spec).map_err(|e| fail(format!("{e:#}")))?;
+    let t0 = Instant::now();
+    let g = l
+        .launch(spec, plan, Some(&t.state()))
+        .await
+        .map_err(|e| fail(format!("{e:#}")))?;
+    let launched_s = t0.elapsed().as_secs_f64();
+    if let Err(e) = wait_migration(&*g, MIGRATION_TIMEOUT).await {
+        return Err(CloneFailure {
+            why: format!("loading the template: {e:#}"),
+            template_fault: true,
+        });
+    }
+    let loaded_s = t0.elapsed().as_secs_f64();
+    // The template was saved stopped, so the clone waits for `cont` (libvirt may have sent one).
+    let resumed = async {
+        g.qmp("cont", Value::Null).await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = g.qmp("query-status", Value::Null).await?;
+            if st["running"] == true {
+                return anyhow::Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the clone did not resume: {st}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    resumed.await.map_err(|e| fail(format!("{e:#}")))?;
+    let running_s = t0.elapsed().as_secs_f64();
+    let addr = g.ssh_addr();
+    let alive = g.liveness();
+    let banner =
+        tokio::task::spawn_blocking(move || wait_banner(addr, Instant::now() + BANNER_TIMEOUT, alive))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+    if let Err(e) = banner {
+        return Err(fail(format!(
+            "{e:#}; console ends with:\n{}",
+            tail_file(&g.console_log(), 10)
+        )));
+    }
+    let banner_s = t0.elapsed().as_secs_f64();
+    tracing::debug!(
+        "{}: clone of {}: QEMU up {launched_s:.2} s, state loaded {loaded_s:.2} s, running {running_s:.2} s, sshd banner {banner_s:.2} s",
+        spec.name,
+        t.short()
+    );
+    Ok(Restored {
+        guest: g,
+        running_s,
+        banner_s,
+    })
+}
+
+/// The clone's console log starts with the template's (the boot its memory comes from), and its
+/// scratch disk is a copy of the template's.
+fn prepare(t: &Template, spec: &GuestSpec) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&spec.workdir).with_context(|| format!("creating {}", spec.workdir.display()))?;
+    let mut log = std::fs::read(t.console()).unwrap_or_default();
+    log.extend(
+        format!(
+            "\nocrig: restored from template {} at {} (the lines above are the template's boot)\n",
+            t.short(),
+            jiff::Timestamp::now()
+        )
+        .as_bytes(),
+    );
+    let console = console_path(&spec.workdir, &spec.name);
+    std::fs::write(&console, log).with_context(|| format!("writing {}", console.display()))?;
+    match (&spec.scratch_disk, t.scratch()) {
+        (Some(dst), Some(src)) => copy_sparse(&src, dst),
+        (None, None) => Ok(()),
+        _ => bail!("the template's scratch disk does not match the guest's"),
+    }
+}
+
+/// `cp --sparse=always --reflink=auto`: a 1 GiB scratch disk holds ~35 MB of ext4 metadata;
+/// a plain copy would write the whole GiB.
+fn copy_sparse(src: &Path, dst: &Path) -> anyhow::Result<()> {
+    let out = std::process::Command::new("cp")
+        .args(["--sparse=always", "--reflink=auto", "-f"])
+        .arg(src)
+        .arg(dst)
+        .output()
+        .context("running cp")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "copying the template's scratch disk to {}: {}",
+        dst.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// A raw ext4 image of `bytes` (the same as the sweep makes for booted guests).
+pub(crate) fn make_ext4(path: &Path, bytes: u64) -> anyhow::Result<()> {
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    f.set_len(bytes)?;
+    let out = std::process::Command::new("mkfs.ext4")
+        .args(["-F", "-q"])
+        .arg(path)
+        .output()
+        .context("running mkfs.ext4")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "mkfs.ext4 {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Waits until the guest's sshd sends its banner (`SSH-2.0-...`) on `addr`. QEMU's user-mode
+/// networking accepts the TCP connection itself, so only the banner proves the guest answers.
+fn wait_banner(addr: SocketAddr, deadline: Instant, alive: super::Liveness) -> anyhow::Result<()> {
+    let mut last = String::from("no attempt");
+    while Instant::now() < deadline {
+        if !alive() {
+            bail!("the clone's QEMU exited");
+        }
+        match read_banner(addr) {
+            Ok(line) if line.starts_with("SSH-") => return Ok(()),
+            Ok(line) => last = format!("unexpected greeting {line:?}"),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("no SSH banner from the clone at {addr} ({last})")
+}
+
+fn read_banner(addr: SocketAddr) -> std::io::Result<String> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    Ok(line.trim().to_string())
+}
+
+/// Removes the least recently used templates beyond `keep`.
+fn evict(root: &Path, keep: usize) {
+    crate::image::sweep_stale(root);
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = rd
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| {
+            let used = std::fs::metadata(e.path().join("template.json"))
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            (used, e.path())
+        })
+        .collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
+    for (_, d) in dirs.into_iter().skip(keep) {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// The command a clone runs first: its wall clock to the host's (it still shows the moment
+/// the template was saved) and fresh host randomness into its entropy pool (every clone
+/// resumes with the template's RNG state; the vmgenid device makes the kernel reseed at
+/// restore, and these bytes make sure the pools differ even without it).
+pub fn clone_fixup_command(host_unix_time: f64, seed: &[u8]) -> String {
+    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{{ {} -u -s @{host_unix_time:.6} || date -u -s @{:.0}; }} >/dev/null && printf %s {hex} >/dev/urandom",
+        crate::image::GUEST_GNU_DATE,
+        host_unix_time.floor()
+    )
+}
+
+/// Facts for the journal about a clone; `built_here`: this guest waited for the template's build.
+pub fn clone_facts(t: &Template, built_here: bool, r: &Restored, plan: &BootPlan) -> Value {
+    json!({
+        "method": "clone",
+        "template": t.short(),
+        "template_built_now": built_here,
+        "template_boot_s": t.meta.boot_s,
+        "template_save_s": t.meta.save_s,
+        "template_state_bytes": t.meta.state_bytes,
+        "restore_running_s": r.running_s,
+        "restore_banner_s": r.banner_s,
+        "boot": plan.facts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixup_sets_the_clock_with_microseconds_and_feeds_the_pool() {
+        let c = clone_fixup_command(1_796_110_000.123_456_7, &[0xab, 0x01]);
+        assert!(
+            c.contains("/usr/libexec/ocrig/date -u -s @1796110000.123457"),
+            "{c}"
+        );
+        assert!(c.contains("date -u -s @1796110000;"), "{c}");
+        assert!(c.ends_with("printf %s ab01 >/dev/urandom"), "{c}");
+    }
+
+    #[test]
+    fn template_names_carry_the_sweep_run_id() {
+        let n = template_name("ocrig-abc123-4");
+        assert!(n.starts_with("ocrig-abc123-9"), "{n}");
+        assert_eq!(crate::backend::owned::run_id_of(&n), Some("abc123"));
+        assert_ne!(template_name("ocrig-abc123-4"), n);
+    }
+
+    fn meta(dir: &Path, inputs: &str, state: &[u8]) -> Meta {
+        std::fs::write(dir.join("state"), state).unwrap();
+        let m = Meta {
+            format: FORMAT.into(),
+            key: "k".repeat(64),
+            backend: "qemu".into(),
+            inputs: inputs.into(),
+            state_bytes: state.len() as u64,
+            state_sha256: crate::image::sha256_hex(state),
+            scratch_bytes: None,
+            built_at: "now".into(),
+            boot_s: 1.0,
+            save_s: 0.5,
+        };
+        std::fs::write(dir.join("template.json"), serde_json::to_vec(&m).unwrap()).unwrap();
+        m
+    }
+
+    #[test]
+    fn a_template_is_used_only_with_identical_inputs_and_intact_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let key = "k".repeat(64);
+        meta(d, "inputs A", b"state bytes");
+        assert!(check(d, &key, "inputs A").is_ok());
+        assert!(check(d, &key, "inputs B").unwrap_err().contains("inputs differ"));
+        assert!(
+            check(d, &"x".repeat(64), "inputs A")
+                .unwrap_err()
+                .contains("inputs differ")
+        );
+        // Same size, other bytes: the checksum catches it.
+        std::fs::write(d.join("state"), b"STATE BYTES").unwrap();
+        assert!(check(d, &key, "inputs A").unwrap_err().contains("checksum"));
+        std::fs::write(d.join("state"), b"short").unwrap();
+        assert!(check(d, &key, "inputs A").unwrap_err().contains("bytes"));
+        std::fs::remove_file(d.join("state")).unwrap();
+        assert!(check(d, &key, "inputs A").unwrap_err().contains("state file"));
+        std::fs::write(d.join("template.json"), b"{not json").unwrap();
+        assert!(check(d, &key, "inputs A").unwrap_err().contains("template.json"));
+    }
+
+    /// A launcher that only describes guests.
+    struct Describe(&'static str);
+
+    impl Launcher for Describe {
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
+            Ok(format!("{} {} {} {}", self.0, spec.vcpus, plan.cmdline, spec.cpu))
+        }
+        fn launch<'a>(
+            &'a self,
+            _: &'a GuestSpec,
+            _: &'a BootPlan,
+            _: Option<&'a Path>,
+        ) -> BoxFut<'a, anyhow::Result<Box<dyn Controlled>>> {
+            Box::pin(async { bail!("describes only") })
+        }
+    }
+
+    #[test]
+    fn the_key_covers_every_input_and_a_file_replaced_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (k, i, d) = (
+            dir.path().join("vmlinux"),
+            dir.path().join("initrd"),
+            dir.path().join("scratch"),
+        );
+        std::fs::write(&k, "kernel").unwrap();
+        std::fs::write(&i, "initrd").unwrap();
+        std::fs::write(&d, vec![0u8; 4096]).unwrap();
+        let spec = GuestSpec {
+            initrd: i.clone(),
+            ..crate::backend::boot::tests::spec(Default::default())
+        };
+        let plan = BootPlan {
+            kernel: k.clone(),
+            bios: None,
+            cmdline: "quiet".into(),
+            vmgenid: true,
+            facts: Value::Null,
+        };
+        let base = inputs(&Describe("qemu 10.0.2"), &spec, &plan).unwrap();
+        assert_eq!(base, inputs(&Describe("qemu 10.0.2"), &spec, &plan).unwrap());
+        let differs = |s: &GuestSpec, p: &BootPlan, l: &Describe| {
+            assert_ne!(inputs(l, s, p).unwrap(), base, "{s:?} {p:?}");
+        };
+        let q = Describe("qemu 10.0.2");
+        differs(&spec, &plan, &Describe("qemu 10.1.0"));
+        differs(
+            &GuestSpec {
+                vcpus: 4,
+                ..spec.clone()
+            },
+            &plan,
+            &q,
+        );
+        differs(
+            &GuestSpec {
+                accel: Accel::Kvm,
+                ..spec.clone()
+            },
+            &plan,
+            &q,
+        );
+        differs(
+            &GuestSpec {
+                scratch_disk: Some(d.clone()),
+                ..spec.clone()
+            },
+            &plan,
+            &q,
+        );
+        differs(
+            &spec,
+            &BootPlan {
+                cmdline: "quiet nopvspin".into(),
+                ..plan.clone()
+            },
+            &q,
+        );
+        differs(
+            &spec,
+            &BootPlan {
+                bios: Some(i.clone()),
+                ..plan.clone()
+            },
+            &q,
+        );
+        // The same path with other contents (a kernel rebuilt in place) is another template.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&k, "kernel, rebuilt").unwrap();
+        differs(&spec, &plan, &q);
+    }
+
+    #[test]
+    fn eviction_keeps_the_most_recently_used() {
+        let root = tempfile::tempdir().unwrap();
+        for (i, age) in [(0, 30u64), (1, 10), (2, 20)] {
+            let d = root.path().join(format!("t{i}"));
+            std::fs::create_dir(&d).unwrap();
+            let f = std::fs::File::create(d.join("template.json")).unwrap();
+            f.set_modified(std::time::SystemTime::now() - Duration::from_secs(age))
+                .unwrap();
+        }
+        evict(root.path(), 2);
+        let mut left: Vec<String> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["t1", "t2"]);
+    }
+}

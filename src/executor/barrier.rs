@@ -1,0 +1,228 @@
+//! The gated start over SSH: start the payload in every guest with `--go-stdin` and wait until
+//! each says it is ready, then write the go line to all of them back to back from one thread,
+//! then collect every result against a wall-clock deadline. The telemetry probe
+//! ([`crate::telemetry::probe`]) reads right before the go signal (every guest already waiting)
+//! and right after the last guest finished, its vCPU snapshots innermost, so it covers the
+//! run and little else.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::future::join_all;
+
+use super::{Finished, RunOutcome, WorkerRun};
+use crate::backend::Guest;
+use crate::guest::ssh::{GatedCommand, GuestSsh};
+use crate::host::Accel;
+use crate::payload_bin;
+use crate::telemetry::probe::{ProbeTarget, RunProbe};
+
+/// The line a gated payload prints on stderr when it waits for its go signal.
+const READY_LINE: &str = "ocrig-payload: ready";
+
+/// One guest taking part in a run.
+pub struct Participant<'a> {
+    pub index: usize,
+    pub guest: &'a dyn Guest,
+    pub ssh: Arc<GuestSsh>,
+    /// None: the guest stays idle in this run.
+    pub argv: Option<Vec<String>>,
+    /// Host thread ids of its vCPUs (empty when unknown).
+    pub vcpu_tids: Vec<i32>,
+}
+
+/// How long each step may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// From the go signal to the result.
+    pub run: Duration,
+    /// A telemetry read (`cat /proc/stat`).
+    pub collect: Duration,
+}
+
+/// What the run's telemetry needs besides the guests.
+#[derive(Debug, Clone, Copy)]
+pub struct Host<'a> {
+    pub cpus: &'a [usize],
+    pub accel: Accel,
+}
+
+/// The guest shell command that starts the payload gated: every argument quoted (an empty one
+/// stays an argument).
+pub fn gated_command(argv: &[String]) -> anyhow::Result<String> {
+    let quoted =
+        shlex::try_join(argv.iter().map(String::as_str)).context("a payload argument holds a NUL byte")?;
+    Ok(format!("{} --go-stdin {quoted}", payload_bin::GUEST_PATH))
+}
+
+struct Started {
+    index: usize,
+    gated: GatedCommand,
+    argv: Vec<String>,
+}
+
+/// The probe's view of the participants; `ok(index)` says whose SSH session may be used.
+fn targets<'a>(participants: &'a [Participant<'a>], ok: impl Fn(usize) -> bool) -> Vec<ProbeTarget<'a>> {
+    participants
+        .iter()
+        .map(|p| ProbeTarget {
+            guest: p.guest,
+            ssh: Arc::clone(&p.ssh),
+            vcpu_tids: &p.vcpu_tids,
+            reachable: ok(p.index),
+        })
+        .collect()
+}
+
+/// Runs one gated run on `participants` (in worker order, `workers` in all).
+pub async fn gated_run(
+    participants: &[Participant<'_>],
+    workers: usize,
+    host: Host<'_>,
+    limits: Limits,
+) -> RunOutcome {
+    let mut results: Vec<Option<WorkerRun>> = (0..workers).map(|_| None).collect();
+
+    // 1. Start the payload in every guest that runs something; each reports ready.
+    let starts = participants.iter().filter_map(|p| {
+        let argv = p.argv.clone()?;
+        let (ssh, index) = (Arc::clone(&p.ssh), p.index);
+        Some(async move {
+            let argv_c = argv.clone();
+            let r = tokio::task::spawn_blocking(move || -> anyhow::Result<Started> {
+                let gated = ssh.start_gated(
+                    &gated_command(&argv_c)?,
+                    READY_LINE,
+                    limits.run + Duration::from_secs(30),
+                )?;
+                Ok(Started {
+                    index,
+                    gated,
+                    argv: argv_c,
+                })
+            })
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r);
+            (index, argv, r)
+        })
+    });
+    let mut started = Vec::new();
+    for (index, argv, r) in join_all(starts).await {
+        match r {
+            Ok(s) => started.push(s),
+            Err(e) => results[index] = Some(failed(argv, format!("{e:#}"))),
+        }
+    }
+
+    // 2. Telemetry right before the go signal. A guest whose start failed is not asked.
+    let failed_start: Vec<usize> = (0..workers).filter(|&i| results[i].is_some()).collect();
+    let probe = RunProbe::start(
+        &targets(participants, |i| !failed_start.contains(&i)),
+        host.cpus,
+        host.accel,
+        limits.collect,
+    )
+    .await;
+
+    // 3. Go: one thread writes the go line to every gated payload back to back.
+    let (started, go_times) = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for mut s in started {
+            let t = s.gated.go();
+            out.push((s, t));
+        }
+        let times: Vec<Instant> = out.iter().filter_map(|(_, t)| t.as_ref().ok().copied()).collect();
+        (out, times)
+    })
+    .await
+    .expect("the go thread panicked");
+    let start_skew_us = match (go_times.iter().min(), go_times.iter().max()) {
+        (Some(a), Some(b)) => b.duration_since(*a).as_secs_f64() * 1e6,
+        _ => 0.0,
+    };
+
+    // 4. Collect every result, each against the wall-clock deadline from its go.
+    let waits = started.into_iter().map(|(s, go)| async move {
+        let Started { index, gated, argv } = s;
+        let go_at = match go {
+            Ok(t) => t,
+            Err(e) => return (index, argv, Err(format!("sending the go signal: {e:#}")), None),
+        };
+        let waiter = tokio::task::spawn_blocking(move || gated.wait());
+        // A stopped or hung guest cannot hold the sweep longer than the run deadline (the
+        // blocked reader ends when the guest is torn down).
+        let r = match tokio::time::timeout(limits.run, waiter).await {
+            Ok(Ok(Ok(out))) => Ok(Finished {
+                status: out.status,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            }),
+            Ok(Ok(Err(e))) => Err(format!("{:.1} s after go: {e:#}", go_at.elapsed().as_secs_f64())),
+            Ok(Err(e)) => Err(format!("the collector thread failed: {e}")),
+            Err(_) => Err(format!(
+                "no result within the run deadline of {:.0} s (timeouts.run_s): the guest is hung or too slow",
+                limits.run.as_secs_f64()
+            )),
+        };
+        (index, argv, r, Some(go_at.elapsed().as_secs_f64()))
+    });
+    let collected = join_all(waits).await;
+
+    // 5. Telemetry right after the last guest finished; a guest whose run failed may be
+    //    stopped or hung, so only its host side is read.
+    let mut failed_run = failed_start;
+    failed_run.extend(collected.iter().filter(|c| c.2.is_err()).map(|c| c.0));
+    let telemetry = probe
+        .finish(&targets(participants, |i| !failed_run.contains(&i)))
+        .await;
+    for (index, argv, result, run_s) in collected {
+        let run_s = if result.is_ok() { run_s } else { None };
+        results[index] = Some(WorkerRun {
+            argv,
+            result,
+            run_s,
+            telemetry: Default::default(),
+            console_tail: None,
+        });
+    }
+    for (p, m) in participants.iter().zip(telemetry.per_guest) {
+        if let Some(Some(w)) = results.get_mut(p.index) {
+            w.telemetry = m;
+        }
+    }
+    RunOutcome {
+        workers: results,
+        start_skew_us,
+        host: telemetry.shared,
+    }
+}
+
+fn failed(argv: Vec<String>, error: String) -> WorkerRun {
+    WorkerRun {
+        argv,
+        result: Err(error),
+        run_s: None,
+        telemetry: Default::default(),
+        console_tail: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_quoted_for_the_guest_shell_and_empty_ones_survive() {
+        let argv: Vec<String> = ["lock", "--algo", "tas", "--note", "a b'c", "--empty", ""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let cmd = gated_command(&argv).unwrap();
+        let words = shlex::split(&cmd).unwrap();
+        assert_eq!(words[0], payload_bin::GUEST_PATH);
+        assert_eq!(words[1], "--go-stdin");
+        assert_eq!(&words[2..], argv.as_slice(), "{cmd}");
+    }
+}

@@ -1,0 +1,143 @@
+//! A scripted executor for the scheduler's unit tests: no process, no guest. It answers every
+//! run with a payload report whose headline value the test chooses, and injects the failures
+//! a test names — a bring-up that fails, a worker that fails a given run, a run that never
+//! returns (so the test can drop the sweep mid-run, as a signal does).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use super::{BroughtUp, Executor, Finished, RunOutcome, RunRequest, WorkerRun};
+use crate::sweep::plan::BootGroup;
+
+/// A payload report on stdout, as the real payload prints it, with one metric.
+pub fn report_stdout(metric: &str, value: f64) -> String {
+    json!({
+        "schema": 1, "workload": "lock", "elapsed_ns": 1_000_000,
+        "env": {"kernel": "mock", "cpus": 1, "cpus_allowed": 1, "clocksource": "tsc",
+                "hypervisor": null, "cmdline": ""},
+        "metrics": {metric: value},
+    })
+    .to_string()
+}
+
+/// Guest 0's headline value in run call `n` with argv `argv`.
+pub type ValueFn = Box<dyn Fn(u32, &[String]) -> f64 + Send>;
+
+/// What the mock should do, by sweep-wide counters (both 1-based, in the order calls arrive).
+#[derive(Default)]
+pub struct Script {
+    /// Bring-ups (boots) that fail.
+    pub failing_bring_ups: BTreeSet<u32>,
+    /// Run call → the workers that fail it, each with its error.
+    pub failing_runs: BTreeMap<u32, Vec<(u32, String)>>,
+    /// The run call that never returns; the test is told through the channel when it starts.
+    pub hang_at: Option<(u32, tokio::sync::mpsc::UnboundedSender<()>)>,
+    /// The headline value of guest 0 in a run call, from its argv (default: 100).
+    pub value: Option<ValueFn>,
+}
+
+/// Everything the mock was asked, for the test to check.
+#[derive(Debug, Default, Clone)]
+pub struct Calls {
+    pub bring_ups: Vec<Vec<String>>,
+    /// Per run call: the bring-up it ran on and each worker's argv.
+    pub runs: Vec<(u32, Vec<Option<Vec<String>>>)>,
+    pub shut_downs: u32,
+    /// Workers up right now.
+    pub up: bool,
+}
+
+pub struct MockExecutor {
+    pub script: Script,
+    pub calls: Arc<Mutex<Calls>>,
+    metric: String,
+}
+
+impl MockExecutor {
+    pub fn new(metric: &str, script: Script) -> Self {
+        Self {
+            script,
+            calls: Arc::default(),
+            metric: metric.to_string(),
+        }
+    }
+}
+
+impl Executor for MockExecutor {
+    async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp> {
+        let mut calls = self.calls.lock().unwrap();
+        calls.up = false;
+        calls.bring_ups.push(group.variants.clone());
+        let n = calls.bring_ups.len() as u32;
+        anyhow::ensure!(
+            !self.script.failing_bring_ups.contains(&n),
+            "mock: bring-up {n} fails as scripted"
+        );
+        calls.up = true;
+        Ok(BroughtUp {
+            facts: json!({"mock_bring_up": n}),
+            boot_s: 1.0,
+            deploy_s: 0.5,
+        })
+    }
+
+    async fn run(&mut self, request: &RunRequest) -> RunOutcome {
+        let n = {
+            let mut calls = self.calls.lock().unwrap();
+            assert!(calls.up, "mock: a run was started with no workers up");
+            let bring_up = calls.bring_ups.len() as u32;
+            calls.runs.push((bring_up, request.argv.clone()));
+            calls.runs.len() as u32
+        };
+        if let Some((at, tx)) = &self.script.hang_at
+            && *at == n
+        {
+            let _ = tx.send(());
+            std::future::pending::<()>().await;
+        }
+        let failing = self.script.failing_runs.get(&n).cloned().unwrap_or_default();
+        let workers = request
+            .argv
+            .iter()
+            .enumerate()
+            .map(|(g, argv)| {
+                let argv = argv.clone()?;
+                let value = self.script.value.as_ref().map_or(100.0, |f| f(n, &argv));
+                let result = match failing.iter().find(|(w, _)| *w == g as u32) {
+                    Some((_, e)) => Err(e.clone()),
+                    None => Ok(Finished {
+                        status: 0,
+                        stdout: report_stdout(&self.metric, value),
+                        stderr: String::new(),
+                    }),
+                };
+                Some(WorkerRun {
+                    argv,
+                    result,
+                    run_s: Some(1.0),
+                    telemetry: serde_json::Map::from_iter([
+                        ("guest_stat".to_string(), json!({"busy_share": 1.0})),
+                        (
+                            "vcpu_sched".to_string(),
+                            json!({"wall_s": 1.0, "vcpus": [], "mean_wait_share": null}),
+                        ),
+                    ]),
+                    console_tail: Some(format!("mock console of worker {g}")),
+                })
+            })
+            .collect();
+        RunOutcome {
+            workers,
+            start_skew_us: 5.0,
+            host: serde_json::Map::from_iter([("host_stat".to_string(), json!({"busy_share": 1.0}))]),
+        }
+    }
+
+    async fn shut_down(&mut self) {
+        let mut calls = self.calls.lock().unwrap();
+        calls.up = false;
+        calls.shut_downs += 1;
+    }
+}

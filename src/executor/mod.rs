@@ -1,0 +1,97 @@
+//! Executors: "a group of workers that can start a gated run, return per-worker results with
+//! their evidence, and shut down" — the one seam between the sweep's scheduler and the things
+//! that run payloads (in the spirit of hyperfine's `Executor`: raw, shell, mock).
+//!
+//! - [`vm::VmExecutor`]: real guests through a [`crate::backend::Backend`] (QEMU or libvirt)
+//!   reached over SSH; one worker per guest.
+//! - [`host::HostExecutor`]: the payload on the host itself, restricted to the scenario's CPUs;
+//!   one worker.
+//! - `mock::MockExecutor` (tests only): scripted outcomes and injected failures, so the
+//!   scheduler's accounting is tested without a process.
+//!
+//! The scheduler decides what runs when and what counts; an executor only brings workers up,
+//! runs what it is told on all of them at one instant, and reports what happened.
+
+pub mod barrier;
+pub mod deploy;
+pub mod host;
+#[cfg(test)]
+pub mod mock;
+pub mod vm;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::sweep::plan::BootGroup;
+
+/// What bringing a group of workers up produced.
+#[derive(Debug, Clone)]
+pub struct BroughtUp {
+    /// Journaled with every record of the group as `extra.group` (pinning, boot and deploy
+    /// times, the guest kernels' view, how each guest was started).
+    pub facts: Value,
+    pub boot_s: f64,
+    pub deploy_s: f64,
+}
+
+/// One gated run on every worker.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// Per worker, in worker order: the payload argv, or `None` for a worker that stays idle.
+    pub argv: Vec<Option<Vec<String>>>,
+    /// Wall-clock deadline from the go signal.
+    pub timeout: Duration,
+}
+
+/// What one worker's command left, when it finished at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// One worker's part of a run, with the evidence taken around it.
+#[derive(Debug, Clone)]
+pub struct WorkerRun {
+    pub argv: Vec<String>,
+    /// The command's output, or why there is none (never started, timed out, connection lost).
+    pub result: Result<Finished, String>,
+    /// Go signal to the command's end, seconds.
+    pub run_s: Option<f64>,
+    /// Telemetry of this worker over the run, merged into its record's `extra`:
+    /// `vcpu_sched` (host-side scheduling of its vCPU threads), `guest_stat` (its own CPU time
+    /// split), `kvm` (per-VM KVM counters, or why there are none) — see `telemetry::probe`.
+    pub telemetry: serde_json::Map<String, Value>,
+    /// On failure: the console lines that explain it (`extra.console_tail`).
+    pub console_tail: Option<String>,
+}
+
+/// What one gated run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Per worker, in worker order; `None` for idle workers.
+    pub workers: Vec<Option<WorkerRun>>,
+    /// Spread of the go signal's delivery across workers, microseconds.
+    pub start_skew_us: f64,
+    /// Telemetry of the whole run, merged into every record's `extra` (`host_stat`,
+    /// `telemetry_cost`).
+    pub host: serde_json::Map<String, Value>,
+}
+
+/// A group of workers. The scheduler calls `bring_up` before the first run of a boot group
+/// and again (for fresh workers) after any failed attempt; `shut_down` when the group is done.
+#[allow(async_fn_in_trait)]
+pub trait Executor {
+    /// Brings up fresh workers for `group`, first stopping any still up. On error nothing of
+    /// the group is left running.
+    async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp>;
+
+    /// Runs one gated run: every worker with a command starts it and waits; all are released
+    /// at one instant; each result (or failure) comes back with its evidence.
+    async fn run(&mut self, request: &RunRequest) -> RunOutcome;
+
+    /// Stops every worker; idempotent.
+    async fn shut_down(&mut self);
+}

@@ -1,0 +1,450 @@
+//! Real guests as workers: boot every guest of a boot group in parallel through a backend
+//! (QEMU or libvirt), wait until each answers SSH, run the backend's post-ready command, pin
+//! the vCPUs, deploy the payload and its inputs; runs go through the gated barrier; shutting
+//! down stops every guest.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use super::barrier::{self, Limits, Participant};
+use super::deploy::Prepared;
+use super::{BroughtUp, Executor, RunOutcome, RunRequest};
+use crate::backend::{Backend, Guest, GuestSpec, StartMethod};
+use crate::guest::ready::{tail_file, wait_for_marker};
+use crate::guest::ssh::{Credentials, GuestSsh};
+use crate::host::Accel;
+use crate::image::Image;
+use crate::scenario::Timeouts;
+use crate::sweep::plan::BootGroup;
+
+/// What the VM executor needs besides the boot group.
+pub struct VmConfig {
+    pub backend: Arc<dyn Backend>,
+    pub accel: Accel,
+    /// Image per variant name.
+    pub images: BTreeMap<String, Image>,
+    /// The payload and the workloads' inputs, read once.
+    pub uploads: Vec<Prepared>,
+    /// Guests go under `<guests_dir>/<group label>/boot<k>/`.
+    pub guests_dir: PathBuf,
+    /// Unique id of this sweep, part of every guest's name (`ocrig-<run id>-<n>`).
+    pub run_id: String,
+    pub host_cpus: Vec<usize>,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub scratch_disk_mib: u32,
+    /// Cold boot or snapshot clone (the backend falls back to a boot, saying why).
+    pub guest_start: StartMethod,
+    pub timeouts: Timeouts,
+}
+
+/// A booted, reachable guest.
+struct Live {
+    guest: Box<dyn Guest>,
+    ssh: Arc<GuestSsh>,
+    index: u32,
+    /// Host thread ids of the vCPUs (empty when the backend could not name them).
+    vcpu_tids: Vec<i32>,
+}
+
+pub struct VmExecutor {
+    cfg: VmConfig,
+    live: Vec<Live>,
+    /// Bring-ups per group label, for per-boot directories.
+    boots: BTreeMap<String, u32>,
+}
+
+impl VmExecutor {
+    pub fn new(cfg: VmConfig) -> Self {
+        Self {
+            cfg,
+            live: Vec::new(),
+            boots: BTreeMap::new(),
+        }
+    }
+
+    /// Each boot gets its own directory (`<label>/boot<k>/`), so a retry's console log never
+    /// overwrites the one that shows why the previous guests failed.
+    fn next_workdir(&mut self, group: &BootGroup) -> PathBuf {
+        let label = group.label();
+        let k = self.boots.entry(label.clone()).or_default();
+        *k += 1;
+        self.cfg.guests_dir.join(label).join(format!("boot{k}"))
+    }
+
+    fn collect_limit(&self) -> Duration {
+        Duration::from_secs(self.cfg.timeouts.collect_s)
+    }
+}
+
+impl Executor for VmExecutor {
+    async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp> {
+        self.shut_down().await;
+        let workdir = self.next_workdir(group);
+        std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
+        let image = self
+            .cfg
+            .images
+            .get(&group.variants[0])
+            .context("no image for this boot group's variant")?
+            .clone();
+        let specs = guest_specs(&self.cfg, group, &image, &workdir)?;
+        let t_boot = Instant::now();
+        let (live, boot_err) = boot_all(&self.cfg, &specs, &image).await;
+        let boot_s = t_boot.elapsed().as_secs_f64();
+        self.live = live;
+        if let Some(e) = boot_err {
+            self.shut_down().await;
+            return Err(e);
+        }
+        let pinning = pin_all(&self.live, &self.cfg.host_cpus, self.cfg.vcpus).await;
+        let t_deploy = Instant::now();
+        let deployed = deploy_all(&self.live, &self.cfg.uploads, self.cfg.timeouts.deploy_s).await;
+        let deploy_s = t_deploy.elapsed().as_secs_f64();
+        if let Err(e) = deployed {
+            self.shut_down().await;
+            return Err(e);
+        }
+        let kernel = kernel_facts(&self.live, self.collect_limit()).await;
+        let start: Vec<Value> = self
+            .live
+            .iter()
+            .map(|l| json!({ "guest": l.index, "start": l.guest.start_facts() }))
+            .collect();
+        let facts = json!({
+            "pinning": pinning, "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel, "start": start,
+        });
+        Ok(BroughtUp {
+            facts,
+            boot_s,
+            deploy_s,
+        })
+    }
+
+    async fn run(&mut self, request: &RunRequest) -> RunOutcome {
+        let participants: Vec<Participant> = self
+            .live
+            .iter()
+            .map(|l| Participant {
+                index: l.index as usize,
+                guest: l.guest.as_ref(),
+                ssh: Arc::clone(&l.ssh),
+                argv: request.argv.get(l.index as usize).cloned().flatten(),
+                vcpu_tids: l.vcpu_tids.clone(),
+            })
+            .collect();
+        let limits = Limits {
+            run: request.timeout,
+            collect: self.collect_limit(),
+        };
+        let host = barrier::Host {
+            cpus: &self.cfg.host_cpus,
+            accel: self.cfg.accel,
+        };
+        let mut outcome = barrier::gated_run(&participants, request.argv.len(), host, limits).await;
+        for l in &self.live {
+            if let Some(Some(w)) = outcome.workers.get_mut(l.index as usize)
+                && w.result.is_err()
+            {
+                w.console_tail = Some(console_evidence(&l.guest.console_log()));
+            }
+        }
+        outcome
+    }
+
+    async fn shut_down(&mut self) {
+        let stops = std::mem::take(&mut self.live)
+            .into_iter()
+            .map(|mut l| async move {
+                if let Err(e) = l.guest.shutdown(Duration::from_secs(5)).await {
+                    tracing::warn!("stopping {}: {e:#}", l.guest.name());
+                }
+            });
+        join_all(stops).await;
+    }
+}
+
+fn guest_specs(
+    cfg: &VmConfig,
+    group: &BootGroup,
+    image: &Image,
+    workdir: &Path,
+) -> anyhow::Result<Vec<GuestSpec>> {
+    let cpu = group.guest.cpu.clone().unwrap_or_else(|| match cfg.accel {
+        Accel::Tcg => "max".into(),
+        Accel::Kvm => "host".into(),
+    });
+    // panic=-1 with QEMU's -no-reboot turns a guest kernel panic into a QEMU exit we can see.
+    let cmdline = format!("console=ttyS0 panic=-1 {}", group.guest.cmdline)
+        .trim()
+        .to_string();
+    (0..group.guests)
+        .map(|i| {
+            let name = format!("ocrig-{}-{}", cfg.run_id, i);
+            let scratch_disk = if cfg.scratch_disk_mib > 0 {
+                Some(make_scratch_disk(workdir, &name, cfg.scratch_disk_mib)?)
+            } else {
+                None
+            };
+            Ok(GuestSpec {
+                name,
+                vcpus: cfg.vcpus,
+                memory_mib: cfg.memory_mib,
+                kernel: image.kernel.clone(),
+                initrd: image.initrd.clone(),
+                cmdline: cmdline.clone(),
+                accel: cfg.accel,
+                cpu: cpu.clone(),
+                scratch_disk,
+                workdir: workdir.to_path_buf(),
+                fast_kernel: image.fast_kernel(),
+                start: cfg.guest_start,
+            })
+        })
+        .collect()
+}
+
+fn make_scratch_disk(workdir: &Path, name: &str, mib: u32) -> anyhow::Result<PathBuf> {
+    let path = workdir.join(format!("{name}.scratch.img"));
+    let f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    f.set_len(mib as u64 * 1024 * 1024)?;
+    let out = std::process::Command::new("mkfs.ext4")
+        .args(["-F", "-q"])
+        .arg(&path)
+        .output()
+        .context("running mkfs.ext4 for the scratch disk")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "mkfs.ext4 {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(path)
+}
+
+/// Boots every guest in parallel and waits until each answers SSH. Returns the guests that
+/// came up, and the first error if any did not (the caller tears the rest down).
+async fn boot_all(cfg: &VmConfig, specs: &[GuestSpec], image: &Image) -> (Vec<Live>, Option<anyhow::Error>) {
+    let deadline = Instant::now() + Duration::from_secs(cfg.timeouts.boot_s);
+    let creds = Credentials {
+        user: "root".into(),
+        private_key: image.client_key.clone(),
+        host_key_blob: image.host_key_blob.clone(),
+    };
+    let boots = specs.iter().enumerate().map(|(i, spec)| {
+        let creds = creds.clone();
+        let backend = Arc::clone(&cfg.backend);
+        async move {
+            let mut guest = backend.boot(spec).await?;
+            let console = guest.console_log();
+            let addr = guest.ssh_addr();
+            let alive = guest.liveness();
+            // The guest stays here, not in the blocking thread: if this future is dropped (a
+            // signal), dropping the guest kills it at once.
+            let name = spec.name.clone();
+            let t0 = Instant::now();
+            let ssh = tokio::task::spawn_blocking(move || {
+                wait_for_marker(&console, deadline, alive)?;
+                tracing::debug!("{name}: ready marker after {:.2} s", t0.elapsed().as_secs_f64());
+                let s = GuestSsh::connect_until(addr, &creds, deadline)?;
+                tracing::debug!("{name}: SSH login after {:.2} s", t0.elapsed().as_secs_f64());
+                Ok::<_, anyhow::Error>(s)
+            })
+            .await?;
+            // Right after the SSH login and before anything else (pinning, deploy): the
+            // backend's post-ready command, e.g. a restored snapshot setting its clock.
+            let ssh = match ssh {
+                Ok(ssh) => post_ready(guest.as_ref(), ssh, deadline).await,
+                Err(e) => Err(e),
+            };
+            match ssh {
+                Ok(ssh) => {
+                    let vcpu_tids = guest.vcpu_threads().await.unwrap_or_else(|e| {
+                        tracing::warn!("vCPU thread ids of {}: {e:#}", guest.name());
+                        Vec::new()
+                    });
+                    Ok(Live {
+                        guest,
+                        ssh: Arc::new(ssh),
+                        index: i as u32,
+                        vcpu_tids,
+                    })
+                }
+                Err(e) => {
+                    let name = guest.name().to_string();
+                    let _ = guest.shutdown(Duration::from_secs(2)).await;
+                    Err(e.context(format!("guest {name} did not become ready")))
+                }
+            }
+        }
+    });
+    let results = join_all(boots).await;
+    let mut live = Vec::new();
+    let mut first_err = None;
+    for r in results {
+        match r {
+            Ok(l) => live.push(l),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    live.sort_by_key(|l| l.index);
+    (live, first_err)
+}
+
+/// Runs the backend's post-ready command (if any) in a guest that just became reachable.
+async fn post_ready(guest: &dyn Guest, ssh: GuestSsh, deadline: Instant) -> anyhow::Result<GuestSsh> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    let Some(cmd) = guest.post_ready_command(now) else {
+        return Ok(ssh);
+    };
+    let name = guest.name().to_string();
+    let budget = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(5));
+    tokio::task::spawn_blocking(move || {
+        let out = ssh.exec(&cmd, None, budget)?;
+        anyhow::ensure!(
+            out.ok(),
+            "post-ready command in {name} failed with status {}: {}",
+            out.status,
+            out.stderr.trim()
+        );
+        Ok(ssh)
+    })
+    .await?
+}
+
+/// Pins guest g's vCPU i to host CPU `cpus[(g·vcpus + i) mod n]`, spreading guests evenly.
+async fn pin_all(live: &[Live], cpus: &[usize], vcpus: u32) -> Value {
+    let mut all = Vec::new();
+    for l in live {
+        let offset = (l.index * vcpus) as usize % cpus.len();
+        let rotated: Vec<usize> = cpus
+            .iter()
+            .cycle()
+            .skip(offset)
+            .take(cpus.len())
+            .copied()
+            .collect();
+        match l.guest.pin_vcpus(&rotated).await {
+            Ok(map) => all.push(json!({ "guest": l.index, "vcpu_to_cpu": map })),
+            Err(e) => all.push(json!({ "guest": l.index, "error": format!("{e:#}") })),
+        }
+    }
+    Value::Array(all)
+}
+
+/// Copies the payload and every input into every guest, in parallel across guests.
+async fn deploy_all(live: &[Live], uploads: &[Prepared], deploy_s: u64) -> anyhow::Result<()> {
+    let limit = Duration::from_secs(deploy_s);
+    let jobs = live.iter().map(|l| {
+        let ssh = Arc::clone(&l.ssh);
+        let uploads = uploads.to_vec();
+        let name = l.guest.name().to_string();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            for u in &uploads {
+                if let Some(dir) = Path::new(&u.guest_path).parent().and_then(Path::to_str) {
+                    let mkdir = format!("mkdir -p {}", shlex::try_quote(dir)?);
+                    ssh.exec(&mkdir, None, limit)?;
+                }
+                ssh.upload(&u.bytes, &u.guest_path, u.mode, limit)
+                    .with_context(|| format!("deploying {} to {name}", u.guest_path))?;
+            }
+            Ok(())
+        })
+    });
+    for r in join_all(jobs).await {
+        r??;
+    }
+    Ok(())
+}
+
+/// What each guest's kernel actually saw: command line, clocksource, and its boot messages
+/// about paravirt spinlocks, the clocksource and KVM.
+async fn kernel_facts(live: &[Live], collect: Duration) -> Value {
+    const CMD: &str = "cat /proc/cmdline; echo ---; \
+        cat /sys/devices/system/clocksource/clocksource0/current_clocksource; echo ---; \
+        dmesg | grep -iE 'spinlock|pvspin|clocksource|kvm|hypervisor' | tail -n 30";
+    let probes = live.iter().map(|l| {
+        let ssh = Arc::clone(&l.ssh);
+        tokio::task::spawn_blocking(move || ssh.exec(CMD, None, collect))
+    });
+    let mut out = Vec::new();
+    for r in join_all(probes).await {
+        out.push(match r {
+            Ok(Ok(o)) => {
+                let mut parts = o.stdout.split("---\n");
+                json!({
+                    "cmdline": parts.next().unwrap_or("").trim(),
+                    "clocksource": parts.next().unwrap_or("").trim(),
+                    "dmesg": parts.next().unwrap_or("").lines().map(str::trim).collect::<Vec<_>>(),
+                })
+            }
+            Ok(Err(e)) => json!({ "error": format!("{e:#}") }),
+            Err(e) => json!({ "error": e.to_string() }),
+        });
+    }
+    Value::Array(out)
+}
+
+/// The console lines that explain a failure: any panic / Oops / BUG lines, then the last 30.
+pub fn console_evidence(console: &Path) -> String {
+    let text = std::fs::read(console)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let alarms: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            [
+                "Kernel panic",
+                "Oops",
+                "BUG:",
+                "OCRIG-FAIL",
+                "soft lockup",
+                "hung_task",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        })
+        .take(10)
+        .collect();
+    let tail = tail_file(console, 30);
+    if alarms.is_empty() {
+        tail
+    } else {
+        format!("{}\n...\n{tail}", alarms.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_evidence_puts_panic_lines_ahead_of_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let con = dir.path().join("c.log");
+        let mut text = String::from("Kernel panic - not syncing: sysrq\n");
+        for i in 0..40 {
+            text.push_str(&format!("trace line {i}\n"));
+        }
+        std::fs::write(&con, text).unwrap();
+        let e = console_evidence(&con);
+        assert!(e.starts_with("Kernel panic"), "{e}");
+        assert!(
+            e.ends_with("trace line 39") && !e.contains("trace line 9\n"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! What explains a cell's number, read from the telemetry in its records: guest 0's vCPU wait
+//! share, its steal share, its VM's KVM counters. A quantity that was not measured is `None`
+//! with the reason, never 0 — under TCG the guest has no steal clock, so its 0 steal is no
+//! measurement.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::summary::{Summary, summarize};
+use crate::sweep::journal::RunRecord;
+use crate::telemetry::kvm::KvmRun;
+use crate::telemetry::probe::TCG_NO_STEAL;
+use crate::telemetry::vcpu::VcpuSched;
+
+/// What the header says about how the records were made.
+pub struct RecordContext<'a> {
+    pub accel: &'a str,
+    pub backend: &'a str,
+}
+
+impl RecordContext<'_> {
+    fn no_guests(&self) -> Option<String> {
+        (self.backend == "host").then(|| "not measured: the host backend runs no guests".to_string())
+    }
+}
+
+/// A per-run quantity over a cell's valid runs, or why it was not measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// One value per valid run that measured it, in run order.
+    pub samples: Vec<f64>,
+    pub summary: Option<Summary>,
+    /// Why there are no samples (the first run's reason); `None` when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+impl Measured {
+    pub fn mean(&self) -> Option<f64> {
+        self.summary.as_ref().map(|s| s.mean)
+    }
+}
+
+/// Collects `value` over `records`; reasons are kept only when no record measured it.
+pub fn measure<'a>(
+    records: impl Iterator<Item = &'a RunRecord>,
+    value: impl Fn(&RunRecord) -> Result<f64, String>,
+) -> Measured {
+    let mut samples = Vec::new();
+    let mut reason = None;
+    for r in records {
+        match value(r) {
+            Ok(v) => samples.push(v),
+            Err(e) => {
+                reason.get_or_insert(e);
+            }
+        }
+    }
+    Measured {
+        summary: summarize(&samples),
+        unavailable: if samples.is_empty() {
+            Some(reason.unwrap_or_else(|| "no valid runs".into()))
+        } else {
+            None
+        },
+        samples,
+    }
+}
+
+/// Mean run-queue wait share of the record's vCPU threads.
+pub fn vcpu_wait(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
+    if let Some(why) = ctx.no_guests() {
+        return Err(why);
+    }
+    let v = r
+        .extra
+        .get("vcpu_sched")
+        .ok_or("not recorded (a journal from an ocrig without per-vCPU telemetry)")?;
+    let sched: VcpuSched =
+        serde_json::from_value(v.clone()).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
+    match sched.mean_wait_share {
+        Some(s) => Ok(s),
+        None => Err(format!(
+            "not measured: {}",
+            sched.unavailable().unwrap_or_default()
+        )),
+    }
+}
+
+/// Share of the pinned host CPUs' time that went to anything but this run's vCPUs — other
+/// processes on a shared host, QEMU's own threads, the orchestrator — from the run's host
+/// /proc/stat and every guest's vCPU run time (`run` holds all records of the run). A vCPU
+/// wait share above 1 - 1/L is explained by it.
+pub fn host_other(run: &[&RunRecord], ctx: &RecordContext) -> Result<f64, String> {
+    let first = run.first().ok_or("no records")?;
+    let host = match first.extra.get("host_stat") {
+        None => return Err("not recorded".into()),
+        Some(Value::String(why)) => return Err(why.clone()),
+        Some(h) => h,
+    };
+    let ticks = |k: &str| host[k].as_f64().ok_or_else(|| format!("host_stat has no {k}"));
+    let total = ticks("user")? + ticks("system")? + ticks("idle")? + ticks("steal")?;
+    if total <= 0.0 {
+        return Err("not measured: no time elapsed".into());
+    }
+    let busy_s = (ticks("user")? + ticks("system")?) / USER_HZ;
+    let vcpus_s = if ctx.no_guests().is_some() {
+        0.0
+    } else {
+        let mut sum = 0.0;
+        for r in run {
+            let v = r
+                .extra
+                .get("vcpu_sched")
+                .ok_or("not measured: a guest without vCPU telemetry")?;
+            let sched: VcpuSched =
+                serde_json::from_value(v.clone()).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
+            sum += sched.run_s().unwrap_or(0.0);
+        }
+        sum
+    };
+    Ok(((busy_s - vcpus_s) / (total / USER_HZ)).clamp(0.0, 1.0))
+}
+
+/// /proc/stat's tick rate.
+const USER_HZ: f64 = 100.0;
+
+/// The record's guest steal share; under TCG never a measurement, whatever the record says.
+pub fn guest_steal(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
+    if let Some(why) = ctx.no_guests() {
+        return Err(why);
+    }
+    if ctx.accel == "tcg" {
+        return Err(TCG_NO_STEAL.to_string());
+    }
+    match r.extra.get("guest_stat") {
+        None => Err("not recorded".into()),
+        Some(Value::String(why)) => Err(why.clone()),
+        Some(v) => v["steal_share"].as_f64().ok_or_else(|| {
+            v["steal_unavailable"]
+                .as_str()
+                .unwrap_or("not measured: no time elapsed")
+                .to_string()
+        }),
+    }
+}
+
+/// The record's per-VM KVM counters over the run.
+pub fn kvm_counters(r: &RunRecord, ctx: &RecordContext) -> Result<BTreeMap<String, u64>, String> {
+    if let Some(why) = ctx.no_guests() {
+        return Err(why);
+    }
+    match r.extra.get("kvm") {
+        None => Err("not recorded".into()),
+        Some(Value::String(why)) => Err(why.clone()),
+        Some(v) => serde_json::from_value::<KvmRun>(v.clone())
+            .map(|k| k.counters)
+            .map_err(|_| "recorded host-wide, not per VM (a journal from an older ocrig)".into()),
+    }
+}
+
+/// Guest 0's VM's KVM counters over a cell: the mean of each counter per run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KvmCell {
+    /// Counter → mean per run, over the runs that recorded it.
+    pub counters: BTreeMap<String, f64>,
+    /// Runs that recorded counters.
+    pub runs: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+pub fn kvm_cell<'a>(records: impl Iterator<Item = &'a RunRecord>, ctx: &RecordContext) -> KvmCell {
+    let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+    let (mut runs, mut reason) = (0, None);
+    for r in records {
+        match kvm_counters(r, ctx) {
+            Ok(c) => {
+                runs += 1;
+                for (k, v) in c {
+                    *sums.entry(k).or_insert(0.0) += v as f64;
+                }
+            }
+            Err(e) => {
+                reason.get_or_insert(e);
+            }
+        }
+    }
+    KvmCell {
+        counters: sums
+            .into_iter()
+            .map(|(k, v)| (k, v / runs.max(1) as f64))
+            .collect(),
+        runs,
+        unavailable: (runs == 0).then(|| reason.unwrap_or_else(|| "no valid runs".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::cells::tests::record;
+    use serde_json::json;
+
+    const KVM: RecordContext = RecordContext {
+        accel: "kvm",
+        backend: "qemu",
+    };
+    const TCG: RecordContext = RecordContext {
+        accel: "tcg",
+        backend: "qemu",
+    };
+
+    fn with(extra: Value) -> RunRecord {
+        let mut r = record("v", 1.0, "w", 0, &[("m", 1.0)]);
+        r.extra = extra.as_object().unwrap().clone();
+        r
+    }
+
+    #[test]
+    fn steal_is_never_zero_under_tcg() {
+        let r =
+            with(json!({"guest_stat": {"user": 1, "system": 0, "idle": 0, "steal": 0, "steal_share": 0.0}}));
+        assert_eq!(guest_steal(&r, &KVM), Ok(0.0), "on KVM a 0 is a measurement");
+        assert!(guest_steal(&r, &TCG).unwrap_err().contains("TCG"));
+        let host = RecordContext {
+            accel: "tcg",
+            backend: "host",
+        };
+        assert!(guest_steal(&r, &host).unwrap_err().contains("no guests"));
+        let r = with(json!({"guest_stat": "not available: reading the guest's /proc/stat: timeout"}));
+        assert!(guest_steal(&r, &KVM).unwrap_err().contains("timeout"));
+    }
+
+    #[test]
+    fn vcpu_wait_and_its_reasons() {
+        let sched = |share: Value| {
+            json!({"vcpu_sched": {"wall_s": 2.0, "mean_wait_share": share, "vcpus": [{
+                "vcpu": 0, "tid": 9, "run_s": null, "wait_s": null, "wait_share": null, "timeslices": null,
+                "voluntary_switches": null, "involuntary_switches": null, "unavailable": "/proc/9: gone"}]}})
+        };
+        assert_eq!(vcpu_wait(&with(sched(json!(0.5))), &TCG), Ok(0.5));
+        let e = vcpu_wait(&with(sched(Value::Null)), &TCG).unwrap_err();
+        assert_eq!(e, "not measured: /proc/9: gone");
+        assert!(
+            vcpu_wait(&with(json!({})), &TCG)
+                .unwrap_err()
+                .contains("not recorded")
+        );
+        let m = measure(
+            [
+                with(sched(json!(0.25))),
+                with(json!({})),
+                with(sched(json!(0.75))),
+            ]
+            .iter(),
+            |r| vcpu_wait(r, &TCG),
+        );
+        assert_eq!(
+            (m.samples.clone(), m.mean(), m.unavailable),
+            (vec![0.25, 0.75], Some(0.5), None)
+        );
+        let none = measure([with(json!({}))].iter(), |r| vcpu_wait(r, &TCG));
+        assert!(none.summary.is_none() && none.unavailable.unwrap().contains("not recorded"));
+    }
+
+    #[test]
+    fn host_other_is_busy_time_beyond_the_vcpus() {
+        // 2 CPUs × 3 s = 600 ticks, 540 busy = 5.4 s; the two guests' vCPUs ran 2.0 + 2.5 s:
+        // 0.9 s of 6 s went elsewhere → 0.15.
+        let sched = |run_s: f64| {
+            json!({"wall_s": 3.0, "mean_wait_share": 0.1, "vcpus": [{
+            "vcpu": 0, "tid": 1, "run_s": run_s, "wait_s": 0.3, "wait_share": 0.1, "timeslices": 1,
+            "voluntary_switches": 0, "involuntary_switches": 0}]})
+        };
+        let host = json!({"cpus": [0, 1], "user": 500, "system": 40, "idle": 60, "steal": 0, "per_cpu": []});
+        let g0 = with(json!({"host_stat": host, "vcpu_sched": sched(2.0)}));
+        let g1 = with(json!({"host_stat": host, "vcpu_sched": sched(2.5)}));
+        assert!((host_other(&[&g0, &g1], &TCG).unwrap() - 0.15).abs() < 1e-12);
+        let lost = with(json!({"host_stat": "not available: CPU 7 has no line in /proc/stat (offline?)"}));
+        assert!(host_other(&[&lost], &TCG).unwrap_err().contains("CPU 7"));
+        assert!(host_other(&[&g0, &with(json!({"host_stat": host}))], &TCG).is_err());
+    }
+
+    #[test]
+    fn kvm_counters_are_averaged_per_run() {
+        let k = |h: u64| with(json!({"kvm": {"source": "qmp query-stats", "counters": {"halt_exits": h}}}));
+        let c = kvm_cell([k(10), k(30)].iter(), &KVM);
+        assert_eq!(
+            (c.runs, c.counters["halt_exits"], c.unavailable.clone()),
+            (2, 20.0, None)
+        );
+        let tcg = with(json!({"kvm": "not available: QEMU's query-stats has no KVM provider"}));
+        let c = kvm_cell([tcg].iter(), &TCG);
+        assert!(c.counters.is_empty() && c.unavailable.unwrap().contains("no KVM provider"));
+        let old = with(json!({"kvm": {"exits": 5}}));
+        assert!(kvm_counters(&old, &KVM).unwrap_err().contains("host-wide"));
+    }
+}

@@ -1,0 +1,256 @@
+//! Record building: one attempt's outcome becomes one journal record per worker that ran
+//! something, each with its evidence; an attempt in which any worker failed is marked
+//! superseded on every record, so nothing of it is ever a sample.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use super::journal::{RunRecord, Slot};
+use super::plan::Cell;
+use crate::executor::{RunOutcome, WorkerRun};
+
+/// Which attempt of which run an outcome belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptId {
+    pub level: f64,
+    pub guests: u32,
+    pub run: u32,
+    pub warmup: bool,
+    pub attempt: u32,
+    pub slot: Slot,
+}
+
+/// The records of one attempt, in worker order, settled: if any failed, all are superseded.
+pub fn attempt_records(
+    cell: &Cell,
+    id: AttemptId,
+    outcome: RunOutcome,
+    group_facts: &Value,
+) -> Vec<RunRecord> {
+    let now = jiff::Timestamp::now().to_string();
+    let ran = outcome.workers.iter().flatten().count() as u32;
+    let mut records: Vec<RunRecord> = outcome
+        .workers
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, w)| w.map(|w| (i as u32, w)))
+        .map(|(guest, w)| {
+            let mut rec = blank(cell, id, guest, &now);
+            rec.attempt_records = Some(ran);
+            rec.extra
+                .insert("start_skew_us".into(), json!(outcome.start_skew_us));
+            rec.extra.insert("group".into(), group_facts.clone());
+            rec.extra.extend(outcome.host.clone());
+            fill(&mut rec, w, &cell.workload.metric);
+            rec
+        })
+        .collect();
+    supersede_if_failed(&mut records);
+    records
+}
+
+/// The single record of a run that could not be attempted at all (its workers could not be
+/// brought up): failed, with the reason.
+pub fn unattempted_record(cell: &Cell, id: AttemptId, error: &str) -> RunRecord {
+    let mut rec = blank(cell, id, 0, &jiff::Timestamp::now().to_string());
+    rec.error = Some(error.to_string());
+    rec.attempt_records = Some(1);
+    rec.superseded = Some(format!("attempt {} was never made: {error}", id.attempt));
+    rec
+}
+
+fn blank(cell: &Cell, id: AttemptId, guest: u32, now: &str) -> RunRecord {
+    RunRecord {
+        variant: cell.variant.clone(),
+        level: id.level,
+        workload: cell.workload.id.clone(),
+        run: id.run,
+        warmup: id.warmup,
+        guest,
+        guests: id.guests,
+        ok: false,
+        error: None,
+        attempt: id.attempt,
+        superseded: None,
+        attempt_records: None,
+        slot: Some(id.slot),
+        metrics: BTreeMap::new(),
+        payload: None,
+        argv: cell.argv.clone(),
+        timings: BTreeMap::new(),
+        extra: serde_json::Map::new(),
+        finished_at: now.to_string(),
+    }
+}
+
+/// Puts one worker's result and evidence into its record.
+fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
+    // Background workers may run another command (a CPU hog) without the headline metric.
+    let expect_metric = w.argv == rec.argv;
+    rec.argv = w.argv;
+    if let Some(s) = w.run_s {
+        rec.timings.insert("run_s".into(), s);
+    }
+    rec.extra.extend(w.telemetry);
+    let parsed = w
+        .result
+        .map_err(anyhow::Error::msg)
+        .and_then(|out| parse_report(&out, metric, expect_metric));
+    match parsed {
+        Ok(report) => {
+            rec.metrics = report.metrics.clone();
+            rec.payload = Some(report);
+            rec.ok = true;
+        }
+        Err(e) => {
+            rec.error = Some(format!("{e:#}"));
+            if let Some(tail) = w.console_tail {
+                rec.extra.insert("console_tail".into(), json!(tail));
+            }
+        }
+    }
+}
+
+fn parse_report(
+    out: &crate::executor::Finished,
+    metric: &str,
+    expect_metric: bool,
+) -> anyhow::Result<ocrig_payload::report::Report> {
+    anyhow::ensure!(
+        out.status == 0,
+        "payload exited with status {}: {}",
+        out.status,
+        out.stderr.trim()
+    );
+    let report: ocrig_payload::report::Report = serde_json::from_str(out.stdout.trim())
+        .with_context(|| format!("payload printed no valid report: {}", out.stdout.trim()))?;
+    if expect_metric && !report.metrics.contains_key(metric) {
+        anyhow::bail!(
+            "metric '{metric}' is not in the payload's report (it has: {})",
+            report.metrics.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(report)
+}
+
+/// Marks every record of a failed attempt superseded, naming the guest(s) that failed.
+fn supersede_if_failed(records: &mut [RunRecord]) {
+    let failures: Vec<String> = records
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("guest {}: {}", r.guest, r.error.as_deref().unwrap_or("failed")))
+        .collect();
+    if failures.is_empty() {
+        return;
+    }
+    let reason = format!(
+        "attempt failed, so none of its results count ({})",
+        failures.join("; ")
+    );
+    for r in records {
+        r.superseded = Some(reason.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::Finished;
+    use crate::scenario::expand::WorkloadInstance;
+    use crate::vocabulary::Better;
+
+    fn cell() -> Cell {
+        Cell {
+            variant: "v".into(),
+            workload: WorkloadInstance {
+                id: "w".into(),
+                source: 0,
+                command: "lock".into(),
+                args: BTreeMap::new(),
+                metric: "ops_per_sec".into(),
+                better: Better::Higher,
+            },
+            argv: vec!["lock".into()],
+            warmup_runs: 0,
+            runs: 1,
+            max_runs: 1,
+            target_cv: None,
+        }
+    }
+
+    fn report_json(ops: f64) -> String {
+        crate::executor::mock::report_stdout("ops_per_sec", ops)
+    }
+
+    fn worker(result: Result<Finished, String>) -> Option<WorkerRun> {
+        Some(WorkerRun {
+            argv: vec!["lock".into()],
+            result,
+            run_s: Some(1.0),
+            telemetry: serde_json::Map::from_iter([
+                ("guest_stat".to_string(), json!({"user": 1})),
+                ("vcpu_sched".to_string(), json!({"wall_s": 1.0})),
+            ]),
+            console_tail: Some("Kernel panic".into()),
+        })
+    }
+
+    fn id() -> AttemptId {
+        AttemptId {
+            level: 1.0,
+            guests: 3,
+            run: 0,
+            warmup: false,
+            attempt: 1,
+            slot: Slot {
+                boot: 0,
+                bring_up: 1,
+                seq: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn one_failed_worker_supersedes_the_whole_attempt() {
+        let ok = Finished {
+            status: 0,
+            stdout: report_json(5.0),
+            stderr: String::new(),
+        };
+        let outcome = RunOutcome {
+            workers: vec![worker(Ok(ok)), None, worker(Err("timed out".into()))],
+            start_skew_us: 12.0,
+            host: serde_json::Map::new(),
+        };
+        let recs = attempt_records(&cell(), id(), outcome, &json!({"boot_s": 1}));
+        assert_eq!(recs.len(), 2, "the idle guest has no record");
+        assert_eq!((recs[0].guest, recs[0].ok), (0, true));
+        assert_eq!((recs[1].guest, recs[1].ok), (2, false));
+        assert!(recs.iter().all(|r| r.attempt_records == Some(2)));
+        let why = recs[0].superseded.as_deref().unwrap();
+        assert!(why.contains("guest 2: timed out"), "{why}");
+        assert_eq!(recs[1].extra["console_tail"], "Kernel panic");
+        assert!(!recs[0].extra.contains_key("console_tail"));
+        assert_eq!(recs[0].extra["vcpu_sched"], json!({"wall_s": 1.0}));
+        assert_eq!(recs[0].extra["group"], json!({"boot_s": 1}));
+    }
+
+    #[test]
+    fn a_missing_headline_metric_fails_the_worker() {
+        let ok = Finished {
+            status: 0,
+            stdout: report_json(5.0).replace("ops_per_sec", "other"),
+            stderr: String::new(),
+        };
+        let outcome = RunOutcome {
+            workers: vec![worker(Ok(ok))],
+            start_skew_us: 0.0,
+            host: serde_json::Map::new(),
+        };
+        let recs = attempt_records(&cell(), id(), outcome, &Value::Null);
+        assert!(!recs[0].ok);
+        assert!(recs[0].error.as_deref().unwrap().contains("metric 'ops_per_sec'"));
+    }
+}

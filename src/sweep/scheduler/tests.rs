@@ -1,0 +1,546 @@
+//! The scheduler on the mock executor, with every kind of failure injected. Each test checks
+//! the accounting from the journal the scheduler wrote (read back as a file), through the same
+//! settle function the reports and resume use — and, where it matters, through the reports'
+//! own model.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+use crate::executor::mock::{Calls, MockExecutor, Script};
+use crate::scenario::Scenario;
+use crate::sweep::accounting::settle;
+use crate::sweep::journal::{Entry, JOURNAL_FILE};
+
+const METRIC: &str = "ops_per_sec";
+
+/// Two variants that differ only in payload arguments (one shared boot per level), 2 guests.
+/// 3 runs each unless `extra` says otherwise.
+fn scenario(extra: &str) -> Scenario {
+    let runs = if extra.lines().any(|l| l.starts_with("runs:")) {
+        ""
+    } else {
+        "runs: 3\n"
+    };
+    yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{runs}{extra}"
+    ))
+    .unwrap()
+}
+
+fn plan(extra: &str) -> Plan {
+    Plan::build(&scenario(extra), &[0, 1], 1).unwrap()
+}
+
+struct Outcome {
+    records: Vec<RunRecord>,
+    totals: PhaseTotals,
+    calls: Calls,
+    progress: u64,
+    total: u64,
+}
+
+async fn sweep(plan: &Plan, script: Script, previous: Vec<RunRecord>, dir: &std::path::Path) -> Outcome {
+    let exec = MockExecutor::new(METRIC, script);
+    let calls = exec.calls.clone();
+    let progress = Progress::new(plan.total_runs(), true);
+    let mut journal = JournalWriter::open(dir).unwrap();
+    let totals = run(plan, exec, &mut journal, previous, &progress).await.unwrap();
+    Outcome {
+        records: read_records(dir),
+        totals,
+        calls: calls.lock().unwrap().clone(),
+        progress: progress.position(),
+        total: plan.total_runs(),
+    }
+}
+
+fn read_records(dir: &std::path::Path) -> Vec<RunRecord> {
+    std::fs::read_to_string(dir.join(JOURNAL_FILE))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| match serde_json::from_str(l).unwrap() {
+            Entry::Run(r) => *r,
+            Entry::Sweep(_) => panic!("no header expected"),
+        })
+        .collect()
+}
+
+/// (variant, run) → how many records of it count, from the settled journal.
+fn counted(records: &[RunRecord]) -> BTreeMap<(String, u32, u32), usize> {
+    let s = settle(records);
+    let mut out = BTreeMap::new();
+    for r in s.counted(records).filter(|r| !r.warmup) {
+        *out.entry((r.variant.clone(), r.run, r.guest)).or_default() += 1;
+    }
+    out
+}
+
+/// Every measured run of both variants counted exactly once per guest.
+fn each_run_counted_once(records: &[RunRecord], runs: u32, guests: u32) {
+    let want: BTreeMap<(String, u32, u32), usize> = ["a", "b"]
+        .iter()
+        .flat_map(|v| (0..runs).flat_map(move |r| (0..guests).map(move |g| ((v.to_string(), r, g), 1))))
+        .collect();
+    assert_eq!(counted(records), want, "{}", brief(records));
+}
+
+fn brief(records: &[RunRecord]) -> String {
+    records
+        .iter()
+        .map(|r| {
+            format!(
+                "{} run {}{} guest {} attempt {} ok {} superseded {}",
+                r.variant,
+                r.run,
+                if r.warmup { "w" } else { "" },
+                r.guest,
+                r.attempt,
+                r.ok,
+                r.superseded.is_some()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn fail(run_call: u32, guest: u32, error: &str) -> BTreeMap<u32, Vec<(u32, String)>> {
+    BTreeMap::from([(run_call, vec![(guest, error.to_string())])])
+}
+
+#[tokio::test]
+async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("warmup_runs: 1\n");
+    assert_eq!(p.boots.len(), 1, "identical guests share the boot");
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    assert_eq!(o.calls.bring_ups, vec![vec!["a".to_string(), "b".into()]]);
+    each_run_counted_once(&o.records, 3, 2);
+    // Round-robin: warm-ups a, b, then run 0 of a, b, run 1 of a, b, ...
+    let order: Vec<(String, u32, bool)> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .map(|r| (r.variant.clone(), r.run, r.warmup))
+        .collect();
+    let want: Vec<(String, u32, bool)> = [(0, true), (0, false), (1, false), (2, false)]
+        .iter()
+        .flat_map(|&(r, w)| [("a".to_string(), r, w), ("b".to_string(), r, w)])
+        .collect();
+    assert_eq!(order, want);
+    let seqs: Vec<u32> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .map(|r| r.slot.unwrap().seq)
+        .collect();
+    assert_eq!(seqs, (0..8).collect::<Vec<_>>(), "the order is journaled");
+    assert_eq!(
+        (o.totals.runs_ok, o.totals.runs_failed, o.totals.boots),
+        (8, 0, 1)
+    );
+    assert_eq!(o.progress, o.total);
+    assert!(
+        o.records
+            .iter()
+            .all(|r| r.attempt == 1 && r.attempt_records == Some(2))
+    );
+    // Guest 1 ran the same workload (background: same), and the evidence is in every record.
+    assert!(o.records.iter().all(|r| r.extra.contains_key("vcpu_sched")
+        && r.extra.contains_key("guest_stat")
+        && r.extra.contains_key("host_stat")
+        && r.extra["group"]["mock_bring_up"] == 1));
+}
+
+#[tokio::test]
+async fn per_variant_guests_boot_once_per_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("schedule: {guests: per-variant}\n");
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    assert_eq!(
+        o.calls.bring_ups,
+        vec![vec!["a".to_string()], vec!["b".to_string()]]
+    );
+    each_run_counted_once(&o.records, 3, 2);
+}
+
+#[tokio::test]
+async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        failing_runs: fail(3, 1, "guest 1: connection lost"),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    // Run call 3 is run 1 of variant a: guest 0 finished, guest 1 died.
+    let first: Vec<&RunRecord> = o
+        .records
+        .iter()
+        .filter(|r| r.variant == "a" && r.run == 1 && r.attempt == 1)
+        .collect();
+    assert_eq!(first.len(), 2);
+    assert!(
+        first[0].ok && first[0].superseded.is_some(),
+        "guest 0 ok but superseded"
+    );
+    assert!(!first[1].ok);
+    each_run_counted_once(&o.records, 3, 2);
+    let counted = settle(&o.records);
+    let valid = counted
+        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 1))
+        .unwrap();
+    assert_eq!(
+        valid.attempt, 2,
+        "the result measured while guest 1 died never counts"
+    );
+    // The retry ran on fresh guests, right after the failure.
+    assert_eq!(o.calls.bring_ups.len(), 2);
+    assert_eq!(o.calls.runs[3].0, 2, "run call 4 is on the second bring-up");
+    assert_eq!((o.totals.runs_ok, o.totals.attempts_failed), (6, 1));
+    // The reports see 3 samples per cell, not 4, and no failed run.
+    let model = stats_model(&o.records);
+    for series in &model.workloads[0].series {
+        let c = &series.cells[0];
+        assert_eq!(
+            (c.summary.as_ref().unwrap().n, c.failed),
+            (3, 0),
+            "{}",
+            series.variant
+        );
+    }
+}
+
+#[tokio::test]
+async fn guest_0_failing_is_retried_with_the_next_attempt_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        failing_runs: fail(1, 0, "payload exited with status 1"),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let run0: Vec<(u32, u32, bool)> = o
+        .records
+        .iter()
+        .filter(|r| r.variant == "a" && r.run == 0)
+        .map(|r| (r.attempt, r.guest, r.ok))
+        .collect();
+    assert_eq!(run0, [(1, 0, false), (1, 1, true), (2, 0, true), (2, 1, true)]);
+    each_run_counted_once(&o.records, 3, 2);
+}
+
+#[tokio::test]
+async fn any_guest_failing_every_attempt_gives_the_run_up_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failing = fail(2, 1, "timed out");
+    failing.extend(fail(3, 0, "timed out again"));
+    let script = Script {
+        failing_runs: failing,
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    // Run 0 of b failed in both attempts (retries: 1): no valid result, one failed run.
+    let s = settle(&o.records);
+    assert!(!s.has_valid_result(&RunKey::new("b", 1.0, "lock", false, 0)));
+    assert_eq!(s.failed_runs("b", 1.0, "lock"), 1);
+    assert_eq!(
+        (o.totals.runs_ok, o.totals.runs_failed, o.totals.attempts_failed),
+        (5, 1, 2)
+    );
+    assert_eq!(o.progress, o.total, "the progress bar counted each run once");
+    let model = stats_model(&o.records);
+    let b = &model.workloads[0].series[1].cells[0];
+    assert_eq!((b.summary.as_ref().unwrap().n, b.failed), (2, 1));
+    // Fresh guests after each failure: 1 + 2 bring-ups.
+    assert_eq!(o.calls.bring_ups.len(), 3);
+}
+
+#[tokio::test]
+async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Plan::build(
+        &yaml_serde::from_str(
+            "name: t\nhost: {cpus: 2}\nlevels: [0.5, 1.0]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\nruns: 2\nwarmup_runs: 2\n",
+        )
+        .unwrap(),
+        &[0, 1],
+        1,
+    )
+    .unwrap();
+    let script = Script {
+        failing_bring_ups: BTreeSet::from([1]),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    // The warm-up that needed the guests says why they failed; each measured run is then
+    // recorded failed once, attempt 1; the second warm-up is not made.
+    let at_half: Vec<(bool, u32, u32, bool)> = o
+        .records
+        .iter()
+        .filter(|r| r.level == 0.5)
+        .map(|r| (r.warmup, r.run, r.attempt, r.ok))
+        .collect();
+    assert_eq!(
+        at_half,
+        [(true, 0, 1, false), (false, 0, 1, false), (false, 1, 1, false)],
+        "{}",
+        brief(&o.records)
+    );
+    assert!(
+        o.records
+            .iter()
+            .take(3)
+            .all(|r| r.error.as_deref().unwrap().contains("bring-up 1 fails"))
+    );
+    // Level 1.0 booted and ran normally.
+    let s = settle(&o.records);
+    let cell = crate::sweep::accounting::CellKey {
+        variant: "base",
+        level: 1.0,
+        workload: "lock",
+    };
+    assert_eq!(s.samples(&o.records, &cell, METRIC, 0..2).len(), 2);
+    assert_eq!(o.progress, o.total);
+    assert_eq!((o.totals.runs_failed, o.totals.boots), (3, 2));
+}
+
+#[tokio::test]
+async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        // Run call 3 (run 1 of a) fails; the fresh guests for its retry do not come up.
+        failing_runs: fail(3, 1, "guest died"),
+        failing_bring_ups: BTreeSet::from([2]),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let s = settle(&o.records);
+    // Runs 0 of a and b finished before and still count; nothing was written over them.
+    for v in ["a", "b"] {
+        assert!(s.has_valid_result(&RunKey::new(v, 1.0, "lock", false, 0)), "{v}");
+        let run0 = o.records.iter().filter(|r| r.variant == v && r.run == 0).count();
+        assert_eq!(run0, 2, "run 0 of {v} journaled once per guest");
+    }
+    // Run 1 of a: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
+    let a1: Vec<(u32, bool)> = o
+        .records
+        .iter()
+        .filter(|r| r.variant == "a" && r.run == 1 && r.guest == 0)
+        .map(|r| (r.attempt, r.ok))
+        .collect();
+    assert_eq!(a1, [(1, true), (2, false)]);
+    // Every run not yet done is recorded failed exactly once, with its own attempt number 1.
+    let rest: BTreeSet<(String, u32, u32)> = o
+        .records
+        .iter()
+        .filter(|r| !(r.run == 0 || (r.variant == "a" && r.run == 1)))
+        .map(|r| (r.variant.clone(), r.run, r.attempt))
+        .collect();
+    assert_eq!(
+        rest,
+        BTreeSet::from([("b".into(), 1, 1), ("a".into(), 2, 1), ("b".into(), 2, 1)]),
+        "{}",
+        brief(&o.records)
+    );
+    assert_eq!(o.progress, o.total);
+    assert_eq!((o.totals.runs_ok, o.totals.runs_failed), (2, 4));
+}
+
+#[tokio::test]
+async fn an_interrupted_sweep_resumes_without_redoing_or_double_counting() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let script = Script {
+        // Run call 2 fails on guest 1 (journaled, superseded); its retry (call 3) ok; call 5 hangs.
+        failing_runs: fail(2, 1, "guest died"),
+        hang_at: Some((5, tx)),
+        ..Default::default()
+    };
+    {
+        let exec = MockExecutor::new(METRIC, script);
+        let progress = Progress::new(p.total_runs(), true);
+        let mut journal = JournalWriter::open(dir.path()).unwrap();
+        // As a signal does: the sweep future is dropped mid-run.
+        tokio::select! {
+            _ = run(&p, exec, &mut journal, vec![], &progress) => panic!("the sweep should hang"),
+            _ = rx.recv() => {}
+        }
+    }
+    let before = read_records(dir.path());
+    let done_before: BTreeSet<(String, u32)> = settle(&before)
+        .counted(&before)
+        .map(|r| (r.variant.clone(), r.run))
+        .collect();
+    assert_eq!(done_before.len(), 3, "{}", brief(&before));
+
+    // A partial attempt, as a crash mid-append leaves it: guest 0's line of run 2 of b only.
+    let mut torn = before
+        .iter()
+        .find(|r| r.guest == 0 && r.superseded.is_none())
+        .unwrap()
+        .clone();
+    (torn.variant, torn.run, torn.attempt) = ("b".into(), 2, 1);
+    let mut previous = before.clone();
+    previous.push(torn);
+
+    let resumed_dir = tempfile::tempdir().unwrap();
+    let o = sweep(&p, Script::default(), previous.clone(), resumed_dir.path()).await;
+    let new = o.records;
+    assert!(
+        new.iter()
+            .all(|r| !done_before.contains(&(r.variant.clone(), r.run))),
+        "the resume redid a finished run:\n{}",
+        brief(&new)
+    );
+    let b2: Vec<u32> = new
+        .iter()
+        .filter(|r| r.variant == "b" && r.run == 2)
+        .map(|r| r.attempt)
+        .collect();
+    assert_eq!(b2, [2, 2], "the torn attempt 1 is followed by attempt 2");
+    let mut all = previous;
+    all.extend(new);
+    each_run_counted_once(&all, 3, 2);
+    assert_eq!(o.progress, o.total, "resumed runs counted once in the progress");
+}
+
+#[tokio::test]
+async fn a_cv_target_reached_early_stops_that_cell_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("runs: {min: 2, max: 5, target_cv: 0.05}\n");
+    let script = Script {
+        // Variant a is steady (CV 0); b alternates 50 / 150 (CV ~0.7) and runs to max.
+        value: Some(Box::new(|n, argv| {
+            if argv.contains(&"ticket".to_string()) {
+                if n % 4 == 0 { 50.0 } else { 150.0 }
+            } else {
+                100.0
+            }
+        })),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    let runs_of = |v: &str| {
+        o.records
+            .iter()
+            .filter(|r| r.variant == v && r.guest == 0)
+            .count()
+    };
+    assert_eq!((runs_of("a"), runs_of("b")), (2, 5), "{}", brief(&o.records));
+    assert_eq!(o.progress, o.total, "skipped runs are counted as done");
+    let model = stats_model(&o.records);
+    assert_eq!(
+        model.workloads[0].series[0].cells[0].summary.as_ref().unwrap().n,
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_shuffle_is_recorded_and_repeats_for_its_seed() {
+    let order = |seed: u64| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Plan::build(
+            &scenario(&format!("schedule: {{order: shuffle, seed: {seed}}}\nruns: 6\n")),
+            &[0, 1],
+            1,
+        )
+        .unwrap();
+        let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+        each_run_counted_once(&o.records, 6, 2);
+        o.records
+            .iter()
+            .filter(|r| r.guest == 0)
+            .map(|r| (r.variant.clone(), r.run))
+            .collect::<Vec<_>>()
+    };
+    let a = order(3).await;
+    assert_eq!(a, order(3).await);
+    assert_ne!(a, order(4).await);
+    // Still one run of each cell per round.
+    for round in a.chunks(2) {
+        assert_eq!(round[0].1, round[1].1, "{a:?}");
+    }
+}
+
+#[tokio::test]
+async fn idle_and_hog_backgrounds_give_the_other_guests_their_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(
+        &plan("background: hog\nruns: 1\n"),
+        Script::default(),
+        vec![],
+        dir.path(),
+    )
+    .await;
+    let argv1 = o.calls.runs[0].1[1].clone().unwrap();
+    assert_eq!(argv1[0], "hog");
+    each_run_counted_once(&o.records, 1, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(
+        &plan("background: idle\nruns: 1\n"),
+        Script::default(),
+        vec![],
+        dir.path(),
+    )
+    .await;
+    assert!(o.calls.runs[0].1[1].is_none());
+    each_run_counted_once(&o.records, 1, 1);
+}
+
+/// The reports' model of a journal holding `records`.
+fn stats_model(records: &[RunRecord]) -> crate::stats::cells::Model {
+    let header: crate::sweep::journal::SweepHeader = serde_json::from_value(serde_json::json!({
+        "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b"],
+        "levels": [1.0],
+        "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
+        "backend": "mock", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
+        "started_at": "t", "ocrig_version": "0",
+    }))
+    .unwrap();
+    let journal = crate::sweep::journal::Journal {
+        header,
+        runs: records.to_vec(),
+    };
+    crate::stats::cells::build(&journal, 0.05, None)
+}
+
+#[tokio::test]
+async fn a_journal_of_an_older_ocrig_resumes_by_the_same_rule() {
+    let old = |variant: &str, run: u32, guest: u32, ok: bool| -> RunRecord {
+        // Exactly the fields an older ocrig wrote: no superseded, attempt_records or slot.
+        serde_json::from_value(serde_json::json!({
+            "variant": variant, "level": 1.0, "workload": "lock", "run": run, "warmup": false,
+            "guest": guest, "guests": 2, "ok": ok, "attempt": 1,
+            "metrics": if ok { serde_json::json!({METRIC: 100.0}) } else { serde_json::json!({}) },
+            "argv": [], "timings": {}, "finished_at": "2026-11-30T10:00:00Z",
+        }))
+        .unwrap()
+    };
+    // Run 0 of a finished; run 1 of a had guest 0 ok while guest 1 failed (the old bug: that
+    // guest-0 result used to count); nothing else was done.
+    let previous = vec![
+        old("a", 0, 0, true),
+        old("a", 0, 1, true),
+        old("a", 1, 0, true),
+        old("a", 1, 1, false),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(&plan(""), Script::default(), previous.clone(), dir.path()).await;
+    let redone: Vec<(String, u32, u32)> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .map(|r| (r.variant.clone(), r.run, r.attempt))
+        .collect();
+    assert!(
+        !redone.contains(&("a".into(), 0, 1)),
+        "run 0 of a is kept: {redone:?}"
+    );
+    assert!(
+        redone.contains(&("a".into(), 1, 2)),
+        "run 1 of a is redone as attempt 2: {redone:?}"
+    );
+    let mut all = previous;
+    all.extend(o.records);
+    each_run_counted_once(&all, 3, 2);
+    assert_eq!(o.progress, o.total);
+}
