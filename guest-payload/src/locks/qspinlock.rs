@@ -249,34 +249,34 @@ impl RawQspinLock {
 
         // We head the queue: wait for the owner and the pending waiter to leave (*,0,0).
         // Acquire pairs with the owner's Release in `unlock`.
-        let mut val = loop {
+        let val = loop {
             let v = self.word.load(Ordering::Acquire);
             if v & LOCKED_PENDING_MASK == 0 {
                 break v;
             }
             spin_loop();
         };
-        loop {
-            if val & TAIL_MASK == tail {
-                // n,0,0 -> 0,0,1: we are the last queued; take the lock and empty the queue.
-                // Relaxed: the Acquire load above ordered us after the last owner.
-                match self
-                    .word
-                    .compare_exchange(val, LOCKED_VAL, Ordering::Relaxed, Ordering::Relaxed)
-                {
-                    Ok(_) => {
-                        leave();
-                        return;
-                    }
-                    // Someone queued behind us meanwhile (only the tail can have changed).
-                    Err(v) => val = v,
-                }
-            } else {
-                break;
-            }
+        // n,0,0 -> 0,0,1: if we are the last queued, take the lock and empty the queue, with
+        // ONE attempt, as Linux does. The CAS fails if someone queued behind us *or* if a
+        // newcomer set a transient pending bit (it read `0,0,1` earlier, its `fetch_or` then
+        // returned our tail, so it will clear the bit again and queue behind us). Retrying
+        // from the failed value would write `0,0,1` over that pending bit and the newcomer's
+        // later undo would clear someone else's (issue 9: the word underflowed and two
+        // threads could own the lock). Either way a successor will link to our node, so
+        // after a failure we take the lock with an OR and hand headship over.
+        // Relaxed: the Acquire load above ordered us after the last owner.
+        if val & TAIL_MASK == tail
+            && self
+                .word
+                .compare_exchange(val, LOCKED_VAL, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            leave();
+            return;
         }
         // *,*,0 -> *,*,1: with a tail present only the queue head may set locked (newcomers
-        // see the tail and queue; nobody can become pending), so a plain OR is enough.
+        // see the tail and queue; a transient pending bit is undone by its setter), so an OR,
+        // which keeps the tail and any pending bit, is enough. Relaxed as the CAS above.
         self.word.fetch_or(LOCKED_VAL, Ordering::Relaxed);
         // Hand queue-headship to our successor, which has swapped itself in and is (about to
         // be) linked. Acquire pairs with its Release store of `next`.
@@ -448,6 +448,146 @@ mod tests {
         assert_eq!(unsafe { *s.counter.get() }, rounds, "lost increments");
         assert!(s.queued_seen.load(Ordering::Relaxed) > 0, "no waiter ever queued");
         assert_eq!(s.lock.word(), 0);
+    }
+
+    /// Issue 9, forced step by step through the stall hook (each pause is a preempted vCPU):
+    /// owner O (this thread) holds; newcomer B reads `0,0,1` and is stopped before its
+    /// `fetch_or(PENDING)`; P becomes the pending waiter and H queues behind it as head; O
+    /// leaves, P takes and leaves, H reads `n,0,0` and is stopped before its CAS; B's
+    /// `fetch_or` lands (`n,1,0`, B will undo) and B is stopped before its undo; H's CAS fails.
+    /// The old head retried the CAS on `n,1,0`, erasing B's bit; D then became pending, B's
+    /// undo cleared D's bit, and D's `fetch_add(LOCKED - PENDING)` underflowed the word (seen:
+    /// `0x0007ff00`, the queue wedged for good). Fixed, H sets locked and hands over, D queues.
+    #[test]
+    fn regression_issue9_head_retry_erases_newcomer_pending_bit() {
+        use crate::locks::owner::OwnerCheck;
+        use crate::locks::sync::stall::{Gate, Step, with_hook};
+        use std::sync::atomic::AtomicBool as StdBool;
+
+        struct Shared {
+            lock: RawQspinLock,
+            owner: OwnerCheck,
+        }
+        let s = Arc::new(Shared {
+            lock: RawQspinLock::INIT,
+            owner: OwnerCheck::new(),
+        });
+        let word = |s: &Shared| s.lock.word();
+        let (b_or, b_undo, h_cas, h_hold) = (
+            Arc::new(Gate::default()),
+            Arc::new(Gate::default()),
+            Arc::new(Gate::default()),
+            Arc::new(Gate::default()),
+        );
+        let d_spins = Arc::new(StdBool::new(false));
+        // One round of lock + owner-checked section + unlock, with `hook` on every lock step
+        // and `hold` run inside the section.
+        let spawn = |me: u64, hook: Box<dyn FnMut(Step) + Send>, hold: Option<Arc<Gate>>| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                with_hook(hook, || s.lock.lock());
+                s.owner.enter(me);
+                if let Some(g) = hold {
+                    g.hold();
+                }
+                s.owner.leave(me);
+                // SAFETY: held by this thread.
+                unsafe { s.lock.unlock() };
+            })
+        };
+        let once = |gate: &Arc<Gate>, want: fn(Step) -> bool| -> Box<dyn FnMut(Step) + Send> {
+            let gate = Arc::clone(gate);
+            let mut done = false;
+            Box::new(move |step| {
+                if !done && want(step) {
+                    done = true;
+                    gate.hold();
+                }
+            })
+        };
+        let no_hook = || -> Box<dyn FnMut(Step) + Send> { Box::new(|_| {}) };
+
+        // O holds.
+        s.lock.lock();
+        s.owner.enter(100);
+        // B: read 0,0,1, stopped before fetch_or(PENDING).
+        let b_first = once(&b_or, |st| st == Step::FetchOr(PENDING_VAL.into()));
+        let mut b_second = once(&b_undo, |st| st == Step::FetchAnd((!PENDING_VAL).into()));
+        let mut b_first = b_first;
+        let b = spawn(
+            1,
+            Box::new(move |st| {
+                b_first(st);
+                b_second(st);
+            }),
+            None,
+        );
+        b_or.wait_reached("B before its fetch_or");
+        // P: pending.
+        let p = spawn(2, no_hook(), None);
+        wait_for("P pending", || word(&s) == LOCKED_VAL | PENDING_VAL);
+        // H: queues, head; stopped before its n,0,0 -> 0,0,1 CAS.
+        let h = spawn(
+            3,
+            once(&h_cas, |st| {
+                matches!(st, Step::CompareExchange { current, new }
+                    if new == u64::from(LOCKED_VAL)
+                        && current as u32 & TAIL_MASK != 0
+                        && current as u32 & LOCKED_PENDING_MASK == 0)
+            }),
+            Some(Arc::clone(&h_hold)),
+        );
+        wait_for("H queued", || word(&s) & TAIL_MASK != 0);
+        // O leaves; P takes the lock and leaves; H reads n,0,0.
+        assert!(s.owner.leave(100));
+        // SAFETY: held by this thread.
+        unsafe { s.lock.unlock() };
+        p.join().unwrap();
+        h_cas.wait_reached("H before its CAS");
+        // B's fetch_or lands on n,0,0 (it sees the tail: it will undo).
+        b_or.release();
+        b_undo.wait_reached("B before its undo");
+        assert_eq!(word(&s) & LOCKED_PENDING_MASK, PENDING_VAL);
+        // H's CAS fails on n,1,0; H must take the lock without erasing B's bit.
+        h_cas.release();
+        wait_for("H locked", || word(&s) & LOCKED_MASK != 0);
+        assert_ne!(
+            word(&s) & PENDING_VAL,
+            0,
+            "the queue head erased the newcomer's pending bit: {:#010x}",
+            word(&s)
+        );
+        // D arrives while H holds and B's bit is still set.
+        let flag = Arc::clone(&d_spins);
+        let d = spawn(
+            4,
+            Box::new(move |st| {
+                if st == Step::Spin {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }),
+            None,
+        );
+        wait_for("D waiting", || d_spins.load(Ordering::Relaxed));
+        // B undoes its bit and queues; H leaves.
+        b_undo.release();
+        h_hold.release();
+        // Everyone must get through (the old code wedged here with the word underflowed).
+        let start = Instant::now();
+        while [&b, &h, &d].iter().any(|t| !t.is_finished()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "wedged: word {:#010x}, owner violations {}",
+                word(&s),
+                s.owner.violations()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for t in [b, h, d] {
+            t.join().unwrap();
+        }
+        assert_eq!(s.owner.violations(), 0, "two owners at once");
+        assert_eq!(word(&s), 0, "word not idle after everyone left");
     }
 
     #[test]

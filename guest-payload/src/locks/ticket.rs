@@ -34,12 +34,19 @@ unsafe impl RawMutex for RawTicketLock {
     #[inline]
     fn try_lock(&self) -> bool {
         // Only take a ticket if it would be served at once; a CAS avoids queueing behind others.
-        let serving = self.now_serving.load(Ordering::Relaxed);
+        // Acquire on `now_serving`: this load is what synchronises with the previous owner's
+        // Release store in `unlock` (issue 9: it was Relaxed, with the Acquire on the CAS of
+        // `next_ticket`, which no owner writes with Release, so nothing ordered our critical
+        // section after the previous one; loom's `ticket_contended` model caught it as a data
+        // race). If the CAS then finds `next_ticket == serving`, `now_serving` (never past
+        // `next_ticket`) is still `serving`, so the value we acquired is the current one.
+        // Relaxed CAS: drawing a ticket publishes nothing (lock() draws Relaxed too).
+        let serving = self.now_serving.load(Ordering::Acquire);
         self.next_ticket
             .compare_exchange(
                 serving,
                 serving.wrapping_add(1),
-                Ordering::Acquire,
+                Ordering::Relaxed,
                 Ordering::Relaxed,
             )
             .is_ok()
