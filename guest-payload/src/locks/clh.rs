@@ -13,9 +13,14 @@
 //! The lock records its owner's node in `holder`, so `unlock` is one store; guards are `!Send`
 //! (the unlocking thread must be the one that locked, whose spare was already replaced).
 //!
-//! Under vCPU preemption CLH is strictly FIFO, like `ticket` and `mcs`: a preempted *holder*
-//! stalls everyone, and a preempted *next waiter* stalls everyone behind it, because the
-//! released node is watched only by that waiter. Unlike MCS, `unlock` never waits for anyone.
+//! Under vCPU preemption CLH is strictly FIFO, like `ticket` and `mcs`. Preemption of each
+//! role:
+//! - *owner*: stalls everyone; its `unlock` is one store and never waits for anyone (unlike
+//!   MCS), so an owner is never held up by a waiter.
+//! - *next waiter*: stalls everyone behind it, because the released node is watched only by it.
+//! - *queued waiter*: stalls nobody until it is the next waiter (its `swap` into `tail` both
+//!   queues and links it: there is no half-linked window).
+//! - *newcomer*: one `swap` and it is queued; preempted before it, it holds nothing.
 
 use std::cell::Cell;
 use std::ptr;

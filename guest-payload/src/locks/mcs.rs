@@ -9,10 +9,19 @@
 //! MCS locks at once panics. Guards are `!Send`: the unlocking thread must be the locking one,
 //! because the node belongs to that thread's block.
 //!
-//! Under vCPU preemption MCS is strictly FIFO, like `ticket`, with the same weakness: a
-//! preempted *holder* stalls everyone, and a preempted *next waiter* stalls everyone behind it
-//! even though the lock is free, because the lock is handed to that waiter's node and nobody
-//! else may take it. Unlike `ticket`, waiters spin on separate cache lines.
+//! Under vCPU preemption MCS is strictly FIFO, like `ticket`, with the same weakness. Unlike
+//! `ticket`, waiters spin on separate cache lines. Preemption of each role:
+//! - *owner*: stalls everyone. An owner preempted inside `unlock`, after finding a successor
+//!   not yet linked, keeps waiting for the link: the lock stays unavailable meanwhile.
+//! - *next waiter*: stalls everyone behind it even though the lock is free, because the lock
+//!   is handed to that waiter's node and nobody else may take it.
+//! - *queued waiter*: one preempted between its `swap` into `tail` and its link store stalls
+//!   its predecessor's `unlock` (which waits for the link) and so everyone; once linked it
+//!   stalls only when it becomes the next waiter.
+//! - *newcomer*: a newcomer always queues at the tail, so it stalls nobody until it is linked.
+//!
+//! No step assumes what other threads did in between: the tail `swap` and the tail CAS in
+//! `unlock` are single RMWs whose result decides, and a failed CAS means a successor exists.
 
 use std::cell::Cell;
 use std::ptr;

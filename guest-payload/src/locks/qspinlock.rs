@@ -29,11 +29,21 @@
 //! are not allowed in Rust, so every access here is to the whole word).
 //!
 //! Under vCPU preemption qspinlock is FIFO in its queue (like MCS) but the pending waiter and
-//! any newcomer race for the word, so it is not strictly fair. A preempted *holder* stalls
-//! everyone. A preempted *pending waiter* stalls the queue head, which waits for `pending` to
-//! clear. A preempted *queue head* stalls all queued waiters (newcomers can still take the
-//! pending slot only while no tail exists, i.e. not then). Linux's paravirt variant (pv_wait /
-//! pv_kick, halting in the hypervisor) is what fixes this in guests; this one has none.
+//! any newcomer race for the word, so it is not strictly fair. Preemption of each role:
+//! - *owner*: stalls everyone.
+//! - *next waiter*: the pending waiter, preempted, stalls the queue head, which waits for
+//!   `pending` to clear; the queue head, preempted, stalls all queued waiters (newcomers can
+//!   take the pending slot only while no tail exists, i.e. not then).
+//! - *queued waiter*: like MCS, one preempted between publishing its tail and linking stalls
+//!   the head's hand-over (the head waits for the link after taking the lock).
+//! - *newcomer*: one preempted between reading the word and its `fetch_or(PENDING)` may set a
+//!   pending bit long after the word changed; it then sees the tail and undoes the bit. Every
+//!   other thread must tolerate that transient bit: the head tries `n,0,0 -> 0,0,1` once and
+//!   otherwise sets locked with an OR (issue 9: retrying the CAS erased the bit, the undo then
+//!   cleared another waiter's, and the word underflowed).
+//!
+//! Linux's paravirt variant (pv_wait / pv_kick, halting in the hypervisor) is what fixes the
+//! stalls in guests; this one has none.
 
 use std::cell::Cell;
 use std::ptr;

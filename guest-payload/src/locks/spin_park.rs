@@ -8,9 +8,12 @@
 //! A waiter stops spinning early when it sees state 2 (others already sleep), so it does not
 //! overtake sleepers for long. Futex waits and wakes are counted through [`super::futex`].
 //!
-//! Under vCPU preemption: a preempted *holder* costs each waiter one spin budget, then the
-//! waiters sleep and give their vCPUs back; a woken waiter is not owed the lock, so a preempted
-//! *waiter* stalls nobody. This is the adaptive shape of glibc's adaptive mutex and of
+//! Preemption of each role: a preempted *owner* costs each waiter one spin budget, then the
+//! waiters sleep and give their vCPUs back; there is no *next* or *queued waiter* the lock is
+//! owed to (a woken waiter competes like anyone), so a preempted waiter stalls nobody; a
+//! *newcomer* may take the lock ahead of sleepers (unfair), and preempted it holds nothing.
+//! Every transition is one RMW or CAS decided by its own result; a waiter that sleeps marks
+//! the state 2 first, so an unlock in between always wakes someone. This is the adaptive shape of glibc's adaptive mutex and of
 //! `parking_lot`, without their spin heuristics.
 
 use lock_api::{GuardSend, RawMutex};

@@ -1,8 +1,11 @@
 //! Ticket spinlock: take a ticket, wait until `now_serving` reaches it. Strictly FIFO.
 //!
-//! FIFO is what makes it fragile under overcommit: when the waiter whose turn is next is a
-//! preempted vCPU, every other waiter spins until that vCPU runs again, even though the lock
-//! is free (lock-waiter preemption).
+//! FIFO is what makes it fragile under overcommit. Preemption of each role:
+//! - *owner*: stalls everyone (all waiters spin on `now_serving`).
+//! - *next waiter*: when the waiter whose turn is next is a preempted vCPU, every other waiter
+//!   spins until that vCPU runs again, even though the lock is free (lock-waiter preemption).
+//! - *queued waiter*: holds a ticket, so it will stall everyone behind it when its turn comes.
+//! - *newcomer*: drawing a ticket is one RMW; preempted before it, it holds nothing.
 
 use lock_api::{GuardSend, RawMutex};
 
