@@ -14,6 +14,9 @@ pub mod pticket;
 pub mod qspinlock;
 pub mod spin_park;
 pub(crate) mod sync;
+/// The spin-wait waker that loom models start (see `sync.rs`).
+#[cfg(loom)]
+pub use sync::Waker as LoomWaker;
 pub mod tas;
 pub mod ticket;
 pub mod ttas;
