@@ -13,17 +13,22 @@
 //! The lock records its owner's node in `holder`, so `unlock` is one store; guards are `!Send`
 //! (the unlocking thread must be the one that locked, whose spare was already replaced).
 //!
-//! Under vCPU preemption CLH is strictly FIFO, like `ticket` and `mcs`: a preempted *holder*
-//! stalls everyone, and a preempted *next waiter* stalls everyone behind it, because the
-//! released node is watched only by that waiter. Unlike MCS, `unlock` never waits for anyone.
+//! Under vCPU preemption CLH is strictly FIFO, like `ticket` and `mcs`. Preemption of each
+//! role:
+//! - *owner*: stalls everyone; its `unlock` is one store and never waits for anyone (unlike
+//!   MCS), so an owner is never held up by a waiter.
+//! - *next waiter*: stalls everyone behind it, because the released node is watched only by it.
+//! - *queued waiter*: stalls nobody until it is the next waiter (its `swap` into `tail` both
+//!   queues and links it: there is no half-linked window).
+//! - *newcomer*: one `swap` and it is queued; preempted before it, it holds nothing.
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use lock_api::{GuardNoSend, RawMutex};
 
 use super::pool::Pool;
+use super::sync::{AtomicBool, AtomicPtr, Ordering, global, spin_loop, thread_local};
 
 #[repr(align(64))]
 struct Node {
@@ -31,7 +36,9 @@ struct Node {
     locked: AtomicBool,
 }
 
-static POOL: Pool<Node> = Pool::new();
+global! {
+    static POOL: Pool<Node> = Pool::new();
+}
 
 fn new_node() -> &'static Node {
     POOL.take(|_| Node {
@@ -42,6 +49,7 @@ fn new_node() -> &'static Node {
 /// This thread's one spare node, given back to the pool when the thread exits.
 struct Spare(Cell<&'static Node>);
 
+#[cfg(not(loom))] // see pool.rs
 impl Drop for Spare {
     fn drop(&mut self) {
         // The spare is never linked into a queue, whatever locks this thread still holds.
@@ -77,7 +85,7 @@ impl RawClhLock {
             // Acquire pairs with the Release store in `unlock`: we see the previous critical
             // section once we see its node released.
             while pred.locked.load(Ordering::Acquire) {
-                std::hint::spin_loop();
+                spin_loop();
             }
             pred
         };
@@ -148,7 +156,8 @@ impl Drop for RawClhLock {
     fn drop(&mut self) {
         // With `&mut self` nobody waits on or holds the lock (a forgotten guard's node is the
         // tail and is not referenced by its thread any more), so the tail node is free.
-        let t = *self.tail.get_mut();
+        // (A load, not `get_mut`: loom's atomics have no `get_mut`.)
+        let t = self.tail.load(Ordering::Relaxed);
         if !t.is_null() {
             POOL.give(node_ref(t));
         }

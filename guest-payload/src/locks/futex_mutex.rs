@@ -5,17 +5,19 @@
 //! it marks the lock 2 and sleeps in `FUTEX_WAIT` at once, and the unlocker of a 2-lock pays a
 //! `FUTEX_WAKE`. Every wait and wake goes through [`super::futex`], so they are counted.
 //!
-//! Under vCPU preemption: a preempted *holder* costs waiters no CPU (they sleep) but the
-//! critical section still waits for the vCPU to run. A woken waiter is not owed the lock (a
-//! running thread may take it first), so a preempted *woken waiter* stalls nobody. The price is
+//! Preemption of each role: a preempted *owner* costs waiters no CPU (they sleep) but the
+//! critical section still waits for the vCPU to run. There is no next or queued waiter the
+//! lock is owed to: a woken waiter is not owed the lock (a running thread may take it first),
+//! so a preempted *woken waiter* stalls nobody, and a *newcomer* may overtake sleepers. The
+//! futex wait re-checks the word in the kernel, so an unlock between a waiter's swap to 2 and
+//! its sleep is never lost. The price is
 //! a kernel round trip (sleep + wake-up IPI, i.e. VM exits on real hardware) on every contended
 //! hand-over, even for critical sections far shorter than a context switch.
-
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use lock_api::{GuardSend, RawMutex};
 
 use super::futex;
+use super::sync::{AtomicU32, Ordering};
 
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
@@ -39,7 +41,7 @@ impl RawFutexMutex {
                     .compare_exchange(LOCKED, CONTENDED, Ordering::Relaxed, Ordering::Relaxed)
                     .map_or_else(|v| v != UNLOCKED, |_| true)
             {
-                futex::wait(&self.state, CONTENDED);
+                futex::wait_word(&self.state, CONTENDED);
             }
             // Take the lock as 2, not 1: we cannot know whether other sleepers remain.
             match self
@@ -84,7 +86,7 @@ unsafe impl RawMutex for RawFutexMutex {
         // and wake one sleeper, which retakes the lock as 2.
         if self.state.fetch_sub(1, Ordering::Release) != LOCKED {
             self.state.store(UNLOCKED, Ordering::Release);
-            futex::wake(&self.state, 1);
+            futex::wake_word(&self.state, 1);
         }
     }
 

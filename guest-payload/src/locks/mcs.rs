@@ -9,18 +9,27 @@
 //! MCS locks at once panics. Guards are `!Send`: the unlocking thread must be the locking one,
 //! because the node belongs to that thread's block.
 //!
-//! Under vCPU preemption MCS is strictly FIFO, like `ticket`, with the same weakness: a
-//! preempted *holder* stalls everyone, and a preempted *next waiter* stalls everyone behind it
-//! even though the lock is free, because the lock is handed to that waiter's node and nobody
-//! else may take it. Unlike `ticket`, waiters spin on separate cache lines.
+//! Under vCPU preemption MCS is strictly FIFO, like `ticket`, with the same weakness. Unlike
+//! `ticket`, waiters spin on separate cache lines. Preemption of each role:
+//! - *owner*: stalls everyone. An owner preempted inside `unlock`, after finding a successor
+//!   not yet linked, keeps waiting for the link: the lock stays unavailable meanwhile.
+//! - *next waiter*: stalls everyone behind it even though the lock is free, because the lock
+//!   is handed to that waiter's node and nobody else may take it.
+//! - *queued waiter*: one preempted between its `swap` into `tail` and its link store stalls
+//!   its predecessor's `unlock` (which waits for the link) and so everyone; once linked it
+//!   stalls only when it becomes the next waiter.
+//! - *newcomer*: a newcomer always queues at the tail, so it stalls nobody until it is linked.
+//!
+//! No step assumes what other threads did in between: the tail `swap` and the tail CAS in
+//! `unlock` are single RMWs whose result decides, and a failed CAS means a successor exists.
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use lock_api::{GuardNoSend, RawMutex};
 
 use super::pool::Pool;
+use super::sync::{AtomicBool, AtomicPtr, Ordering, global, spin_loop, thread_local};
 
 /// MCS locks one thread can hold (or be waiting for) at the same time.
 pub const MAX_HELD: usize = 8;
@@ -37,7 +46,9 @@ struct Block {
     nodes: [Node; MAX_HELD],
 }
 
-static POOL: Pool<Block> = Pool::new();
+global! {
+    static POOL: Pool<Block> = Pool::new();
+}
 
 /// This thread's node block and which of its nodes are in use.
 struct Lease {
@@ -45,6 +56,7 @@ struct Lease {
     used: Cell<u8>,
 }
 
+#[cfg(not(loom))] // see pool.rs
 impl Drop for Lease {
     fn drop(&mut self) {
         // A node still in use at thread exit (a forgotten guard) may be linked into a queue:
@@ -131,7 +143,7 @@ unsafe impl RawMutex for RawMcsLock {
             node_ref(pred).next.store(me, Ordering::Release);
             // Acquire pairs with the predecessor's Release store of false in `unlock`.
             while node.waiting.load(Ordering::Acquire) {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
         // Relaxed: only the owner reads `holder`, and the next owner writes it only after
@@ -184,7 +196,7 @@ unsafe impl RawMutex for RawMcsLock {
                 if !next.is_null() {
                     break;
                 }
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
         // Release hands the lock and our critical section to the successor. After this store

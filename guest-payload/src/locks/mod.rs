@@ -13,6 +13,10 @@ pub mod pthread;
 pub mod pticket;
 pub mod qspinlock;
 pub mod spin_park;
+pub(crate) mod sync;
+/// The spin-wait waker that loom models start (see `sync.rs`).
+#[cfg(loom)]
+pub use sync::Waker as LoomWaker;
 pub mod tas;
 pub mod ticket;
 pub mod ttas;
@@ -83,43 +87,49 @@ pub fn parse_algo(name: &str) -> Result<String, String> {
 }
 
 #[cfg(test)]
+mod stress;
+
+#[cfg(test)]
 pub(crate) mod exclusion_test {
-    //! Shared mutual-exclusion check: more threads than CPUs hammer a non-atomic counter.
+    //! Shared mutual-exclusion checks: more threads than CPUs, an owner-identity check
+    //! ([`OwnerCheck`]) around every critical section and a non-atomic counter inside it.
+    use super::owner::OwnerCheck;
     use super::*;
     use std::cell::UnsafeCell;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     struct Shared<R: RawMutex> {
         lock: R,
+        owner: OwnerCheck,
         counter: UnsafeCell<u64>,
-        owners: AtomicUsize,
-        second_owner_seen: AtomicBool,
     }
     // SAFETY: counter is only touched while `lock` is held.
     unsafe impl<R: RawMutex + Sync> Sync for Shared<R> {}
 
     /// Two threads each take A then B (B by spinning on try_lock every third round when
     /// `try_b` is set), releasing in alternating orders, while a third hammers B: a lock whose
-    /// per-thread queue nodes were shared between two held locks breaks here. Returns the pair
-    /// for the caller's own final check.
-    pub fn hold_two_under_contention<R: RawMutex + Send + Sync + 'static>(
-        try_b: bool,
-    ) -> std::sync::Arc<(R, R)> {
-        let ab = std::sync::Arc::new((R::INIT, R::INIT));
-        let handles: Vec<_> = (0..3)
+    /// per-thread queue nodes were shared between two held locks breaks here. Every critical
+    /// section is owner-checked; returns the pair for the caller's own final check.
+    pub fn hold_two_under_contention<R: RawMutex + Send + Sync + 'static>(try_b: bool) -> Arc<(R, R)> {
+        let ab = Arc::new((R::INIT, R::INIT));
+        let checks = Arc::new((OwnerCheck::new(), OwnerCheck::new()));
+        let handles: Vec<_> = (0..3u64)
             .map(|t| {
-                let ab = std::sync::Arc::clone(&ab);
+                let (ab, checks) = (Arc::clone(&ab), Arc::clone(&checks));
                 std::thread::spawn(move || {
+                    let me = t + 1;
                     for i in 0..300 {
                         if t == 2 {
                             ab.1.lock();
+                            checks.1.enter(me);
+                            checks.1.leave(me);
                             // SAFETY: held by this thread.
                             unsafe { ab.1.unlock() };
                             continue;
                         }
                         ab.0.lock();
+                        checks.0.enter(me);
                         if try_b && i % 3 == 0 {
                             while !ab.1.try_lock() {
                                 std::hint::spin_loop();
@@ -127,13 +137,18 @@ pub(crate) mod exclusion_test {
                         } else {
                             ab.1.lock();
                         }
+                        checks.1.enter(me);
                         // SAFETY: both held by this thread; either release order is allowed.
                         unsafe {
                             if i % 2 == 0 {
+                                checks.0.leave(me);
                                 ab.0.unlock();
+                                checks.1.leave(me);
                                 ab.1.unlock();
                             } else {
+                                checks.1.leave(me);
                                 ab.1.unlock();
+                                checks.0.leave(me);
                                 ab.0.unlock();
                             }
                         }
@@ -144,24 +159,30 @@ pub(crate) mod exclusion_test {
         for h in handles {
             h.join().unwrap();
         }
+        assert_eq!(
+            (checks.0.violations(), checks.1.violations()),
+            (0, 0),
+            "two owners at once (A, B)"
+        );
         ab
     }
 
     /// Each of `threads` threads does up to `iters` lock/increment/unlock rounds, stopping early
     /// once `budget` has passed (FIFO spinlocks with more threads than CPUs can need a scheduler
-    /// time slice per hand-over on a loaded machine); the counter must equal the rounds done.
+    /// time slice per hand-over on a loaded machine); the owner check must see no overlap and
+    /// the counter must equal the rounds done.
     pub fn check<R: RawMutex + Send + Sync + 'static>(threads: usize, iters: u64, budget: Duration) {
         let deadline = Instant::now() + budget;
         let shared = Arc::new(Shared::<R> {
             lock: R::INIT,
+            owner: OwnerCheck::new(),
             counter: UnsafeCell::new(0),
-            owners: AtomicUsize::new(0),
-            second_owner_seen: AtomicBool::new(false),
         });
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 let s = Arc::clone(&shared);
                 std::thread::spawn(move || {
+                    let me = i as u64 + 1;
                     let mut done = 0u64;
                     for n in 0..iters {
                         if n.is_multiple_of(64) && Instant::now() > deadline {
@@ -172,15 +193,13 @@ pub(crate) mod exclusion_test {
                         } else {
                             s.lock.lock();
                         }
-                        if s.owners.fetch_add(1, Ordering::Relaxed) != 0 {
-                            s.second_owner_seen.store(true, Ordering::Relaxed);
-                        }
+                        s.owner.enter(me);
                         // SAFETY: we hold the lock.
                         unsafe {
                             let v = std::ptr::read_volatile(s.counter.get());
                             std::ptr::write_volatile(s.counter.get(), v + 1);
                         }
-                        s.owners.fetch_sub(1, Ordering::Relaxed);
+                        s.owner.leave(me);
                         // SAFETY: this thread holds the lock.
                         unsafe { s.lock.unlock() };
                         done += 1;
@@ -191,10 +210,7 @@ pub(crate) mod exclusion_test {
             .collect();
         let rounds: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
         assert!(rounds >= threads as u64, "hardly any rounds done");
-        assert!(
-            !shared.second_owner_seen.load(Ordering::Relaxed),
-            "two owners at once"
-        );
+        assert_eq!(shared.owner.violations(), 0, "two owners at once");
         // SAFETY: all threads joined.
         assert_eq!(unsafe { *shared.counter.get() }, rounds, "lost increments");
     }

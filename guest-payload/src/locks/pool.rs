@@ -7,6 +7,12 @@
 //! allocations that are never freed, handed out and taken back through a [`Pool`]: a thread takes
 //! one when it first uses a lock type and gives it back when it exits (if no queue still refers
 //! to it), so memory stays bounded by the number of threads alive at once, not ever created.
+//!
+//! Under loom each model execution has its own pool (a `loom::lazy_static`, see `sync.rs`),
+//! whose nodes are freed when the execution ends, and the locks' thread-local destructors do not
+//! give nodes back (they are compiled out): loom may run a thread's thread-local destructors
+//! after the execution has dropped its statics. Recycling across threads is covered by the
+//! ordinary unit tests instead.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +21,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct Pool<T: 'static> {
     free: Mutex<Vec<&'static T>>,
     allocated: AtomicUsize,
+    /// Every allocation (addresses), freed when the pool is dropped: only a loom execution's
+    /// pool is ever dropped.
+    #[cfg(loom)]
+    all: Mutex<Vec<usize>>,
 }
 
 impl<T: Sync + 'static> Pool<T> {
@@ -22,6 +32,8 @@ impl<T: Sync + 'static> Pool<T> {
         Self {
             free: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
+            #[cfg(loom)]
+            all: Mutex::new(Vec::new()),
         }
     }
 
@@ -34,10 +46,16 @@ impl<T: Sync + 'static> Pool<T> {
         // Relaxed: the count is only an id source and a statistic; the node itself is handed to
         // other threads through the locks' own Release/Acquire operations.
         let id = self.allocated.fetch_add(1, Ordering::Relaxed);
-        Box::leak(Box::new(make(id)))
+        let node = Box::leak(Box::new(make(id)));
+        #[cfg(loom)]
+        self.all
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(node as *mut T as usize);
+        node
     }
 
-    /// Returns a node no lock refers to any more.
+    /// Returns a node no lock refers to any more (at thread exit; not under loom, see above).
     pub fn give(&'static self, node: &'static T) {
         self.free.lock().unwrap_or_else(|e| e.into_inner()).push(node);
     }
@@ -46,5 +64,15 @@ impl<T: Sync + 'static> Pool<T> {
     #[cfg(test)]
     pub fn allocated(&self) -> usize {
         self.allocated.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(loom)]
+impl<T: 'static> Drop for Pool<T> {
+    fn drop(&mut self) {
+        for addr in self.all.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: leaked by `take` from a Box<T>; the execution that used it is over.
+            drop(unsafe { Box::from_raw(addr as *mut T) });
+        }
     }
 }

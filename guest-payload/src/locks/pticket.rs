@@ -18,20 +18,33 @@
 //! `fetch_add(1)` on `grant`: with `acquired` set, adding 1 clears it and carries into `head`.
 //! Tickets and head are 31-bit counters compared with wrapping arithmetic.
 //!
-//! Under vCPU preemption: a preempted *holder* still stalls everyone. A preempted *next waiter*
-//! stalls the others only for one timeout (about `TIMEOUT_UNIT` per position) instead of until
-//! its vCPU runs again, which is the point of the algorithm. Fairness is traded away only then.
+//! Preemption of each role:
+//! - *owner*: still stalls everyone.
+//! - *next waiter*: stalls the others only for one timeout (about `TIMEOUT_UNIT` per position)
+//!   instead of until its vCPU runs again, which is the point of the algorithm. Fairness is
+//!   traded away only then.
+//! - *queued waiter*: its ticket keeps `head` from reaching later tickets only until their
+//!   timeouts; once it runs again it finds itself behind `head` and competes at once.
+//! - *newcomer*: draws a ticket (one RMW) and waits its distance; it never takes the bit ahead
+//!   of a waiter whose turn it is unless that waiter's timeout let others compete.
+//!
+//! Stall detection reads the clock only every [`SPINS_PER_CLOCK_READ`] polls (and when `head`
+//! moves), not on every spin: in a guest on HPET or TCG a clock read costs microseconds.
+//! The bit itself is test-and-set, so no step assumes who ran in between; `try_lock` takes a
+//! ticket only by a CAS that proves no other ticket is outstanding.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_api::{GuardSend, RawMutex};
+
+use super::sync::{AtomicU32, Ordering, expired, spin_loop};
 
 /// Stall allowance per waiter ahead of us before we may take the lock out of order.
 pub const TIMEOUT_UNIT: Duration = Duration::from_micros(100);
 /// Spins between clock reads while waiting for our turn (reading the clock costs far more
 /// than a poll of the lock, especially in a guest without a paravirtual clock).
-const SPINS_PER_CLOCK_READ: u32 = 64;
+/// (1 under loom, where a spin-wait is parked until the watched word is written: see sync.rs.)
+const SPINS_PER_CLOCK_READ: u32 = if cfg!(loom) { 1 } else { 64 };
 const ACQUIRED: u32 = 1;
 /// Tickets and head live in 31 bits (head shares `grant` with the acquired bit).
 const TICKET_MASK: u32 = u32::MAX >> 1;
@@ -66,10 +79,10 @@ impl RawPticketLock {
                 spins = 0;
             }
             spins += 1;
-            if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && Instant::now() >= deadline {
+            if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && expired(deadline) {
                 return;
             }
-            std::hint::spin_loop();
+            spin_loop();
         }
     }
 
@@ -81,7 +94,7 @@ impl RawPticketLock {
                 return;
             }
             while self.grant.load(Ordering::Relaxed) & ACQUIRED != 0 {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
     }

@@ -29,19 +29,29 @@
 //! are not allowed in Rust, so every access here is to the whole word).
 //!
 //! Under vCPU preemption qspinlock is FIFO in its queue (like MCS) but the pending waiter and
-//! any newcomer race for the word, so it is not strictly fair. A preempted *holder* stalls
-//! everyone. A preempted *pending waiter* stalls the queue head, which waits for `pending` to
-//! clear. A preempted *queue head* stalls all queued waiters (newcomers can still take the
-//! pending slot only while no tail exists, i.e. not then). Linux's paravirt variant (pv_wait /
-//! pv_kick, halting in the hypervisor) is what fixes this in guests; this one has none.
+//! any newcomer race for the word, so it is not strictly fair. Preemption of each role:
+//! - *owner*: stalls everyone.
+//! - *next waiter*: the pending waiter, preempted, stalls the queue head, which waits for
+//!   `pending` to clear; the queue head, preempted, stalls all queued waiters (newcomers can
+//!   take the pending slot only while no tail exists, i.e. not then).
+//! - *queued waiter*: like MCS, one preempted between publishing its tail and linking stalls
+//!   the head's hand-over (the head waits for the link after taking the lock).
+//! - *newcomer*: one preempted between reading the word and its `fetch_or(PENDING)` may set a
+//!   pending bit long after the word changed; it then sees the tail and undoes the bit. Every
+//!   other thread must tolerate that transient bit: the head tries `n,0,0 -> 0,0,1` once and
+//!   otherwise sets locked with an OR (issue 9: retrying the CAS erased the bit, the undo then
+//!   cleared another waiter's, and the word underflowed).
+//!
+//! Linux's paravirt variant (pv_wait / pv_kick, halting in the hypervisor) is what fixes the
+//! stalls in guests; this one has none.
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 use lock_api::{GuardSend, RawMutex};
 
 use super::pool::Pool;
+use super::sync::{AtomicBool, AtomicPtr, AtomicU32, Ordering, global, spin_loop, thread_local};
 
 pub const LOCKED_VAL: u32 = 1;
 pub const LOCKED_MASK: u32 = 0xff;
@@ -85,9 +95,18 @@ struct Block {
     nodes: [QNode; MAX_NODES],
 }
 
-static POOL: Pool<Block> = Pool::new();
-/// id -> block, so a tail in the lock word can be turned back into a node.
-static BLOCKS: [AtomicPtr<Block>; MAX_IDS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_IDS];
+/// Thread ids handed out (block ids): every id the tail can encode, except under loom, where a
+/// model has a handful of threads and each execution builds its own table.
+const REGISTERED_IDS: usize = if cfg!(loom) { 8 } else { MAX_IDS };
+
+global! {
+    static POOL: Pool<Block> = Pool::new();
+}
+global! {
+    /// id -> block, so a tail in the lock word can be turned back into a node.
+    static BLOCKS: [AtomicPtr<Block>; REGISTERED_IDS] =
+        [const { AtomicPtr::new(ptr::null_mut()) }; REGISTERED_IDS];
+}
 
 /// This thread's node block and current nesting depth (nodes in use).
 struct Lease {
@@ -95,6 +114,7 @@ struct Lease {
     depth: Cell<usize>,
 }
 
+#[cfg(not(loom))] // see pool.rs
 impl Drop for Lease {
     fn drop(&mut self) {
         // Nodes are only in use while this thread waits inside `lock`, never at thread exit.
@@ -111,7 +131,7 @@ thread_local! {
 
 fn lease_block() -> &'static Block {
     let block = POOL.take(|n| Block {
-        id: (n < MAX_IDS).then_some(n),
+        id: (n < REGISTERED_IDS).then_some(n),
         nodes: std::array::from_fn(|_| QNode {
             next: AtomicPtr::new(ptr::null_mut()),
             head: AtomicBool::new(false),
@@ -159,7 +179,7 @@ impl RawQspinLock {
         // 0,1,0: a pending waiter is just turning into the owner; let it finish (bounded).
         if val == PENDING_VAL {
             for _ in 0..PENDING_LOOPS {
-                std::hint::spin_loop();
+                spin_loop();
                 val = self.word.load(Ordering::Relaxed);
                 if val != PENDING_VAL {
                     break;
@@ -173,7 +193,7 @@ impl RawQspinLock {
             if val & !LOCKED_MASK == 0 {
                 // We are pending. Wait for the owner to go; Acquire pairs with its Release.
                 while self.word.load(Ordering::Acquire) & LOCKED_MASK != 0 {
-                    std::hint::spin_loop();
+                    spin_loop();
                 }
                 // 0,1,0 -> 0,0,1 (a tail may have appeared meanwhile: the add preserves it).
                 // Relaxed: the Acquire load above already ordered us after the last owner.
@@ -200,7 +220,7 @@ impl RawQspinLock {
         let Some(id) = block.id.filter(|_| idx < MAX_NODES) else {
             // No node to queue with: spin on the word instead (as Linux does past MAX_NODES).
             while !self.try_lock() {
-                std::hint::spin_loop();
+                spin_loop();
             }
             leave();
             return;
@@ -233,40 +253,40 @@ impl RawQspinLock {
                 .store(node as *const QNode as *mut QNode, Ordering::Release);
             // Acquire pairs with the predecessor's Release store of `head`.
             while !node.head.load(Ordering::Acquire) {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
 
         // We head the queue: wait for the owner and the pending waiter to leave (*,0,0).
         // Acquire pairs with the owner's Release in `unlock`.
-        let mut val = loop {
+        let val = loop {
             let v = self.word.load(Ordering::Acquire);
             if v & LOCKED_PENDING_MASK == 0 {
                 break v;
             }
-            std::hint::spin_loop();
+            spin_loop();
         };
-        loop {
-            if val & TAIL_MASK == tail {
-                // n,0,0 -> 0,0,1: we are the last queued; take the lock and empty the queue.
-                // Relaxed: the Acquire load above ordered us after the last owner.
-                match self
-                    .word
-                    .compare_exchange(val, LOCKED_VAL, Ordering::Relaxed, Ordering::Relaxed)
-                {
-                    Ok(_) => {
-                        leave();
-                        return;
-                    }
-                    // Someone queued behind us meanwhile (only the tail can have changed).
-                    Err(v) => val = v,
-                }
-            } else {
-                break;
-            }
+        // n,0,0 -> 0,0,1: if we are the last queued, take the lock and empty the queue, with
+        // ONE attempt, as Linux does. The CAS fails if someone queued behind us *or* if a
+        // newcomer set a transient pending bit (it read `0,0,1` earlier, its `fetch_or` then
+        // returned our tail, so it will clear the bit again and queue behind us). Retrying
+        // from the failed value would write `0,0,1` over that pending bit and the newcomer's
+        // later undo would clear someone else's (issue 9: the word underflowed and two
+        // threads could own the lock). Either way a successor will link to our node, so
+        // after a failure we take the lock with an OR and hand headship over.
+        // Relaxed: the Acquire load above ordered us after the last owner.
+        if val & TAIL_MASK == tail
+            && self
+                .word
+                .compare_exchange(val, LOCKED_VAL, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            leave();
+            return;
         }
         // *,*,0 -> *,*,1: with a tail present only the queue head may set locked (newcomers
-        // see the tail and queue; nobody can become pending), so a plain OR is enough.
+        // see the tail and queue; a transient pending bit is undone by its setter), so an OR,
+        // which keeps the tail and any pending bit, is enough. Relaxed as the CAS above.
         self.word.fetch_or(LOCKED_VAL, Ordering::Relaxed);
         // Hand queue-headship to our successor, which has swapped itself in and is (about to
         // be) linked. Acquire pairs with its Release store of `next`.
@@ -275,7 +295,7 @@ impl RawQspinLock {
             if !n.is_null() {
                 break n;
             }
-            std::hint::spin_loop();
+            spin_loop();
         };
         // Release: the successor will touch the word only after seeing this.
         node_ref(next).head.store(true, Ordering::Release);
@@ -418,7 +438,7 @@ mod tests {
                         unsafe {
                             let v = std::ptr::read_volatile(s.counter.get());
                             for _ in 0..50 {
-                                std::hint::spin_loop();
+                                spin_loop();
                             }
                             std::ptr::write_volatile(s.counter.get(), v + 1);
                         }
@@ -438,6 +458,146 @@ mod tests {
         assert_eq!(unsafe { *s.counter.get() }, rounds, "lost increments");
         assert!(s.queued_seen.load(Ordering::Relaxed) > 0, "no waiter ever queued");
         assert_eq!(s.lock.word(), 0);
+    }
+
+    /// Issue 9, forced step by step through the stall hook (each pause is a preempted vCPU):
+    /// owner O (this thread) holds; newcomer B reads `0,0,1` and is stopped before its
+    /// `fetch_or(PENDING)`; P becomes the pending waiter and H queues behind it as head; O
+    /// leaves, P takes and leaves, H reads `n,0,0` and is stopped before its CAS; B's
+    /// `fetch_or` lands (`n,1,0`, B will undo) and B is stopped before its undo; H's CAS fails.
+    /// The old head retried the CAS on `n,1,0`, erasing B's bit; D then became pending, B's
+    /// undo cleared D's bit, and D's `fetch_add(LOCKED - PENDING)` underflowed the word (seen:
+    /// `0x0007ff00`, the queue wedged for good). Fixed, H sets locked and hands over, D queues.
+    #[test]
+    fn regression_issue9_head_retry_erases_newcomer_pending_bit() {
+        use crate::locks::owner::OwnerCheck;
+        use crate::locks::sync::stall::{Gate, Step, with_hook};
+        use std::sync::atomic::AtomicBool as StdBool;
+
+        struct Shared {
+            lock: RawQspinLock,
+            owner: OwnerCheck,
+        }
+        let s = Arc::new(Shared {
+            lock: RawQspinLock::INIT,
+            owner: OwnerCheck::new(),
+        });
+        let word = |s: &Shared| s.lock.word();
+        let (b_or, b_undo, h_cas, h_hold) = (
+            Arc::new(Gate::default()),
+            Arc::new(Gate::default()),
+            Arc::new(Gate::default()),
+            Arc::new(Gate::default()),
+        );
+        let d_spins = Arc::new(StdBool::new(false));
+        // One round of lock + owner-checked section + unlock, with `hook` on every lock step
+        // and `hold` run inside the section.
+        let spawn = |me: u64, hook: Box<dyn FnMut(Step) + Send>, hold: Option<Arc<Gate>>| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                with_hook(hook, || s.lock.lock());
+                s.owner.enter(me);
+                if let Some(g) = hold {
+                    g.hold();
+                }
+                s.owner.leave(me);
+                // SAFETY: held by this thread.
+                unsafe { s.lock.unlock() };
+            })
+        };
+        let once = |gate: &Arc<Gate>, want: fn(Step) -> bool| -> Box<dyn FnMut(Step) + Send> {
+            let gate = Arc::clone(gate);
+            let mut done = false;
+            Box::new(move |step| {
+                if !done && want(step) {
+                    done = true;
+                    gate.hold();
+                }
+            })
+        };
+        let no_hook = || -> Box<dyn FnMut(Step) + Send> { Box::new(|_| {}) };
+
+        // O holds.
+        s.lock.lock();
+        s.owner.enter(100);
+        // B: read 0,0,1, stopped before fetch_or(PENDING).
+        let b_first = once(&b_or, |st| st == Step::FetchOr(PENDING_VAL.into()));
+        let mut b_second = once(&b_undo, |st| st == Step::FetchAnd((!PENDING_VAL).into()));
+        let mut b_first = b_first;
+        let b = spawn(
+            1,
+            Box::new(move |st| {
+                b_first(st);
+                b_second(st);
+            }),
+            None,
+        );
+        b_or.wait_reached("B before its fetch_or");
+        // P: pending.
+        let p = spawn(2, no_hook(), None);
+        wait_for("P pending", || word(&s) == LOCKED_VAL | PENDING_VAL);
+        // H: queues, head; stopped before its n,0,0 -> 0,0,1 CAS.
+        let h = spawn(
+            3,
+            once(&h_cas, |st| {
+                matches!(st, Step::CompareExchange { current, new }
+                    if new == u64::from(LOCKED_VAL)
+                        && current as u32 & TAIL_MASK != 0
+                        && current as u32 & LOCKED_PENDING_MASK == 0)
+            }),
+            Some(Arc::clone(&h_hold)),
+        );
+        wait_for("H queued", || word(&s) & TAIL_MASK != 0);
+        // O leaves; P takes the lock and leaves; H reads n,0,0.
+        assert!(s.owner.leave(100));
+        // SAFETY: held by this thread.
+        unsafe { s.lock.unlock() };
+        p.join().unwrap();
+        h_cas.wait_reached("H before its CAS");
+        // B's fetch_or lands on n,0,0 (it sees the tail: it will undo).
+        b_or.release();
+        b_undo.wait_reached("B before its undo");
+        assert_eq!(word(&s) & LOCKED_PENDING_MASK, PENDING_VAL);
+        // H's CAS fails on n,1,0; H must take the lock without erasing B's bit.
+        h_cas.release();
+        wait_for("H locked", || word(&s) & LOCKED_MASK != 0);
+        assert_ne!(
+            word(&s) & PENDING_VAL,
+            0,
+            "the queue head erased the newcomer's pending bit: {:#010x}",
+            word(&s)
+        );
+        // D arrives while H holds and B's bit is still set.
+        let flag = Arc::clone(&d_spins);
+        let d = spawn(
+            4,
+            Box::new(move |st| {
+                if st == Step::Spin {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }),
+            None,
+        );
+        wait_for("D waiting", || d_spins.load(Ordering::Relaxed));
+        // B undoes its bit and queues; H leaves.
+        b_undo.release();
+        h_hold.release();
+        // Everyone must get through (the old code wedged here with the word underflowed).
+        let start = Instant::now();
+        while [&b, &h, &d].iter().any(|t| !t.is_finished()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "wedged: word {:#010x}, owner violations {}",
+                word(&s),
+                s.owner.violations()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for t in [b, h, d] {
+            t.join().unwrap();
+        }
+        assert_eq!(s.owner.violations(), 0, "two owners at once");
+        assert_eq!(word(&s), 0, "word not idle after everyone left");
     }
 
     #[test]

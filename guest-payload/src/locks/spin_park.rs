@@ -8,16 +8,18 @@
 //! A waiter stops spinning early when it sees state 2 (others already sleep), so it does not
 //! overtake sleepers for long. Futex waits and wakes are counted through [`super::futex`].
 //!
-//! Under vCPU preemption: a preempted *holder* costs each waiter one spin budget, then the
-//! waiters sleep and give their vCPUs back; a woken waiter is not owed the lock, so a preempted
-//! *waiter* stalls nobody. This is the adaptive shape of glibc's adaptive mutex and of
+//! Preemption of each role: a preempted *owner* costs each waiter one spin budget, then the
+//! waiters sleep and give their vCPUs back; there is no *next* or *queued waiter* the lock is
+//! owed to (a woken waiter competes like anyone), so a preempted waiter stalls nobody; a
+//! *newcomer* may take the lock ahead of sleepers (unfair), and preempted it holds nothing.
+//! Every transition is one RMW or CAS decided by its own result; a waiter that sleeps marks
+//! the state 2 first, so an unlock in between always wakes someone. This is the adaptive shape of glibc's adaptive mutex and of
 //! `parking_lot`, without their spin heuristics.
-
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use lock_api::{GuardSend, RawMutex};
 
 use super::futex;
+use super::sync::{AtomicU32, Ordering, spin_loop};
 
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
@@ -41,13 +43,13 @@ impl RawSpinParkLock {
                 CONTENDED => break,
                 _ => {}
             }
-            std::hint::spin_loop();
+            spin_loop();
         }
         // Park phase (Drepper's "mutex 3"): swapping in 2 both takes a free lock (Acquire) and
         // tells the owner a sleeper may exist. We take the lock as 2, never 1, because we cannot
         // know whether other sleepers remain.
         while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
-            futex::wait(&self.state, CONTENDED);
+            futex::wait_word(&self.state, CONTENDED);
         }
     }
 }
@@ -79,7 +81,7 @@ unsafe impl RawMutex for RawSpinParkLock {
         // Release publishes the critical section; the swap also tells us whether anyone may be
         // asleep (state 2), in which case one sleeper is woken.
         if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
-            futex::wake(&self.state, 1);
+            futex::wake_word(&self.state, 1);
         }
     }
 

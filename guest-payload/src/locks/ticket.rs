@@ -1,12 +1,15 @@
 //! Ticket spinlock: take a ticket, wait until `now_serving` reaches it. Strictly FIFO.
 //!
-//! FIFO is what makes it fragile under overcommit: when the waiter whose turn is next is a
-//! preempted vCPU, every other waiter spins until that vCPU runs again, even though the lock
-//! is free (lock-waiter preemption).
-
-use std::sync::atomic::{AtomicU32, Ordering};
+//! FIFO is what makes it fragile under overcommit. Preemption of each role:
+//! - *owner*: stalls everyone (all waiters spin on `now_serving`).
+//! - *next waiter*: when the waiter whose turn is next is a preempted vCPU, every other waiter
+//!   spins until that vCPU runs again, even though the lock is free (lock-waiter preemption).
+//! - *queued waiter*: holds a ticket, so it will stall everyone behind it when its turn comes.
+//! - *newcomer*: drawing a ticket is one RMW; preempted before it, it holds nothing.
 
 use lock_api::{GuardSend, RawMutex};
+
+use super::sync::{AtomicU32, Ordering, spin_loop};
 
 pub struct RawTicketLock {
     next_ticket: AtomicU32,
@@ -27,19 +30,26 @@ unsafe impl RawMutex for RawTicketLock {
         // of `now_serving` that hands us the lock.
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         while self.now_serving.load(Ordering::Acquire) != ticket {
-            std::hint::spin_loop();
+            spin_loop();
         }
     }
 
     #[inline]
     fn try_lock(&self) -> bool {
         // Only take a ticket if it would be served at once; a CAS avoids queueing behind others.
-        let serving = self.now_serving.load(Ordering::Relaxed);
+        // Acquire on `now_serving`: this load is what synchronises with the previous owner's
+        // Release store in `unlock` (issue 9: it was Relaxed, with the Acquire on the CAS of
+        // `next_ticket`, which no owner writes with Release, so nothing ordered our critical
+        // section after the previous one; loom's `ticket_contended` model caught it as a data
+        // race). If the CAS then finds `next_ticket == serving`, `now_serving` (never past
+        // `next_ticket`) is still `serving`, so the value we acquired is the current one.
+        // Relaxed CAS: drawing a ticket publishes nothing (lock() draws Relaxed too).
+        let serving = self.now_serving.load(Ordering::Acquire);
         self.next_ticket
             .compare_exchange(
                 serving,
                 serving.wrapping_add(1),
-                Ordering::Acquire,
+                Ordering::Relaxed,
                 Ordering::Relaxed,
             )
             .is_ok()

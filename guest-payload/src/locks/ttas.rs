@@ -5,14 +5,22 @@
 //! they back off for an exponentially growing, capped number of pause instructions, so a
 //! release is not followed by a storm of swaps from every waiter.
 //!
-//! Under vCPU preemption it behaves like `tas`: unfair, so nobody is owed the lock and a
-//! preempted *waiter* costs nothing; a preempted *holder* stalls every waiter until its vCPU
-//! runs again (they burn their time slices spinning). Backoff can add up to [`MAX_BACKOFF`]
-//! pauses of latency after a release.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! Preemption of each role (as `tas`: unfair, nobody is owed the lock):
+//! - *owner*: every waiter spins (on a shared line, at least) until the owner's vCPU runs again.
+//! - *next waiter* / *queued waiter*: there are none, so a preempted waiter stalls nobody.
+//! - *newcomer*: its first swap competes with the spinning waiters on equal terms; a preempted
+//!   newcomer holds no state.
+//!
+//! A waiter preempted *during its backoff* may wake to find the lock taken again and start
+//! over; it is not owed anything, so that costs only its own latency. Backoff can add up to
+//! [`MAX_BACKOFF`] pauses of latency after a release.
+//!
+//! Every decision is re-made from one fresh read, and taking the lock is one atomic swap, so no
+//! step relies on what other threads did (or did not do) since an earlier read.
 
 use lock_api::{GuardSend, RawMutex};
+
+use super::sync::{AtomicBool, Ordering, spin_loop};
 
 /// Pause instructions after the first failed swap; doubles per failure up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: u32 = 4;
@@ -31,11 +39,13 @@ impl RawTtasLock {
             // Relaxed: this read only decides whether a swap is worth trying; the swap below is
             // what acquires.
             while self.locked.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
+                spin_loop();
             }
             if !self.locked.swap(true, Ordering::Acquire) {
                 return;
             }
+            // A fixed delay, not a wait for anyone: plain pauses (under loom and the stall hook
+            // too, where a wait would be a scheduling point; this is not one).
             for _ in 0..backoff {
                 std::hint::spin_loop();
             }
