@@ -54,7 +54,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(b) = args.backend {
         loaded.scenario.host.backend = b;
     }
-    let facts = HostFacts::read();
+    // A remote libvirt host is checked (SSH, pinned key, libvirt version) before anything else,
+    // and the scenario is validated against its CPUs and memory.
+    let remote_backend = match loaded.scenario.host.backend {
+        BackendKind::Libvirt => connect_remote(loaded.scenario.host.libvirt_uri.trim())?,
+        _ => None,
+    };
+    let facts = match &remote_backend {
+        Some(b) => remote_facts(b)?,
+        None => HostFacts::read(),
+    };
     validate(&loaded, &facts)?;
     if loaded.scenario.host.backend != BackendKind::Host {
         super::validate::check_kernels(&loaded)?;
@@ -65,7 +74,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         .and_then(|p| p.seed())
         .unwrap_or_else(crate::sweep::order::fresh_seed);
     let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus, seed)?;
-    let mut cpus = claim_cpus(&plan.host_cpus, args.wait_for_cpus)?;
+    let mut cpus = match &remote_backend {
+        Some(b) => Claim::Remote(claim_remote_cpus(b, &plan.host_cpus, args.wait_for_cpus)?),
+        None => Claim::Local(claim_cpus(&plan.host_cpus, args.wait_for_cpus)?),
+    };
     let previous_records: Vec<RunRecord> = previous
         .as_ref()
         .map(|p| p.records().to_vec())
@@ -80,10 +92,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let s = &loaded.scenario;
 
-    let accel = resolve_accel(s.host.accel, &VirtEvidence::read())?;
+    let evidence = match &remote_backend {
+        Some(b) => VirtEvidence::read_from(b.host_fs().as_ref()),
+        None => VirtEvidence::read(),
+    };
+    let accel = resolve_accel(s.host.accel, &evidence)?;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
     let backend: Option<Arc<dyn Backend>> = match s.host.backend {
         BackendKind::Qemu => Some(Arc::new(QemuBackend::default())),
+        BackendKind::Libvirt if remote_backend.is_some() => remote_backend.map(|b| b as Arc<dyn Backend>),
         BackendKind::Libvirt => {
             let uri = &s.host.libvirt_uri;
             reap_orphan_domains(uri);
@@ -190,6 +207,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let totals = outcome?;
     drop(cpus);
+    let (uploads, upload_s) = crate::backend::remote::UPLOADS.get();
+    let (tunnels, tunnel_s) = crate::backend::remote::TUNNEL_SETUPS.get();
+    if uploads + tunnels > 0 {
+        eprintln!(
+            "ocrig: remote host: {uploads} file(s) uploaded in {upload_s:.2} s; {tunnels} SSH tunnel(s) set up, {:.1} ms each",
+            tunnel_s * 1e3 / tunnels.max(1) as f64
+        );
+    }
     finish(&results_dir, previous.is_some(), t0, prep_s, &totals)
 }
 
@@ -277,6 +302,62 @@ fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
         Ok(busy) => BadInput(busy.to_string()).into(),
         Err(e) => e.context("claiming the host CPUs"),
     })
+}
+
+/// The CPUs a sweep holds: on this machine, or on the remote host its guests run on.
+enum Claim {
+    Local(CpuClaim),
+    /// Held for its lifetime: dropping it releases the remote locks.
+    #[allow(dead_code)]
+    Remote(crate::backend::remote::RemoteCpuClaim),
+}
+
+impl Claim {
+    fn note_results_dir(&mut self, dir: &Path) {
+        if let Claim::Local(c) = self {
+            c.note_results_dir(dir);
+        }
+    }
+}
+
+/// The backend for a remote libvirt URI, checked at preflight: every failure (unreachable,
+/// host key not pinned or changed, login refused, libvirt too old) is bad input naming the host.
+fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBackend>>> {
+    let Ok(Some(r)) = crate::backend::remote::parse(uri) else {
+        return Ok(None);
+    };
+    let b = LibvirtBackend::connect(uri)
+        .map_err(|e| BadInput(format!("preflight: remote host {} ({uri}): {e:#}", r.label())))?;
+    Ok(Some(Arc::new(b)))
+}
+
+/// CPUs and available memory of a remote host, from libvirt's node info.
+fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
+    let label = b.remote().map_or_else(String::new, |r| r.remote.label());
+    let (cpus, free_mib) = b
+        .node_facts()
+        .map_err(|e| BadInput(format!("preflight: remote host {label}: {e:#}")))?;
+    Ok(HostFacts {
+        allowed_cpus: (0..cpus as usize).collect(),
+        mem_available_mib: free_mib,
+    })
+}
+
+fn claim_remote_cpus(
+    b: &LibvirtBackend,
+    cpus: &[usize],
+    wait: bool,
+) -> anyhow::Result<crate::backend::remote::RemoteCpuClaim> {
+    let r = &b.remote().context("not a remote backend")?.remote;
+    crate::backend::remote::RemoteCpuClaim::claim(r, cpus, wait, |busy| {
+        eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
+    })
+    .map_err(
+        |e| match e.downcast::<crate::backend::isolation::RemoteCpusBusy>() {
+            Ok(busy) => BadInput(busy.to_string()).into(),
+            Err(e) => e.context(format!("claiming the CPUs of {}", r.label())),
+        },
+    )
 }
 
 /// The payload and every input the plan's workloads read in the guest, read once.

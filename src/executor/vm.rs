@@ -143,7 +143,9 @@ impl Executor for VmExecutor {
             run: request.timeout,
             collect: self.collect_limit(),
         };
+        let fs = self.cfg.backend.host_fs();
         let host = barrier::Host {
+            fs: &fs,
             cpus: &self.cfg.host_cpus,
             accel: self.cfg.accel,
         };
