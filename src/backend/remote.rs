@@ -1013,6 +1013,57 @@ mod tests {
         assert!(!claim_command(&[1], true).contains("-n"));
     }
 
+    /// Against the real libvirtd on this machine (the storage calls are the same over SSH).
+    #[test]
+    fn volumes_are_uploaded_once_by_content_and_an_unfinished_one_is_replaced() {
+        let uri = "qemu:///system";
+        virt::error::clear_error_callback();
+        let conn = virt::connect::Connect::open(Some(uri)).expect("libvirtd on qemu:///system");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("blob.bin");
+        let data: Vec<u8> = (0..300_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let mut data = data;
+        data.extend_from_slice(format!("{:?}", std::time::SystemTime::now()).as_bytes());
+        std::fs::write(&f, &data).unwrap();
+        let forget = || UPLOADED.lock().unwrap().get_or_insert_default().clear();
+        let uploads = || UPLOADS.get().0;
+
+        let n0 = uploads();
+        let path = upload_volume(&conn, uri, &f).unwrap();
+        assert_eq!(uploads(), n0 + 1);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            data,
+            "the volume holds the file's bytes"
+        );
+        assert!(
+            path.starts_with(POOL_PATH) && path.ends_with("-blob.bin"),
+            "{path}"
+        );
+        // Present with its marker: not sent again, also by a fresh process (no local cache).
+        forget();
+        assert_eq!(upload_volume(&conn, uri, &f).unwrap(), path);
+        assert_eq!(uploads(), n0 + 1);
+
+        // An upload that died half way (volume without marker) is replaced.
+        let p = pool(&conn).unwrap();
+        let name = path.rsplit('/').next().unwrap().to_string();
+        p.lookup_storage_vol_by_name(&format!("{name}.ok"))
+            .unwrap()
+            .delete(0)
+            .unwrap();
+        std::fs::write(&path, b"truncated").unwrap();
+        forget();
+        assert_eq!(upload_volume(&conn, uri, &f).unwrap(), path);
+        assert_eq!(uploads(), n0 + 2);
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+        for v in [name.clone(), format!("{name}.ok")] {
+            p.lookup_storage_vol_by_name(&v).unwrap().delete(0).unwrap();
+        }
+    }
+
     #[test]
     fn remote_workdirs_differ_per_local_workdir() {
         let a = remote_workdir(Path::new("/r/guests/x/boot1"));

@@ -340,6 +340,7 @@ fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
     Ok(HostFacts {
         allowed_cpus: (0..cpus as usize).collect(),
         mem_available_mib: free_mib,
+        remote: Some(label),
     })
 }
 

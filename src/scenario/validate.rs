@@ -10,6 +10,8 @@ use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioError
 pub struct HostFacts {
     pub allowed_cpus: Vec<usize>,
     pub mem_available_mib: u64,
+    /// The host these facts are about when it is not this machine (a remote libvirt host).
+    pub remote: Option<String>,
 }
 
 impl HostFacts {
@@ -17,6 +19,7 @@ impl HostFacts {
         Self {
             allowed_cpus: crate::host::allowed_cpus(),
             mem_available_mib: crate::host::memory_mib().1,
+            remote: None,
         }
     }
 }
@@ -165,7 +168,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             ),
         );
     }
-    let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus) {
+    let on = host
+        .remote
+        .as_ref()
+        .map_or(String::new(), |h| format!(" on remote host {h}"));
+    let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus).map_err(|m| format!("{m}{on}")) {
         Ok(c) => c,
         Err(m) => {
             err(&[key("host"), key("cpus")], m);
@@ -220,7 +227,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
                 &[key("guest"), key("memory_mib")],
                 format!(
                     "the largest level needs {max_guests} guests × ({} MiB + {QEMU_OVERHEAD_MIB} MiB QEMU) = {need} MiB, \
-                     but only {} MiB is available",
+                     but only {} MiB is available{on}",
                     s.guest.memory_mib, host.mem_available_mib
                 ),
             );
@@ -373,6 +380,7 @@ mod tests {
         HostFacts {
             allowed_cpus: vec![0, 1],
             mem_available_mib: 8192,
+            remote: None,
         }
     }
 
@@ -430,6 +438,7 @@ mod tests {
             &HostFacts {
                 allowed_cpus: vec![0, 1],
                 mem_available_mib: 6000,
+                remote: None,
             },
         )
         .unwrap_err();
