@@ -303,6 +303,16 @@ impl Backend for LibvirtBackend {
         "libvirt"
     }
 
+    fn reachable(&self) -> Result<(), String> {
+        if let Some(r) = &self.remote {
+            remote::open_session(&r.remote, Duration::from_secs(5)).map_err(|e| format!("{e:#}"))?;
+        }
+        let conn = open(&self.uri).map_err(|e| format!("{e:#}"))?;
+        conn.hyp_version()
+            .map(|_| ())
+            .map_err(|e| format!("libvirt at {}: {}", self.uri, e.message()))
+    }
+
     fn host_fs(&self) -> Arc<dyn HostFs> {
         match &self.remote {
             Some(r) => Arc::clone(r) as Arc<dyn HostFs>,

@@ -129,6 +129,10 @@ pub trait Backend: Send + Sync {
     fn host_fs(&self) -> std::sync::Arc<dyn crate::hostfs::HostFs> {
         std::sync::Arc::new(crate::hostfs::LocalFs)
     }
+    /// Whether the host can still be reached (blocking); Err says why not.
+    fn reachable(&self) -> Result<(), String> {
+        Ok(())
+    }
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>>;
 }
 

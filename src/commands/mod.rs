@@ -4,6 +4,7 @@ mod doctor;
 mod image;
 mod resume;
 mod run;
+mod run_hosts;
 mod validate;
 
 use crate::cli::{Command, ImageCommand};

@@ -54,12 +54,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(b) = args.backend {
         loaded.scenario.host.backend = b;
     }
+    if !loaded.scenario.host.hosts.is_empty() {
+        if loaded.scenario.host.backend != BackendKind::Libvirt {
+            validate(&loaded, &HostFacts::read())?;
+        }
+        return super::run_hosts::run(args, loaded, previous, t0);
+    }
     // A remote libvirt host is checked (SSH, pinned key, libvirt version) before anything else,
     // and the scenario is validated against its CPUs and memory.
     let remote_backend = match loaded.scenario.host.backend {
         BackendKind::Libvirt => connect_remote(loaded.scenario.host.libvirt_uri.trim())?,
         _ => None,
     };
+    let remote_label = remote_backend
+        .as_ref()
+        .and_then(|b| b.remote())
+        .map(|r| r.remote.label());
     let facts = match &remote_backend {
         Some(b) => remote_facts(b)?,
         None => HostFacts::read(),
@@ -150,6 +160,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
         let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
         head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
+        head.hosts = remote_label.iter().cloned().collect();
         head.kernels = images
             .iter()
             .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
@@ -220,7 +231,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
 /// Runs the scheduler until it is done or a signal arrives. Dropping the sweep future (on a
 /// signal) drops the executor, and with it every live guest, which kills it.
-async fn sweep_until_signal<E: Executor>(
+pub(super) async fn sweep_until_signal<E: Executor>(
     plan: &Plan,
     exec: E,
     journal: &mut JournalWriter,
@@ -237,7 +248,7 @@ async fn sweep_until_signal<E: Executor>(
 }
 
 /// Timings, reports and the closing line of a sweep that ran to its end.
-fn finish(
+pub(super) fn finish(
     results_dir: &Path,
     resumed: bool,
     t0: Instant,
@@ -294,7 +305,7 @@ fn finish(
 
 /// Takes the host CPUs for this sweep: refused (bad input, exit 2) while a live sweep holds
 /// any of them, unless told to wait.
-fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
+pub(super) fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
     CpuClaim::claim(cpus, wait, |busy| {
         eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
     })
@@ -305,7 +316,7 @@ fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
 }
 
 /// The CPUs a sweep holds: on this machine, or on the remote host its guests run on.
-enum Claim {
+pub(super) enum Claim {
     Local(CpuClaim),
     /// Held for its lifetime: dropping it releases the remote locks.
     #[allow(dead_code)]
@@ -313,7 +324,7 @@ enum Claim {
 }
 
 impl Claim {
-    fn note_results_dir(&mut self, dir: &Path) {
+    pub(super) fn note_results_dir(&mut self, dir: &Path) {
         if let Claim::Local(c) = self {
             c.note_results_dir(dir);
         }
@@ -322,7 +333,7 @@ impl Claim {
 
 /// The backend for a remote libvirt URI, checked at preflight: every failure (unreachable,
 /// host key not pinned or changed, login refused, libvirt too old) is bad input naming the host.
-fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBackend>>> {
+pub(super) fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBackend>>> {
     let Ok(Some(r)) = crate::backend::remote::parse(uri) else {
         return Ok(None);
     };
@@ -332,7 +343,7 @@ fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBackend>>> {
 }
 
 /// CPUs and available memory of a remote host, from libvirt's node info.
-fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
+pub(super) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
     let label = b.remote().map_or_else(String::new, |r| r.remote.label());
     let (cpus, free_mib) = b
         .node_facts()
@@ -344,7 +355,7 @@ fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
     })
 }
 
-fn claim_remote_cpus(
+pub(super) fn claim_remote_cpus(
     b: &LibvirtBackend,
     cpus: &[usize],
     wait: bool,
@@ -362,7 +373,7 @@ fn claim_remote_cpus(
 }
 
 /// The payload and every input the plan's workloads read in the guest, read once.
-fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
+pub(super) fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
     let mut commands: Vec<&str> = plan.workloads.iter().map(|w| w.command.as_str()).collect();
     if plan.background == crate::scenario::Background::Hog {
         commands.push("hog");
@@ -375,7 +386,7 @@ fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
 }
 
 /// Enough free space for every scratch disk of the largest level.
-fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+pub(super) fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
     let guests = plan.boots.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
     let need_mib = guests * plan.scratch_disk_mib as u64 + 16;
     let free_mib = free_space_mib(dir)
@@ -396,7 +407,7 @@ fn free_space_mib(dir: &Path) -> std::io::Result<u64> {
 
 /// Destroys `ocrig-` domains whose sweep has no live owner (libvirt's auto-destroy normally
 /// does this when ocrig dies; this covers a libvirtd that was restarted meanwhile).
-fn reap_orphan_domains(uri: &str) {
+pub(super) fn reap_orphan_domains(uri: &str) {
     let Ok(names) = libvirt::list_owned(uri, "ocrig-") else {
         return;
     };
@@ -408,7 +419,7 @@ fn reap_orphan_domains(uri: &str) {
     }
 }
 
-fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<AccelChoice> {
+pub(super) fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<AccelChoice> {
     let auto = ev.choose();
     Ok(match setting {
         AccelSetting::Auto => auto,
@@ -426,7 +437,10 @@ fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<Acc
     })
 }
 
-fn images_for(plan: &Plan, s: &crate::scenario::Scenario) -> anyhow::Result<BTreeMap<String, image::Image>> {
+pub(super) fn images_for(
+    plan: &Plan,
+    s: &crate::scenario::Scenario,
+) -> anyhow::Result<BTreeMap<String, image::Image>> {
     let cache = image::cache_dir();
     let mut by_kernel: BTreeMap<String, image::Image> = BTreeMap::new();
     let mut out = BTreeMap::new();
@@ -451,7 +465,7 @@ fn images_for(plan: &Plan, s: &crate::scenario::Scenario) -> anyhow::Result<BTre
     Ok(out)
 }
 
-fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
+pub(super) fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
     let mut dir = root.join(format!("{name}-{stamp}"));
     let mut n = 1;
@@ -463,14 +477,14 @@ fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn run_id() -> String {
+pub(super) fn run_id() -> String {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     format!("{:x}{:04x}", t.as_secs() & 0xffffff, std::process::id() & 0xffff)
 }
 
-fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
+pub(super) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
     SweepHeader {
         scenario: plan.name.clone(),
         scenario_sha256: sha.to_string(),
@@ -506,5 +520,6 @@ fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
         guest_start: Some(plan.guest_start.as_str().to_string()),
+        hosts: Vec::new(),
     }
 }

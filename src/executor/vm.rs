@@ -160,6 +160,13 @@ impl Executor for VmExecutor {
         outcome
     }
 
+    async fn host_reachable(&mut self) -> Result<(), String> {
+        let b = Arc::clone(&self.cfg.backend);
+        tokio::task::spawn_blocking(move || b.reachable())
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
     async fn shut_down(&mut self) {
         let stops = std::mem::take(&mut self.live)
             .into_iter()

@@ -198,6 +198,30 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         }
     }
 
+    for (i, h) in s.host.hosts.iter().enumerate() {
+        let at = [key("host"), key("hosts"), Seg::Index(i)];
+        if s.host.backend != BackendKind::Libvirt {
+            err(&at, "hosts need backend: libvirt".into());
+        } else if let Err(m) = crate::backend::remote::parse(h.uri()) {
+            err(&at, m);
+        }
+    }
+    if s.host.hosts.len() > 1 {
+        if matches!(s.runs, super::RunCount::Dynamic(_)) {
+            err(
+                &[key("runs")],
+                "a CV target (runs: {min, max, target_cv}) is not supported with several hosts yet: give a run count"
+                    .into(),
+            );
+        }
+        if s.guest.scratch_disk_mib > 0 {
+            err(
+                &[key("guest"), key("scratch_disk_mib")],
+                "scratch disks are not supported with several hosts yet".into(),
+            );
+        }
+    }
+
     if s.levels.is_empty() {
         err(&[key("levels")], "name at least one overcommit level".into());
     }
