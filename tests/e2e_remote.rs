@@ -327,3 +327,132 @@ fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
     );
     assert!(vols.contains("-vmlinux.ok "), "{vols}");
 }
+
+/// Every descendant of `pid` (children first found by their parent in /proc/<pid>/stat).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(c) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{c}/stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|x| x.parse::<u32>().ok());
+            if ppid == Some(p) && !all.contains(&c) {
+                all.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    all
+}
+
+impl Sshd {
+    /// Cuts the host off: the listening sshd and every session it started (libvirt's
+    /// connection, the tunnels, the CPU claim), by their pids.
+    fn cut_off(&mut self) {
+        let kids = descendants(self.child.id());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for k in kids {
+            // SAFETY: kill(2) on a pid this test's sshd started.
+            unsafe { libc::kill(k as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
+    let mut sshd = Sshd::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    // Two "hosts" that are one machine: each its own host CPU, so neither's guests share a CPU
+    // with the other's.
+    let text = format!(
+        "name: two-hosts\nhost:\n  backend: libvirt\n  hosts:\n    - uri: \"qemu:///system\"\n      cpus: [0]\n    \
+         - uri: \"{}\"\n      cpus: [1]\nguest:\n  vcpus: 1\n  memory_mib: 256\n  start: boot\nlevels: [1.0, 2.0]\n\
+         workloads:\n  - name: lock-tas\n    command: lock\n    args: {{algo: tas, threads: 2, duration-ms: 1000, hold-ns: 200, gap-ns: 200}}\n    \
+         metric: ops_per_sec\n    better: higher\nruns: 4\n",
+        sshd.libssh2_uri(&sshd.path("known_hosts"))
+    );
+    let s = tmp.path().join("two-hosts.yaml");
+    std::fs::write(&s, text).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "run",
+            &s.to_string_lossy(),
+            "--quiet",
+            "--wait-for-cpus",
+            "--results",
+        ])
+        .arg(&results)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the ssh host has finished a run, cut it off.
+    let ssh_label = format!("root@127.0.0.1:{}", sshd.port);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let finished_there = loop {
+        assert!(Instant::now() < deadline, "the ssh host finished no run in time");
+        std::thread::sleep(Duration::from_millis(200));
+        let Ok(mut dirs) = std::fs::read_dir(&results) else {
+            continue;
+        };
+        let Some(Ok(d)) = dirs.next() else { continue };
+        let Ok(text) = std::fs::read_to_string(d.path().join("journal.jsonl")) else {
+            continue;
+        };
+        let n = text
+            .lines()
+            .skip(1)
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["host"] == ssh_label.as_str() && r["ok"] == true)
+            .count();
+        if n > 0 {
+            break n;
+        }
+    };
+    sshd.cut_off();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ocrig run failed:\n{stderr}");
+    assert!(stderr.contains(&format!("host {ssh_label} was lost")), "{stderr}");
+    assert!(stderr.contains("go to local (qemu:///system)"), "{stderr}");
+
+    let (_, header, runs) = journal(&results);
+    assert_eq!(header["hosts"][1], ssh_label.as_str(), "{header}");
+    // Every run slot has its valid result: all of guest 0's ok records, one per (level, run).
+    for level in [1.0, 2.0] {
+        let mut valid: Vec<u64> = runs
+            .iter()
+            .filter(|r| r["level"].as_f64() == Some(level) && r["guest"] == 0 && r["ok"] == true)
+            .filter(|r| r.get("superseded").is_none())
+            .map(|r| r["run"].as_u64().unwrap())
+            .collect();
+        valid.sort();
+        valid.dedup();
+        assert_eq!(valid, vec![0, 1, 2, 3], "level {level}: {runs:?}");
+    }
+    // What the ssh host finished before the cut is still there, and counted.
+    let kept = runs
+        .iter()
+        .filter(|r| r["host"] == ssh_label.as_str() && r["ok"] == true)
+        .count();
+    assert!(kept >= finished_there, "{kept} < {finished_there}");
+    // Both hosts ran measured runs; the local one also took over the ssh host's share.
+    let local = |r: &&Value| r["host"] == "local (qemu:///system)" && r["ok"] == true && r["guest"] == 0;
+    assert!(
+        runs.iter()
+            .filter(local)
+            .any(|r| r["run"].as_u64().unwrap() % 2 == 1),
+        "no takeover: {runs:?}"
+    );
+}
