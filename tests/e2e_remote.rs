@@ -427,8 +427,14 @@ fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
     assert!(stderr.contains(&format!("host {ssh_label} was lost")), "{stderr}");
     assert!(stderr.contains("go to local (qemu:///system)"), "{stderr}");
 
-    let (_, header, runs) = journal(&results);
+    let (dir, header, runs) = journal(&results);
     assert_eq!(header["hosts"][1], ssh_label.as_str(), "{header}");
+    // The report compares the hosts cell by cell.
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("| lock-tas | base | 1x | local (qemu:///system): "),
+        "{md}"
+    );
     // Every run slot has its valid result: all of guest 0's ok records, one per (level, run).
     for level in [1.0, 2.0] {
         let mut valid: Vec<u64> = runs
@@ -455,4 +461,22 @@ fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
             .any(|r| r["run"].as_u64().unwrap() % 2 == 1),
         "no takeover: {runs:?}"
     );
+
+    // Resuming goes on with the hosts that answer (the ssh host is still gone); nothing is
+    // left to run, nothing is lost.
+    let before = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--quiet", "--wait-for-cpus", "--resume"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "resume failed:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("host {ssh_label} does not answer; resuming without it")),
+        "{stderr}"
+    );
+    let after = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+    assert!(after.starts_with(&before), "the resume rewrote the journal");
 }
