@@ -293,7 +293,13 @@ fn run_on(s: &Session, cmd: &str, timeout: Duration) -> anyhow::Result<Output> {
 pub struct HostSsh {
     pub remote: RemoteUri,
     session: Mutex<Option<Session>>,
+    /// A shell kept running on its own session for file reads: one round trip per batch,
+    /// instead of a new channel and a new shell on the host every time (telemetry reads it
+    /// right before and after every run, while the guests keep the host's CPUs busy).
+    reader: Mutex<Option<(Session, ssh2::Channel)>>,
 }
+
+const DONE_MARK: &str = "\u{1e}OCRIG-DONE\u{1e}\n";
 
 impl HostSsh {
     pub fn connect(remote: &RemoteUri) -> anyhow::Result<Self> {
@@ -301,7 +307,42 @@ impl HostSsh {
         Ok(Self {
             remote: remote.clone(),
             session: Mutex::new(Some(s)),
+            reader: Mutex::new(None),
         })
+    }
+
+    /// Runs `cmd` (its stdout is the answer; stderr is dropped) in the persistent shell.
+    fn ask_reader(&self, cmd: &str) -> anyhow::Result<String> {
+        let mut guard = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let s = open_session(&self.remote, Duration::from_secs(10))?;
+            s.set_timeout(10_000);
+            let mut ch = s.channel_session()?;
+            ch.exec("exec sh")?;
+            *guard = Some((s, ch));
+        }
+        let (_, ch) = guard.as_mut().expect("just set");
+        let cmd = cmd.trim_end().trim_end_matches(';');
+        let line = format!("{{ {cmd} ; }} 2>/dev/null; printf '\\036OCRIG-DONE\\036\\n'\n");
+        let answer = (|| -> anyhow::Result<String> {
+            ch.write_all(line.as_bytes())?;
+            ch.flush()?;
+            let mut out = Vec::new();
+            let mut buf = [0u8; 16 * 1024];
+            loop {
+                let n = ch.read(&mut buf)?;
+                anyhow::ensure!(n > 0, "the reader shell on {} ended", self.remote.label());
+                out.extend_from_slice(&buf[..n]);
+                if out.ends_with(DONE_MARK.as_bytes()) {
+                    out.truncate(out.len() - DONE_MARK.len());
+                    return Ok(String::from_utf8_lossy(&out).into_owned());
+                }
+            }
+        })();
+        if answer.is_err() {
+            *guard = None;
+        }
+        answer
     }
 
     /// Runs `cmd` in the host's shell within `timeout`.
@@ -388,9 +429,17 @@ impl HostFs for HostSsh {
         if paths.is_empty() {
             return Vec::new();
         }
-        let out = read_many_command(paths).and_then(|c| self.run(&c, Duration::from_secs(10)));
+        let out = read_many_command(paths).and_then(|c| {
+            self.ask_reader(&c).or_else(|e| {
+                tracing::debug!(
+                    "the reader shell on {}: {e:#}; one command instead",
+                    self.remote.label()
+                );
+                self.run(&c, Duration::from_secs(10)).map(|o| o.stdout)
+            })
+        });
         match out {
-            Ok(o) => split_many(&o.stdout, paths)
+            Ok(o) => split_many(&o, paths)
                 .into_iter()
                 .map(|r| r.map_err(|e| format!("{e} on {}", self.remote.label())))
                 .collect(),

@@ -57,17 +57,6 @@ impl StatSnapshot {
         let text = std::fs::read_to_string("/proc/stat").map_err(|e| format!("reading /proc/stat: {e}"))?;
         Self::parse(&text)
     }
-
-    /// The `/proc/stat` of the host behind `fs`.
-    pub fn of(fs: &dyn crate::hostfs::HostFs) -> Result<Self, String> {
-        if fs.is_local() {
-            return Self::host();
-        }
-        let text = fs
-            .read("/proc/stat")
-            .map_err(|e| format!("reading /proc/stat of {}: {e}", fs.label()))?;
-        Self::parse(&text)
-    }
 }
 
 /// Ticks per state, in /proc/stat's column order; columns an old kernel lacks count as 0.

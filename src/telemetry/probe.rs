@@ -234,13 +234,14 @@ async fn host_reads(
     let fs = Arc::clone(fs);
     let n = tids.len();
     tokio::task::spawn_blocking(move || {
-        if before {
-            let h = StatSnapshot::of(fs.as_ref());
-            (h, VcpuSnapshot::take_all(fs.as_ref(), &tids))
-        } else {
-            let v = VcpuSnapshot::take_all(fs.as_ref(), &tids);
-            (StatSnapshot::of(fs.as_ref()), v)
-        }
+        // One round trip: /proc/stat outside the vCPU reads on both sides.
+        let (v, stat) = VcpuSnapshot::take_all_with(fs.as_ref(), &tids, Some(("/proc/stat", before)));
+        let stat = match stat {
+            Some(Ok(text)) => StatSnapshot::parse(&text),
+            Some(Err(e)) => Err(format!("reading /proc/stat of {}: {e}", fs.label())),
+            None => Err(format!("no /proc/stat from {}", fs.label())),
+        };
+        (stat, v)
     })
     .await
     .unwrap_or_else(|e| {

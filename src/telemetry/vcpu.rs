@@ -103,14 +103,35 @@ impl VcpuSnapshot {
         if fs.is_local() {
             return guests.iter().map(|t| Self::take(t)).collect();
         }
+        Self::take_all_with(fs, guests, None).0
+    }
+
+    /// [`take_all`](Self::take_all) on a remote host, reading the file `with` in the same
+    /// round trip: `(path, true)` before the vCPUs' files, `(path, false)` after them.
+    pub fn take_all_with(
+        fs: &dyn HostFs,
+        guests: &[Vec<i32>],
+        with: Option<(&str, bool)>,
+    ) -> (Vec<Self>, Option<Result<String, String>>) {
         let at = Instant::now();
-        let paths: Vec<String> = guests
+        let mut paths: Vec<String> = guests
             .iter()
             .flatten()
             .flat_map(|t| [format!("/proc/{t}/schedstat"), format!("/proc/{t}/status")])
             .collect();
-        let mut texts = fs.read_many(&paths).into_iter();
-        guests
+        match with {
+            Some((p, true)) => paths.insert(0, p.to_string()),
+            Some((p, false)) => paths.push(p.to_string()),
+            None => {}
+        }
+        let mut all = fs.read_many(&paths);
+        let extra = match with {
+            Some((_, true)) if !all.is_empty() => Some(all.remove(0)),
+            Some((_, false)) => all.pop(),
+            _ => None,
+        };
+        let mut texts = all.into_iter();
+        let snaps = guests
             .iter()
             .map(|tids| Self {
                 at,
@@ -124,7 +145,8 @@ impl VcpuSnapshot {
                     })
                     .collect(),
             })
-            .collect()
+            .collect();
+        (snaps, extra)
     }
 }
 
