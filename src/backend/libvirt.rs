@@ -688,6 +688,9 @@ impl Controlled for LibvirtGuest {
         args: serde_json::Value,
     ) -> BoxFut<'a, anyhow::Result<serde_json::Value>> {
         Box::pin(async move {
+            if self.remote.is_some() {
+                return self.remote_qmp(command, args).await;
+            }
             let mut qmp = self.qmp.lock().await;
             qmp.as_mut()
                 .context("QMP is closed")?
@@ -708,6 +711,25 @@ impl Controlled for LibvirtGuest {
 }
 
 impl LibvirtGuest {
+    /// QMP on a remote host, through libvirt's monitor passthrough
+    /// (`virDomainQemuMonitorCommand`): our own QMP socket lives on that host.
+    async fn remote_qmp(&self, command: &str, args: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let dom = self.dom.clone().context("the domain was destroyed")?;
+        let cmd = serde_json::json!({ "execute": command, "arguments": args }).to_string();
+        let command = command.to_string();
+        tokio::task::spawn_blocking(move || {
+            let answer = dom
+                .qemu_monitor_command(&cmd, 0)
+                .map_err(|e| anyhow::anyhow!("{command} through libvirt: {}", e.message()))?;
+            let mut v: serde_json::Value = serde_json::from_str(&answer)?;
+            if let Some(e) = v.get("error") {
+                anyhow::bail!("{command}: {e}");
+            }
+            Ok(v["return"].take())
+        })
+        .await?
+    }
+
     fn destroy_now(&mut self) -> anyhow::Result<()> {
         let Some(dom) = &self.dom else { return Ok(()) };
         destroy_dom(dom, &self.name)?;

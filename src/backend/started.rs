@@ -154,6 +154,18 @@ impl Guest for StartedGuest {
         self.clone
             .then(|| template::clone_fixup_command(host_unix_time, &host_random(32)))
     }
+    /// Through the guest's QMP socket, which both backends give QEMU, so that both report
+    /// the same counters.
+    fn kvm_stats(&self) -> BoxFut<'_, anyhow::Result<Value>> {
+        Box::pin(async move {
+            let mut raw = serde_json::Map::new();
+            for target in ["vm", "vcpu"] {
+                let args = json!({ "target": target, "providers": [{ "provider": "kvm" }] });
+                raw.insert(target.into(), self.inner.qmp("query-stats", args).await?);
+            }
+            Ok(Value::Object(raw))
+        })
+    }
     fn shutdown(&mut self, grace: Duration) -> BoxFut<'_, anyhow::Result<()>> {
         self.inner.shutdown(grace)
     }
