@@ -239,6 +239,55 @@ fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
         &[&host, "older than 99.0.0"],
     );
 
+    // Its CPUs held by a live sweep there (the CPU lock files on that host, here this
+    // machine's): refused, naming the host and the CPUs.
+    let lock_dir = Path::new("/run/lock/ocrig/cpus");
+    if !lock_dir.is_dir() {
+        // As ocrig makes it (shared by every user's sweeps).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(lock_dir).unwrap();
+        for d in [lock_dir.parent().unwrap(), lock_dir] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+    }
+    {
+        let mut holder = Command::new("flock")
+            .arg("-n")
+            .arg(lock_dir.join("cpu1.lock"))
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        let held = |_: ()| {
+            !Command::new("flock")
+                .arg("-n")
+                .arg(lock_dir.join("cpu1.lock"))
+                .arg("true")
+                .status()
+                .unwrap()
+                .success()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !held(()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            held(()),
+            "could not take {}",
+            lock_dir.join("cpu1.lock").display()
+        );
+        {
+            refused(
+                &scenario(tmp.path(), &sshd.libssh2_uri(&pinned), "2", 256),
+                &[],
+                &[&format!(
+                    "host CPU(s) [0, 1] on {host} are in use by a live sweep"
+                )],
+            );
+        }
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+
     // A transport that is not SSH is bad input located in the scenario.
     refused(
         &scenario(tmp.path(), "qemu+tcp://127.0.0.1/system", "2", 256),
