@@ -53,6 +53,10 @@ pub enum Command {
         dir: PathBuf,
         #[arg(long, value_enum, default_value = "table")]
         format: crate::report::Format,
+        /// Split every table by host (a sweep over several hosts): each variant becomes
+        /// `variant@host`, compared against the baseline on the first host.
+        #[arg(long)]
+        by_host: bool,
     },
     /// Compare two results directories of the same matrix: A as base, B as patched.
     Compare {

@@ -40,17 +40,21 @@ pub struct VirtEvidence {
 
 impl VirtEvidence {
     pub fn read() -> Self {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Self::read_from(&crate::hostfs::LocalFs)
+    }
+
+    /// The evidence on the host behind `fs` (a remote libvirt host's over SSH).
+    pub fn read_from(fs: &dyn crate::hostfs::HostFs) -> Self {
+        let cpuinfo = fs.read("/proc/cpuinfo").unwrap_or_default();
         let cpu_has_vmx_or_svm = cpuinfo
             .lines()
             .filter(|l| l.starts_with("flags"))
             .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
         Self {
             cpu_has_vmx_or_svm,
-            dev_kvm: Path::new("/dev/kvm").exists(),
-            kvm_intel_or_amd_loaded: Path::new("/sys/module/kvm_intel").exists()
-                || Path::new("/sys/module/kvm_amd").exists(),
-            kvm_pvm_loaded: Path::new("/sys/module/kvm_pvm").exists(),
+            dev_kvm: fs.exists("/dev/kvm"),
+            kvm_intel_or_amd_loaded: fs.exists("/sys/module/kvm_intel") || fs.exists("/sys/module/kvm_amd"),
+            kvm_pvm_loaded: fs.exists("/sys/module/kvm_pvm"),
         }
     }
 

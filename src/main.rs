@@ -7,6 +7,7 @@ mod commands;
 mod executor;
 mod guest;
 mod host;
+mod hostfs;
 mod image;
 mod payload_bin;
 mod report;

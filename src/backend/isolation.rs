@@ -63,6 +63,18 @@ impl std::fmt::Display for CpusBusy {
 
 impl std::error::Error for CpusBusy {}
 
+/// CPUs of a remote host that a live sweep holds (the message names the host).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteCpusBusy(pub String);
+
+impl std::fmt::Display for RemoteCpusBusy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RemoteCpusBusy {}
+
 /// The CPUs a sweep holds; released when dropped.
 pub struct CpuClaim {
     files: Vec<(usize, File)>,

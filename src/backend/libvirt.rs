@@ -36,6 +36,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -46,10 +47,12 @@ use virt::error::ErrorNumber;
 use super::boot::BootPlan;
 use super::qemu::{console_path, qemu_identity, qmp_path};
 use super::qmp::Qmp;
+use super::remote::{self, ConsoleMirror, HostSsh, Tunnel};
 use super::started::Starter;
 use super::template::{Controlled, Launcher};
 use super::{Backend, BoxFut, Guest, GuestSpec, free_loopback_port};
 use crate::host::Accel;
+use crate::hostfs::HostFs;
 
 /// Every domain ocrig creates has a name with this prefix; cleanup touches nothing else.
 pub const OWNED_PREFIX: &str = "ocrig-";
@@ -62,11 +65,19 @@ pub struct LibvirtBackend {
     starter: Starter,
     /// libvirt and hypervisor versions, part of every template's key.
     versions: String,
+    /// Set when `uri` names another host (`qemu+ssh://`, `qemu+libssh2://`).
+    remote: Option<Arc<HostSsh>>,
 }
 
 impl LibvirtBackend {
     /// Checks that libvirtd answers on `uri` (e.g. `qemu:///system`) and drives a QEMU hypervisor.
+    /// A remote URI is checked first over ocrig's own SSH connection (reachable, pinned host key,
+    /// key login), then libvirt's version against [`remote::MIN_LIBVIRT`].
     pub fn connect(uri: &str) -> anyhow::Result<Self> {
+        let remote = match remote::parse(uri).map_err(anyhow::Error::msg)? {
+            Some(r) => Some(Arc::new(HostSsh::connect(&r)?)),
+            None => None,
+        };
         let conn = open(uri)?;
         let version = conn
             .hyp_version()
@@ -76,11 +87,41 @@ impl LibvirtBackend {
             "libvirt at {uri} reports no hypervisor (is it a QEMU/KVM URI?)"
         );
         let lib = conn.lib_version().unwrap_or(0);
+        let starter = match &remote {
+            Some(r) => {
+                remote::check_libvirt_version(&r.remote.label(), lib, remote::min_libvirt())
+                    .map_err(anyhow::Error::msg)?;
+                Starter::without_clones(format!(
+                    "{} is a remote host: snapshot clones are not implemented there (their state file and QMP \
+                     socket would live on it)",
+                    r.remote.label()
+                ))
+            }
+            None => Starter::default(),
+        };
         Ok(Self {
             uri: uri.to_string(),
-            starter: Starter::default(),
+            starter,
             versions: format!("libvirt {lib} hypervisor {version}"),
+            remote,
         })
+    }
+
+    /// The remote host's SSH side, when `uri` names one.
+    pub fn remote(&self) -> Option<&Arc<HostSsh>> {
+        self.remote.as_ref()
+    }
+
+    /// CPUs and memory of the host libvirt runs on (node info and free memory).
+    pub fn node_facts(&self) -> anyhow::Result<(u32, u64)> {
+        let conn = open(&self.uri)?;
+        let info = conn
+            .node_info()
+            .map_err(|e| anyhow::anyhow!("node info from {}: {}", self.uri, e.message()))?;
+        let free = conn
+            .free_memory()
+            .map_err(|e| anyhow::anyhow!("free memory of {}: {}", self.uri, e.message()))?;
+        Ok((info.cpus, free / 1048576))
     }
 
     #[cfg(test)]
@@ -262,6 +303,23 @@ impl Backend for LibvirtBackend {
         "libvirt"
     }
 
+    fn reachable(&self) -> Result<(), String> {
+        if let Some(r) = &self.remote {
+            remote::open_session(&r.remote, Duration::from_secs(5)).map_err(|e| format!("{e:#}"))?;
+        }
+        let conn = open(&self.uri).map_err(|e| format!("{e:#}"))?;
+        conn.hyp_version()
+            .map(|_| ())
+            .map_err(|e| format!("libvirt at {}: {}", self.uri, e.message()))
+    }
+
+    fn host_fs(&self) -> Arc<dyn HostFs> {
+        match &self.remote {
+            Some(r) => Arc::clone(r) as Arc<dyn HostFs>,
+            None => Arc::new(crate::hostfs::LocalFs),
+        }
+    }
+
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>> {
         Box::pin(async move {
             self.starter
@@ -315,6 +373,10 @@ impl LibvirtBackend {
     ) -> anyhow::Result<LibvirtGuest> {
         std::fs::create_dir_all(&spec.workdir)
             .with_context(|| format!("creating {}", spec.workdir.display()))?;
+        if let Some(r) = &self.remote {
+            anyhow::ensure!(incoming.is_none(), "clones are not started on a remote host");
+            return self.start_remote(r, spec, plan).await;
+        }
         let abs = absolute(spec)?;
         let qmp_sock = qmp_path(&abs.workdir, &abs.name);
         let _ = std::fs::remove_file(&qmp_sock);
@@ -333,6 +395,7 @@ impl LibvirtBackend {
             _conn: conn,
             pid: None,
             qmp: tokio::sync::Mutex::new(None),
+            remote: None,
         };
         // Drop destroys the domain if any of these checks fails.
         let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
@@ -350,6 +413,122 @@ impl LibvirtBackend {
         );
         Ok(guest)
     }
+}
+
+impl LibvirtBackend {
+    /// A guest on the remote host: its kernel, initrd and firmware as storage volumes there, its
+    /// console in a directory there mirrored to the local console path, its SSH forward (bound to
+    /// the host's 127.0.0.1) reached through a tunnel, its QEMU's pid and vCPU threads read there.
+    async fn start_remote(
+        &self,
+        r: &Arc<HostSsh>,
+        spec: &GuestSpec,
+        plan: &BootPlan,
+    ) -> anyhow::Result<LibvirtGuest> {
+        let t0 = std::time::Instant::now();
+        anyhow::ensure!(
+            spec.scratch_disk.is_none(),
+            "scratch disks are not supported on a remote host ({})",
+            r.remote.label()
+        );
+        let rdir = remote::remote_workdir(&std::path::absolute(&spec.workdir)?);
+        let rconsole = console_path(Path::new(&rdir), &spec.name);
+        let (uri, spec2, plan2, r2) = (self.uri.clone(), spec.clone(), plan.clone(), Arc::clone(r));
+        let (conn, dom, port, rspec) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let q = |p: &Path| shlex::try_quote(&p.to_string_lossy()).map(|c| c.into_owned());
+            r2.check(
+                &format!("mkdir -p {} && rm -f {}", q(Path::new(&rdir))?, q(&rconsole)?),
+                Duration::from_secs(10),
+            )?;
+            let conn = open(&uri)?;
+            let kernel = remote::upload_volume(&conn, &uri, &plan2.kernel)?;
+            let initrd = remote::upload_volume(&conn, &uri, &spec2.initrd)?;
+            let bios = plan2
+                .bios
+                .as_deref()
+                .map(|b| remote::upload_volume(&conn, &uri, b))
+                .transpose()?;
+            drop(conn);
+            let rspec = GuestSpec {
+                initrd: initrd.into(),
+                workdir: rdir.into(),
+                ..spec2
+            };
+            let rplan = BootPlan {
+                kernel: kernel.into(),
+                bios: bios.map(PathBuf::from),
+                ..plan2
+            };
+            let (conn, dom, port) = create(&uri, &rspec, &rplan, None)?;
+            Ok((conn, dom, port, rspec))
+        })
+        .await??;
+        let label = r.remote.label();
+        let mut guest = LibvirtGuest {
+            name: spec.name.clone(),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            console: console_path(&spec.workdir, &spec.name),
+            vcpus: spec.vcpus,
+            uri: self.uri.clone(),
+            dom: Some(dom),
+            _conn: conn,
+            pid: None,
+            qmp: tokio::sync::Mutex::new(None),
+            remote: None,
+        };
+        // From here on, dropping `guest` destroys the domain.
+        let (r2, name, vcpus) = (Arc::clone(r), spec.name.clone(), spec.vcpus);
+        let rconsole = console_path(&rspec.workdir, &spec.name);
+        let local_console = guest.console.clone();
+        let remote_uri = r.remote.clone();
+        let (pid, tids, tunnel, mirror) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let pid = remote_qemu_pid(&r2, &name)?;
+            let tids = vcpu_tids_on(r2.as_ref(), pid, vcpus)?;
+            let mirror = ConsoleMirror::start(&remote_uri, &rconsole.to_string_lossy(), &local_console, pid)
+                .context("mirroring the guest's console")?;
+            let tunnel = Tunnel::open(&remote_uri, port, &name)?;
+            Ok((pid, tids, tunnel, mirror))
+        })
+        .await?
+        .with_context(|| format!("setting up {} on {label}", spec.name))?;
+        guest.pid = Some(pid);
+        guest.addr = tunnel.local_addr();
+        tracing::debug!(
+            "{}: domain up on {label} (QEMU pid {pid} there, vCPU threads {tids:?}), SSH through {} after {:.2} s",
+            spec.name,
+            guest.addr,
+            t0.elapsed().as_secs_f64()
+        );
+        guest.remote = Some(RemoteParts {
+            ssh: Arc::clone(r),
+            workdir: rspec.workdir.to_string_lossy().into_owned(),
+            _tunnel: tunnel,
+            _mirror: mirror,
+        });
+        Ok(guest)
+    }
+}
+
+/// The QEMU pid of domain `name` on a remote host, from libvirt's pid file there.
+fn remote_qemu_pid(r: &HostSsh, name: &str) -> anyhow::Result<i32> {
+    let path = format!("/run/libvirt/qemu/{name}.pid");
+    let text = r.read(&path).map_err(anyhow::Error::msg)?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{path} on {} holds '{}'", r.remote.label(), text.trim()))
+}
+
+/// [`vcpu_tids`] on the host behind `fs`.
+fn vcpu_tids_on(fs: &dyn HostFs, pid: i32, vcpus: u32) -> anyhow::Result<Vec<i32>> {
+    let dir = format!("/proc/{pid}/task");
+    let tids: Vec<String> = fs.list_dir(&dir).map_err(anyhow::Error::msg)?;
+    let comms = fs.read_many(&tids.iter().map(|t| format!("{dir}/{t}/comm")).collect::<Vec<_>>());
+    let threads: Vec<(i32, String)> = tids
+        .iter()
+        .zip(comms)
+        .filter_map(|(t, c)| Some((t.parse().ok()?, c.ok()?.trim().to_string())))
+        .collect();
+    vcpu_tids_from(pid, vcpus, threads)
 }
 
 /// Creates the transient domain on a fresh connection (retrying with another port when the picked
@@ -425,8 +604,7 @@ fn qemu_pid(uri: &str, name: &str) -> anyhow::Result<i32> {
 /// (libvirt always starts QEMU with `debug-threads=on`). Fails unless there is one per vCPU.
 fn vcpu_tids(pid: i32, vcpus: u32) -> anyhow::Result<Vec<i32>> {
     let dir = format!("/proc/{pid}/task");
-    let mut found: Vec<(u32, i32)> = Vec::new();
-    let mut names = Vec::new();
+    let mut threads = Vec::new();
     for e in std::fs::read_dir(&dir)
         .with_context(|| format!("reading {dir}"))?
         .flatten()
@@ -437,7 +615,16 @@ fn vcpu_tids(pid: i32, vcpus: u32) -> anyhow::Result<Vec<i32>> {
         let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else {
             continue;
         };
-        let comm = comm.trim().to_string();
+        threads.push((tid, comm.trim().to_string()));
+    }
+    vcpu_tids_from(pid, vcpus, threads)
+}
+
+/// The vCPU thread ids among QEMU `pid`'s (tid, thread name) pairs.
+fn vcpu_tids_from(pid: i32, vcpus: u32, threads: Vec<(i32, String)>) -> anyhow::Result<Vec<i32>> {
+    let mut found: Vec<(u32, i32)> = Vec::new();
+    let mut names = Vec::new();
+    for (tid, comm) in threads {
         if let Some(n) = parse_vcpu_comm(&comm) {
             found.push((n, tid));
         }
@@ -479,8 +666,19 @@ pub struct LibvirtGuest {
     /// The connection the domain was created on: closing it makes libvirtd destroy the domain.
     _conn: Connect,
     pid: Option<i32>,
-    /// Our own monitor (`-qmp` in `<qemu:commandline>`), beside libvirt's.
+    /// Our own monitor (`-qmp` in `<qemu:commandline>`), beside libvirt's; None on a remote host.
     qmp: tokio::sync::Mutex<Option<Qmp>>,
+    /// On a remote host: how it is reached.
+    remote: Option<RemoteParts>,
+}
+
+/// What a guest on a remote host needs besides its domain.
+struct RemoteParts {
+    ssh: Arc<HostSsh>,
+    /// Its directory on the host (console log, QMP socket), removed when it stops.
+    workdir: String,
+    _tunnel: Tunnel,
+    _mirror: ConsoleMirror,
 }
 
 impl Controlled for LibvirtGuest {
@@ -490,6 +688,9 @@ impl Controlled for LibvirtGuest {
         args: serde_json::Value,
     ) -> BoxFut<'a, anyhow::Result<serde_json::Value>> {
         Box::pin(async move {
+            if self.remote.is_some() {
+                return self.remote_qmp(command, args).await;
+            }
             let mut qmp = self.qmp.lock().await;
             qmp.as_mut()
                 .context("QMP is closed")?
@@ -500,18 +701,51 @@ impl Controlled for LibvirtGuest {
 
     fn qemu_log(&self) -> String {
         // libvirt keeps QEMU's stderr here for qemu:///system.
-        let log =
-            std::fs::read_to_string(format!("/var/log/libvirt/qemu/{}.log", self.name)).unwrap_or_default();
+        let path = format!("/var/log/libvirt/qemu/{}.log", self.name);
+        let log = match &self.remote {
+            Some(r) => r.ssh.read(&path).unwrap_or_default(),
+            None => std::fs::read_to_string(&path).unwrap_or_default(),
+        };
         crate::guest::ready::tail(&log, 10)
     }
 }
 
 impl LibvirtGuest {
+    /// QMP on a remote host, through libvirt's monitor passthrough
+    /// (`virDomainQemuMonitorCommand`): our own QMP socket lives on that host.
+    async fn remote_qmp(&self, command: &str, args: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let dom = self.dom.clone().context("the domain was destroyed")?;
+        let cmd = serde_json::json!({ "execute": command, "arguments": args }).to_string();
+        let command = command.to_string();
+        tokio::task::spawn_blocking(move || {
+            let answer = dom
+                .qemu_monitor_command(&cmd, 0)
+                .map_err(|e| anyhow::anyhow!("{command} through libvirt: {}", e.message()))?;
+            let mut v: serde_json::Value = serde_json::from_str(&answer)?;
+            if let Some(e) = v.get("error") {
+                anyhow::bail!("{command}: {e}");
+            }
+            Ok(v["return"].take())
+        })
+        .await?
+    }
+
     fn destroy_now(&mut self) -> anyhow::Result<()> {
         let Some(dom) = &self.dom else { return Ok(()) };
         destroy_dom(dom, &self.name)?;
         self.dom = None;
+        self.forget_remote_dir();
         Ok(())
+    }
+
+    /// Removes the guest's directory on a remote host (its console is mirrored here).
+    fn forget_remote_dir(&self) {
+        if let Some(r) = &self.remote
+            && let Ok(q) = shlex::try_quote(&r.workdir)
+            && let Err(e) = r.ssh.run(&format!("rm -rf {q}"), Duration::from_secs(10))
+        {
+            tracing::debug!("removing {} on {}: {e:#}", r.workdir, r.ssh.remote.label());
+        }
     }
 }
 
@@ -540,6 +774,19 @@ impl Guest for LibvirtGuest {
     fn vcpu_threads(&self) -> BoxFut<'_, anyhow::Result<Vec<i32>>> {
         Box::pin(async move {
             anyhow::ensure!(self.dom.is_some(), "domain {} was destroyed", self.name);
+            if let Some(r) = &self.remote {
+                let (ssh, name, vcpus) = (Arc::clone(&r.ssh), self.name.clone(), self.vcpus);
+                let pid = self.pid;
+                return tokio::task::spawn_blocking(move || {
+                    let pid = match pid {
+                        Some(p) => p,
+                        None => remote_qemu_pid(&ssh, &name)?,
+                    };
+                    vcpu_tids_on(ssh.as_ref(), pid, vcpus)
+                })
+                .await?
+                .with_context(|| format!("vCPU threads of {}", self.name));
+            }
             let pid = match self.pid {
                 Some(p) if Path::new(&format!("/proc/{p}")).exists() => p,
                 _ => qemu_pid(&self.uri, &self.name)?,
@@ -578,6 +825,13 @@ impl Guest for LibvirtGuest {
     }
 
     fn liveness(&self) -> super::Liveness {
+        if self.remote.is_some() {
+            // The pid is the remote host's: ask libvirt whether the domain still runs.
+            return match self.dom.clone() {
+                Some(d) => Box::new(move || d.is_active().unwrap_or(false)),
+                None => Box::new(|| false),
+            };
+        }
         match self.pid {
             Some(pid) => Box::new(move || super::process_alive(pid as u32)),
             None => Box::new(|| true),
@@ -595,6 +849,7 @@ impl Guest for LibvirtGuest {
             let name = self.name.clone();
             tokio::task::spawn_blocking(move || destroy_dom(&dom, &name)).await??;
             self.dom = None;
+            self.forget_remote_dir();
             Ok(())
         })
     }

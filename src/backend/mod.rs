@@ -10,6 +10,7 @@ pub mod qemu;
 pub mod qmp;
 #[cfg(test)]
 mod real_tests;
+pub mod remote;
 pub mod started;
 pub mod template;
 
@@ -123,6 +124,15 @@ pub trait Guest: Send + Sync {
 
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
+    /// The host the guests run on, for host-side telemetry: this machine unless the backend
+    /// drives a remote one.
+    fn host_fs(&self) -> std::sync::Arc<dyn crate::hostfs::HostFs> {
+        std::sync::Arc::new(crate::hostfs::LocalFs)
+    }
+    /// Whether the host can still be reached (blocking); Err says why not.
+    fn reachable(&self) -> Result<(), String> {
+        Ok(())
+    }
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>>;
 }
 

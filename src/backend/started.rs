@@ -35,6 +35,14 @@ impl Starter {
         }
     }
 
+    /// A starter that always boots, saying why (e.g. a remote host, where the state file and
+    /// the QMP socket a clone needs would live on that host).
+    pub fn without_clones(why: String) -> Self {
+        let s = Self::default();
+        let _ = s.support.set(Err(why));
+        s
+    }
+
     pub async fn start(&self, l: &dyn Launcher, spec: &GuestSpec) -> anyhow::Result<Box<dyn Guest>> {
         let mut fallback = None;
         if spec.start == StartMethod::Clone {

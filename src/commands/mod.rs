@@ -4,6 +4,7 @@ mod doctor;
 mod image;
 mod resume;
 mod run;
+mod run_hosts;
 mod validate;
 
 use crate::cli::{Command, ImageCommand};
@@ -114,8 +115,11 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             wait_for_cpus,
         }),
         Command::Validate { files } => validate::validate(&files),
-        Command::Report { dir, format } => {
-            let journal = crate::sweep::journal::Journal::read(&dir)?;
+        Command::Report { dir, format, by_host } => {
+            let mut journal = crate::sweep::journal::Journal::read(&dir)?;
+            if by_host {
+                journal = crate::report::hosts::split_by_host(&journal);
+            }
             out(&crate::report::render(&journal, format, &Default::default())?)?;
             Ok(())
         }

@@ -54,7 +54,26 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(b) = args.backend {
         loaded.scenario.host.backend = b;
     }
-    let facts = HostFacts::read();
+    if !loaded.scenario.host.hosts.is_empty() {
+        if loaded.scenario.host.backend != BackendKind::Libvirt {
+            validate(&loaded, &HostFacts::read())?;
+        }
+        return super::run_hosts::run(args, loaded, previous, t0);
+    }
+    // A remote libvirt host is checked (SSH, pinned key, libvirt version) before anything else,
+    // and the scenario is validated against its CPUs and memory.
+    let remote_backend = match loaded.scenario.host.backend {
+        BackendKind::Libvirt => connect_remote(loaded.scenario.host.libvirt_uri.trim())?,
+        _ => None,
+    };
+    let remote_label = remote_backend
+        .as_ref()
+        .and_then(|b| b.remote())
+        .map(|r| r.remote.label());
+    let facts = match &remote_backend {
+        Some(b) => remote_facts(b)?,
+        None => HostFacts::read(),
+    };
     validate(&loaded, &facts)?;
     if loaded.scenario.host.backend != BackendKind::Host {
         super::validate::check_kernels(&loaded)?;
@@ -65,7 +84,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         .and_then(|p| p.seed())
         .unwrap_or_else(crate::sweep::order::fresh_seed);
     let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus, seed)?;
-    let mut cpus = claim_cpus(&plan.host_cpus, args.wait_for_cpus)?;
+    let mut cpus = match &remote_backend {
+        Some(b) => Claim::Remote(claim_remote_cpus(b, &plan.host_cpus, args.wait_for_cpus)?),
+        None => Claim::Local(claim_cpus(&plan.host_cpus, args.wait_for_cpus)?),
+    };
     let previous_records: Vec<RunRecord> = previous
         .as_ref()
         .map(|p| p.records().to_vec())
@@ -80,10 +102,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let s = &loaded.scenario;
 
-    let accel = resolve_accel(s.host.accel, &VirtEvidence::read())?;
+    let evidence = match &remote_backend {
+        Some(b) => VirtEvidence::read_from(b.host_fs().as_ref()),
+        None => VirtEvidence::read(),
+    };
+    let accel = resolve_accel(s.host.accel, &evidence)?;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
     let backend: Option<Arc<dyn Backend>> = match s.host.backend {
         BackendKind::Qemu => Some(Arc::new(QemuBackend::default())),
+        BackendKind::Libvirt if remote_backend.is_some() => remote_backend.map(|b| b as Arc<dyn Backend>),
         BackendKind::Libvirt => {
             let uri = &s.host.libvirt_uri;
             reap_orphan_domains(uri);
@@ -133,6 +160,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
         let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
         head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
+        head.hosts = remote_label.iter().cloned().collect();
         head.kernels = images
             .iter()
             .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
@@ -190,12 +218,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let totals = outcome?;
     drop(cpus);
+    let (uploads, upload_s) = crate::backend::remote::UPLOADS.get();
+    let (tunnels, tunnel_s) = crate::backend::remote::TUNNEL_SETUPS.get();
+    if uploads + tunnels > 0 {
+        eprintln!(
+            "ocrig: remote host: {uploads} file(s) uploaded in {upload_s:.2} s; {tunnels} SSH tunnel(s) set up, {:.1} ms each",
+            tunnel_s * 1e3 / tunnels.max(1) as f64
+        );
+    }
     finish(&results_dir, previous.is_some(), t0, prep_s, &totals)
 }
 
 /// Runs the scheduler until it is done or a signal arrives. Dropping the sweep future (on a
 /// signal) drops the executor, and with it every live guest, which kills it.
-async fn sweep_until_signal<E: Executor>(
+pub(super) async fn sweep_until_signal<E: Executor>(
     plan: &Plan,
     exec: E,
     journal: &mut JournalWriter,
@@ -212,7 +248,7 @@ async fn sweep_until_signal<E: Executor>(
 }
 
 /// Timings, reports and the closing line of a sweep that ran to its end.
-fn finish(
+pub(super) fn finish(
     results_dir: &Path,
     resumed: bool,
     t0: Instant,
@@ -269,7 +305,7 @@ fn finish(
 
 /// Takes the host CPUs for this sweep: refused (bad input, exit 2) while a live sweep holds
 /// any of them, unless told to wait.
-fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
+pub(super) fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
     CpuClaim::claim(cpus, wait, |busy| {
         eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
     })
@@ -279,8 +315,65 @@ fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
     })
 }
 
+/// The CPUs a sweep holds: on this machine, or on the remote host its guests run on.
+pub(super) enum Claim {
+    Local(CpuClaim),
+    /// Held for its lifetime: dropping it releases the remote locks.
+    #[allow(dead_code)]
+    Remote(crate::backend::remote::RemoteCpuClaim),
+}
+
+impl Claim {
+    pub(super) fn note_results_dir(&mut self, dir: &Path) {
+        if let Claim::Local(c) = self {
+            c.note_results_dir(dir);
+        }
+    }
+}
+
+/// The backend for a remote libvirt URI, checked at preflight: every failure (unreachable,
+/// host key not pinned or changed, login refused, libvirt too old) is bad input naming the host.
+pub(super) fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBackend>>> {
+    let Ok(Some(r)) = crate::backend::remote::parse(uri) else {
+        return Ok(None);
+    };
+    let b = LibvirtBackend::connect(uri)
+        .map_err(|e| BadInput(format!("preflight: remote host {} ({uri}): {e:#}", r.label())))?;
+    Ok(Some(Arc::new(b)))
+}
+
+/// CPUs and available memory of a remote host, from libvirt's node info.
+pub(super) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
+    let label = b.remote().map_or_else(String::new, |r| r.remote.label());
+    let (cpus, free_mib) = b
+        .node_facts()
+        .map_err(|e| BadInput(format!("preflight: remote host {label}: {e:#}")))?;
+    Ok(HostFacts {
+        allowed_cpus: (0..cpus as usize).collect(),
+        mem_available_mib: free_mib,
+        remote: Some(label),
+    })
+}
+
+pub(super) fn claim_remote_cpus(
+    b: &LibvirtBackend,
+    cpus: &[usize],
+    wait: bool,
+) -> anyhow::Result<crate::backend::remote::RemoteCpuClaim> {
+    let r = &b.remote().context("not a remote backend")?.remote;
+    crate::backend::remote::RemoteCpuClaim::claim(r, cpus, wait, |busy| {
+        eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
+    })
+    .map_err(
+        |e| match e.downcast::<crate::backend::isolation::RemoteCpusBusy>() {
+            Ok(busy) => BadInput(busy.to_string()).into(),
+            Err(e) => e.context(format!("claiming the CPUs of {}", r.label())),
+        },
+    )
+}
+
 /// The payload and every input the plan's workloads read in the guest, read once.
-fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
+pub(super) fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
     let mut commands: Vec<&str> = plan.workloads.iter().map(|w| w.command.as_str()).collect();
     if plan.background == crate::scenario::Background::Hog {
         commands.push("hog");
@@ -293,7 +386,7 @@ fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
 }
 
 /// Enough free space for every scratch disk of the largest level.
-fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+pub(super) fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
     let guests = plan.boots.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
     let need_mib = guests * plan.scratch_disk_mib as u64 + 16;
     let free_mib = free_space_mib(dir)
@@ -314,7 +407,7 @@ fn free_space_mib(dir: &Path) -> std::io::Result<u64> {
 
 /// Destroys `ocrig-` domains whose sweep has no live owner (libvirt's auto-destroy normally
 /// does this when ocrig dies; this covers a libvirtd that was restarted meanwhile).
-fn reap_orphan_domains(uri: &str) {
+pub(super) fn reap_orphan_domains(uri: &str) {
     let Ok(names) = libvirt::list_owned(uri, "ocrig-") else {
         return;
     };
@@ -326,7 +419,7 @@ fn reap_orphan_domains(uri: &str) {
     }
 }
 
-fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<AccelChoice> {
+pub(super) fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<AccelChoice> {
     let auto = ev.choose();
     Ok(match setting {
         AccelSetting::Auto => auto,
@@ -344,7 +437,10 @@ fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<Acc
     })
 }
 
-fn images_for(plan: &Plan, s: &crate::scenario::Scenario) -> anyhow::Result<BTreeMap<String, image::Image>> {
+pub(super) fn images_for(
+    plan: &Plan,
+    s: &crate::scenario::Scenario,
+) -> anyhow::Result<BTreeMap<String, image::Image>> {
     let cache = image::cache_dir();
     let mut by_kernel: BTreeMap<String, image::Image> = BTreeMap::new();
     let mut out = BTreeMap::new();
@@ -369,7 +465,7 @@ fn images_for(plan: &Plan, s: &crate::scenario::Scenario) -> anyhow::Result<BTre
     Ok(out)
 }
 
-fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
+pub(super) fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
     let mut dir = root.join(format!("{name}-{stamp}"));
     let mut n = 1;
@@ -381,14 +477,14 @@ fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn run_id() -> String {
+pub(super) fn run_id() -> String {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     format!("{:x}{:04x}", t.as_secs() & 0xffffff, std::process::id() & 0xffff)
 }
 
-fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
+pub(super) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
     SweepHeader {
         scenario: plan.name.clone(),
         scenario_sha256: sha.to_string(),
@@ -424,5 +520,6 @@ fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
         guest_start: Some(plan.guest_start.as_str().to_string()),
+        hosts: Vec::new(),
     }
 }

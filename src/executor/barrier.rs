@@ -42,8 +42,10 @@ pub struct Limits {
 }
 
 /// What the run's telemetry needs besides the guests.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Host<'a> {
+    /// The host the guests run on (its /proc for the vCPU and CPU telemetry).
+    pub fs: &'a Arc<dyn crate::hostfs::HostFs>,
     pub cpus: &'a [usize],
     pub accel: Accel,
 }
@@ -120,6 +122,7 @@ pub async fn gated_run(
     let failed_start: Vec<usize> = (0..workers).filter(|&i| results[i].is_some()).collect();
     let probe = RunProbe::start(
         &targets(participants, |i| !failed_start.contains(&i)),
+        host.fs,
         host.cpus,
         host.accel,
         limits.collect,

@@ -13,6 +13,10 @@ use crate::sweep::plan::BootGroup;
 use crate::telemetry::cpu_stat::{self, StatSnapshot};
 use crate::telemetry::probe::RunProbe;
 
+fn local_fs() -> std::sync::Arc<dyn crate::hostfs::HostFs> {
+    std::sync::Arc::new(crate::hostfs::LocalFs)
+}
+
 pub struct HostExecutor {
     pub payload: PathBuf,
     pub host_cpus: Vec<usize>,
@@ -33,7 +37,7 @@ impl Executor for HostExecutor {
         // whole-machine split stands in for the worker's own /proc/stat (the accelerator given
         // to the probe only matters for guests, of which there are none).
         let whole_before = StatSnapshot::host();
-        let probe = RunProbe::start(&[], &self.host_cpus, Accel::Kvm, Duration::ZERO).await;
+        let probe = RunProbe::start(&[], &local_fs(), &self.host_cpus, Accel::Kvm, Duration::ZERO).await;
         let t = Instant::now();
         let result = run_payload(&self.payload, &argv, &self.host_cpus, request.timeout).await;
         let run_s = t.elapsed().as_secs_f64();

@@ -94,4 +94,10 @@ pub trait Executor {
 
     /// Stops every worker; idempotent.
     async fn shut_down(&mut self);
+
+    /// Whether the host the workers run on can still be reached (asked when workers could not
+    /// be brought up in a sweep over several hosts). Err says why not.
+    async fn host_reachable(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }

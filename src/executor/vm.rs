@@ -143,7 +143,9 @@ impl Executor for VmExecutor {
             run: request.timeout,
             collect: self.collect_limit(),
         };
+        let fs = self.cfg.backend.host_fs();
         let host = barrier::Host {
+            fs: &fs,
             cpus: &self.cfg.host_cpus,
             accel: self.cfg.accel,
         };
@@ -156,6 +158,13 @@ impl Executor for VmExecutor {
             }
         }
         outcome
+    }
+
+    async fn host_reachable(&mut self) -> Result<(), String> {
+        let b = Arc::clone(&self.cfg.backend);
+        tokio::task::spawn_blocking(move || b.reachable())
+            .await
+            .map_err(|e| e.to_string())?
     }
 
     async fn shut_down(&mut self) {

@@ -4,6 +4,7 @@
 //! alone by [`crate::stats::cells::build`].
 
 pub mod csv;
+pub mod hosts;
 pub mod html;
 pub mod json;
 pub mod markdown;
@@ -90,7 +91,16 @@ pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
 
 /// Renders `journal` in `format`.
 pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
-    format.exporter().render(&model(journal, opts))
+    let text = format.exporter().render(&model(journal, opts))?;
+    Ok(with_hosts(text, journal, format, opts))
+}
+
+/// A text report of a sweep over several hosts ends with the hosts' agreement per cell.
+fn with_hosts(mut text: String, journal: &Journal, format: Format, opts: &ReportOptions) -> String {
+    if matches!(format, Format::Table | Format::Md) {
+        text.push_str(&hosts::agreement_text(journal, opts.alpha));
+    }
+    text
 }
 
 /// Writes report.md, report.csv, report.json and report.html into `dir` (the results directory),
@@ -110,6 +120,7 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
                 .exporter()
                 .render(&model)
                 .with_context(|| format!("rendering {format:?} report"))?;
+            let text = with_hosts(text, journal, format, opts);
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Ok(path)
         })

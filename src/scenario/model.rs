@@ -124,6 +124,36 @@ pub struct HostSpec {
     pub accel: AccelSetting,
     #[serde(default = "default_uri")]
     pub libvirt_uri: String,
+    /// Several interchangeable libvirt hosts (URIs, or `{uri, cpus}`); each cell's runs are
+    /// spread over them. Empty: the one host `libvirt_uri`.
+    #[serde(default)]
+    pub hosts: Vec<HostEntry>,
+}
+
+/// One host of a sweep over several hosts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum HostEntry {
+    Uri(String),
+    /// With its own CPUs (e.g. two "hosts" that are one machine, each given its own CPUs).
+    Spec {
+        uri: String,
+        cpus: Option<CpuSet>,
+    },
+}
+
+impl HostEntry {
+    pub fn uri(&self) -> &str {
+        match self {
+            HostEntry::Uri(u) | HostEntry::Spec { uri: u, .. } => u.trim(),
+        }
+    }
+    pub fn cpus(&self) -> Option<&CpuSet> {
+        match self {
+            HostEntry::Uri(_) => None,
+            HostEntry::Spec { cpus, .. } => cpus.as_ref(),
+        }
+    }
 }
 
 pub fn default_uri() -> String {

@@ -10,6 +10,8 @@ use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioError
 pub struct HostFacts {
     pub allowed_cpus: Vec<usize>,
     pub mem_available_mib: u64,
+    /// The host these facts are about when it is not this machine (a remote libvirt host).
+    pub remote: Option<String>,
 }
 
 impl HostFacts {
@@ -17,6 +19,7 @@ impl HostFacts {
         Self {
             allowed_cpus: crate::host::allowed_cpus(),
             mem_available_mib: crate::host::memory_mib().1,
+            remote: None,
         }
     }
 }
@@ -165,7 +168,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             ),
         );
     }
-    let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus) {
+    let on = host
+        .remote
+        .as_ref()
+        .map_or(String::new(), |h| format!(" on remote host {h}"));
+    let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus).map_err(|m| format!("{m}{on}")) {
         Ok(c) => c,
         Err(m) => {
             err(&[key("host"), key("cpus")], m);
@@ -177,6 +184,42 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             &[key("host"), key("libvirt_uri")],
             "must not be empty with backend: libvirt".into(),
         );
+    } else if s.host.backend == BackendKind::Libvirt {
+        match crate::backend::remote::parse(s.host.libvirt_uri.trim()) {
+            Err(m) => err(&[key("host"), key("libvirt_uri")], m),
+            Ok(Some(r)) if s.guest.scratch_disk_mib > 0 => err(
+                &[key("guest"), key("scratch_disk_mib")],
+                format!(
+                    "scratch disks are not supported on a remote host yet ({})",
+                    r.label()
+                ),
+            ),
+            Ok(_) => {}
+        }
+    }
+
+    for (i, h) in s.host.hosts.iter().enumerate() {
+        let at = [key("host"), key("hosts"), Seg::Index(i)];
+        if s.host.backend != BackendKind::Libvirt {
+            err(&at, "hosts need backend: libvirt".into());
+        } else if let Err(m) = crate::backend::remote::parse(h.uri()) {
+            err(&at, m);
+        }
+    }
+    if s.host.hosts.len() > 1 {
+        if matches!(s.runs, super::RunCount::Dynamic(_)) {
+            err(
+                &[key("runs")],
+                "a CV target (runs: {min, max, target_cv}) is not supported with several hosts yet: give a run count"
+                    .into(),
+            );
+        }
+        if s.guest.scratch_disk_mib > 0 {
+            err(
+                &[key("guest"), key("scratch_disk_mib")],
+                "scratch disks are not supported with several hosts yet".into(),
+            );
+        }
     }
 
     if s.levels.is_empty() {
@@ -208,7 +251,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
                 &[key("guest"), key("memory_mib")],
                 format!(
                     "the largest level needs {max_guests} guests × ({} MiB + {QEMU_OVERHEAD_MIB} MiB QEMU) = {need} MiB, \
-                     but only {} MiB is available",
+                     but only {} MiB is available{on}",
                     s.guest.memory_mib, host.mem_available_mib
                 ),
             );
@@ -361,6 +404,7 @@ mod tests {
         HostFacts {
             allowed_cpus: vec![0, 1],
             mem_available_mib: 8192,
+            remote: None,
         }
     }
 
@@ -418,6 +462,7 @@ mod tests {
             &HostFacts {
                 allowed_cpus: vec![0, 1],
                 mem_available_mib: 6000,
+                remote: None,
             },
         )
         .unwrap_err();

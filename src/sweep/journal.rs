@@ -54,6 +54,10 @@ pub struct SweepHeader {
     /// whether it was cloned. Absent in journals written before it existed.
     #[serde(default)]
     pub guest_start: Option<String>,
+    /// The host the sweep ran on when it is not this machine, or the hosts of a sweep over
+    /// several (labels as in every record's `host`). Empty: this machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +114,10 @@ pub struct RunRecord {
     /// Guest index at this level; guest 0's result is the primary one.
     pub guest: u32,
     pub guests: u32,
+    /// The host the run ran on, in a sweep over several hosts (`hosts:`): its label, e.g.
+    /// `root@hostA:22` or `local`. None: the sweep's one host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -247,6 +255,7 @@ pub(crate) mod tests {
             started_at: "now".into(),
             ocrig_version: "0".into(),
             guest_start: None,
+            hosts: Vec::new(),
         }
     }
 
@@ -259,6 +268,7 @@ pub(crate) mod tests {
             warmup: false,
             guest: 0,
             guests: 1,
+            host: None,
             ok: true,
             error: None,
             attempt: 1,

@@ -70,6 +70,7 @@ fn blank(cell: &Cell, id: AttemptId, guest: u32, now: &str) -> RunRecord {
         warmup: id.warmup,
         guest,
         guests: id.guests,
+        host: None,
         ok: false,
         error: None,
         attempt: id.attempt,

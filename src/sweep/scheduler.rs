@@ -54,6 +54,70 @@ pub async fn run<E: Executor>(
     previous: Vec<RunRecord>,
     progress: &Progress,
 ) -> anyhow::Result<PhaseTotals> {
+    run_with(plan, exec, Journal::Own(journal), previous, progress, None).await
+}
+
+/// One host's part of a sweep over several interchangeable hosts.
+#[derive(Debug, Clone)]
+pub struct HostShare {
+    /// Recorded as every record's `host`.
+    pub label: String,
+    /// This host's position among the `of` hosts the runs are spread over: run `r` of every
+    /// cell (warm-ups alike) is this host's when `r mod of == index`. Every cell so gets the
+    /// same number of runs on each host (±1), so no comparison confounds host with variant
+    /// or level.
+    pub index: usize,
+    pub of: usize,
+}
+
+impl HostShare {
+    pub fn takes(&self, run: u32) -> bool {
+        self.of <= 1 || run as usize % self.of == self.index
+    }
+}
+
+/// The host of a multi-host sweep could no longer be reached; its unfinished runs are left
+/// for the other hosts.
+#[derive(Debug, Clone)]
+pub struct HostLost {
+    pub host: String,
+    pub why: String,
+}
+
+impl std::fmt::Display for HostLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "host {} was lost: {}", self.host, self.why)
+    }
+}
+
+impl std::error::Error for HostLost {}
+
+/// Where the records go: this scheduler's journal, or one several hosts' schedulers share.
+pub enum Journal<'a> {
+    Own(&'a mut JournalWriter),
+    Shared(&'a std::sync::Mutex<JournalWriter>),
+}
+
+impl Journal<'_> {
+    fn append_all(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+        match self {
+            Journal::Own(j) => j.append_all(entries),
+            Journal::Shared(j) => j.lock().unwrap_or_else(|e| e.into_inner()).append_all(entries),
+        }
+    }
+}
+
+/// [`run`] for one host's share of a sweep over several hosts (`share`), or all of it (None).
+/// A host that cannot be reached when its workers fail to come up ends this call with
+/// [`HostLost`]; every record it made is journaled.
+pub async fn run_with<E: Executor>(
+    plan: &Plan,
+    exec: E,
+    journal: Journal<'_>,
+    previous: Vec<RunRecord>,
+    progress: &Progress,
+    share: Option<HostShare>,
+) -> anyhow::Result<PhaseTotals> {
     let settled = accounting::settle(&previous);
     let mut s = Scheduler {
         plan,
@@ -63,9 +127,13 @@ pub async fn run<E: Executor>(
         records: previous,
         settled,
         totals: PhaseTotals::default(),
+        share,
     };
     for (index, group) in plan.boots.iter().enumerate() {
-        s.run_group(index as u32, group).await?;
+        if let Err(e) = s.run_group(index as u32, group).await {
+            s.exec.shut_down().await;
+            return Err(e);
+        }
     }
     s.exec.shut_down().await;
     Ok(s.totals)
@@ -74,7 +142,8 @@ pub async fn run<E: Executor>(
 struct Scheduler<'a, E> {
     plan: &'a Plan,
     exec: E,
-    journal: &'a mut JournalWriter,
+    journal: Journal<'a>,
+    share: Option<HostShare>,
     progress: &'a Progress,
     /// Every record of the journal: the resumed one's, then this run's.
     records: Vec<RunRecord>,
@@ -109,7 +178,11 @@ impl<E: Executor> Scheduler<'_, E> {
         if !active.iter().any(|&a| a) {
             // A resumed sweep finished this group before: count its runs as done.
             for c in cells {
-                self.progress.skip(u64::from(c.warmup_runs + c.max_runs));
+                let mine = (0..c.warmup_runs)
+                    .chain(0..c.max_runs)
+                    .filter(|&r| self.takes(r))
+                    .count();
+                self.progress.skip(mine as u64);
             }
             return Ok(());
         }
@@ -128,7 +201,7 @@ impl<E: Executor> Scheduler<'_, E> {
         for w in 0..warmups {
             for c in order(w) {
                 let cell = &cells[c];
-                if w >= cell.warmup_runs {
+                if w >= cell.warmup_runs || !self.takes(w) {
                     continue;
                 }
                 if !active[c] || state.broken.is_some() {
@@ -143,14 +216,15 @@ impl<E: Executor> Scheduler<'_, E> {
         for i in 0..rounds {
             for c in order(warmups + i) {
                 let cell = &cells[c];
-                if stopped[c] {
+                if stopped[c] || !self.takes(i) {
                     continue;
                 }
                 match self.next_run(group, cell, i, state.broken.is_some()) {
                     Next::Done => self.progress.run_done(),
                     Next::Enough => {
                         stopped[c] = true;
-                        self.progress.skip(u64::from(cell.max_runs.saturating_sub(i)));
+                        let left = (i..cell.max_runs).filter(|&r| self.takes(r)).count();
+                        self.progress.skip(left as u64);
                     }
                     Next::Run => self.run_slot(group, &mut state, cell, false, i).await?,
                 }
@@ -162,9 +236,14 @@ impl<E: Executor> Scheduler<'_, E> {
         Ok(())
     }
 
+    /// Whether run slot `run` of every cell is this host's.
+    fn takes(&self, run: u32) -> bool {
+        self.share.as_ref().is_none_or(|s| s.takes(run))
+    }
+
     /// Whether a cell still has a measured run to make.
     fn has_work(&self, group: &BootGroup, cell: &Cell) -> bool {
-        for i in 0..cell.max_runs {
+        for i in (0..cell.max_runs).filter(|&i| self.takes(i)) {
             match self.next_run(group, cell, i, false) {
                 Next::Done => continue,
                 Next::Enough => return false,
@@ -225,6 +304,16 @@ impl<E: Executor> Scheduler<'_, E> {
             };
             if state.up.is_none() && state.broken.is_none() {
                 self.bring_up(group, state).await;
+                if state.broken.is_some()
+                    && let Some(share) = &self.share
+                    && let Err(why) = self.exec.host_reachable().await
+                {
+                    return Err(HostLost {
+                        host: share.label.clone(),
+                        why,
+                    }
+                    .into());
+                }
             }
             let (Some(facts), None) = (&state.up, &state.broken) else {
                 let why = state.broken.clone().unwrap_or_default();
@@ -321,7 +410,12 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 
     /// Journals one attempt's records together and settles the journal anew.
-    fn keep(&mut self, recs: Vec<RunRecord>) -> anyhow::Result<()> {
+    fn keep(&mut self, mut recs: Vec<RunRecord>) -> anyhow::Result<()> {
+        if let Some(share) = &self.share {
+            for r in &mut recs {
+                r.host = Some(share.label.clone());
+            }
+        }
         let entries: Vec<Entry> = recs.iter().cloned().map(|r| Entry::Run(Box::new(r))).collect();
         self.journal.append_all(&entries)?;
         self.records.extend(recs);

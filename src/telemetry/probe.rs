@@ -23,6 +23,7 @@ use super::vcpu::{self, VcpuSnapshot};
 use crate::backend::Guest;
 use crate::guest::ssh::GuestSsh;
 use crate::host::Accel;
+use crate::hostfs::HostFs;
 
 const DEBUGFS_KVM: &str = "/sys/kernel/debug/kvm";
 
@@ -47,6 +48,7 @@ const UNREACHABLE: &str = "not read: the guest's run failed";
 
 /// What the probe read before the run.
 pub struct RunProbe {
+    fs: Arc<dyn HostFs>,
     accel: Accel,
     host_cpus: Vec<usize>,
     collect: Duration,
@@ -86,25 +88,23 @@ impl RunProbe {
     /// /proc/stat, then the vCPU threads' scheduler counters.
     pub async fn start(
         targets: &[ProbeTarget<'_>],
+        fs: &Arc<dyn HostFs>,
         host_cpus: &[usize],
         accel: Accel,
         collect: Duration,
     ) -> Self {
         let cpu0 = process_cpu_ns();
         let stats = guest_stats(targets, collect).await;
-        let kvms = kvm_snapshots(targets).await;
-        let host = StatSnapshot::host();
+        let kvms = kvm_snapshots(targets, fs.is_local()).await;
+        let (host, vcpus) = host_reads(fs, targets, true).await;
         let guests = stats
             .into_iter()
             .zip(kvms)
-            .zip(targets)
-            .map(|((stat, kvm), t)| GuestBefore {
-                stat,
-                kvm,
-                vcpus: VcpuSnapshot::take(t.vcpu_tids),
-            })
+            .zip(vcpus)
+            .map(|((stat, kvm), vcpus)| GuestBefore { stat, kvm, vcpus })
             .collect();
         Self {
+            fs: Arc::clone(fs),
             accel,
             host_cpus: host_cpus.to_vec(),
             collect,
@@ -117,10 +117,8 @@ impl RunProbe {
     /// Reads everything "after", in the reverse order, and returns the journal entries.
     pub async fn finish(self, targets: &[ProbeTarget<'_>]) -> RunTelemetry {
         let cpu0 = process_cpu_ns();
-        let vcpus_after: Vec<VcpuSnapshot> =
-            targets.iter().map(|t| VcpuSnapshot::take(t.vcpu_tids)).collect();
-        let host_after = StatSnapshot::host();
-        let kvms_after = kvm_snapshots(targets).await;
+        let (host_after, vcpus_after) = host_reads(&self.fs, targets, false).await;
+        let kvms_after = kvm_snapshots(targets, self.fs.is_local()).await;
         let stats_after = guest_stats(targets, self.collect).await;
 
         let host = match (&self.host, &host_after) {
@@ -216,8 +214,48 @@ async fn guest_stats(targets: &[ProbeTarget<'_>], collect: Duration) -> Vec<Resu
         .collect()
 }
 
-/// Every guest's KVM counters: through QMP, else debugfs by the vCPU threads' process.
-async fn kvm_snapshots(targets: &[ProbeTarget<'_>]) -> Vec<Result<KvmCounters, String>> {
+/// The host's /proc/stat and every guest's vCPU counters, the vCPUs innermost (read last
+/// before the run, first after it). A remote host's are read off the async threads.
+async fn host_reads(
+    fs: &Arc<dyn HostFs>,
+    targets: &[ProbeTarget<'_>],
+    before: bool,
+) -> (Result<StatSnapshot, String>, Vec<VcpuSnapshot>) {
+    let tids: Vec<Vec<i32>> = targets.iter().map(|t| t.vcpu_tids.to_vec()).collect();
+    if fs.is_local() {
+        return if before {
+            let h = StatSnapshot::host();
+            (h, VcpuSnapshot::take_all(fs.as_ref(), &tids))
+        } else {
+            let v = VcpuSnapshot::take_all(fs.as_ref(), &tids);
+            (StatSnapshot::host(), v)
+        };
+    }
+    let fs = Arc::clone(fs);
+    let n = tids.len();
+    tokio::task::spawn_blocking(move || {
+        // One round trip: /proc/stat outside the vCPU reads on both sides.
+        let (v, stat) = VcpuSnapshot::take_all_with(fs.as_ref(), &tids, Some(("/proc/stat", before)));
+        let stat = match stat {
+            Some(Ok(text)) => StatSnapshot::parse(&text),
+            Some(Err(e)) => Err(format!("reading /proc/stat of {}: {e}", fs.label())),
+            None => Err(format!("no /proc/stat from {}", fs.label())),
+        };
+        (stat, v)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        let err = format!("the host reader failed: {e}");
+        (
+            Err(err.clone()),
+            (0..n).map(|_| VcpuSnapshot::unavailable(&err)).collect(),
+        )
+    })
+}
+
+/// Every guest's KVM counters: through QMP, else debugfs by the vCPU threads' process (on
+/// this machine only: a remote host's debugfs is not read).
+async fn kvm_snapshots(targets: &[ProbeTarget<'_>], local: bool) -> Vec<Result<KvmCounters, String>> {
     join_all(targets.iter().map(|t| async move {
         if !t.reachable {
             return Err(UNREACHABLE.to_string());
@@ -227,6 +265,9 @@ async fn kvm_snapshots(targets: &[ProbeTarget<'_>]) -> Vec<Result<KvmCounters, S
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {QMP_DEADLINE:?}")));
         match answer {
             Ok(raw) => kvm::from_query_stats(&raw),
+            Err(qmp) if !local => Err(format!(
+                "QMP: {qmp:#}; debugfs: a remote host's /sys/kernel/debug/kvm is not read"
+            )),
             Err(qmp) => {
                 let pid = t.vcpu_tids.first().and_then(|&tid| vcpu::process_of(tid));
                 let debugfs = match pid {
@@ -260,7 +301,14 @@ mod tests {
 
     #[tokio::test]
     async fn without_guests_the_host_cpus_and_the_cost_are_recorded() {
-        let probe = RunProbe::start(&[], &[0], Accel::Tcg, Duration::from_secs(1)).await;
+        let probe = RunProbe::start(
+            &[],
+            &(Arc::new(crate::hostfs::LocalFs) as Arc<dyn HostFs>),
+            &[0],
+            Accel::Tcg,
+            Duration::from_secs(1),
+        )
+        .await;
         let t = std::time::Instant::now();
         let mut x = 0u64;
         while t.elapsed() < Duration::from_millis(60) {

@@ -10,6 +10,8 @@
 use std::time::Instant;
 
 use procfs::process::Process;
+
+use crate::hostfs::HostFs;
 use serde::{Deserialize, Serialize};
 
 /// One vCPU thread's counters at one instant.
@@ -38,6 +40,35 @@ impl VcpuCounters {
             involuntary_switches: status.nonvoluntary_ctxt_switches.unwrap_or(0),
         })
     }
+
+    /// The counters from the texts of `/proc/<tid>/schedstat` and `/proc/<tid>/status` (read on
+    /// another host).
+    pub fn parse(tid: i32, schedstat: &str, status: &str) -> Result<Self, String> {
+        let f: Vec<u64> = schedstat
+            .split_whitespace()
+            .map(|x| x.parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("/proc/{tid}/schedstat: {e}"))?;
+        if f.len() < 3 {
+            return Err(format!(
+                "/proc/{tid}/schedstat: '{}' has fewer than 3 fields",
+                schedstat.trim()
+            ));
+        }
+        let field = |key: &str| {
+            status.lines().find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|r| r.trim_start_matches(':').trim().parse::<u64>().ok())
+            })
+        };
+        Ok(Self {
+            run_ns: f[0],
+            wait_ns: f[1],
+            timeslices: f[2],
+            voluntary_switches: field("voluntary_ctxt_switches").unwrap_or(0),
+            involuntary_switches: field("nonvoluntary_ctxt_switches").unwrap_or(0),
+        })
+    }
 }
 
 /// Every vCPU thread of one guest at one instant, in vCPU order.
@@ -55,6 +86,67 @@ impl VcpuSnapshot {
             tids: tids.to_vec(),
             counters: tids.iter().map(|&t| VcpuCounters::read(t)).collect(),
         }
+    }
+
+    /// A snapshot in which nothing could be read.
+    pub fn unavailable(why: &str) -> Self {
+        Self {
+            at: Instant::now(),
+            tids: Vec::new(),
+            counters: vec![Err(why.to_string())],
+        }
+    }
+
+    /// Every guest's vCPU threads on the host behind `fs`: this machine's directly, a remote
+    /// host's in one read of all their /proc files.
+    pub fn take_all(fs: &dyn HostFs, guests: &[Vec<i32>]) -> Vec<Self> {
+        if fs.is_local() {
+            return guests.iter().map(|t| Self::take(t)).collect();
+        }
+        Self::take_all_with(fs, guests, None).0
+    }
+
+    /// [`take_all`](Self::take_all) on a remote host, reading the file `with` in the same
+    /// round trip: `(path, true)` before the vCPUs' files, `(path, false)` after them.
+    pub fn take_all_with(
+        fs: &dyn HostFs,
+        guests: &[Vec<i32>],
+        with: Option<(&str, bool)>,
+    ) -> (Vec<Self>, Option<Result<String, String>>) {
+        let at = Instant::now();
+        let mut paths: Vec<String> = guests
+            .iter()
+            .flatten()
+            .flat_map(|t| [format!("/proc/{t}/schedstat"), format!("/proc/{t}/status")])
+            .collect();
+        match with {
+            Some((p, true)) => paths.insert(0, p.to_string()),
+            Some((p, false)) => paths.push(p.to_string()),
+            None => {}
+        }
+        let mut all = fs.read_many(&paths);
+        let extra = match with {
+            Some((_, true)) if !all.is_empty() => Some(all.remove(0)),
+            Some((_, false)) => all.pop(),
+            _ => None,
+        };
+        let mut texts = all.into_iter();
+        let snaps = guests
+            .iter()
+            .map(|tids| Self {
+                at,
+                tids: tids.clone(),
+                counters: tids
+                    .iter()
+                    .map(|&t| {
+                        let sched = texts.next().unwrap_or_else(|| Err("no answer".into()));
+                        let status = texts.next().unwrap_or_else(|| Err("no answer".into()));
+                        VcpuCounters::parse(t, &sched?, &status?)
+                    })
+                    .collect(),
+            })
+            .collect();
+        (snaps, extra)
     }
 }
 
@@ -193,6 +285,25 @@ mod tests {
     fn gettid() -> i32 {
         // SAFETY: gettid has no preconditions.
         unsafe { libc::gettid() }
+    }
+
+    #[test]
+    fn counters_parse_from_text_as_procfs_reads_them() {
+        let me = gettid();
+        let local = VcpuCounters::read(me).unwrap();
+        let t = |f: &str| std::fs::read_to_string(format!("/proc/{me}/{f}")).unwrap();
+        let parsed = VcpuCounters::parse(me, &t("schedstat"), &t("status")).unwrap();
+        assert!(parsed.run_ns >= local.run_ns && parsed.timeslices >= local.timeslices);
+        assert!(parsed.voluntary_switches >= local.voluntary_switches);
+        assert!(parsed.involuntary_switches >= local.involuntary_switches);
+        let status = t("status");
+        let wanted = status
+            .lines()
+            .find(|l| l.starts_with("voluntary_ctxt_switches"))
+            .unwrap();
+        let later: u64 = wanted.split_whitespace().last().unwrap().parse().unwrap();
+        assert!(later >= parsed.voluntary_switches, "{wanted}");
+        assert!(VcpuCounters::parse(1, "12 x", "").is_err());
     }
 
     #[test]

@@ -1,0 +1,327 @@
+//! `ocrig run` over several interchangeable libvirt hosts (`host.hosts`): every host gets the
+//! same plan (its own CPUs), run slot `r` of every cell goes to host `r mod H`, one scheduler per
+//! host runs its share at the same time, and all of them journal into one journal, each record
+//! naming its host. A host that cannot be reached any more ends its scheduler; once the others
+//! are done, the runs still without a valid result are spread over the hosts left (or, with
+//! none left, wait for `--resume`). Resuming continues on whichever hosts answer.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Context;
+use futures::future::join_all;
+
+use super::BadInput;
+use super::run::{self as single, Claim, RunArgs};
+use crate::backend::libvirt::LibvirtBackend;
+use crate::backend::owned::RunOwnership;
+use crate::executor::vm::{VmConfig, VmExecutor};
+use crate::host::VirtEvidence;
+use crate::scenario::Loaded;
+use crate::scenario::validate::{HostFacts, validate};
+use crate::sweep::journal::{Entry, Journal, JournalWriter, RunRecord};
+use crate::sweep::plan::Plan;
+use crate::sweep::progress::Progress;
+use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals};
+
+/// One host, checked and planned.
+struct Host {
+    label: String,
+    backend: Arc<LibvirtBackend>,
+    plan: Plan,
+}
+
+fn label_of(uri: &str) -> String {
+    match crate::backend::remote::parse(uri) {
+        Ok(Some(r)) => r.label(),
+        _ => format!("local ({uri})"),
+    }
+}
+
+/// Connects to one host: remote ones are checked like a single remote host (SSH, pinned key,
+/// libvirt version); a local URI must answer.
+fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
+    match single::connect_remote(uri)? {
+        Some(b) => Ok(b),
+        None => {
+            single::reap_orphan_domains(uri);
+            let b = LibvirtBackend::connect(uri)
+                .map_err(|e| BadInput(format!("preflight: host {uri}: {e:#}")))?;
+            Ok(Arc::new(b))
+        }
+    }
+}
+
+pub fn run(
+    args: &RunArgs,
+    loaded: Loaded,
+    previous: Option<super::resume::Previous>,
+    t0: Instant,
+) -> anyhow::Result<()> {
+    let s = loaded.scenario.clone();
+    let seed = previous
+        .as_ref()
+        .and_then(|p| p.seed())
+        .unwrap_or_else(crate::sweep::order::fresh_seed);
+
+    // Preflight: every host reachable and big enough (a resumed sweep goes on without the
+    // hosts that do not answer).
+    let mut hosts = Vec::new();
+    for entry in &s.host.hosts {
+        let uri = entry.uri().to_string();
+        let backend = match connect(&uri) {
+            Ok(b) => b,
+            Err(e) if previous.is_some() => {
+                eprintln!(
+                    "ocrig: host {} does not answer; resuming without it: {e:#}",
+                    label_of(&uri)
+                );
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let facts = if backend.remote().is_some() {
+            single::remote_facts(&backend)?
+        } else {
+            HostFacts::read()
+        };
+        let mut mine = loaded.clone();
+        if let Some(c) = entry.cpus() {
+            mine.scenario.host.cpus = Some(c.clone());
+        }
+        validate(&mine, &facts)?;
+        super::validate::check_kernels(&mine)?;
+        let plan = Plan::build(&mine.scenario, &facts.allowed_cpus, seed)?;
+        hosts.push(Host {
+            label: label_of(&uri),
+            backend,
+            plan,
+        });
+    }
+    anyhow::ensure!(
+        !hosts.is_empty(),
+        "none of the sweep's hosts answers; try --resume later"
+    );
+    let shape = |p: &Plan| p.boots.iter().map(|b| (b.label(), b.guests)).collect::<Vec<_>>();
+    for h in &hosts[1..] {
+        if shape(&h.plan) != shape(&hosts[0].plan) {
+            return Err(BadInput(format!(
+                "hosts {} and {} are not interchangeable for this scenario: their CPUs give different guest counts \
+                 ({:?} vs {:?}); give each the same number of CPUs",
+                hosts[0].label,
+                h.label,
+                shape(&hosts[0].plan),
+                shape(&h.plan)
+            ))
+            .into());
+        }
+    }
+    let mut accel = None;
+    for h in &hosts {
+        let ev = match h.backend.remote() {
+            Some(r) => VirtEvidence::read_from(r.as_ref()),
+            None => VirtEvidence::read(),
+        };
+        let a = single::resolve_accel(s.host.accel, &ev)?;
+        if let Some(first) = &accel
+            && a.accel != *first
+        {
+            return Err(BadInput(format!(
+                "host {} runs guests under {}, the others under {}: hosts must be interchangeable",
+                h.label,
+                a.accel.as_str(),
+                first.as_str()
+            ))
+            .into());
+        }
+        eprintln!(
+            "ocrig: host {}: {} CPUs given, accel {} — {}",
+            h.label,
+            h.plan.host_cpus.len(),
+            a.accel.as_str(),
+            a.reason
+        );
+        accel = Some(a.accel);
+    }
+    let accel = accel.expect("at least one host");
+
+    // The CPUs of every host, on that host.
+    let mut claims = Vec::new();
+    for h in &hosts {
+        claims.push(match h.backend.remote() {
+            Some(_) => Claim::Remote(single::claim_remote_cpus(
+                &h.backend,
+                &h.plan.host_cpus,
+                args.wait_for_cpus,
+            )?),
+            None => Claim::Local(single::claim_cpus(&h.plan.host_cpus, args.wait_for_cpus)?),
+        });
+    }
+
+    let t_prep = Instant::now();
+    let plan0 = hosts[0].plan.clone();
+    let payload = crate::payload_bin::locate()?;
+    let uploads = single::uploads_for(&plan0, &payload)?;
+    let images = single::images_for(&plan0, &s)?;
+    let prep_s = t_prep.elapsed().as_secs_f64();
+
+    let results_dir = match &previous {
+        Some(p) => p.dir.clone(),
+        None => single::create_results_dir(&args.results, &plan0.name)?,
+    };
+    for c in &mut claims {
+        c.note_results_dir(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
+    }
+    single::preflight_disk(&results_dir, &plan0)?;
+    super::log_to_file(&results_dir.join(if previous.is_some() {
+        "ocrig-resume.log"
+    } else {
+        "ocrig.log"
+    }))?;
+    let mut journal = JournalWriter::open(&results_dir)?;
+    if previous.is_none() {
+        std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
+        let mut head = single::header(&plan0, &loaded.sha256, "libvirt", accel);
+        head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
+        head.kernels = images
+            .iter()
+            .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
+            .collect();
+        head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
+        journal.append(&Entry::Sweep(Box::new(head)))?;
+    }
+    eprintln!(
+        "ocrig: results in {}; runs spread over {} host(s): {}",
+        results_dir.display(),
+        hosts.len(),
+        hosts
+            .iter()
+            .map(|h| h.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let journal = Mutex::new(journal);
+    let progress = Progress::new(plan0.total_runs(), args.quiet);
+    let run_id = single::run_id();
+    // One run id per host: the guests of two hosts that are one libvirtd must not share names,
+    // and each id is owned (so no reaper takes their domains for orphans).
+    let mut owners = Vec::new();
+    for k in 0..hosts.len() {
+        owners.push(RunOwnership::claim(&format!("{run_id}h{k}"), &results_dir)?);
+    }
+    let mut records: Vec<RunRecord> = previous
+        .as_ref()
+        .map(|p| p.records().to_vec())
+        .unwrap_or_default();
+
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut totals = PhaseTotals::default();
+    let mut alive: Vec<usize> = (0..hosts.len()).collect();
+    let mut pass = 0;
+    let outcome: anyhow::Result<()> = rt.block_on(async {
+        loop {
+            pass += 1;
+            let n = alive.len();
+            let jobs = alive.iter().enumerate().map(|(k, &h)| {
+                let host = &hosts[h];
+                let exec = VmExecutor::new(VmConfig {
+                    backend: Arc::clone(&host.backend) as Arc<dyn crate::backend::Backend>,
+                    accel,
+                    images: images.clone(),
+                    uploads: uploads.clone(),
+                    guests_dir: results_dir.join("guests").join(format!("host{h}")),
+                    run_id: format!("{run_id}h{h}"),
+                    host_cpus: host.plan.host_cpus.clone(),
+                    vcpus: host.plan.vcpus,
+                    memory_mib: host.plan.memory_mib,
+                    scratch_disk_mib: host.plan.scratch_disk_mib,
+                    guest_start: host.plan.guest_start,
+                    timeouts: host.plan.timeouts.clone(),
+                });
+                let share = HostShare {
+                    label: host.label.clone(),
+                    index: k,
+                    of: n,
+                };
+                let previous = records.clone();
+                let (journal, progress) = (&journal, &progress);
+                async move {
+                    let r = scheduler::run_with(
+                        &host.plan,
+                        exec,
+                        scheduler::Journal::Shared(journal),
+                        previous,
+                        progress,
+                        Some(share),
+                    )
+                    .await;
+                    (h, r)
+                }
+            });
+            let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+            let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let results = tokio::select! {
+                r = join_all(jobs) => r,
+                _ = sigint.recv() => return Err(super::Interrupted { signal: "SIGINT", code: 130 }.into()),
+                _ = sigterm.recv() => return Err(super::Interrupted { signal: "SIGTERM", code: 143 }.into()),
+            };
+            let mut lost = Vec::new();
+            for (h, r) in results {
+                match r {
+                    Ok(t) => add(&mut totals, &t),
+                    Err(e) => match e.downcast_ref::<HostLost>() {
+                        Some(l) => {
+                            progress.println(&format!("ocrig: {l}"));
+                            lost.push(h);
+                        }
+                        None => return Err(e.context(format!("the sweep on host {}", hosts[h].label))),
+                    },
+                }
+            }
+            records = Journal::read(&results_dir)?.runs;
+            if lost.is_empty() {
+                return Ok(());
+            }
+            alive.retain(|h| !lost.contains(h));
+            let settled = crate::sweep::accounting::settle(&records);
+            let done = settled.counted(&records).filter(|r| !r.warmup && r.guest == 0).count();
+            if alive.is_empty() {
+                anyhow::bail!(
+                    "every host was lost; {done} finished runs are in the journal. Continue with `ocrig run --resume {}` \
+                     once a host answers",
+                    results_dir.display()
+                );
+            }
+            let msg = format!(
+                "ocrig: pass {pass}: {done} finished runs kept; the unfinished runs of {} go to {}",
+                lost.iter().map(|&h| hosts[h].label.as_str()).collect::<Vec<_>>().join(", "),
+                alive.iter().map(|&h| hosts[h].label.as_str()).collect::<Vec<_>>().join(", ")
+            );
+            progress.println(&msg);
+            tracing::warn!("{msg}");
+        }
+    });
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    progress.finish();
+    if let Err(e) = &outcome {
+        tracing::error!("sweep stopped: {e:#}");
+    }
+    outcome?;
+    drop(claims);
+    drop(owners);
+    single::finish(&results_dir, previous.is_some(), t0, prep_s, &totals).context("finishing the sweep")
+}
+
+fn add(t: &mut PhaseTotals, o: &PhaseTotals) {
+    t.boot_s += o.boot_s;
+    t.deploy_s += o.deploy_s;
+    t.run_s += o.run_s;
+    t.measured_s += o.measured_s;
+    t.teardown_s += o.teardown_s;
+    t.groups += o.groups;
+    t.boots += o.boots;
+    t.runs_ok += o.runs_ok;
+    t.runs_failed += o.runs_failed;
+    t.attempts_failed += o.attempts_failed;
+    t.max_start_skew_us = t.max_start_skew_us.max(o.max_start_skew_us);
+}

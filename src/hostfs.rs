@@ -1,0 +1,68 @@
+//! Reading a host's /proc and /sys: this machine's directly, a remote libvirt host's over SSH
+//! (`backend::remote`). Telemetry (vCPU scheduler counters, /proc/stat), vCPU thread names and
+//! the accelerator evidence are read through this, so they describe the host the guests run on.
+
+/// Read-only access to a host's files.
+pub trait HostFs: Send + Sync {
+    /// Which host, for messages: `this host`, or `root@hostA:22`.
+    fn label(&self) -> String;
+    /// Reads every file; each result is the text or why it could not be read.
+    fn read_many(&self, paths: &[String]) -> Vec<Result<String, String>>;
+    /// The entry names of a directory.
+    fn list_dir(&self, path: &str) -> Result<Vec<String>, String>;
+    /// Whether a path exists.
+    fn exists(&self, path: &str) -> bool;
+    /// Whether this is the machine ocrig runs on (its thread ids are this kernel's).
+    fn is_local(&self) -> bool {
+        false
+    }
+
+    fn read(&self, path: &str) -> Result<String, String> {
+        self.read_many(&[path.to_string()])
+            .pop()
+            .unwrap_or_else(|| Err("no answer".into()))
+    }
+}
+
+/// This machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalFs;
+
+impl HostFs for LocalFs {
+    fn label(&self) -> String {
+        "this host".into()
+    }
+    fn read_many(&self, paths: &[String]) -> Vec<Result<String, String>> {
+        paths
+            .iter()
+            .map(|p| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}")))
+            .collect()
+    }
+    fn list_dir(&self, path: &str) -> Result<Vec<String>, String> {
+        let rd = std::fs::read_dir(path).map_err(|e| format!("{path}: {e}"))?;
+        Ok(rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect())
+    }
+    fn exists(&self, path: &str) -> bool {
+        std::path::Path::new(path).exists()
+    }
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_reads_say_which_file_failed() {
+        let r = LocalFs.read_many(&["/proc/self/stat".into(), "/nonexistent/x".into()]);
+        assert!(r[0].as_ref().unwrap().contains('('));
+        assert!(r[1].as_ref().unwrap_err().contains("/nonexistent/x"));
+        assert!(!LocalFs.list_dir("/proc/self/task").unwrap().is_empty());
+        assert!(LocalFs.exists("/proc/self") && !LocalFs.exists("/nonexistent"));
+    }
+}
