@@ -314,6 +314,14 @@ fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results");
     let s = scenario(tmp.path(), &sshd.ssh_uri(), "2", 256);
+    // A scratch disk, made on the remote host beside the guest's console.
+    let text = std::fs::read_to_string(&s).unwrap();
+    let with_disk = text.replace(
+        "  memory_mib: 256\n",
+        "  memory_mib: 256\n  scratch_disk_mib: 32\n",
+    );
+    assert_ne!(text, with_disk);
+    std::fs::write(&s, with_disk).unwrap();
     let out = ocrig(
         &["run", &s.to_string_lossy(), "--quiet", "--wait-for-cpus"],
         &results,
@@ -363,6 +371,10 @@ fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
         .expect("a mirrored console log");
     let text = std::fs::read_to_string(&console).unwrap();
     assert!(text.contains("OCRIG-READY"), "{text}");
+    assert!(
+        text.contains("scratch=mounted"),
+        "the remote scratch disk: {text}"
+    );
 
     // The image is in the remote host's storage pool, named by content hash.
     let vols = Command::new("virsh")

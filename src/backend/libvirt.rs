@@ -385,18 +385,7 @@ impl LibvirtBackend {
         let (plan, incoming) = (plan.clone(), incoming.map(Path::to_path_buf));
         let (conn, dom, port) =
             tokio::task::spawn_blocking(move || create(&uri, &abs, &plan, incoming.as_deref())).await??;
-        let mut guest = LibvirtGuest {
-            name: spec.name.clone(),
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            console: console_path(&spec.workdir, &spec.name),
-            vcpus: spec.vcpus,
-            uri: self.uri.clone(),
-            dom: Some(dom),
-            _conn: conn,
-            pid: None,
-            qmp: tokio::sync::Mutex::new(None),
-            remote: None,
-        };
+        let mut guest = LibvirtGuest::created(spec, &self.uri, conn, dom, port);
         // Drop destroys the domain if any of these checks fails.
         let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
         guest.pid = Some(pid);
@@ -426,11 +415,14 @@ impl LibvirtBackend {
         plan: &BootPlan,
     ) -> anyhow::Result<LibvirtGuest> {
         let t0 = std::time::Instant::now();
-        anyhow::ensure!(
-            spec.scratch_disk.is_none(),
-            "scratch disks are not supported on a remote host ({})",
-            r.remote.label()
-        );
+        // The scratch disk is made on the host, as large as the local one the executor made,
+        // in the guest's directory there (removed with it when the guest stops).
+        let scratch_bytes = spec
+            .scratch_disk
+            .as_deref()
+            .map(|p| std::fs::metadata(p).map(|m| m.len()))
+            .transpose()
+            .context("reading the scratch disk's size")?;
         let rdir = remote::remote_workdir(&std::path::absolute(&spec.workdir)?);
         let rconsole = console_path(Path::new(&rdir), &spec.name);
         let (uri, spec2, plan2, r2) = (self.uri.clone(), spec.clone(), plan.clone(), Arc::clone(r));
@@ -440,6 +432,19 @@ impl LibvirtBackend {
                 &format!("mkdir -p {} && rm -f {}", q(Path::new(&rdir))?, q(&rconsole)?),
                 Duration::from_secs(10),
             )?;
+            let scratch_disk = match scratch_bytes {
+                Some(bytes) => {
+                    let disk = Path::new(&rdir).join(format!("{}.scratch.img", spec2.name));
+                    let d = q(&disk)?;
+                    r2.check(
+                        &format!("truncate -s {bytes} {d} && mkfs.ext4 -F -q {d}"),
+                        Duration::from_secs(60),
+                    )
+                    .context("making the scratch disk on the host")?;
+                    Some(disk)
+                }
+                None => None,
+            };
             let conn = open(&uri)?;
             let kernel = remote::upload_volume(&conn, &uri, &plan2.kernel)?;
             let initrd = remote::upload_volume(&conn, &uri, &spec2.initrd)?;
@@ -452,6 +457,7 @@ impl LibvirtBackend {
             let rspec = GuestSpec {
                 initrd: initrd.into(),
                 workdir: rdir.into(),
+                scratch_disk,
                 ..spec2
             };
             let rplan = BootPlan {
@@ -464,18 +470,7 @@ impl LibvirtBackend {
         })
         .await??;
         let label = r.remote.label();
-        let mut guest = LibvirtGuest {
-            name: spec.name.clone(),
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            console: console_path(&spec.workdir, &spec.name),
-            vcpus: spec.vcpus,
-            uri: self.uri.clone(),
-            dom: Some(dom),
-            _conn: conn,
-            pid: None,
-            qmp: tokio::sync::Mutex::new(None),
-            remote: None,
-        };
+        let mut guest = LibvirtGuest::created(spec, &self.uri, conn, dom, port);
         // From here on, dropping `guest` destroys the domain.
         let (r2, name, vcpus) = (Arc::clone(r), spec.name.clone(), spec.vcpus);
         let rconsole = console_path(&rspec.workdir, &spec.name);
@@ -711,6 +706,23 @@ impl Controlled for LibvirtGuest {
 }
 
 impl LibvirtGuest {
+    /// A guest just created as domain `dom` on `conn`, its SSH forward on `port` (of this
+    /// machine's loopback; a remote guest's tunnel and QMP are added by the caller).
+    fn created(spec: &GuestSpec, uri: &str, conn: Connect, dom: Domain, port: u16) -> Self {
+        LibvirtGuest {
+            name: spec.name.clone(),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            console: console_path(&spec.workdir, &spec.name),
+            vcpus: spec.vcpus,
+            uri: uri.to_string(),
+            dom: Some(dom),
+            _conn: conn,
+            pid: None,
+            qmp: tokio::sync::Mutex::new(None),
+            remote: None,
+        }
+    }
+
     /// QMP on a remote host, through libvirt's monitor passthrough
     /// (`virDomainQemuMonitorCommand`): our own QMP socket lives on that host.
     async fn remote_qmp(&self, command: &str, args: serde_json::Value) -> anyhow::Result<serde_json::Value> {

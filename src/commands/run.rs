@@ -144,29 +144,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     };
     let prep_s = t_prep.elapsed().as_secs_f64();
 
-    let results_dir = match &previous {
-        Some(p) => p.dir.clone(),
-        None => create_results_dir(&args.results, &plan.name)?,
-    };
-    cpus.note_results_dir(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
-    preflight_disk(&results_dir, &plan)?;
-    super::log_to_file(&results_dir.join(if previous.is_some() {
-        "ocrig-resume.log"
-    } else {
-        "ocrig.log"
-    }))?;
-    let mut journal = JournalWriter::open(&results_dir)?;
-    if previous.is_none() {
-        std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
-        let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
-        head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
-        head.hosts = remote_label.iter().cloned().collect();
-        head.kernels = images
-            .iter()
-            .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
-            .collect();
-        journal.append(&Entry::Sweep(Box::new(head)))?;
-    }
+    let (results_dir, mut journal) = open_results(
+        &args.results,
+        previous.as_ref(),
+        &plan,
+        &loaded.text,
+        |dir| cpus.note_results_dir(dir),
+        || {
+            let mut head = header(&plan, &loaded.sha256, backend_name, accel.accel);
+            head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
+            head.hosts = remote_label.iter().cloned().collect();
+            head.kernels = kernels_of(&images);
+            head
+        },
+    )?;
     eprintln!("ocrig: results in {}", results_dir.display());
     tracing::info!(
         "plan: {} boot group(s): {}",
@@ -463,6 +454,44 @@ pub(super) fn images_for(
     }
     debug_assert_eq!(out.len(), plan.variants.len());
     Ok(out)
+}
+
+/// The results directory — the resumed one, or a new one — with its log and its journal; for a
+/// new sweep the scenario as run and the sweep header (`head`) are written first. `claimed`
+/// is told the directory's absolute path, so a CPU claim names who holds it.
+pub(super) fn open_results(
+    root: &Path,
+    previous: Option<&resume::Previous>,
+    plan: &Plan,
+    scenario_text: &str,
+    mut claimed: impl FnMut(&Path),
+    head: impl FnOnce() -> SweepHeader,
+) -> anyhow::Result<(PathBuf, JournalWriter)> {
+    let results_dir = match previous {
+        Some(p) => p.dir.clone(),
+        None => create_results_dir(root, &plan.name)?,
+    };
+    claimed(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
+    preflight_disk(&results_dir, plan)?;
+    super::log_to_file(&results_dir.join(if previous.is_some() {
+        "ocrig-resume.log"
+    } else {
+        "ocrig.log"
+    }))?;
+    let mut journal = JournalWriter::open(&results_dir)?;
+    if previous.is_none() {
+        std::fs::write(results_dir.join("scenario.yaml"), scenario_text)?;
+        journal.append(&Entry::Sweep(Box::new(head())))?;
+    }
+    Ok((results_dir, journal))
+}
+
+/// Each variant's guest kernel release, for the sweep header.
+pub(super) fn kernels_of(images: &BTreeMap<String, crate::image::Image>) -> BTreeMap<String, String> {
+    images
+        .iter()
+        .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
+        .collect()
 }
 
 pub(super) fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {

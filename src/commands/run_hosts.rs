@@ -19,7 +19,7 @@ use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::host::VirtEvidence;
 use crate::scenario::Loaded;
 use crate::scenario::validate::{HostFacts, validate};
-use crate::sweep::journal::{Entry, Journal, JournalWriter, RunRecord};
+use crate::sweep::journal::{Journal, RunRecord};
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
 use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals};
@@ -165,31 +165,20 @@ pub fn run(
     let images = single::images_for(&plan0, &s)?;
     let prep_s = t_prep.elapsed().as_secs_f64();
 
-    let results_dir = match &previous {
-        Some(p) => p.dir.clone(),
-        None => single::create_results_dir(&args.results, &plan0.name)?,
-    };
-    for c in &mut claims {
-        c.note_results_dir(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
-    }
-    single::preflight_disk(&results_dir, &plan0)?;
-    super::log_to_file(&results_dir.join(if previous.is_some() {
-        "ocrig-resume.log"
-    } else {
-        "ocrig.log"
-    }))?;
-    let mut journal = JournalWriter::open(&results_dir)?;
-    if previous.is_none() {
-        std::fs::write(results_dir.join("scenario.yaml"), &loaded.text)?;
-        let mut head = single::header(&plan0, &loaded.sha256, "libvirt", accel);
-        head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
-        head.kernels = images
-            .iter()
-            .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
-            .collect();
-        head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
-        journal.append(&Entry::Sweep(Box::new(head)))?;
-    }
+    let (results_dir, journal) = single::open_results(
+        &args.results,
+        previous.as_ref(),
+        &plan0,
+        &loaded.text,
+        |dir| claims.iter_mut().for_each(|c| c.note_results_dir(dir)),
+        || {
+            let mut head = single::header(&plan0, &loaded.sha256, "libvirt", accel);
+            head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
+            head.kernels = single::kernels_of(&images);
+            head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
+            head
+        },
+    )?;
     eprintln!(
         "ocrig: results in {}; runs spread over {} host(s): {}",
         results_dir.display(),

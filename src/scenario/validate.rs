@@ -184,18 +184,10 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             &[key("host"), key("libvirt_uri")],
             "must not be empty with backend: libvirt".into(),
         );
-    } else if s.host.backend == BackendKind::Libvirt {
-        match crate::backend::remote::parse(s.host.libvirt_uri.trim()) {
-            Err(m) => err(&[key("host"), key("libvirt_uri")], m),
-            Ok(Some(r)) if s.guest.scratch_disk_mib > 0 => err(
-                &[key("guest"), key("scratch_disk_mib")],
-                format!(
-                    "scratch disks are not supported on a remote host yet ({})",
-                    r.label()
-                ),
-            ),
-            Ok(_) => {}
-        }
+    } else if s.host.backend == BackendKind::Libvirt
+        && let Err(m) = crate::backend::remote::parse(s.host.libvirt_uri.trim())
+    {
+        err(&[key("host"), key("libvirt_uri")], m);
     }
 
     for (i, h) in s.host.hosts.iter().enumerate() {
