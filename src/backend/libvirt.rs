@@ -46,7 +46,7 @@ use virt::error::ErrorNumber;
 
 use super::boot::BootPlan;
 use super::qemu::{console_path, qemu_identity, qmp_path};
-use super::qmp::Qmp;
+use super::qmp::{Qmp, QmpSlot};
 use super::remote::{self, ConsoleMirror, HostSsh, Tunnel};
 use super::started::Starter;
 use super::template::{Controlled, Launcher};
@@ -394,7 +394,7 @@ impl LibvirtBackend {
         let qmp = Qmp::connect(&qmp_sock, Duration::from_secs(15))
             .await
             .with_context(|| format!("the second QMP monitor of {}", spec.name))?;
-        *guest.qmp.get_mut() = Some(qmp);
+        guest.qmp.set(qmp);
         tracing::debug!(
             "{}: libvirt domain up with our QMP monitor {:.2} s after asking",
             spec.name,
@@ -662,7 +662,7 @@ pub struct LibvirtGuest {
     _conn: Connect,
     pid: Option<i32>,
     /// Our own monitor (`-qmp` in `<qemu:commandline>`), beside libvirt's; None on a remote host.
-    qmp: tokio::sync::Mutex<Option<Qmp>>,
+    qmp: QmpSlot,
     /// On a remote host: how it is reached.
     remote: Option<RemoteParts>,
 }
@@ -686,11 +686,7 @@ impl Controlled for LibvirtGuest {
             if self.remote.is_some() {
                 return self.remote_qmp(command, args).await;
             }
-            let mut qmp = self.qmp.lock().await;
-            qmp.as_mut()
-                .context("QMP is closed")?
-                .execute(command, args)
-                .await
+            self.qmp.execute(command, args).await
         })
     }
 
@@ -718,7 +714,7 @@ impl LibvirtGuest {
             dom: Some(dom),
             _conn: conn,
             pid: None,
-            qmp: tokio::sync::Mutex::new(None),
+            qmp: QmpSlot::default(),
             remote: None,
         }
     }

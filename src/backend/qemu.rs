@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::process::{Child, Command};
-use tokio::sync::Mutex;
 
 use super::boot::BootPlan;
-use super::qmp::Qmp;
+use super::qmp::{Qmp, QmpSlot};
 use super::started::Starter;
 use super::template::{Controlled, Launcher};
 use super::{Backend, BoxFut, Guest, GuestSpec, Liveness, free_loopback_port, pin_thread, process_alive};
@@ -248,7 +247,7 @@ impl QemuBackend {
             console: console_path(&spec.workdir, &spec.name),
             log: log_path,
             child,
-            qmp: Mutex::new(Some(qmp)),
+            qmp: QmpSlot::new(qmp),
         })
     }
 }
@@ -260,7 +259,7 @@ pub struct QemuGuest {
     /// QEMU's stdout and stderr.
     log: PathBuf,
     child: Child,
-    qmp: Mutex<Option<Qmp>>,
+    qmp: QmpSlot,
 }
 
 impl Controlled for QemuGuest {
@@ -269,13 +268,7 @@ impl Controlled for QemuGuest {
         command: &'a str,
         args: serde_json::Value,
     ) -> BoxFut<'a, anyhow::Result<serde_json::Value>> {
-        Box::pin(async move {
-            let mut qmp = self.qmp.lock().await;
-            qmp.as_mut()
-                .context("QMP is closed")?
-                .execute(command, args)
-                .await
-        })
+        Box::pin(self.qmp.execute(command, args))
     }
 
     fn qemu_log(&self) -> String {
@@ -297,10 +290,7 @@ impl Guest for QemuGuest {
     }
 
     fn vcpu_threads(&self) -> BoxFut<'_, anyhow::Result<Vec<i32>>> {
-        Box::pin(async move {
-            let mut qmp = self.qmp.lock().await;
-            qmp.as_mut().context("QMP is closed")?.vcpu_thread_ids().await
-        })
+        Box::pin(self.qmp.vcpu_thread_ids())
     }
 
     fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>> {
@@ -334,7 +324,7 @@ impl Guest for QemuGuest {
                 return Ok(());
             }
             // "quit" stops QEMU at once; the guest holds no state worth an ACPI shutdown.
-            if let Some(mut qmp) = self.qmp.lock().await.take() {
+            if let Some(mut qmp) = self.qmp.take().await {
                 let _ = tokio::time::timeout(grace, qmp.execute("quit", serde_json::Value::Null)).await;
             }
             if tokio::time::timeout(grace, self.child.wait()).await.is_err() {

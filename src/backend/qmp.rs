@@ -83,3 +83,37 @@ impl Qmp {
         Ok(ids.into_iter().map(|(_, t)| t).collect())
     }
 }
+
+/// A guest's own QMP connection, one command at a time for all its callers; empty before it
+/// is connected and once it is closed.
+#[derive(Default)]
+pub struct QmpSlot(tokio::sync::Mutex<Option<Qmp>>);
+
+impl QmpSlot {
+    pub fn new(qmp: Qmp) -> Self {
+        Self(tokio::sync::Mutex::new(Some(qmp)))
+    }
+
+    /// Connects the slot (the caller owns the guest, so nobody else holds the lock).
+    pub fn set(&mut self, qmp: Qmp) {
+        *self.0.get_mut() = Some(qmp);
+    }
+
+    /// Closes the slot, handing back the connection if there was one.
+    pub async fn take(&self) -> Option<Qmp> {
+        self.0.lock().await.take()
+    }
+
+    pub async fn execute(&self, command: &str, arguments: Value) -> anyhow::Result<Value> {
+        let mut qmp = self.0.lock().await;
+        qmp.as_mut()
+            .context("QMP is closed")?
+            .execute(command, arguments)
+            .await
+    }
+
+    pub async fn vcpu_thread_ids(&self) -> anyhow::Result<Vec<i32>> {
+        let mut qmp = self.0.lock().await;
+        qmp.as_mut().context("QMP is closed")?.vcpu_thread_ids().await
+    }
+}
