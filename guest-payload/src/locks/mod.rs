@@ -99,6 +99,20 @@ pub(crate) mod exclusion_test {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    /// A "lock" that excludes nothing, for tests that must see the exclusion checks fail.
+    pub struct NoLock;
+    // SAFETY: deliberately wrong, for tests only — it never protects real data.
+    unsafe impl lock_api::RawMutex for NoLock {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const INIT: Self = NoLock;
+        type GuardMarker = lock_api::GuardSend;
+        fn lock(&self) {}
+        fn try_lock(&self) -> bool {
+            true
+        }
+        unsafe fn unlock(&self) {}
+    }
+
     struct Shared<R: RawMutex> {
         lock: R,
         owner: OwnerCheck,

@@ -487,16 +487,7 @@ fn every_algorithm_has_a_stress_test() {
 #[test]
 fn the_stress_catches_a_lock_that_does_not_exclude() {
     // A "lock" that never excludes: the stress must report owner violations, not pass.
-    struct NoLock;
-    unsafe impl RawMutex for NoLock {
-        const INIT: Self = NoLock;
-        type GuardMarker = lock_api::GuardSend;
-        fn lock(&self) {}
-        fn try_lock(&self) -> bool {
-            true
-        }
-        unsafe fn unlock(&self) {}
-    }
+    use super::exclusion_test::NoLock;
     let mut config = Config::standard(300);
     config.duration = Duration::from_millis(300);
     let out = stress::<NoLock>("none", config);

@@ -338,18 +338,7 @@ mod tests {
     }
 
     /// A "lock" that excludes nothing: the owner-identity check must fail the run by name.
-    struct NoLock;
-    // SAFETY: deliberately wrong, for the test only — it is never used to protect real data.
-    unsafe impl RawMutex for NoLock {
-        #[allow(clippy::declare_interior_mutable_const)]
-        const INIT: Self = NoLock;
-        type GuardMarker = lock_api::GuardSend;
-        fn lock(&self) {}
-        fn try_lock(&self) -> bool {
-            true
-        }
-        unsafe fn unlock(&self) {}
-    }
+    use crate::locks::exclusion_test::NoLock;
 
     #[test]
     fn a_lock_that_does_not_exclude_fails_the_run_by_name() {
