@@ -40,8 +40,24 @@ pub fn plan(spec: &GuestSpec, method: StartMethod) -> BootPlan {
         spec,
         method,
         Path::new(host::QBOOT_ROM),
-        host::tsc_freq().map(|f| f.khz),
+        tsc_needed(spec.accel, &spec.cmdline)
+            .then(host::tsc_freq)
+            .flatten()
+            .map(|f| f.khz),
     )
+}
+
+/// Whether the guest's clock arguments need the host's TSC rate: TCG guests whose command line
+/// does not set the clock. Reading it may mean a 200 ms measurement, which a KVM guest
+/// (kvm-clock) never uses.
+fn tsc_needed(accel: Accel, cmdline: &str) -> bool {
+    accel == Accel::Tcg && !sets_clock(cmdline)
+}
+
+fn sets_clock(cmdline: &str) -> bool {
+    cmdline
+        .split_whitespace()
+        .any(|a| a.starts_with("tsc=") || a.starts_with("tsc_early_khz=") || a.starts_with("clocksource="))
 }
 
 fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Option<u64>) -> BootPlan {
@@ -115,10 +131,7 @@ fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Optio
 /// A scenario whose command line already sets the clock (`tsc=`, `tsc_early_khz=`,
 /// `clocksource=`) gets nothing added.
 fn clock_args(accel: Accel, cmdline: &str, tsc_khz: Option<u64>) -> (String, Value) {
-    let user_sets_clock = cmdline
-        .split_whitespace()
-        .any(|a| a.starts_with("tsc=") || a.starts_with("tsc_early_khz=") || a.starts_with("clocksource="));
-    if user_sets_clock {
+    if sets_clock(cmdline) {
         return (
             String::new(),
             json!({"args": null, "why": "the scenario's command line sets the clock"}),
@@ -257,6 +270,10 @@ pub mod tests {
             "tsc_early_khz=2000000 tsc=reliable"
         );
         assert_eq!(clock_args(Accel::Kvm, "", Some(2000000)).0, "");
+        // The TSC rate is read (perhaps measured, 200 ms) only where it becomes an argument.
+        assert!(tsc_needed(Accel::Tcg, "nopvspin"));
+        assert!(!tsc_needed(Accel::Kvm, "nopvspin"));
+        assert!(!tsc_needed(Accel::Tcg, "clocksource=hpet"));
         assert_eq!(clock_args(Accel::Tcg, "", None).0, "");
         // The scenario's own clock settings win.
         let (args, facts) = clock_args(Accel::Tcg, "nopvspin clocksource=hpet", Some(2000000));
