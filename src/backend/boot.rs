@@ -107,6 +107,8 @@ fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Optio
         .collect::<Vec<_>>()
         .join(" ");
     facts.insert("vmgenid".into(), json!(vmgenid));
+    // The `-cpu` value, so that figures it switches off (kvm-steal-time) are reported as such.
+    facts.insert("cpu".into(), json!(spec.cpu));
     BootPlan {
         kernel,
         bios,
