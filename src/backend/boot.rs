@@ -172,6 +172,72 @@ pub fn notice_once(msg: &str) -> bool {
 pub mod tests {
     use super::*;
 
+    /// KVM guests of every variant kind a scenario can make — the three kernel-side spinlock
+    /// configurations, steal time off, `max` with a feature off, and a clone's restore — each
+    /// with its boot plan, for the QEMU-argument and libvirt-XML golden tests.
+    pub fn kvm_variant_cases() -> Vec<(&'static str, GuestSpec, BootPlan, Option<&'static Path>)> {
+        let base = GuestSpec {
+            accel: Accel::Kvm,
+            cpu: "host".into(),
+            ..spec(FastKernel::Unavailable("the kernel has no PVH entry note".into()))
+        };
+        let with = |cpu: &str, extra: &str| GuestSpec {
+            cpu: cpu.into(),
+            cmdline: format!("{} {extra}", base.cmdline).trim().to_string(),
+            ..base.clone()
+        };
+        let boot = |s: GuestSpec| {
+            // No TSC rate: a KVM guest's plan must not depend on one.
+            let p = plan_with(&s, StartMethod::Boot, Path::new("/nonexistent/qboot.rom"), None);
+            (s, p)
+        };
+        let mut out = Vec::new();
+        for (name, s) in [
+            ("pv-qspinlock", with("host", "")),
+            ("nopvspin", with("host", "nopvspin")),
+            ("unhalt-off", with("host,kvm-pv-unhalt=off", "")),
+            ("steal-off", with("host,kvm-steal-time=off", "")),
+            ("max-unhalt-off", with("max,kvm-pv-unhalt=off", "")),
+        ] {
+            let (s, p) = boot(s);
+            out.push((name, s, p, None));
+        }
+        let s = with("host", "");
+        let p = plan_with(&s, StartMethod::Clone, Path::new("/nonexistent/qboot.rom"), None);
+        out.push(("clone", s, p, Some(Path::new("/t/state"))));
+        out
+    }
+
+    /// Compares `text` with the golden file `src/backend/testdata/golden/<name>`;
+    /// `OCRIG_BLESS=1` rewrites the file instead (then review the diff).
+    pub fn golden(name: &str, text: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/backend/testdata/golden")
+            .join(name);
+        if std::env::var_os("OCRIG_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (OCRIG_BLESS=1 writes it)", path.display()));
+        assert_eq!(
+            text,
+            want,
+            "{} differs (OCRIG_BLESS=1 rewrites it)",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn kvm_plans_have_no_tcg_clock_arguments_and_keep_the_variant_words() {
+        for (name, s, p, _) in kvm_variant_cases() {
+            assert!(!p.cmdline.contains("tsc_early_khz"), "{name}: {}", p.cmdline);
+            assert_eq!(p.facts["clock"]["why"], "KVM: kvm-clock", "{name}");
+            assert_eq!(p.facts["cpu"], s.cpu.as_str(), "{name}");
+        }
+    }
+
     pub fn spec(fast: FastKernel) -> GuestSpec {
         GuestSpec {
             name: "ocrig-t-0".into(),

@@ -473,4 +473,53 @@ mod tests {
             vec!["PV spinlocks disabled, single CPU"]
         );
     }
+
+    #[test]
+    fn linux_6_6_query_stats_reach_the_report_under_their_labels() {
+        // Every record's VM counters are the delta of the Linux 6.6 fixture (2 vCPUs).
+        let sample: Value =
+            serde_json::from_str(include_str!("../telemetry/testdata/kvm_6.6_query_stats.json")).unwrap();
+        let kvm = crate::telemetry::kvm::delta(
+            &crate::telemetry::kvm::from_query_stats(&sample["before"]),
+            &crate::telemetry::kvm::from_query_stats(&sample["after"]),
+        )
+        .unwrap();
+        let mut j = crate::stats::cells::tests::journal();
+        for r in &mut j.runs {
+            r.extra.insert("kvm".into(), serde_json::to_value(&kvm).unwrap());
+        }
+        let text = crate::report::render(
+            &j,
+            crate::report::Format::Table,
+            &crate::report::ReportOptions::default(),
+        )
+        .unwrap();
+        let head = text
+            .lines()
+            .find(|l| l.contains("halt exits"))
+            .expect("a KVM table");
+        for (_, label) in KVM_COLUMNS {
+            assert!(head.contains(label), "{label} missing from {head}");
+        }
+        // halt exits 36000, pv-yield hc 1240, ok 480, preempt rep 10000, all hcalls 16400
+        // (the report writes counts of 10^4 and more in thousands).
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| base    | 0.5x |") && l.contains("36.0k"))
+            .expect("a KVM row of the fixture's figures");
+        for v in ["36.0k", "1240", "480", "10.0k", "16.4k"] {
+            assert!(row.contains(v), "{v} missing from {row}");
+        }
+        assert!(text.contains("PLE (pause-loop exits): not measured"), "{text}");
+        let json = crate::report::render(
+            &j,
+            crate::report::Format::Json,
+            &crate::report::ReportOptions::default(),
+        )
+        .unwrap();
+        assert!(
+            json.contains("pause_loop_exits"),
+            "the JSON report names PLE as not measured"
+        );
+    }
 }
