@@ -165,7 +165,8 @@ pub fn kvm_access(path: &Path, user: &QemuUser) -> Result<(), String> {
         return match std::fs::OpenOptions::new().read(true).write(true).open(path) {
             Ok(_) => Ok(()),
             Err(e) => Err(format!(
-                "{} cannot open {} read-write ({e}; mode {:o}, owner {}:{}) — add the user to the node's                  group (usually `kvm`: `adduser $USER kvm`, then log in again)",
+                "{} cannot open {} read-write ({e}; mode {:o}, owner {}:{}) — add the user to the node's \
+                 group (usually `kvm`: `adduser $USER kvm`, then log in again)",
                 user.who,
                 path.display(),
                 meta.mode() & 0o7777,
@@ -284,7 +285,10 @@ impl NestedHost {
             _ => "DMI names a VM",
         };
         format!(
-            "this host is itself a guest ({evidence}; {dmi}): KVM here is nested (L1), and when the              hypervisor below (L0) preempts this host's vCPUs that shows only as steal in this host's              /proc/stat (the report's `other load` / host steal), not in the guests' steal or vCPU wait,              and exits cost an extra L0 round trip — figures are for this VM, not the machine under it"
+            "this host is itself a guest ({evidence}; {dmi}): KVM here is nested (L1), and when the \
+             hypervisor below (L0) preempts this host's vCPUs that shows only as steal in this host's \
+             /proc/stat (the report's `other load` / host steal), not in the guests' steal or vCPU wait, \
+             and exits cost an extra L0 round trip — figures are for this VM, not the machine under it"
         )
     }
 }
@@ -355,6 +359,10 @@ impl VirtEvidence {
 
     /// For the libvirt backend: access judged for the daemon's QEMU user (qemu.conf).
     pub fn read_for_libvirt(fs: &dyn crate::hostfs::HostFs) -> Self {
+        if !fs.is_local() {
+            // A remote node cannot be stat'ed from here: not judged (QEMU's error says it).
+            return Self::read_for(fs, None);
+        }
         match QemuUser::libvirt_daemon(fs) {
             Ok(u) => Self::read_for(fs, Some(&u)),
             Err(e) => Self {
