@@ -36,25 +36,341 @@ pub struct VirtEvidence {
     pub dev_kvm: bool,
     pub kvm_intel_or_amd_loaded: bool,
     pub kvm_pvm_loaded: bool,
+    /// Why the user that runs QEMU cannot open /dev/kvm read-write (None: it can, or there is
+    /// no /dev/kvm, which `dev_kvm` says). QEMU opens it `O_RDWR`; without that every guest
+    /// exits with "Could not access KVM kernel module: Permission denied".
+    pub kvm_denied: Option<String>,
+}
+
+/// The device node QEMU opens for KVM.
+pub const DEV_KVM: &str = "/dev/kvm";
+
+/// The user whose permissions decide whether QEMU can open /dev/kvm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QemuUser {
+    /// For messages: `this process (uid 1000)`, `libvirt's qemu user libvirt-qemu`.
+    pub who: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (as libvirt sets them: the user's groups from /etc/group).
+    pub groups: Vec<u32>,
+    /// This process itself: then /dev/kvm is really opened (which also honours ACLs and
+    /// device cgroups that mode bits do not show).
+    pub is_self: bool,
+}
+
+impl QemuUser {
+    /// This process: QEMU started directly by ocrig runs as it.
+    pub fn this_process() -> Self {
+        // SAFETY: getuid/getgid cannot fail; getgroups writes at most `n` ids.
+        let (uid, gid, groups) = unsafe {
+            let n = libc::getgroups(0, std::ptr::null_mut());
+            let mut g = vec![0 as libc::gid_t; n.max(0) as usize];
+            let got = libc::getgroups(n, g.as_mut_ptr());
+            g.truncate(got.max(0) as usize);
+            (libc::getuid(), libc::getgid(), g)
+        };
+        Self {
+            who: format!("this process (uid {uid})"),
+            uid,
+            gid,
+            groups,
+            is_self: true,
+        }
+    }
+
+    /// The user libvirtd runs QEMU as: qemu.conf's `user`/`group` (Debian's default
+    /// `libvirt-qemu`), resolved through the host's /etc/passwd and /etc/group.
+    pub fn libvirt_daemon(fs: &dyn crate::hostfs::HostFs) -> Result<Self, String> {
+        let conf = fs.read("/etc/libvirt/qemu.conf").unwrap_or_default();
+        let (user, group) = qemu_conf_user(&conf);
+        let passwd = fs.read("/etc/passwd").unwrap_or_default();
+        let groups_file = fs.read("/etc/group").unwrap_or_default();
+        resolve_user(&user, group.as_deref(), &passwd, &groups_file)
+            .map(|mut u| {
+                u.who = format!("libvirt's QEMU user {user} (/etc/libvirt/qemu.conf `user`)");
+                u
+            })
+            .map_err(|e| format!("libvirt's QEMU user {user} (/etc/libvirt/qemu.conf): {e}"))
+    }
+}
+
+/// qemu.conf's `user` and `group` settings; libvirt's built-in default user when unset.
+pub fn qemu_conf_user(conf: &str) -> (String, Option<String>) {
+    let value = |key: &str| {
+        conf.lines().rev().find_map(|l| {
+            let l = l.trim();
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+        })
+    };
+    // Debian builds libvirt with --with-qemu-user=libvirt-qemu.
+    (
+        value("user").unwrap_or_else(|| "libvirt-qemu".into()),
+        value("group"),
+    )
+}
+
+/// `name` (or `+uid`) and an optional group name (or `+gid`) as ids, with the user's
+/// supplementary groups.
+fn resolve_user(name: &str, group: Option<&str>, passwd: &str, groups: &str) -> Result<QemuUser, String> {
+    let numeric = |s: &str| s.strip_prefix('+').and_then(|n| n.parse::<u32>().ok());
+    let entry = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && (f[0] == name || numeric(name).is_some_and(|u| f[2].parse() == Ok(u))));
+    let (login, uid, mut gid) = match (&entry, numeric(name)) {
+        (Some(f), _) => (
+            f[0].to_string(),
+            f[2].parse::<u32>()
+                .map_err(|_| "unreadable /etc/passwd entry".to_string())?,
+            f[3].parse::<u32>()
+                .map_err(|_| "unreadable /etc/passwd entry".to_string())?,
+        ),
+        (None, Some(uid)) => (String::new(), uid, uid),
+        (None, None) => return Err("no such user in /etc/passwd".into()),
+    };
+    let group_entries: Vec<Vec<&str>> = groups.lines().map(|l| l.split(':').collect()).collect();
+    if let Some(g) = group {
+        gid = match numeric(g) {
+            Some(n) => n,
+            None => group_entries
+                .iter()
+                .find(|f| f.len() > 2 && f[0] == g)
+                .and_then(|f| f[2].parse().ok())
+                .ok_or_else(|| format!("no group {g} in /etc/group"))?,
+        };
+    }
+    let supplementary = group_entries
+        .iter()
+        .filter(|f| f.len() > 3 && !login.is_empty() && f[3].split(',').any(|m| m.trim() == login))
+        .filter_map(|f| f[2].parse().ok())
+        .collect();
+    Ok(QemuUser {
+        who: name.to_string(),
+        uid,
+        gid,
+        groups: supplementary,
+        is_self: false,
+    })
+}
+
+/// Whether `user` may open `path` read-write, judged as the kernel does for a device node:
+/// root passes; else the owner, group or other bits of the node's mode must grant `rw`. For
+/// this process itself the node is also really opened (ACLs, device cgroups). `Err` says why not.
+pub fn kvm_access(path: &Path, user: &QemuUser) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    if user.is_self {
+        return match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!(
+                "{} cannot open {} read-write ({e}; mode {:o}, owner {}:{}) — add the user to the node's \
+                 group (usually `kvm`: `adduser $USER kvm`, then log in again)",
+                user.who,
+                path.display(),
+                meta.mode() & 0o7777,
+                meta.uid(),
+                meta.gid()
+            )),
+        };
+    }
+    mode_allows_rw(meta.mode(), meta.uid(), meta.gid(), user).map_err(|why| {
+        format!(
+            "{} cannot open {} read-write: {why} — add it to the node's group (usually `kvm`)",
+            user.who,
+            path.display()
+        )
+    })
+}
+
+/// The classic Unix permission check of `rw` for `user` on a node with `mode`, owned by
+/// `owner:group`.
+fn mode_allows_rw(mode: u32, owner: u32, group: u32, user: &QemuUser) -> Result<(), String> {
+    let has = |bits: u32| mode & bits == bits;
+    let (granted, as_what) = if user.uid == 0 {
+        (true, "root")
+    } else if user.uid == owner {
+        (has(0o600), "its owner")
+    } else if user.gid == group || user.groups.contains(&group) {
+        (has(0o060), "a member of its group")
+    } else {
+        (has(0o006), "neither its owner nor in its group")
+    };
+    if granted {
+        Ok(())
+    } else {
+        Err(format!(
+            "mode {:o}, owner {owner}:{group}; uid {} gid {} groups {:?} is {as_what}, which the mode does not let read and write",
+            mode & 0o7777,
+            user.uid,
+            user.gid,
+            user.groups
+        ))
+    }
+}
+
+/// Whether the host is itself a virtual machine, and the evidence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NestedHost {
+    /// CPUID leaf 1 ECX bit 31, which Linux shows as the `hypervisor` flag in /proc/cpuinfo.
+    pub hypervisor_bit: bool,
+    /// /sys/class/dmi/id/sys_vendor and product_name (e.g. `QEMU`, `Standard PC (Q35 + ICH9, 2009)`).
+    pub sys_vendor: Option<String>,
+    pub product_name: Option<String>,
+}
+
+/// DMI vendor or product words of virtual machines (KVM/QEMU, cloud hypervisors, VMware,
+/// Hyper-V, Xen, VirtualBox).
+const VM_DMI_WORDS: &[&str] = &[
+    "qemu",
+    "kvm",
+    "bochs",
+    "virtual machine",
+    "vmware",
+    "virtualbox",
+    "innotek",
+    "xen",
+    "amazon ec2",
+    "google compute engine",
+    "openstack",
+    "cloud hypervisor",
+    "firecracker",
+];
+
+impl NestedHost {
+    pub fn read_from(fs: &dyn crate::hostfs::HostFs) -> Self {
+        let cpuinfo = fs.read("/proc/cpuinfo").unwrap_or_default();
+        let dmi = |f: &str| {
+            fs.read(&format!("/sys/class/dmi/id/{f}"))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        Self {
+            hypervisor_bit: cpu_flag(&cpuinfo, "hypervisor"),
+            sys_vendor: dmi("sys_vendor"),
+            product_name: dmi("product_name"),
+        }
+    }
+
+    /// DMI names a virtual machine.
+    pub fn dmi_says_vm(&self) -> bool {
+        [&self.sys_vendor, &self.product_name]
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                let s = s.to_ascii_lowercase();
+                VM_DMI_WORDS.iter().any(|w| s.contains(w))
+            })
+    }
+
+    pub fn is_guest(&self) -> bool {
+        self.hypervisor_bit || self.dmi_says_vm()
+    }
+
+    /// One paragraph for `doctor`: what the host is and what that means for the figures.
+    pub fn describe(&self) -> String {
+        let dmi = format!(
+            "DMI sys_vendor {:?}, product_name {:?}",
+            self.sys_vendor.as_deref().unwrap_or("?"),
+            self.product_name.as_deref().unwrap_or("?")
+        );
+        if !self.is_guest() {
+            return format!("bare metal as far as it can tell (no CPUID hypervisor bit; {dmi})");
+        }
+        let evidence = match (self.hypervisor_bit, self.dmi_says_vm()) {
+            (true, true) => "CPUID hypervisor bit set and DMI names a VM",
+            (true, false) => "CPUID hypervisor bit set",
+            _ => "DMI names a VM",
+        };
+        format!(
+            "this host is itself a guest ({evidence}; {dmi}): KVM here is nested (L1), and when the \
+             hypervisor below (L0) preempts this host's vCPUs that shows only as steal in this host's \
+             /proc/stat (the report's `other load` / host steal), not in the guests' steal or vCPU wait, \
+             and exits cost an extra L0 round trip — figures are for this VM, not the machine under it"
+        )
+    }
+}
+
+/// Whether /proc/cpuinfo's `flags` lines carry `flag`.
+fn cpu_flag(cpuinfo: &str, flag: &str) -> bool {
+    cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == flag))
+}
+
+/// What decides the CPUID and PV features KVM hands a `-cpu host` guest besides the CPU: the
+/// host kernel release and every KVM module parameter (`/sys/module/kvm*/parameters`), e.g.
+/// kvm_intel's `ept`, kvm's `enable_pmu`, `halt_poll_ns`. One `key=value` line each, sorted.
+pub fn kvm_identity(fs: &dyn crate::hostfs::HostFs) -> String {
+    let release = fs
+        .read("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"));
+    let mut out = format!("host-kernel {release}\n");
+    for module in ["kvm", "kvm_intel", "kvm_amd"] {
+        let dir = format!("/sys/module/{module}/parameters");
+        let Ok(mut names) = fs.list_dir(&dir) else {
+            continue;
+        };
+        names.sort();
+        let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
+        for (n, v) in names.iter().zip(fs.read_many(&paths)) {
+            // Write-only or root-only parameters read as errors: their name still counts.
+            let v = v.map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into());
+            out.push_str(&format!("kvm-param {module}.{n}={v}\n"));
+        }
+    }
+    out
 }
 
 impl VirtEvidence {
+    /// This host, for QEMU started by this process.
     pub fn read() -> Self {
-        Self::read_from(&crate::hostfs::LocalFs)
+        Self::read_for(&crate::hostfs::LocalFs, Some(&QemuUser::this_process()))
     }
 
-    /// The evidence on the host behind `fs` (a remote libvirt host's over SSH).
+    /// The evidence on the host behind `fs` (a remote libvirt host's over SSH), /dev/kvm
+    /// access judged for this process's user (remote: not judged, see `read_for`).
     pub fn read_from(fs: &dyn crate::hostfs::HostFs) -> Self {
+        let user = fs.is_local().then(QemuUser::this_process);
+        Self::read_for(fs, user.as_ref())
+    }
+
+    /// The evidence with /dev/kvm access judged for `user` (None: not judged — a remote host,
+    /// whose node this process cannot stat; QEMU's own error then says it at boot).
+    pub fn read_for(fs: &dyn crate::hostfs::HostFs, user: Option<&QemuUser>) -> Self {
         let cpuinfo = fs.read("/proc/cpuinfo").unwrap_or_default();
-        let cpu_has_vmx_or_svm = cpuinfo
-            .lines()
-            .filter(|l| l.starts_with("flags"))
-            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+        let dev_kvm = fs.exists(DEV_KVM);
+        let kvm_denied = match user {
+            Some(u) if dev_kvm && fs.is_local() => kvm_access(Path::new(DEV_KVM), u).err(),
+            _ => None,
+        };
         Self {
-            cpu_has_vmx_or_svm,
-            dev_kvm: fs.exists("/dev/kvm"),
+            cpu_has_vmx_or_svm: cpu_flag(&cpuinfo, "vmx") || cpu_flag(&cpuinfo, "svm"),
+            dev_kvm,
             kvm_intel_or_amd_loaded: fs.exists("/sys/module/kvm_intel") || fs.exists("/sys/module/kvm_amd"),
             kvm_pvm_loaded: fs.exists("/sys/module/kvm_pvm"),
+            kvm_denied,
+        }
+    }
+
+    /// For the libvirt backend: access judged for the daemon's QEMU user (qemu.conf).
+    pub fn read_for_libvirt(fs: &dyn crate::hostfs::HostFs) -> Self {
+        if !fs.is_local() {
+            // A remote node cannot be stat'ed from here: not judged (QEMU's error says it).
+            return Self::read_for(fs, None);
+        }
+        match QemuUser::libvirt_daemon(fs) {
+            Ok(u) => Self::read_for(fs, Some(&u)),
+            Err(e) => Self {
+                kvm_denied: Some(format!(
+                    "cannot tell whether libvirt's QEMU may open /dev/kvm: {e}"
+                )),
+                ..Self::read_for(fs, None)
+            },
         }
     }
 
@@ -82,9 +398,12 @@ impl VirtEvidence {
         if !self.dev_kvm {
             return tcg("kvm_intel/kvm_amd loaded but /dev/kvm is missing; using TCG".into());
         }
+        if let Some(why) = &self.kvm_denied {
+            return tcg(format!("/dev/kvm is there but {why}; using TCG"));
+        }
         AccelChoice {
             accel: Accel::Kvm,
-            reason: "hardware virtualization (vmx/svm) with kvm_intel/kvm_amd and /dev/kvm".into(),
+            reason: "hardware virtualization (vmx/svm) with kvm_intel/kvm_amd, and /dev/kvm opens read-write for the user running QEMU".into(),
         }
     }
 }
@@ -226,6 +545,10 @@ fn measure_tsc_khz() -> Option<u64> {
     (khz > 0.0).then(|| ((khz / 1000.0).round() * 1000.0) as u64)
 }
 
+/// The first QEMU whose `query-stats` reads KVM's binary stats without kicking every vCPU
+/// out of the guest (8.0 and 7.x stop each vCPU per read, which adds the exits being counted).
+pub const QEMU_QUIET_STATS: (u32, u32, u32) = (8, 1, 0);
+
 /// Debian's qboot firmware (qemu-system-data): a minimal BIOS that jumps straight to the
 /// kernel QEMU loaded, instead of SeaBIOS's full PC initialisation.
 pub const QBOOT_ROM: &str = "/usr/share/qemu/qboot.rom";
@@ -256,6 +579,7 @@ mod tests {
             dev_kvm: dev,
             kvm_intel_or_amd_loaded: kvm,
             kvm_pvm_loaded: pvm,
+            kvm_denied: None,
         }
     }
 
@@ -302,5 +626,128 @@ mod tests {
         let (total, avail) = memory_mib();
         assert!(total > 0 && avail <= total);
         let _ = VirtEvidence::read().choose();
+    }
+
+    #[test]
+    fn kvm_is_refused_where_the_qemu_user_cannot_open_dev_kvm() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("kvm");
+        std::fs::write(&node, "").unwrap();
+        // The stand-in is owned by whoever runs the test; a different uid outside its group.
+        let meta = std::fs::metadata(&node).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let stranger = QemuUser {
+            who: "user nobody".into(),
+            uid: meta.uid() + 4242,
+            gid: meta.gid() + 4242,
+            groups: vec![],
+            is_self: false,
+        };
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).unwrap();
+        let e = kvm_access(&node, &stranger).unwrap_err();
+        assert!(
+            e.contains("mode 660") && e.contains("neither its owner nor in its group"),
+            "{e}"
+        );
+        let member = QemuUser {
+            groups: vec![meta.gid()],
+            ..stranger.clone()
+        };
+        assert_eq!(kvm_access(&node, &member), Ok(()), "the kvm group grants rw");
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(
+            kvm_access(&node, &member)
+                .unwrap_err()
+                .contains("a member of its group")
+        );
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(kvm_access(&node, &stranger), Ok(()));
+        let root = QemuUser {
+            uid: 0,
+            ..stranger.clone()
+        };
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o000)).unwrap();
+        assert_eq!(kvm_access(&node, &root), Ok(()));
+        assert!(kvm_access(&dir.path().join("missing"), &stranger).is_err());
+        // The decision: hardware virtualization present, but the node refuses the QEMU user.
+        let mut e = ev(true, true, true, false);
+        e.kvm_denied = kvm_access(&node, &stranger).err();
+        let c = e.choose();
+        assert_eq!(c.accel, Accel::Tcg);
+        assert!(
+            c.reason.contains("cannot open") && c.reason.contains("using TCG"),
+            "{}",
+            c.reason
+        );
+    }
+
+    #[test]
+    fn libvirt_qemu_user_comes_from_qemu_conf_and_etc_group() {
+        let conf = "# user = \"root\"\nuser = \"libvirt-qemu\"\n#group = \"root\"\n";
+        assert_eq!(qemu_conf_user(conf), ("libvirt-qemu".into(), None));
+        assert_eq!(
+            qemu_conf_user("user = \"root\"\ngroup = \"root\"\n"),
+            ("root".into(), Some("root".into()))
+        );
+        assert_eq!(qemu_conf_user("").0, "libvirt-qemu");
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nlibvirt-qemu:x:64055:108:Libvirt Qemu,,,:/var/lib/libvirt:/usr/sbin/nologin\n";
+        let group = "root:x:0:\nkvm:x:104:libvirt-qemu,alice\nlibvirt-qemu:x:108:\n";
+        let u = resolve_user("libvirt-qemu", None, passwd, group).unwrap();
+        assert_eq!((u.uid, u.gid, u.groups.clone()), (64055, 108, vec![104]));
+        let no_kvm = resolve_user("libvirt-qemu", None, passwd, "kvm:x:104:alice\n").unwrap();
+        // /dev/kvm as Debian's udev makes it: root:kvm 0660.
+        assert_eq!(mode_allows_rw(0o20660, 0, 104, &u), Ok(()));
+        assert!(mode_allows_rw(0o20660, 0, 104, &no_kvm).is_err());
+        let r = resolve_user("+0", Some("+0"), passwd, group).unwrap();
+        assert_eq!((r.uid, r.gid), (0, 0));
+        assert!(resolve_user("nobody-here", None, passwd, group).is_err());
+    }
+
+    #[test]
+    fn a_nested_host_is_recognised_by_cpuid_and_dmi() {
+        let root = tempfile::tempdir().unwrap();
+        let fs = crate::hostfs::RootedFs::new(root.path());
+        fs.write(
+            "/proc/cpuinfo",
+            "processor : 0\nflags : fpu vme sse2 vmx hypervisor\n",
+        );
+        fs.write("/sys/class/dmi/id/sys_vendor", "QEMU\n");
+        fs.write(
+            "/sys/class/dmi/id/product_name",
+            "Standard PC (Q35 + ICH9, 2009)\n",
+        );
+        let n = NestedHost::read_from(&fs);
+        assert!(n.hypervisor_bit && n.dmi_says_vm() && n.is_guest());
+        let d = n.describe();
+        assert!(
+            d.contains("itself a guest") && d.contains("steal") && d.contains("QEMU"),
+            "{d}"
+        );
+        let metal = tempfile::tempdir().unwrap();
+        let fs = crate::hostfs::RootedFs::new(metal.path());
+        fs.write("/proc/cpuinfo", "flags : fpu vmx\n");
+        fs.write("/sys/class/dmi/id/sys_vendor", "Dell Inc.\n");
+        fs.write("/sys/class/dmi/id/product_name", "PowerEdge R640\n");
+        let n = NestedHost::read_from(&fs);
+        assert!(!n.is_guest(), "{n:?}");
+        assert!(n.describe().contains("bare metal"));
+    }
+
+    #[test]
+    fn kvm_identity_names_the_host_kernel_and_every_module_parameter() {
+        let root = tempfile::tempdir().unwrap();
+        let fs = crate::hostfs::RootedFs::new(root.path());
+        fs.write("/proc/sys/kernel/osrelease", "6.1.0-41-amd64\n");
+        fs.write("/sys/module/kvm/parameters/halt_poll_ns", "200000\n");
+        fs.write("/sys/module/kvm/parameters/enable_pmu", "Y\n");
+        fs.write("/sys/module/kvm_intel/parameters/ept", "Y\n");
+        let id = kvm_identity(&fs);
+        assert_eq!(
+            id,
+            "host-kernel 6.1.0-41-amd64\nkvm-param kvm.enable_pmu=Y\nkvm-param kvm.halt_poll_ns=200000\nkvm-param kvm_intel.ept=Y\n"
+        );
+        fs.write("/sys/module/kvm/parameters/halt_poll_ns", "0\n");
+        assert_ne!(kvm_identity(&fs), id, "a changed parameter changes the identity");
     }
 }

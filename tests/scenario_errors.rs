@@ -608,3 +608,81 @@ fn metric_names_timeouts_and_duplicates_are_checked_where_they_stand() {
         ),
     ]);
 }
+
+/// Whether this host could give `accel: kvm` (hardware virtualization with kvm_intel/kvm_amd
+/// and a /dev/kvm this process opens read-write): there the `accel: kvm` case does not apply.
+fn host_has_usable_kvm() -> bool {
+    let module = |m: &str| std::path::Path::new("/sys/module").join(m).exists();
+    (module("kvm_intel") || module("kvm_amd"))
+        && !module("kvm_pvm")
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok()
+}
+
+/// Accelerator, CPU model and PV-variant problems (issue 21): each refused at validation with
+/// exit 2, located, before anything boots.
+#[test]
+fn accelerator_cpu_models_and_single_vcpu_pv_variants_are_refused_at_validation() {
+    let head = "name: bad\nhost: {cpus: 2, accel: tcg}\nguest: {vcpus: 2, memory_mib: 256}\nlevels: [1.0]\n";
+    let mut cases = vec![
+        case_at(
+            "cpu-host-under-tcg",
+            &format!(
+                "{head}{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: unhalt-off, cpu: \"host,kvm-pv-unhalt=off\"}}\n"
+            ),
+            (11, 24),
+            "variants[1].cpu",
+            "CPU model 'host' requires KVM or HVF",
+        ),
+        case(
+            "single-vcpu-pv-variants",
+            &format!(
+                "name: bad\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256}}\nlevels: [0.5]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\n"
+            ),
+            3,
+            Some("guest.vcpus"),
+            "PV spinlocks disabled, single CPU",
+        ),
+    ];
+    if host_has_usable_kvm() {
+        eprintln!("this host has usable KVM: the accel: kvm case does not apply");
+    } else {
+        cases.push(case(
+            "accel-kvm-without-usable-kvm",
+            &format!("name: bad\nhost: {{cpus: 2, accel: kvm}}\nguest: {{vcpus: 1, memory_mib: 256}}\nlevels: [0.5]\n{WORK}"),
+            2,
+            Some("host.accel"),
+            "accel: kvm cannot be had here",
+        ));
+    }
+    check_all(&cases);
+    validate_all(&cases);
+}
+
+/// The same 1-vCPU PV variants marked as intended: a warning, and the scenario is valid.
+#[test]
+fn single_vcpu_pv_variants_marked_as_intended_are_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("intended.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: ok\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256, single_vcpu_intended: true}}\nlevels: [0.5]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("single_vcpu_intended"),
+        "{stderr}"
+    );
+}

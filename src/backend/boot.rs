@@ -40,8 +40,24 @@ pub fn plan(spec: &GuestSpec, method: StartMethod) -> BootPlan {
         spec,
         method,
         Path::new(host::QBOOT_ROM),
-        host::tsc_freq().map(|f| f.khz),
+        tsc_needed(spec.accel, &spec.cmdline)
+            .then(host::tsc_freq)
+            .flatten()
+            .map(|f| f.khz),
     )
+}
+
+/// Whether the guest's clock arguments need the host's TSC rate: TCG guests whose command line
+/// does not set the clock. Reading it may mean a 200 ms measurement, which a KVM guest
+/// (kvm-clock) never uses.
+fn tsc_needed(accel: Accel, cmdline: &str) -> bool {
+    accel == Accel::Tcg && !sets_clock(cmdline)
+}
+
+fn sets_clock(cmdline: &str) -> bool {
+    cmdline
+        .split_whitespace()
+        .any(|a| a.starts_with("tsc=") || a.starts_with("tsc_early_khz=") || a.starts_with("clocksource="))
 }
 
 fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Option<u64>) -> BootPlan {
@@ -91,6 +107,8 @@ fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Optio
         .collect::<Vec<_>>()
         .join(" ");
     facts.insert("vmgenid".into(), json!(vmgenid));
+    // The `-cpu` value, so that figures it switches off (kvm-steal-time) are reported as such.
+    facts.insert("cpu".into(), json!(spec.cpu));
     BootPlan {
         kernel,
         bios,
@@ -115,10 +133,7 @@ fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Optio
 /// A scenario whose command line already sets the clock (`tsc=`, `tsc_early_khz=`,
 /// `clocksource=`) gets nothing added.
 fn clock_args(accel: Accel, cmdline: &str, tsc_khz: Option<u64>) -> (String, Value) {
-    let user_sets_clock = cmdline
-        .split_whitespace()
-        .any(|a| a.starts_with("tsc=") || a.starts_with("tsc_early_khz=") || a.starts_with("clocksource="));
-    if user_sets_clock {
+    if sets_clock(cmdline) {
         return (
             String::new(),
             json!({"args": null, "why": "the scenario's command line sets the clock"}),
@@ -156,6 +171,72 @@ pub fn notice_once(msg: &str) -> bool {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+
+    /// KVM guests of every variant kind a scenario can make — the three kernel-side spinlock
+    /// configurations, steal time off, `max` with a feature off, and a clone's restore — each
+    /// with its boot plan, for the QEMU-argument and libvirt-XML golden tests.
+    pub fn kvm_variant_cases() -> Vec<(&'static str, GuestSpec, BootPlan, Option<&'static Path>)> {
+        let base = GuestSpec {
+            accel: Accel::Kvm,
+            cpu: "host".into(),
+            ..spec(FastKernel::Unavailable("the kernel has no PVH entry note".into()))
+        };
+        let with = |cpu: &str, extra: &str| GuestSpec {
+            cpu: cpu.into(),
+            cmdline: format!("{} {extra}", base.cmdline).trim().to_string(),
+            ..base.clone()
+        };
+        let boot = |s: GuestSpec| {
+            // No TSC rate: a KVM guest's plan must not depend on one.
+            let p = plan_with(&s, StartMethod::Boot, Path::new("/nonexistent/qboot.rom"), None);
+            (s, p)
+        };
+        let mut out = Vec::new();
+        for (name, s) in [
+            ("pv-qspinlock", with("host", "")),
+            ("nopvspin", with("host", "nopvspin")),
+            ("unhalt-off", with("host,kvm-pv-unhalt=off", "")),
+            ("steal-off", with("host,kvm-steal-time=off", "")),
+            ("max-unhalt-off", with("max,kvm-pv-unhalt=off", "")),
+        ] {
+            let (s, p) = boot(s);
+            out.push((name, s, p, None));
+        }
+        let s = with("host", "");
+        let p = plan_with(&s, StartMethod::Clone, Path::new("/nonexistent/qboot.rom"), None);
+        out.push(("clone", s, p, Some(Path::new("/t/state"))));
+        out
+    }
+
+    /// Compares `text` with the golden file `src/backend/testdata/golden/<name>`;
+    /// `OCRIG_BLESS=1` rewrites the file instead (then review the diff).
+    pub fn golden(name: &str, text: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/backend/testdata/golden")
+            .join(name);
+        if std::env::var_os("OCRIG_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (OCRIG_BLESS=1 writes it)", path.display()));
+        assert_eq!(
+            text,
+            want,
+            "{} differs (OCRIG_BLESS=1 rewrites it)",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn kvm_plans_have_no_tcg_clock_arguments_and_keep_the_variant_words() {
+        for (name, s, p, _) in kvm_variant_cases() {
+            assert!(!p.cmdline.contains("tsc_early_khz"), "{name}: {}", p.cmdline);
+            assert_eq!(p.facts["clock"]["why"], "KVM: kvm-clock", "{name}");
+            assert_eq!(p.facts["cpu"], s.cpu.as_str(), "{name}");
+        }
+    }
 
     pub fn spec(fast: FastKernel) -> GuestSpec {
         GuestSpec {
@@ -257,6 +338,10 @@ pub mod tests {
             "tsc_early_khz=2000000 tsc=reliable"
         );
         assert_eq!(clock_args(Accel::Kvm, "", Some(2000000)).0, "");
+        // The TSC rate is read (perhaps measured, 200 ms) only where it becomes an argument.
+        assert!(tsc_needed(Accel::Tcg, "nopvspin"));
+        assert!(!tsc_needed(Accel::Kvm, "nopvspin"));
+        assert!(!tsc_needed(Accel::Tcg, "clocksource=hpet"));
         assert_eq!(clock_args(Accel::Tcg, "", None).0, "");
         // The scenario's own clock settings win.
         let (args, facts) = clock_args(Accel::Tcg, "nopvspin clocksource=hpet", Some(2000000));

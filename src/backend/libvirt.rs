@@ -1165,4 +1165,13 @@ mod tests {
         );
         destroy_named(uri, &spec.name).unwrap(); // already gone is fine
     }
+
+    #[test]
+    fn kvm_guests_of_every_variant_kind_match_their_golden_domain_xml() {
+        for (name, s, p, incoming) in crate::backend::boot::tests::kvm_variant_cases() {
+            let x = domain_xml(&s, &p, 40022, incoming);
+            assert!(x.starts_with("<domain type='kvm'"), "{name}");
+            crate::backend::boot::tests::golden(&format!("kvm-{name}.libvirt.xml"), &x);
+        }
+    }
 }

@@ -450,4 +450,14 @@ mod tests {
             assert_ne!(b.fingerprint(&a, &p2).unwrap(), fp, "{p2:?}");
         }
     }
+
+    #[test]
+    fn kvm_guests_of_every_variant_kind_match_their_golden_arguments() {
+        for (name, s, p, incoming) in crate::backend::boot::tests::kvm_variant_cases() {
+            let args = qemu_args(&s, &p, 40022, incoming);
+            assert_eq!(args[args.iter().position(|a| a == "-accel").unwrap() + 1], "kvm");
+            // One argument a line, so a golden diff shows exactly what changed.
+            crate::backend::boot::tests::golden(&format!("kvm-{name}.qemu-args"), &(args.join("\n") + "\n"));
+        }
+    }
 }

@@ -212,6 +212,16 @@ impl TemplateCache {
 
 /// Everything the template key covers, as text.
 fn inputs(l: &dyn Launcher, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
+    inputs_on(l, spec, plan, &crate::hostfs::LocalFs)
+}
+
+/// `inputs` with the host's kernel facts read through `host` (a stand-in in tests).
+fn inputs_on(
+    l: &dyn Launcher,
+    spec: &GuestSpec,
+    plan: &BootPlan,
+    host: &dyn crate::hostfs::HostFs,
+) -> anyhow::Result<String> {
     let mut s = format!(
         "format {FORMAT}\nbackend {}\naccel {}\n",
         l.kind(),
@@ -235,6 +245,10 @@ fn inputs(l: &dyn Launcher, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result
         // `-cpu host` is whatever this CPU offers; a template saved on other silicon (or after a
         // microcode update that changed the flags) must not be restored here.
         s.push_str(&format!("host-cpu {}\n", host_cpu_identity()));
+        // CPUID is not in the migration stream: the leaves KVM hands a `-cpu host` guest also
+        // depend on the host kernel and KVM's module parameters, so either changing means
+        // another template.
+        s.push_str(&crate::host::kvm_identity(host));
     }
     Ok(s)
 }
@@ -848,6 +862,39 @@ mod tests {
                 ..plan.clone()
             },
             &q,
+        );
+        // Under KVM: the host kernel release and every KVM module parameter are in the key.
+        let root = tempfile::tempdir().unwrap();
+        let host = crate::hostfs::RootedFs::new(root.path());
+        host.write("/proc/sys/kernel/osrelease", "6.1.0-41-amd64\n");
+        host.write("/sys/module/kvm/parameters/halt_poll_ns", "200000\n");
+        host.write("/sys/module/kvm_intel/parameters/ple_gap", "128\n");
+        let kvm = GuestSpec {
+            accel: Accel::Kvm,
+            ..spec.clone()
+        };
+        let on_kvm = inputs_on(&q, &kvm, &plan, &host).unwrap();
+        assert!(
+            on_kvm.contains("host-kernel 6.1.0-41-amd64\n")
+                && on_kvm.contains("kvm-param kvm_intel.ple_gap=128\n"),
+            "{on_kvm}"
+        );
+        host.write("/sys/module/kvm_intel/parameters/ple_gap", "0\n");
+        assert_ne!(
+            inputs_on(&q, &kvm, &plan, &host).unwrap(),
+            on_kvm,
+            "ple_gap=0 is another template"
+        );
+        host.write("/sys/module/kvm_intel/parameters/ple_gap", "128\n");
+        host.write("/proc/sys/kernel/osrelease", "6.6.0-1-amd64\n");
+        assert_ne!(
+            inputs_on(&q, &kvm, &plan, &host).unwrap(),
+            on_kvm,
+            "another host kernel"
+        );
+        assert!(
+            !base.contains("host-kernel"),
+            "TCG templates do not depend on KVM's parameters"
         );
         // The same path with other contents (a kernel rebuilt in place) is another template.
         std::thread::sleep(Duration::from_millis(20));

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::host::{self, VirtEvidence};
+use crate::host::{self, NestedHost, VirtEvidence};
+use crate::hostfs::{HostFs, LocalFs};
 use crate::image::{self, ImageSpec, KernelSource};
 
 pub fn doctor() -> anyhow::Result<()> {
@@ -16,11 +17,10 @@ pub fn doctor() -> anyhow::Result<()> {
     println!("memory:         {total} MiB total, {avail} MiB available");
     let ev = VirtEvidence::read();
     let choice = ev.choose();
-    println!("accel (auto):   {} — {}", choice.accel.as_str(), choice.reason);
-    println!(
-        "  evidence:     vmx/svm={} /dev/kvm={} kvm_intel|kvm_amd={} kvm_pvm={}",
-        ev.cpu_has_vmx_or_svm, ev.dev_kvm, ev.kvm_intel_or_amd_loaded, ev.kvm_pvm_loaded
-    );
+    let qemu_v = host::qemu_version(std::path::Path::new("qemu-system-x86_64"));
+    for line in virt_lines(&LocalFs, &ev, qemu_v) {
+        println!("{line}");
+    }
     let qemu = host::tool_version("qemu-system-x86_64", &["--version"]);
     println!(
         "QEMU:           {}",
@@ -60,6 +60,53 @@ pub fn doctor() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The accelerator `auto` picks for each backend and why, whether the host is itself a guest,
+/// and whether this QEMU reads KVM counters without disturbing the guests. `ev` is the
+/// evidence for QEMU started by this process (the qemu backend).
+fn virt_lines(fs: &dyn HostFs, ev: &VirtEvidence, qemu: Option<(u32, u32, u32)>) -> Vec<String> {
+    let mut out = Vec::new();
+    let choice = ev.choose();
+    out.push(format!(
+        "accel (auto):   {} — {}",
+        choice.accel.as_str(),
+        choice.reason
+    ));
+    out.push(format!(
+        "  evidence:     vmx/svm={} /dev/kvm={} kvm_intel|kvm_amd={} kvm_pvm={} opens-rw={}",
+        ev.cpu_has_vmx_or_svm,
+        ev.dev_kvm,
+        ev.kvm_intel_or_amd_loaded,
+        ev.kvm_pvm_loaded,
+        match (&ev.kvm_denied, ev.dev_kvm) {
+            (_, false) => "no node".to_string(),
+            (None, true) => "yes".into(),
+            (Some(why), true) => format!("no ({why})"),
+        }
+    ));
+    let lv = VirtEvidence::read_for_libvirt(fs);
+    let lc = lv.choose();
+    out.push(format!("accel (libvirt): {} — {}", lc.accel.as_str(), lc.reason));
+    out.push(format!(
+        "host is a VM:   {}",
+        NestedHost::read_from(fs).describe()
+    ));
+    if choice.accel == host::Accel::Kvm || lc.accel == host::Accel::Kvm {
+        out.push(match qemu {
+            Some(v) if v >= host::QEMU_QUIET_STATS => format!(
+                "KVM counters:   QEMU {}.{}.{} reads them with query-stats without stopping the vCPUs",
+                v.0, v.1, v.2
+            ),
+            Some(v) => format!(
+                "KVM counters:   QEMU {}.{}.{} < 8.1: query-stats kicks every vCPU out of the guest per read \
+                 (adding exits to what it counts), so ocrig reads debugfs instead (needs debugfs mounted)",
+                v.0, v.1, v.2
+            ),
+            None => "KVM counters:   QEMU version unknown".into(),
+        });
+    }
+    out
+}
+
 /// Which ways of starting a guest work on this host, and why (one line each).
 fn start_methods(accel: host::Accel, img: Option<&image::Image>) -> Vec<String> {
     let mut out = Vec::new();
@@ -92,7 +139,9 @@ fn start_methods(accel: host::Accel, img: Option<&image::Image>) -> Vec<String> 
         }
         Err(why) => format!("start: clone    unavailable, guests are booted — {why}"),
     });
-    out.push(match (accel, host::tsc_freq()) {
+    // The TSC rate (maybe a 200 ms measurement) only where TCG guests use it.
+    let tsc = (accel == host::Accel::Tcg).then(host::tsc_freq).flatten();
+    out.push(match (accel, tsc) {
         (host::Accel::Tcg, Some(f)) => format!(
             "guest clock:    TCG guests get tsc_early_khz={} tsc=reliable (host TSC from {}{})",
             f.khz,
@@ -128,5 +177,68 @@ fn libvirtd_status() -> String {
         }
         Ok(o) => format!("does not answer: {}", String::from_utf8_lossy(&o.stderr).trim()),
         Err(e) => format!("cannot ask: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostfs::RootedFs;
+
+    #[test]
+    fn doctor_says_a_nested_host_is_a_guest_and_what_that_means() {
+        let root = tempfile::tempdir().unwrap();
+        let fs = RootedFs::new(root.path());
+        fs.write(
+            "/proc/cpuinfo",
+            "processor : 0\nflags : fpu sse2 vmx hypervisor\n",
+        );
+        fs.write("/sys/class/dmi/id/sys_vendor", "QEMU\n");
+        fs.write(
+            "/sys/class/dmi/id/product_name",
+            "Standard PC (i440FX + PIIX, 1996)\n",
+        );
+        fs.write("/sys/module/kvm_intel/parameters/nested", "Y\n");
+        fs.write("/dev/kvm", "");
+        fs.write("/etc/libvirt/qemu.conf", "user = \"root\"\n");
+        fs.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
+        fs.write("/etc/group", "root:x:0:\n");
+        let ev = VirtEvidence::read_for(&fs, None);
+        let lines = virt_lines(&fs, &ev, Some((8, 0, 4))).join("\n");
+        assert!(lines.contains("accel (auto):   kvm"), "{lines}");
+        assert!(
+            lines.contains("host is a VM:   this host is itself a guest"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("CPUID hypervisor bit set and DMI names a VM"),
+            "{lines}"
+        );
+        assert!(lines.contains("only as steal in this host's"), "{lines}");
+        assert!(lines.contains("< 8.1: query-stats kicks every vCPU"), "{lines}");
+        let newer = virt_lines(&fs, &ev, Some((10, 0, 2))).join("\n");
+        assert!(newer.contains("without stopping the vCPUs"), "{newer}");
+    }
+
+    #[test]
+    fn doctor_says_why_libvirt_cannot_use_kvm() {
+        // A /dev/kvm stand-in owned by someone else and mode 0660 (its group is not the
+        // libvirt user's): libvirt's QEMU user may not open it.
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let fs = RootedFs::new(root.path());
+        fs.write("/proc/cpuinfo", "flags : fpu vmx\n");
+        fs.write("/sys/module/kvm_intel/parameters/nested", "N\n");
+        fs.write("/dev/kvm", "");
+        let node = root.path().join("dev/kvm");
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).unwrap();
+        fs.write(
+            "/etc/passwd",
+            "libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin\n",
+        );
+        fs.write("/etc/group", "kvm:x:64999:\nlibvirt-qemu:x:64055:\n");
+        let user = host::QemuUser::libvirt_daemon(&fs).unwrap();
+        let why = host::kvm_access(&node, &user).unwrap_err();
+        assert!(why.contains("libvirt-qemu") && why.contains("mode 660"), "{why}");
     }
 }

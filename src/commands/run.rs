@@ -19,10 +19,10 @@ use crate::executor::Executor;
 use crate::executor::deploy::{self, Prepared};
 use crate::executor::host::HostExecutor;
 use crate::executor::vm::{VmConfig, VmExecutor};
-use crate::host::{Accel, AccelChoice, VirtEvidence};
+use crate::host::Accel;
 use crate::image::{self, ImageSpec, KernelSource};
 use crate::scenario::validate::{HostFacts, validate};
-use crate::scenario::{AccelSetting, BackendKind, KernelRef, ScenarioErrors, load};
+use crate::scenario::{BackendKind, KernelRef, ScenarioErrors, load};
 use crate::sweep::accounting;
 use crate::sweep::journal::{Entry, JournalWriter, RunRecord, ScheduleInfo, SweepHeader, WorkloadInfo};
 use crate::sweep::plan::Plan;
@@ -75,6 +75,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         None => HostFacts::read(),
     };
     validate(&loaded, &facts)?;
+    // The accelerator, judged for the user that will run QEMU, and the CPU models and PV
+    // variants against it: located bad input (exit 2) before anything is claimed or booted.
+    let virt = {
+        let fs = match &remote_backend {
+            Some(b) => b.host_fs(),
+            None => Arc::new(crate::hostfs::LocalFs),
+        };
+        crate::scenario::validate::check_virt(
+            &loaded,
+            &crate::scenario::validate::virt_evidence(&loaded, fs.as_ref()),
+        )?
+    };
+    for w in &virt.warnings {
+        eprintln!("ocrig: warning: {w}");
+    }
     if loaded.scenario.host.backend != BackendKind::Host {
         super::validate::check_kernels(&loaded)?;
     }
@@ -102,11 +117,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let s = &loaded.scenario;
 
-    let evidence = match &remote_backend {
-        Some(b) => VirtEvidence::read_from(b.host_fs().as_ref()),
-        None => VirtEvidence::read(),
-    };
-    let accel = resolve_accel(s.host.accel, &evidence)?;
+    let accel = virt.accel;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
     let backend: Option<Arc<dyn Backend>> = match s.host.backend {
         BackendKind::Qemu => Some(Arc::new(QemuBackend::default())),
@@ -408,24 +419,6 @@ pub(super) fn reap_orphan_domains(uri: &str) {
             Err(e) => tracing::warn!("removing orphan domain {name}: {e:#}"),
         }
     }
-}
-
-pub(super) fn resolve_accel(setting: AccelSetting, ev: &VirtEvidence) -> anyhow::Result<AccelChoice> {
-    let auto = ev.choose();
-    Ok(match setting {
-        AccelSetting::Auto => auto,
-        AccelSetting::Tcg => AccelChoice {
-            accel: Accel::Tcg,
-            reason: "requested by the scenario".into(),
-        },
-        AccelSetting::Kvm if auto.accel == Accel::Kvm => AccelChoice {
-            accel: Accel::Kvm,
-            reason: "requested by the scenario".into(),
-        },
-        AccelSetting::Kvm => {
-            return Err(BadInput(format!("the scenario asks for accel: kvm, but {}", auto.reason)).into());
-        }
-    })
 }
 
 pub(super) fn images_for(

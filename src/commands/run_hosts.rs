@@ -13,10 +13,10 @@ use futures::future::join_all;
 
 use super::BadInput;
 use super::run::{self as single, Claim, RunArgs};
+use crate::backend::Backend as _;
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::owned::RunOwnership;
 use crate::executor::vm::{VmConfig, VmExecutor};
-use crate::host::VirtEvidence;
 use crate::scenario::Loaded;
 use crate::scenario::validate::{HostFacts, validate};
 use crate::sweep::journal::{Journal, RunRecord};
@@ -118,11 +118,8 @@ pub fn run(
     }
     let mut accel = None;
     for h in &hosts {
-        let ev = match h.backend.remote() {
-            Some(r) => VirtEvidence::read_from(r.as_ref()),
-            None => VirtEvidence::read(),
-        };
-        let a = single::resolve_accel(s.host.accel, &ev)?;
+        let ev = crate::scenario::validate::virt_evidence(&loaded, h.backend.host_fs().as_ref());
+        let a = crate::scenario::validate::check_virt(&loaded, &ev)?.accel;
         if let Some(first) = &accel
             && a.accel != *first
         {

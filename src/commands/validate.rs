@@ -13,6 +13,14 @@ pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
         let checked = load(f)
             .map_err(|e| ScenarioErrors(vec![e]))
             .and_then(|l| check(&l, &facts).map(|_| l))
+            .and_then(|l| {
+                let ev = crate::scenario::validate::virt_evidence(&l, &crate::hostfs::LocalFs);
+                let virt = crate::scenario::validate::check_virt(&l, &ev)?;
+                for w in &virt.warnings {
+                    eprintln!("ocrig: warning: {w}");
+                }
+                Ok(l)
+            })
             .and_then(|l| check_kernels(&l).map(|_| l));
         match checked {
             Ok(l) => {

@@ -384,7 +384,8 @@ async fn deploy_all(live: &[Live], uploads: &[Prepared], deploy_s: u64) -> anyho
 async fn kernel_facts(live: &[Live], collect: Duration) -> Value {
     const CMD: &str = "cat /proc/cmdline; echo ---; \
         cat /sys/devices/system/clocksource/clocksource0/current_clocksource; echo ---; \
-        dmesg | grep -iE 'spinlock|pvspin|clocksource|kvm|hypervisor' | tail -n 30";
+        dmesg | grep -iE 'spinlock|pvspin|clocksource|kvm|hypervisor' | tail -n 30; echo ---; \
+        dmesg | grep -E 'PV spinlocks|kvm-guest:|Hypervisor detected' | head -n 40";
     let probes = live.iter().map(|l| {
         let ssh = Arc::clone(&l.ssh);
         tokio::task::spawn_blocking(move || ssh.exec(CMD, None, collect))
@@ -398,6 +399,9 @@ async fn kernel_facts(live: &[Live], collect: Duration) -> Value {
                     "cmdline": parts.next().unwrap_or("").trim(),
                     "clocksource": parts.next().unwrap_or("").trim(),
                     "dmesg": parts.next().unwrap_or("").lines().map(str::trim).collect::<Vec<_>>(),
+                    // The kernel's own words on its PV features (`PV spinlocks …`,
+                    // `kvm-guest: …`), all of them, so a variant that did not take effect shows.
+                    "pv_words": parts.next().unwrap_or("").lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>(),
                 })
             }
             Ok(Err(e)) => json!({ "error": format!("{e:#}") }),

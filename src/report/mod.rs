@@ -99,8 +99,30 @@ pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow
 fn with_hosts(mut text: String, journal: &Journal, format: Format, opts: &ReportOptions) -> String {
     if matches!(format, Format::Table | Format::Md) {
         text.push_str(&hosts::agreement_text(journal, opts.alpha));
+        text.push_str(&kernel_words_text(journal));
     }
     text
+}
+
+/// What each variant's guest kernels said about their PV features (`PV spinlocks …`,
+/// `kvm-guest: …`), so a variant that did not take effect shows; empty without guests.
+pub fn kernel_words_text(journal: &Journal) -> String {
+    let words = crate::stats::explain::kernel_words(journal.runs.iter());
+    if words.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nGuest kernels' own words on PV features, per variant:\n");
+    for v in &journal.header.variants {
+        for line in words.get(v).into_iter().flatten() {
+            out.push_str(&format!("  {v}: {line}\n"));
+        }
+    }
+    if journal.header.accel == "tcg" {
+        out.push_str(
+            "  (under TCG the guests see no KVM PV features: PV-spinlock variants are expected to match — a null result)\n",
+        );
+    }
+    out
 }
 
 /// Writes report.md, report.csv, report.json and report.html into `dir` (the results directory),
@@ -529,16 +551,9 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     rows
 }
 
-/// KVM counters shown per cell (mean per run of guest 0's VM), with their column names.
-pub const KVM_COLUMNS: [(&str, &str); 7] = [
-    ("halt_exits", "halt exits"),
-    ("halt_successful_poll", "halt polled"),
-    ("directed_yield_attempted", "yield tried"),
-    ("directed_yield_successful", "yield ok"),
-    ("preemption_reported", "preempt rep"),
-    ("preemption_other", "preempt other"),
-    ("hypercalls", "hypercalls"),
-];
+/// KVM counters shown per cell (mean per run of guest 0's VM), with their column names
+/// (labelled for what KVM counts: see `stats::explain::KVM_COLUMNS`).
+pub const KVM_COLUMNS: [(&str, &str); 7] = crate::stats::explain::KVM_COLUMNS;
 
 /// `variant | oc | halt exits | ... | hypercalls`, one row per variant × level, when any cell
 /// has KVM counters (KVM hosts only).
@@ -603,6 +618,9 @@ pub fn telemetry_notes(wl: &WorkloadModel) -> Vec<String> {
             "cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run"
                 .into(),
         );
+    }
+    if cells.iter().any(|c| c.kvm.runs > 0) {
+        notes.extend(crate::stats::explain::kvm_notes());
     }
     if cells.iter().all(|c| c.kvm.runs == 0) {
         notes.extend(reasons(

@@ -145,19 +145,27 @@ lock-ticket: what explains each cell (means per run)
 +---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
 
 lock-ticket: KVM counters of guest 0's VM (mean per run)
-+---------+------+------------+-------------+-------------+----------+-------------+---------------+------------+
-| variant | oc   | halt exits | halt polled | yield tried | yield ok | preempt rep | preempt other | hypercalls |
-+=========+======+============+=============+=============+==========+=============+===============+============+
-| base    | 0.5x |       2000 |           - |           7 |        - |           - |             - |          - |
-| base    | 1x   |       2000 |           - |           7 |        - |           - |             - |          - |
-| patched | 0.5x |       2000 |           - |           7 |        - |           - |             - |          - |
-| patched | 1x   |       2000 |           - |           7 |        - |           - |             - |          - |
-+---------+------+------------+-------------+-------------+----------+-------------+---------------+------------+
++---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
+| variant | oc   | halt exits | halt polled | pv-yield hc | pv-yield ok | preempt rep | preempt other | all hcalls |
++=========+======+============+=============+=============+=============+=============+===============+============+
+| base    | 0.5x |       2000 |           - |           7 |           - |           - |             - |          - |
+| base    | 1x   |       2000 |           - |           7 |           - |           - |             - |          - |
+| patched | 0.5x |       2000 |           - |           7 |           - |           - |             - |          - |
+| patched | 1x   |       2000 |           - |           7 |           - |           - |             - |          - |
++---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
 
   runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run
+  pv-yield hc / ok = KVM's directed_yield_attempted / _successful: PV sched-yield hypercalls
+    (KVM_HC_SCHED_YIELD) made / that yielded to the target vCPU; pause-loop exits are not in them
+  PLE (pause-loop exits): not measured: KVM has no statistic of them (kvm_vcpu_on_spin); only the
+    host's kvm:kvm_exit (PAUSE_INSTRUCTION / pause) and kvm_ple_window_update tracepoints show them
+  all hcalls = every hypercall number together (spinlock kicks, PV IPIs, sched-yield, ...); by number:
+    not measured (KVM's stats do not split them; the host's kvm:kvm_hypercall tracepoint would)
+  preempt rep / other = vCPU preemptions KVM could / could not flag in kvm-steal-time's `preempted`
+    (what the guest's vcpu_is_preempted reads)
 ";
         assert_eq!(text, expected);
     }

@@ -202,6 +202,11 @@ pub struct GuestShape {
     /// boot where the host cannot). Default: clone.
     #[serde(default = "default_start")]
     pub start: crate::backend::StartMethod,
+    /// A 1-vCPU guest in a scenario whose variants switch PV spinlocks (`nopvspin`,
+    /// `kvm-pv-unhalt`) is refused, because such a guest turns PV spinlocks off by itself
+    /// ("PV spinlocks disabled, single CPU"); `true` says that is the point (a warning then).
+    #[serde(default)]
+    pub single_vcpu_intended: bool,
 }
 
 fn default_start() -> crate::backend::StartMethod {
@@ -222,6 +227,7 @@ impl Default for GuestShape {
             cpu: None,
             scratch_disk_mib: 0,
             start: default_start(),
+            single_vcpu_intended: false,
         }
     }
 }

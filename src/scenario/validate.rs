@@ -343,6 +343,132 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
     }
 }
 
+/// The accelerator a scenario's guests will run under and what validation warns about.
+#[derive(Debug, Clone)]
+pub struct VirtCheck {
+    pub accel: crate::host::AccelChoice,
+    pub warnings: Vec<String>,
+}
+
+/// The accelerator evidence for the user that will run QEMU for this scenario: this process
+/// (qemu backend), libvirt's QEMU user from qemu.conf (libvirt backend), on the host behind `fs`.
+pub fn virt_evidence(l: &Loaded, fs: &dyn crate::hostfs::HostFs) -> crate::host::VirtEvidence {
+    match l.scenario.host.backend {
+        BackendKind::Libvirt => crate::host::VirtEvidence::read_for_libvirt(fs),
+        _ => crate::host::VirtEvidence::read_from(fs),
+    }
+}
+
+/// Whether kernel command-line words switch the PV spinlock (`nopvspin`).
+fn switches_pv_spinlock_cmdline(cmdline: &str) -> bool {
+    cmdline.split_whitespace().any(|w| w == "nopvspin")
+}
+
+/// Whether a `-cpu` value switches a KVM PV spinlock feature (`kvm-pv-unhalt`).
+fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
+    cpu.split(',').skip(1).any(|f| {
+        let f = f.trim().trim_start_matches(['+', '-']);
+        f.split('=').next() == Some("kvm-pv-unhalt")
+    })
+}
+
+/// Checks that need the accelerator: `accel: kvm` where the user running QEMU cannot open
+/// /dev/kvm (or there is no usable KVM), `cpu:` models the accelerator cannot run (`host` is
+/// KVM's: QEMU refuses it under TCG at start, "CPU model 'host' requires KVM or HVF"), and a
+/// 1-vCPU guest in a scenario whose variants switch PV spinlocks, which cannot differ (a
+/// kernel with one possible CPU disables PV spinlocks itself) — a warning instead where
+/// `guest.single_vcpu_intended` says so. Every problem is returned together, located.
+pub fn check_virt(l: &Loaded, ev: &crate::host::VirtEvidence) -> Result<VirtCheck, ScenarioErrors> {
+    use crate::host::{Accel, AccelChoice};
+    let s = &l.scenario;
+    let mut errs = Vec::new();
+    let mut warnings = Vec::new();
+    let auto = ev.choose();
+    let accel = match s.host.accel {
+        super::AccelSetting::Auto => auto,
+        super::AccelSetting::Tcg => AccelChoice {
+            accel: Accel::Tcg,
+            reason: "requested by the scenario".into(),
+        },
+        super::AccelSetting::Kvm if auto.accel == Accel::Kvm => AccelChoice {
+            accel: Accel::Kvm,
+            reason: "requested by the scenario".into(),
+        },
+        super::AccelSetting::Kvm => {
+            errs.push(l.error_at(
+                &[key("host"), key("accel")],
+                format!("accel: kvm cannot be had here: {}", auto.reason),
+            ));
+            auto
+        }
+    };
+    if s.host.backend == BackendKind::Host {
+        // No guests: no accelerator, CPU model or guest kernel is involved.
+        return if errs.is_empty() {
+            Ok(VirtCheck { accel, warnings })
+        } else {
+            Err(ScenarioErrors(errs))
+        };
+    }
+    let mut cpus: Vec<(Vec<Seg>, &str)> = Vec::new();
+    if let Some(c) = &s.guest.cpu {
+        cpus.push((vec![key("guest"), key("cpu")], c));
+    }
+    for (i, v) in s.variants.iter().enumerate() {
+        if let Some(c) = &v.cpu {
+            cpus.push((vec![key("variants"), Seg::Index(i), key("cpu")], c));
+        }
+    }
+    for (path, cpu) in &cpus {
+        let model = cpu.split(',').next().unwrap_or("").trim();
+        if model.is_empty() {
+            errs.push(l.error_at(path, format!("'{cpu}' names no CPU model (e.g. `max`, `host`)")));
+        } else if model == "host" && accel.accel == Accel::Tcg {
+            errs.push(l.error_at(
+                path,
+                format!(
+                    "`-cpu {cpu}` needs KVM (QEMU refuses it under TCG: \"CPU model 'host' requires KVM or HVF\"), \
+                     and these guests run under TCG ({}); use `max` (under KVM it offers what `host` does)",
+                    accel.reason
+                ),
+            ));
+        }
+    }
+    let pv_variants: Vec<&str> = s
+        .variants
+        .iter()
+        .filter(|v| {
+            switches_pv_spinlock_cmdline(&v.cmdline) || v.cpu.as_deref().is_some_and(switches_pv_spinlock_cpu)
+        })
+        .map(|v| v.name.as_str())
+        .collect();
+    if s.guest.vcpus == 1 && !pv_variants.is_empty() {
+        let why = format!(
+            "1-vCPU guests, but variant(s) {} switch PV spinlocks: a kernel with one possible CPU \
+             disables PV spinlocks by itself (\"PV spinlocks disabled, single CPU\", and PV sched-yield \
+             and PV TLB flush with them), and one CPU cannot contend a spinlock, so the variants cannot \
+             differ; use vcpus >= 2",
+            pv_variants.join(", ")
+        );
+        if s.guest.single_vcpu_intended {
+            warnings.push(format!(
+                "{}: guest.vcpus: {why} (kept: guest.single_vcpu_intended)",
+                l.path.display()
+            ));
+        } else {
+            errs.push(l.error_at(
+                &[key("guest"), key("vcpus")],
+                format!("{why}, or set guest.single_vcpu_intended: true if that null result is the point"),
+            ));
+        }
+    }
+    if errs.is_empty() {
+        Ok(VirtCheck { accel, warnings })
+    } else {
+        Err(ScenarioErrors(errs))
+    }
+}
+
 fn check_kernel_file(err: &mut impl FnMut(&[Seg], String), path: &[Seg], f: &super::KernelFile) {
     if !f.path.is_file() {
         err(path, format!("kernel {} does not exist", f.path.display()));
@@ -477,5 +603,83 @@ mod tests {
             "name: ok\nlevels: [0.5, 1.0, 2.5]\nvariants:\n  - {name: base, baseline: true}\n  - {name: tas, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {threads: [1, 2], duration-ms: 100}\n",
         );
         validate(&l, &facts()).unwrap();
+    }
+
+    fn kvm_host() -> crate::host::VirtEvidence {
+        crate::host::VirtEvidence {
+            cpu_has_vmx_or_svm: true,
+            dev_kvm: true,
+            kvm_intel_or_amd_loaded: true,
+            kvm_pvm_loaded: false,
+            kvm_denied: None,
+        }
+    }
+
+    const WORK: &str = "workloads:\n  - command: lock\n    metric: ops_per_sec\n";
+
+    #[test]
+    fn accel_kvm_where_the_qemu_user_cannot_open_dev_kvm_is_refused_with_the_reason() {
+        let (_d, l) = loaded(&format!("name: x\nhost: {{accel: kvm}}\nlevels: [1]\n{WORK}"));
+        assert_eq!(
+            check_virt(&l, &kvm_host()).unwrap().accel.accel,
+            crate::host::Accel::Kvm
+        );
+        let denied = crate::host::VirtEvidence {
+            kvm_denied: Some("user nobody cannot open /dev/kvm read-write: mode 660".into()),
+            ..kvm_host()
+        };
+        let e = check_virt(&l, &denied).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].field, "host.accel");
+        assert_eq!(e.0[0].line, Some(2));
+        assert!(e.0[0].message.contains("mode 660"), "{e}");
+        // auto falls back to TCG and says why.
+        let (_d, auto) = loaded(&format!("name: x\nlevels: [1]\n{WORK}"));
+        let c = check_virt(&auto, &denied).unwrap();
+        assert_eq!(c.accel.accel, crate::host::Accel::Tcg);
+        assert!(
+            c.accel.reason.contains("cannot open /dev/kvm"),
+            "{}",
+            c.accel.reason
+        );
+    }
+
+    #[test]
+    fn cpu_models_are_checked_against_the_resolved_accelerator() {
+        let text = format!(
+            "name: x\nguest: {{vcpus: 2}}\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: unhalt-off, cpu: \"host,kvm-pv-unhalt=off\"}}\n  - {{name: max-off, cpu: \"max,kvm-pv-unhalt=off\"}}\n{WORK}"
+        );
+        let (_d, l) = loaded(&text);
+        check_virt(&l, &kvm_host()).unwrap();
+        let tcg = crate::host::VirtEvidence::default();
+        let e = check_virt(&l, &tcg).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].field, "variants[1].cpu");
+        assert_eq!(e.0[0].line, Some(6));
+        assert!(e.0[0].message.contains("requires KVM or HVF"), "{e}");
+    }
+
+    #[test]
+    fn pv_spinlock_variants_need_guests_of_two_vcpus_unless_marked() {
+        let text = |extra: &str| {
+            format!(
+                "name: x\nguest: {{vcpus: 1{extra}}}\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\n{WORK}"
+            )
+        };
+        let (_d, l) = loaded(&text(""));
+        let e = check_virt(&l, &kvm_host()).unwrap_err();
+        assert_eq!(e.0[0].field, "guest.vcpus");
+        assert!(
+            e.0[0].message.contains("PV spinlocks disabled, single CPU"),
+            "{e}"
+        );
+        assert!(e.0[0].message.contains("nopvspin"), "{e}");
+        let (_d, l) = loaded(&text(", single_vcpu_intended: true"));
+        let c = check_virt(&l, &kvm_host()).unwrap();
+        assert_eq!(c.warnings.len(), 1);
+        assert!(c.warnings[0].contains("single_vcpu_intended"));
+        assert!(switches_pv_spinlock_cpu("host,kvm-pv-unhalt=off"));
+        assert!(switches_pv_spinlock_cpu("max,-kvm-pv-unhalt"));
+        assert!(!switches_pv_spinlock_cpu("max,kvm-steal-time=off"));
     }
 }

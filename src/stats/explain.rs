@@ -135,6 +135,13 @@ pub fn guest_steal(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
     if ctx.accel == "tcg" {
         return Err(TCG_NO_STEAL.to_string());
     }
+    if let Some(cpu) = guest_cpu(r)
+        && crate::telemetry::kvm::steal_time_off(cpu)
+    {
+        return Err(format!(
+            "not measured: the guest's `-cpu {cpu}` turns kvm-steal-time off (its 0 would mean off, not none)"
+        ));
+    }
     match r.extra.get("guest_stat") {
         None => Err("not recorded".into()),
         Some(Value::String(why)) => Err(why.clone()),
@@ -144,6 +151,98 @@ pub fn guest_steal(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
                 .unwrap_or("not measured: no time elapsed")
                 .to_string()
         }),
+    }
+}
+
+/// The `-cpu` value the record's guest ran with, from its boot group's start facts.
+fn guest_cpu(r: &RunRecord) -> Option<&str> {
+    let starts = r.extra.get("group")?.get("start")?.as_array()?;
+    starts
+        .iter()
+        .find(|s| s["guest"].as_u64() == Some(r.guest as u64))?
+        .get("start")?
+        .get("boot")?
+        .get("cpu")?
+        .as_str()
+}
+
+/// KVM counters shown per cell (mean per run of guest 0's VM), with column names that say
+/// what KVM counts: the two `directed_yield_*` statistics count only the PV sched-yield
+/// hypercall (`KVM_HC_SCHED_YIELD`), not pause-loop exits; `hypercalls` is every number.
+pub const KVM_COLUMNS: [(&str, &str); 7] = [
+    ("halt_exits", "halt exits"),
+    ("halt_successful_poll", "halt polled"),
+    ("directed_yield_attempted", "pv-yield hc"),
+    ("directed_yield_successful", "pv-yield ok"),
+    ("preemption_reported", "preempt rep"),
+    ("preemption_other", "preempt other"),
+    ("hypercalls", "all hcalls"),
+];
+
+/// What the KVM table's columns count and what it cannot show, for the report's notes.
+pub fn kvm_notes() -> Vec<String> {
+    [
+        "pv-yield hc / ok = KVM's directed_yield_attempted / _successful: PV sched-yield hypercalls",
+        "  (KVM_HC_SCHED_YIELD) made / that yielded to the target vCPU; pause-loop exits are not in them",
+        "PLE (pause-loop exits): not measured: KVM has no statistic of them (kvm_vcpu_on_spin); only the",
+        "  host's kvm:kvm_exit (PAUSE_INSTRUCTION / pause) and kvm_ple_window_update tracepoints show them",
+        "all hcalls = every hypercall number together (spinlock kicks, PV IPIs, sched-yield, ...); by number:",
+        "  not measured (KVM's stats do not split them; the host's kvm:kvm_hypercall tracepoint would)",
+        "preempt rep / other = vCPU preemptions KVM could / could not flag in kvm-steal-time's `preempted`",
+        "  (what the guest's vcpu_is_preempted reads)",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The kernel's own words on its PV features per variant (`PV spinlocks …`, `kvm-guest: …`),
+/// from the boot facts of every record's guest: variant → distinct lines, in first-seen order.
+/// A variant's guests that said nothing of the kind get one line saying so.
+pub fn kernel_words<'a>(records: impl Iterator<Item = &'a RunRecord>) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut seen_guest: BTreeMap<String, bool> = BTreeMap::new();
+    for r in records {
+        let Some(guests) = r
+            .extra
+            .get("group")
+            .and_then(|g| g.get("guest_kernel"))
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        *seen_guest.entry(r.variant.clone()).or_default() |= !guests.is_empty();
+        let lines = out.entry(r.variant.clone()).or_default();
+        for g in guests {
+            // `pv_words` where recorded; older journals: the PV lines of the general dmesg grep.
+            let words = g.get("pv_words").or_else(|| g.get("dmesg"));
+            for l in words.and_then(Value::as_array).into_iter().flatten() {
+                let Some(l) = l.as_str() else { continue };
+                let text = strip_dmesg_time(l);
+                let pv = text.contains("PV spinlocks") || text.contains("kvm-guest:");
+                if pv && !lines.iter().any(|x| x == text) {
+                    lines.push(text.to_string());
+                }
+            }
+        }
+    }
+    for (variant, lines) in out.iter_mut() {
+        if lines.is_empty() && seen_guest.get(variant).copied().unwrap_or(false) {
+            lines.push(
+                "(no `PV spinlocks` or `kvm-guest:` line: the guest saw no KVM PV interface — TCG, or KVM's \
+                 PV features hidden from it)"
+                    .into(),
+            );
+        }
+    }
+    out.retain(|_, l| !l.is_empty());
+    out
+}
+
+/// `[    0.123456] text` → `text`.
+fn strip_dmesg_time(line: &str) -> &str {
+    match line.trim().strip_prefix('[').and_then(|r| r.split_once(']')) {
+        Some((_, rest)) => rest.trim(),
+        None => line.trim(),
     }
 }
 
@@ -170,6 +269,10 @@ pub struct KvmCell {
     pub runs: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
+    /// Figures a reader would look for here that KVM's counters cannot give, each with why:
+    /// `pause_loop_exits`, `hypercalls_by_number` (only where counters were recorded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_measured: BTreeMap<String, String>,
 }
 
 pub fn kvm_cell<'a>(records: impl Iterator<Item = &'a RunRecord>, ctx: &RecordContext) -> KvmCell {
@@ -195,6 +298,18 @@ pub fn kvm_cell<'a>(records: impl Iterator<Item = &'a RunRecord>, ctx: &RecordCo
             .collect(),
         runs,
         unavailable: (runs == 0).then(|| reason.unwrap_or_else(|| "no valid runs".into())),
+        not_measured: if runs > 0 {
+            use crate::telemetry::kvm::{HYPERCALLS_NOT_SPLIT, PLE_NOT_MEASURED};
+            BTreeMap::from([
+                ("pause_loop_exits".to_string(), PLE_NOT_MEASURED.to_string()),
+                (
+                    "hypercalls_by_number".to_string(),
+                    HYPERCALLS_NOT_SPLIT.to_string(),
+                ),
+            ])
+        } else {
+            BTreeMap::new()
+        },
     }
 }
 
@@ -292,10 +407,119 @@ mod tests {
             (c.runs, c.counters["halt_exits"], c.unavailable.clone()),
             (2, 20.0, None)
         );
+        assert!(c.not_measured["pause_loop_exits"].contains("kvm_vcpu_on_spin"));
+        assert!(c.not_measured["hypercalls_by_number"].contains("kvm_hypercall"));
         let tcg = with(json!({"kvm": "not available: QEMU's query-stats has no KVM provider"}));
         let c = kvm_cell([tcg].iter(), &TCG);
         assert!(c.counters.is_empty() && c.unavailable.unwrap().contains("no KVM provider"));
         let old = with(json!({"kvm": {"exits": 5}}));
         assert!(kvm_counters(&old, &KVM).unwrap_err().contains("host-wide"));
+    }
+
+    #[test]
+    fn steal_is_not_measured_where_the_guests_cpu_turns_steal_time_off() {
+        let r = with(json!({
+            "guest_stat": {"user": 1, "system": 0, "idle": 0, "steal": 0, "steal_share": 0.0},
+            "group": {"start": [{"guest": 0, "start": {"method": "boot", "boot": {"cpu": "host,kvm-steal-time=off"}}}]}
+        }));
+        let e = guest_steal(&r, &KVM).unwrap_err();
+        assert!(e.contains("turns kvm-steal-time off"), "{e}");
+        let on = with(json!({
+            "guest_stat": {"user": 1, "system": 0, "idle": 0, "steal": 0, "steal_share": 0.0},
+            "group": {"start": [{"guest": 0, "start": {"method": "boot", "boot": {"cpu": "host,kvm-pv-unhalt=off"}}}]}
+        }));
+        assert_eq!(guest_steal(&on, &KVM), Ok(0.0));
+    }
+
+    #[test]
+    fn the_kernels_words_are_gathered_per_variant() {
+        let g = |variant: &str, words: Value| {
+            let mut r = with(json!({"group": {"guest_kernel": [{"cmdline": "x", "pv_words": words}]}}));
+            r.variant = variant.into();
+            r
+        };
+        let rs = [
+            g(
+                "pv",
+                json!([
+                    "[    0.031] kvm-guest: PV spinlocks enabled",
+                    "[    0.032] kvm-guest: setup PV sched yield"
+                ]),
+            ),
+            g("pv", json!(["[    0.030] kvm-guest: PV spinlocks enabled"])),
+            g(
+                "nopvspin",
+                json!(["[    0.03] kvm-guest: PV spinlocks disabled, forced by \"nopvspin\" parameter"]),
+            ),
+            g("tcg", json!([])),
+        ];
+        let w = kernel_words(rs.iter());
+        assert_eq!(
+            w["pv"],
+            vec![
+                "kvm-guest: PV spinlocks enabled",
+                "kvm-guest: setup PV sched yield"
+            ]
+        );
+        assert!(w["nopvspin"][0].contains("forced by"));
+        assert!(w["tcg"][0].contains("saw no KVM PV interface"), "{w:?}");
+        // An older journal: only the general dmesg grep.
+        let mut old = with(
+            json!({"group": {"guest_kernel": [{"dmesg": ["[0.1] clocksource: hpet", "[0.2] PV spinlocks disabled, single CPU"]}]}}),
+        );
+        old.variant = "old".into();
+        assert_eq!(
+            kernel_words([old].iter())["old"],
+            vec!["PV spinlocks disabled, single CPU"]
+        );
+    }
+
+    #[test]
+    fn linux_6_6_query_stats_reach_the_report_under_their_labels() {
+        // Every record's VM counters are the delta of the Linux 6.6 fixture (2 vCPUs).
+        let sample: Value =
+            serde_json::from_str(include_str!("../telemetry/testdata/kvm_6.6_query_stats.json")).unwrap();
+        let kvm = crate::telemetry::kvm::delta(
+            &crate::telemetry::kvm::from_query_stats(&sample["before"]),
+            &crate::telemetry::kvm::from_query_stats(&sample["after"]),
+        )
+        .unwrap();
+        let mut j = crate::stats::cells::tests::journal();
+        for r in &mut j.runs {
+            r.extra.insert("kvm".into(), serde_json::to_value(&kvm).unwrap());
+        }
+        let text = crate::report::render(
+            &j,
+            crate::report::Format::Table,
+            &crate::report::ReportOptions::default(),
+        )
+        .unwrap();
+        let head = text
+            .lines()
+            .find(|l| l.contains("halt exits"))
+            .expect("a KVM table");
+        for (_, label) in KVM_COLUMNS {
+            assert!(head.contains(label), "{label} missing from {head}");
+        }
+        // halt exits 36000, pv-yield hc 1240, ok 480, preempt rep 10000, all hcalls 16400
+        // (the report writes counts of 10^4 and more in thousands).
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| base    | 0.5x |") && l.contains("36.0k"))
+            .expect("a KVM row of the fixture's figures");
+        for v in ["36.0k", "1240", "480", "10.0k", "16.4k"] {
+            assert!(row.contains(v), "{v} missing from {row}");
+        }
+        assert!(text.contains("PLE (pause-loop exits): not measured"), "{text}");
+        let json = crate::report::render(
+            &j,
+            crate::report::Format::Json,
+            &crate::report::ReportOptions::default(),
+        )
+        .unwrap();
+        assert!(
+            json.contains("pause_loop_exits"),
+            "the JSON report names PLE as not measured"
+        );
     }
 }

@@ -1,10 +1,19 @@
-//! Per-VM KVM statistics over a run: halts, halt polling, directed yields (pause-loop exits
-//! and PV yields end in `kvm_vcpu_on_spin`), preempted-vCPU reports, hypercalls, exits.
+//! Per-VM KVM statistics over a run: halts, halt polling, PV sched-yield hypercalls,
+//! preempted-vCPU reports, hypercalls, exits.
 //!
-//! Two sources, both per VM: QEMU's `query-stats` (QMP, QEMU ≥ 7.1, the kernel's binary stats
-//! file descriptors, Linux ≥ 5.14), else debugfs `/sys/kernel/debug/kvm/<qemu pid>-<fd>/`,
-//! whose files carry the VM's counters with the vCPUs' summed. Under TCG neither exists and
-//! the run records why.
+//! What the counters count (Linux 6.1/6.6, arch/x86/kvm/x86.c): `directed_yield_attempted` /
+//! `_successful` only in `kvm_sched_yield`, the `KVM_HC_SCHED_YIELD` hypercall (PV
+//! sched-yield) — not pause-loop exits, which end in `kvm_vcpu_on_spin` and have no statistic
+//! (PLE shows only in the host's `kvm:kvm_exit` tracepoint, reason `PAUSE_INSTRUCTION` on
+//! Intel / `pause` on AMD, and `kvm:kvm_ple_window_update`); `hypercalls` counts every
+//! hypercall number together (PV IPIs, spinlock kicks, sched-yield, …; a split by number needs
+//! the host's `kvm:kvm_hypercall` tracepoint).
+//!
+//! Two sources, both per VM: QEMU's `query-stats` (QMP, the kernel's binary stats file
+//! descriptors, Linux ≥ 5.14) with QEMU ≥ 8.1 — before 8.1 QEMU read each vCPU's stats on
+//! that vCPU's thread, kicking it out of the guest per read and adding to the exits being
+//! counted — else debugfs `/sys/kernel/debug/kvm/<qemu pid>-<fd>/`, whose files carry the VM's
+//! counters with the vCPUs' summed. Under TCG neither exists and the run records why.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -69,6 +78,47 @@ pub struct KvmCounters {
 pub struct KvmRun {
     pub source: String,
     pub counters: BTreeMap<String, u64>,
+}
+
+/// Pause-loop exiting, which no KVM statistic counts.
+pub const PLE_NOT_MEASURED: &str = "not measured: KVM keeps no statistic of pause-loop exits \
+    (kvm_vcpu_on_spin); they show only in the host's kvm:kvm_exit tracepoint (reason PAUSE_INSTRUCTION \
+    on Intel, pause on AMD) and kvm:kvm_ple_window_update, which ocrig does not record";
+
+/// Hypercalls by number, which KVM's statistics do not split.
+pub const HYPERCALLS_NOT_SPLIT: &str = "by number: not measured — KVM's `hypercalls` statistic sums \
+    every number (KVM_HC_KICK_CPU spinlock kicks, KVM_HC_SEND_IPI PV IPIs, KVM_HC_SCHED_YIELD, …); \
+    the host's kvm:kvm_hypercall tracepoint has the number, which ocrig does not record";
+
+/// Whether `query-stats` of this QEMU version reads KVM's counters without kicking the vCPUs.
+pub fn query_stats_quiet(qemu: Option<(u32, u32, u32)>) -> Result<(), String> {
+    match qemu {
+        Some(v) if v >= crate::host::QEMU_QUIET_STATS => Ok(()),
+        Some((a, b, c)) => Err(format!(
+            "QEMU {a}.{b}.{c} < 8.1: its query-stats kicks every vCPU out of the guest per read, \
+             adding to the exits it counts; not used"
+        )),
+        None => {
+            Err("QEMU's version is unknown; query-stats before 8.1 would kick every vCPU per read".into())
+        }
+    }
+}
+
+/// The local QEMU's answer to [`query_stats_quiet`], asked once per process.
+pub fn local_query_stats_quiet() -> Result<(), String> {
+    static QUIET: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    QUIET
+        .get_or_init(|| query_stats_quiet(crate::host::qemu_version(Path::new("qemu-system-x86_64"))))
+        .clone()
+}
+
+/// Whether a QEMU `-cpu` value turns the guest's steal clock (`kvm-steal-time`) off; the
+/// guest's steal then stays 0 whatever happens, which is no measurement.
+pub fn steal_time_off(cpu: &str) -> bool {
+    cpu.split(',').skip(1).any(|f| {
+        let f = f.trim();
+        f == "-kvm-steal-time" || f == "kvm-steal-time=off" || f == "kvm-steal-time=false"
+    })
 }
 
 pub const QMP_SOURCE: &str = "qmp query-stats";
@@ -235,5 +285,77 @@ mod tests {
         );
         let q = from_query_stats(&serde_json::from_str::<Value>(RECORDED).unwrap()["after"]);
         assert!(delta(&Ok(c), &q).unwrap_err().contains("different sources"));
+    }
+
+    const KVM_66: &str = include_str!("testdata/kvm_6.6_query_stats.json");
+    const DEBUGFS_66: &str = include_str!("testdata/kvm_6.6_debugfs_vm.txt");
+
+    #[test]
+    fn query_stats_of_a_stock_kvm_guest_under_linux_6_6_sum_both_vcpus() {
+        let sample: Value = serde_json::from_str(KVM_66).unwrap();
+        let b = from_query_stats(&sample["before"]).unwrap();
+        let a = from_query_stats(&sample["after"]).unwrap();
+        let d = delta(&Ok(b), &Ok(a)).unwrap();
+        // python3 over the fixture: the vCPUs' after - before, summed over both vCPUs.
+        let c = &d.counters;
+        assert_eq!(c["exits"], 800_000);
+        assert_eq!(c["halt_exits"], 36_000);
+        assert_eq!(c["hypercalls"], 16_400);
+        assert_eq!(c["directed_yield_attempted"], 1_240);
+        assert_eq!(c["directed_yield_successful"], 480);
+        assert_eq!(c["preemption_reported"], 10_000);
+        assert!(
+            !c.contains_key("guest_mode") && !c.contains_key("halt_wait_hist") && !c.contains_key("pages_4k")
+        );
+        // Every counter ocrig keeps is one Linux 6.6 reports.
+        for name in COUNTERS {
+            assert!(
+                a_has(&sample["after"], name),
+                "{name} is not a Linux 6.6 statistic"
+            );
+        }
+    }
+
+    fn a_has(raw: &Value, name: &str) -> bool {
+        ["vm", "vcpu"].iter().any(|t| {
+            raw[t]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["stats"].as_array().unwrap().iter().any(|s| s["name"] == name))
+        })
+    }
+
+    #[test]
+    fn a_linux_6_6_debugfs_tree_reads_as_the_query_stats_after_snapshot() {
+        let root = tempfile::tempdir().unwrap();
+        let vm = root.path().join("31337-14");
+        std::fs::create_dir_all(vm.join("vcpu0")).unwrap();
+        std::fs::write(vm.join("vcpu0/tsc-offset"), "-123456\n").unwrap();
+        for line in DEBUGFS_66.lines().filter(|l| !l.starts_with('#')) {
+            let (name, value) = line.split_once(' ').unwrap();
+            std::fs::write(vm.join(name), format!("{value}\n")).unwrap();
+        }
+        let fs = from_debugfs(root.path(), 31337).unwrap();
+        let sample: Value = serde_json::from_str(KVM_66).unwrap();
+        let qmp = from_query_stats(&sample["after"]).unwrap();
+        assert_eq!(fs.counters, qmp.counters, "both sources give the same counters");
+    }
+
+    #[test]
+    fn qemu_before_8_1_is_not_asked_and_steal_time_off_is_recognised() {
+        assert_eq!(query_stats_quiet(Some((8, 1, 0))), Ok(()));
+        assert_eq!(query_stats_quiet(Some((10, 0, 2))), Ok(()));
+        assert!(
+            query_stats_quiet(Some((8, 0, 4)))
+                .unwrap_err()
+                .contains("kicks every vCPU")
+        );
+        assert!(query_stats_quiet(Some((7, 2, 0))).is_err());
+        assert!(query_stats_quiet(None).is_err());
+        assert!(steal_time_off("host,kvm-steal-time=off"));
+        assert!(steal_time_off("max,-kvm-steal-time"));
+        assert!(!steal_time_off("host,kvm-pv-unhalt=off"));
+        assert!(!steal_time_off("host"));
     }
 }

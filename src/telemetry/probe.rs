@@ -260,9 +260,13 @@ async fn kvm_snapshots(targets: &[ProbeTarget<'_>], local: bool) -> Vec<Result<K
         if !t.reachable {
             return Err(UNREACHABLE.to_string());
         }
-        let answer = tokio::time::timeout(QMP_DEADLINE, t.guest.kvm_stats())
-            .await
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {QMP_DEADLINE:?}")));
+        // A local QEMU < 8.1 is not asked: its query-stats would kick the vCPUs it measures.
+        let answer = match (local, kvm::local_query_stats_quiet()) {
+            (true, Err(why)) => Err(anyhow::anyhow!(why)),
+            _ => tokio::time::timeout(QMP_DEADLINE, t.guest.kvm_stats())
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {QMP_DEADLINE:?}"))),
+        };
         match answer {
             Ok(raw) => kvm::from_query_stats(&raw),
             Err(qmp) if !local => Err(format!(
