@@ -103,7 +103,8 @@ impl Executor for VmExecutor {
             self.shut_down().await;
             return Err(e);
         }
-        let pinning = pin_all(&self.live, &self.cfg.host_cpus, self.cfg.vcpus).await;
+        let placed = placement(group.guests, self.cfg.vcpus, &self.cfg.host_cpus);
+        let pinning = pin_all(&self.live, &placed).await;
         let t_deploy = Instant::now();
         let deployed = deploy_all(&self.live, &self.cfg.uploads, self.cfg.timeouts.deploy_s).await;
         let deploy_s = t_deploy.elapsed().as_secs_f64();
@@ -118,7 +119,9 @@ impl Executor for VmExecutor {
             .map(|l| json!({ "guest": l.index, "start": l.guest.start_facts() }))
             .collect();
         let facts = json!({
-            "pinning": pinning, "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel, "start": start,
+            "pinning": pinning,
+            "placement": { "pinned": placed.pinned, "why": placed.why },
+            "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel, "start": start,
         });
         Ok(BroughtUp {
             facts,
@@ -334,20 +337,82 @@ async fn post_ready(guest: &dyn Guest, ssh: GuestSsh, deadline: Instant) -> anyh
     .await?
 }
 
-/// Pins guest g's vCPU i to host CPU `cpus[(g·vcpus + i) mod n]`, spreading guests evenly.
-async fn pin_all(live: &[Live], cpus: &[usize], vcpus: u32) -> Value {
+/// Where every vCPU of a boot group may run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// Per guest, per vCPU: the host CPUs it may run on.
+    pub cpus: Vec<Vec<Vec<usize>>>,
+    /// Each vCPU has a CPU of its own or shares one with the same number of others (false:
+    /// every vCPU may run on every claimed CPU and the host scheduler shares them).
+    pub pinned: bool,
+    /// The arithmetic behind the choice, for the journal.
+    pub why: String,
+}
+
+/// Places `guests` guests of `vcpus` vCPUs each on the host CPUs `cpus` so that every vCPU
+/// gets the same share of a CPU, i.e. every guest is at the level it is reported at.
+///
+/// With V = guests × vCPUs vCPUs on n CPUs: if V ≤ n or n divides V, the global vCPU k
+/// (guest g's vCPU i is k = g·vcpus + i) is pinned to CPU k mod n, so every CPU runs the same
+/// number of vCPUs (⌈V/n⌉) and a busy vCPU waits 1 − n/V of the time (0 when V ≤ n). Otherwise
+/// whole-CPU pinning cannot be even (1.5x of 1-vCPU guests on 2 CPUs would put 2 vCPUs on one
+/// CPU and 1 on the other: waits of 1/2 and 0 where the level says 1/3), so every vCPU may run
+/// on the whole set and the host scheduler shares it; measured here with every vCPU busy, that
+/// gives each vCPU 1 − n/V within a few hundredths (README, issue 18).
+pub fn placement(guests: u32, vcpus: u32, cpus: &[usize]) -> Placement {
+    let n = cpus.len().max(1);
+    let total = (guests * vcpus) as usize;
+    if total <= n || total % n == 0 {
+        let per_guest = (0..guests as usize)
+            .map(|g| {
+                (0..vcpus as usize)
+                    .map(|i| vec![cpus[(g * vcpus as usize + i) % n]])
+                    .collect()
+            })
+            .collect();
+        let why = if total <= n {
+            format!("{total} vCPUs on {n} host CPUs: one CPU each")
+        } else {
+            format!("{total} vCPUs on {n} host CPUs: {} on each CPU", total / n)
+        };
+        Placement {
+            cpus: per_guest,
+            pinned: true,
+            why,
+        }
+    } else {
+        let per_guest = (0..guests).map(|_| vec![cpus.to_vec(); vcpus as usize]).collect();
+        Placement {
+            cpus: per_guest,
+            pinned: false,
+            why: format!(
+                "{total} vCPUs on {n} host CPUs: {n} does not divide {total}, so pinning each vCPU \
+                 to one CPU would put {} on some CPUs and {} on others; every vCPU shares the set {cpus:?}",
+                total / n + 1,
+                total / n
+            ),
+        }
+    }
+}
+
+/// Applies the placement to every guest; per guest the mapping applied, or why it failed.
+async fn pin_all(live: &[Live], placed: &Placement) -> Value {
     let mut all = Vec::new();
     for l in live {
-        let offset = (l.index * vcpus) as usize % cpus.len();
-        let rotated: Vec<usize> = cpus
-            .iter()
-            .cycle()
-            .skip(offset)
-            .take(cpus.len())
-            .copied()
-            .collect();
-        match l.guest.pin_vcpus(&rotated).await {
-            Ok(map) => all.push(json!({ "guest": l.index, "vcpu_to_cpu": map })),
+        let Some(sets) = placed.cpus.get(l.index as usize) else {
+            all.push(json!({ "guest": l.index, "error": "no placement for this guest" }));
+            continue;
+        };
+        match l.guest.pin_vcpus(sets).await {
+            Ok(map) => {
+                let mut entry = json!({ "guest": l.index, "vcpu_to_cpus": map });
+                // One CPU per vCPU: also the plain `vcpu_to_cpu` readers of older journals know.
+                if map.iter().all(|(_, set)| set.len() == 1) {
+                    let one: Vec<(u32, usize)> = map.iter().map(|(v, set)| (*v, set[0])).collect();
+                    entry["vcpu_to_cpu"] = json!(one);
+                }
+                all.push(entry)
+            }
             Err(e) => all.push(json!({ "guest": l.index, "error": format!("{e:#}") })),
         }
     }
@@ -439,6 +504,67 @@ pub fn console_evidence(console: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// vCPUs per host CPU for a placement, counting a shared vCPU as 1/|set| on each CPU.
+    fn load(p: &Placement, cpus: &[usize]) -> Vec<f64> {
+        let mut l = vec![0.0; cpus.len()];
+        for set in p.cpus.iter().flatten() {
+            for c in set {
+                l[cpus.iter().position(|x| x == c).unwrap()] += 1.0 / set.len() as f64;
+            }
+        }
+        l
+    }
+
+    #[test]
+    fn placement_is_even_at_every_level() {
+        let cpus = [0, 1];
+        // 1-vCPU guests on 2 CPUs at 0.5x .. 3x; 2-vCPU guests on 4 CPUs at 0.5x .. 2.5x.
+        for (guests, vcpus, cpus) in [
+            (1, 1, &cpus[..]),
+            (2, 1, &cpus[..]),
+            (3, 1, &cpus[..]),
+            (4, 1, &cpus[..]),
+            (5, 1, &cpus[..]),
+            (6, 1, &cpus[..]),
+            (1, 2, &[0, 1, 2, 3][..]),
+            (3, 2, &[0, 1, 2, 3][..]),
+            (5, 2, &[0, 1, 2, 3][..]),
+            (4, 2, &[4, 5, 6, 7][..]),
+        ] {
+            let p = placement(guests, vcpus, cpus);
+            assert_eq!(p.cpus.len(), guests as usize);
+            assert!(p.cpus.iter().all(|g| g.len() == vcpus as usize));
+            let l = load(&p, cpus);
+            let total = (guests * vcpus) as f64;
+            let even = (total / cpus.len() as f64).max(1.0);
+            if p.pinned {
+                // Every CPU runs the same whole number of vCPUs (or one each when fewer).
+                assert!(
+                    l.iter()
+                        .all(|&x| x == even || (total < cpus.len() as f64 && x <= 1.0)),
+                    "{p:?}"
+                );
+            } else {
+                assert!(p.cpus.iter().flatten().all(|set| set == cpus), "{p:?}");
+                assert!(p.why.contains("does not divide"), "{}", p.why);
+            }
+            assert_eq!(
+                p.pinned,
+                total as usize % cpus.len() == 0 || total as usize <= cpus.len()
+            );
+        }
+        // 1.5x: the old round-robin put guests 0 and 2 on CPU 0; now all three share both.
+        let p = placement(3, 1, &cpus);
+        assert!(!p.pinned);
+        assert!(p.why.contains("2 on some CPUs and 1 on others"), "{}", p.why);
+        // 2x: two guests per CPU, alternating.
+        let p = placement(4, 1, &cpus);
+        assert_eq!(
+            p.cpus,
+            vec![vec![vec![0]], vec![vec![1]], vec![vec![0]], vec![vec![1]]]
+        );
+    }
 
     #[test]
     fn console_evidence_puts_panic_lines_ahead_of_the_tail() {
