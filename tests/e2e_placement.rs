@@ -3,7 +3,8 @@
 //! `background: hog` in the others) at 1x, 1.5x, 2x and 2.5x: a fair share of the CPUs makes
 //! EVERY guest's vCPU wait 1 - 1/L (0, 1/3, 1/2, 3/5). Whole-CPU round-robin pinning broke this
 //! at 1.5x (guests 0 and 2 waited 0.50, guest 1 0.01) and 2.5x (0.67 and 0.51); the sweep now
-//! lets the vCPUs share the set where pinning cannot be even, and journals which it did.
+//! rotates the pinning where it cannot be even (every vCPU takes every place in turn), and
+//! journals which it did.
 //!
 //! The machine is shared: other processes' CPU time on the claimed CPUs takes its part too.
 //! The host's per-CPU /proc/stat in the same journal says how much (busy time beyond our vCPUs'),
@@ -97,9 +98,11 @@ fn judge(runs: &[Value]) -> Verdict {
         let rec0 = recs.iter().find(|r| r["guest"] == 0).unwrap();
         assert_eq!(rec0["ok"], true, "{rec0}");
         let placement = &rec0["extra"]["group"]["placement"];
-        // Whole-CPU pinning exactly where it can be even (2 divides the vCPU count).
+        // Whole-CPU pinning exactly where it can be even (2 divides the vCPU count), a rotating
+        // pinning elsewhere (the QEMU backend's threads are this host's).
         let divides = guests % 2 == 0;
         assert_eq!(placement["pinned"], divides, "{level}x: {placement}");
+        assert_eq!(placement["rotating"], !divides, "{level}x: {placement}");
 
         // The guests sharing each CPU set, their vCPU run time, and the set's host time.
         let mut by_set: BTreeMap<Vec<u64>, Vec<(u64, f64, f64)>> = BTreeMap::new();
@@ -113,7 +116,7 @@ fn judge(runs: &[Value]) -> Verdict {
                 .push((g, s["run_s"].as_f64().unwrap(), wait));
         }
         let per_cpu = rec0["extra"]["host_stat"]["per_cpu"].as_array().unwrap();
-        let mut line = format!("{level}x ({}):", if divides { "pinned" } else { "shared" });
+        let mut line = format!("{level}x ({}):", if divides { "pinned" } else { "rotating" });
         for (set, members) in &by_set {
             let (mut total_s, mut busy_s) = (0.0, 0.0);
             for c in per_cpu

@@ -25,7 +25,8 @@ pub fn report_stdout(metric: &str, value: f64) -> String {
 /// What the payload prints when its run breaks one of its own checks: the full report with a
 /// `checks` array, the check's words on stderr, exit status 3.
 pub fn rejected_by_check(metric: &str, value: f64, detail: &str) -> Finished {
-    let mut report: serde_json::Value = serde_json::from_str(&report_stdout(metric, value)).expect("valid JSON");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&report_stdout(metric, value)).expect("valid JSON");
     report["checks"] = json!([
         {"name": "elapsed_covers_cpu", "ok": true, "value": 1.0, "bound": 1.0, "detail": "elapsed ≥ CPU time / CPUs"},
         {"name": "calibration_stable", "ok": false, "value": 0.31, "bound": 0.05, "detail": detail},

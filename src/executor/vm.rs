@@ -88,7 +88,10 @@ impl VmExecutor {
         let mut tids = Vec::new();
         for l in &self.live {
             if l.vcpu_tids.len() != self.cfg.vcpus as usize {
-                tracing::warn!("{}: vCPU threads unknown, so its vCPUs share the CPUs unrotated", l.guest.name());
+                tracing::warn!(
+                    "{}: vCPU threads unknown, so its vCPUs share the CPUs unrotated",
+                    l.guest.name()
+                );
                 return None;
             }
             tids.extend(&l.vcpu_tids);
@@ -443,7 +446,9 @@ pub fn placement(guests: u32, vcpus: u32, cpus: &[usize], can_rotate: bool) -> P
             ROTATION_PHASE.as_millis()
         )
     } else {
-        format!("{uneven}; every vCPU shares the set {cpus:?} (this host's threads cannot be moved from here)")
+        format!(
+            "{uneven}; every vCPU shares the set {cpus:?} (this host's threads cannot be moved from here)"
+        )
     };
     Placement {
         cpus: per_guest,
@@ -663,7 +668,12 @@ mod tests {
 
     #[test]
     fn a_rotation_gives_every_vcpu_the_same_cpu_share() {
-        for (total, cpus) in [(3, vec![0, 1]), (5, vec![0, 1]), (7, vec![2, 3, 5]), (6, vec![0, 1, 2, 3])] {
+        for (total, cpus) in [
+            (3, vec![0, 1]),
+            (5, vec![0, 1]),
+            (7, vec![2, 3, 5]),
+            (6, vec![0, 1, 2, 3]),
+        ] {
             let n = cpus.len();
             let mut share = vec![0.0; total];
             for phase in 0..total {
@@ -679,7 +689,10 @@ mod tests {
             }
             for s in &share {
                 // 1 − share is the wait of 1 − 1/L at level L = V/n.
-                assert!((s / total as f64 - n as f64 / total as f64).abs() < 1e-12, "{total} on {cpus:?}: {share:?}");
+                assert!(
+                    (s / total as f64 - n as f64 / total as f64).abs() < 1e-12,
+                    "{total} on {cpus:?}: {share:?}"
+                );
             }
         }
     }

@@ -64,10 +64,7 @@ pub fn self_check_rejections(records: &[RunRecord]) -> SelfCheckRejections {
         let Some(why) = r.error.as_deref().and_then(|e| e.strip_prefix(SELF_CHECK_REASON)) else {
             continue;
         };
-        attempts.insert((
-            crate::sweep::accounting::RunKey::of(r),
-            r.attempt,
-        ));
+        attempts.insert((crate::sweep::accounting::RunKey::of(r), r.attempt));
         *reasons.entry(why.to_string()).or_default() += 1;
     }
     SelfCheckRejections {

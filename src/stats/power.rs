@@ -31,7 +31,8 @@ pub struct Detectable {
 
 /// Power of a two-sided t test at level `alpha` with `df` degrees of freedom against a true
 /// noncentrality `lambda` (difference / standard error).
-pub fn power_at(lambda: f64, df: f64, alpha: f64) -> Option<f64> {
+#[cfg(test)]
+fn power_at(lambda: f64, df: f64, alpha: f64) -> Option<f64> {
     if !lambda.is_finite() {
         return None;
     }
@@ -123,7 +124,12 @@ fn lambda_ok(df: f64) -> bool {
 /// Minimum detectable effect of comparing `variant` against `base` (Welch's test, two-sided
 /// `alpha`, `power`), relative to the baseline mean. `None` when either side has fewer than
 /// two samples, the baseline mean is 0, or both sides have no spread.
-pub fn min_detectable_effect(base: &Summary, variant: &Summary, alpha: f64, power: f64) -> Option<Detectable> {
+pub fn min_detectable_effect(
+    base: &Summary,
+    variant: &Summary,
+    alpha: f64,
+    power: f64,
+) -> Option<Detectable> {
     let (sa, sb) = (base.stdev?, variant.stdev?);
     let (na, nb) = (base.n as f64, variant.n as f64);
     if base.mean == 0.0 || !base.mean.is_finite() {
@@ -146,7 +152,10 @@ pub fn min_detectable_effect(base: &Summary, variant: &Summary, alpha: f64, powe
 
 /// Minimum detectable effect straight from samples (see [`min_detectable_effect`]).
 pub fn mde_of_samples(base: &[f64], variant: &[f64], alpha: f64, power: f64) -> Option<Detectable> {
-    let (a, b) = (super::summary::summarize(base)?, super::summary::summarize(variant)?);
+    let (a, b) = (
+        super::summary::summarize(base)?,
+        super::summary::summarize(variant)?,
+    );
     min_detectable_effect(&a, &b, alpha, power)
 }
 
@@ -188,6 +197,20 @@ mod tests {
             assert!(close(got.mde, d * cv, 1e-5), "n {n}: {} vs {}", got.mde, d * cv);
             assert!(close(got.df, 2.0 * *n as f64 - 2.0, 1e-12));
         }
+    }
+
+    #[test]
+    fn unequal_spreads_match_scipys_noncentral_t() {
+        // scipy 1.16 stats.nct: brentq over λ of nct.sf(c, df, λ) + nct.cdf(−c, df, λ) = 0.8 with
+        // c = t.ppf(0.975, df), Welch df, then λ·SE / mean(base):
+        //   base (10, sd 0.2, n 3), variant (9, sd 0.1, n 3) → 0.05551995910098776, df 2.941176470588235
+        //   base (1000, sd 100, n 3), variant (1200, sd 100, n 3) → 0.3070892266363688, df 4
+        let d = min_detectable_effect(&spread(10.0, 0.2, 3), &spread(9.0, 0.1, 3), 0.05, 0.8).unwrap();
+        assert!(close(d.mde, 0.05551995910098776, 1e-5), "{d:?}");
+        assert!(close(d.df, 2.941176470588235, 1e-12), "{d:?}");
+        let d =
+            min_detectable_effect(&spread(1000.0, 100.0, 3), &spread(1200.0, 100.0, 3), 0.05, 0.8).unwrap();
+        assert!(close(d.mde, 0.3070892266363688, 1e-5), "{d:?}");
     }
 
     #[test]

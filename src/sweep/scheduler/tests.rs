@@ -568,11 +568,18 @@ async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
         Some(format!("self-check failed: {why}").as_str())
     );
     // The report stays with the failed record for a reader, but gives no sample.
-    let report = rejected.payload.as_ref().expect("the rejected run's report is kept");
+    let report = rejected
+        .payload
+        .as_ref()
+        .expect("the rejected run's report is kept");
     assert_eq!(report.metrics[METRIC], 100.0);
     assert!(rejected.metrics.is_empty());
     let checks = &rejected.extra[crate::sweep::records::SELF_CHECKS_KEY];
-    assert_eq!(checks.as_array().unwrap().len(), 1, "only the failed check: {checks}");
+    assert_eq!(
+        checks.as_array().unwrap().len(),
+        1,
+        "only the failed check: {checks}"
+    );
     assert_eq!(checks[0]["name"], "calibration_stable");
     assert!(run0[1].superseded.as_deref().unwrap().contains(why));
     // Retried and counted once, by the one rule.
@@ -582,7 +589,10 @@ async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
     let model = stats_model(&o.records);
     assert_eq!(model.self_checks.attempts, 1);
     assert_eq!(model.self_checks.reasons, vec![(why.to_string(), 1)]);
-    assert_eq!(model.workloads[0].series[0].cells[0].summary.as_ref().unwrap().n, 3);
+    assert_eq!(
+        model.workloads[0].series[0].cells[0].summary.as_ref().unwrap().n,
+        3
+    );
 }
 
 #[tokio::test]
