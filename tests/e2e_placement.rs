@@ -100,7 +100,7 @@ fn judge(runs: &[Value]) -> Verdict {
         let placement = &rec0["extra"]["group"]["placement"];
         // Whole-CPU pinning exactly where it can be even (2 divides the vCPU count), a rotating
         // pinning elsewhere (the QEMU backend's threads are this host's).
-        let divides = guests % 2 == 0;
+        let divides = guests.is_multiple_of(2);
         assert_eq!(placement["pinned"], divides, "{level}x: {placement}");
         assert_eq!(placement["rotating"], !divides, "{level}x: {placement}");
 

@@ -806,7 +806,7 @@ impl Guest for LibvirtGuest {
         })
     }
 
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<Vec<(u32, Vec<usize>)>>> {
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<super::VcpuCpus>> {
         Box::pin(async move {
             anyhow::ensure!(
                 !cpus.is_empty() && cpus.iter().all(|s| !s.is_empty()),

@@ -26,6 +26,9 @@ pub type Liveness = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// vCPU index → the host CPUs it may run on, as applied.
+pub type VcpuCpus = Vec<(u32, Vec<usize>)>;
+
 /// How a guest is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -94,7 +97,7 @@ pub trait Guest: Send + Sync {
     /// Restricts the vCPU threads: vCPU i may run on the host CPUs `cpus[i mod len]` (one CPU
     /// pins it; several let the host scheduler share them). Returns the mapping applied
     /// (vCPU index → its host CPUs).
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<Vec<(u32, Vec<usize>)>>>;
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<VcpuCpus>>;
     /// True while the guest's process or domain exists.
     fn is_running(&mut self) -> bool;
     /// A cheap, thread-safe "is it still running?" probe for blocking waits that must not hold

@@ -293,7 +293,7 @@ impl Guest for QemuGuest {
         Box::pin(self.qmp.vcpu_thread_ids())
     }
 
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<Vec<(u32, Vec<usize>)>>> {
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<super::VcpuCpus>> {
         Box::pin(async move {
             anyhow::ensure!(!cpus.is_empty(), "no host CPUs to pin to");
             let tids = self.vcpu_threads().await?;

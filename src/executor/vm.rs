@@ -649,7 +649,7 @@ mod tests {
             }
             assert_eq!(
                 p.pinned,
-                total as usize % cpus.len() == 0 || total as usize <= cpus.len()
+                (total as usize).is_multiple_of(cpus.len()) || total as usize <= cpus.len()
             );
         }
         // 1.5x: the old round-robin put guests 0 and 2 on CPU 0; now all three share both.
