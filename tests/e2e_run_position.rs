@@ -55,7 +55,12 @@ fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
         "ocrig run failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let dir = std::fs::read_dir(&results).unwrap().next().unwrap().unwrap().path();
+    let dir = std::fs::read_dir(&results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
     let runs: Vec<Value> = text
         .lines()

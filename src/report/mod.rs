@@ -816,6 +816,36 @@ mod tests {
     }
 
     #[test]
+    fn every_format_says_how_many_attempts_the_self_checks_rejected() {
+        let mut j = journal();
+        assert!(
+            !render(&j, Format::Table, &ReportOptions::default())
+                .unwrap()
+                .contains("self-checks")
+        );
+        // Two records of one attempt and one of another, rejected for two reasons.
+        let mut rejected = |run: u32, attempt: u32, guest: u32, why: &str| {
+            let mut r = j.runs[0].clone();
+            (r.run, r.attempt, r.guest, r.ok) = (run, attempt, guest, false);
+            r.error = Some(format!("{}{why}", crate::sweep::records::SELF_CHECK_REASON));
+            j.runs.push(r);
+        };
+        rejected(0, 7, 0, "calibration drifted 31 % during the run");
+        rejected(0, 7, 1, "calibration drifted 31 % during the run");
+        rejected(1, 7, 0, "ops/s × hold = 1.13 > 1.02 for an exclusive lock");
+        let line = "2 attempts rejected by self-checks (failed and retried): \
+                    calibration drifted 31 % during the run (2×); ops/s × hold = 1.13 > 1.02 for an exclusive lock";
+        for format in [Format::Table, Format::Md, Format::Html] {
+            let text = render(&j, format, &ReportOptions::default()).unwrap();
+            let text = text.replace("&#39;", "'").replace("&gt;", ">");
+            assert!(text.contains(line), "{format:?}:\n{text}");
+        }
+        let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
+        let m: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(m["self_checks"]["attempts"], 2);
+    }
+
+    #[test]
     fn write_all_writes_four_files() {
         let dir = tempfile::tempdir().unwrap();
         let paths = write_all(&journal(), dir.path()).unwrap();
