@@ -408,6 +408,20 @@ fn malformed_scenarios_are_refused_with_file_line_and_field() {
             "fraction",
         ),
         case(
+            "dynamic-runs-mde-not-a-fraction",
+            &with_tail("runs: {min: 2, max: 3, target_mde: 0}\n"),
+            9,
+            Some("runs.target_mde"),
+            "fraction",
+        ),
+        case(
+            "dynamic-runs-without-a-target",
+            &with_tail("runs: {min: 2, max: 3}\n"),
+            9,
+            Some("runs"),
+            "target_mde",
+        ),
+        case(
             "warmup-runs-negative",
             &with_tail("warmup_runs: -2\n"),
             9,

@@ -644,9 +644,12 @@ fn parse_vcpu_comm(comm: &str) -> Option<u32> {
 }
 
 /// A cpumap for `virDomainPinVcpu` with only `cpu` set.
-fn cpumap(cpu: usize) -> Vec<u8> {
-    let mut m = vec![0u8; cpu / 8 + 1];
-    m[cpu / 8] |= 1 << (cpu % 8);
+/// libvirt's CPU bitmap: bit c of byte c/8 for each CPU c.
+fn cpumap(cpus: &[usize]) -> Vec<u8> {
+    let mut m = vec![0u8; cpus.iter().max().map_or(0, |c| c / 8) + 1];
+    for &cpu in cpus {
+        m[cpu / 8] |= 1 << (cpu % 8);
+    }
     m
 }
 
@@ -803,22 +806,25 @@ impl Guest for LibvirtGuest {
         })
     }
 
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>> {
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<super::VcpuCpus>> {
         Box::pin(async move {
-            anyhow::ensure!(!cpus.is_empty(), "no host CPUs to pin to");
+            anyhow::ensure!(
+                !cpus.is_empty() && cpus.iter().all(|s| !s.is_empty()),
+                "no host CPUs to pin to"
+            );
             let dom = self
                 .dom
                 .clone()
                 .with_context(|| format!("domain {} was destroyed", self.name))?;
-            let mapping: Vec<(u32, usize)> = (0..self.vcpus)
-                .map(|i| (i, cpus[i as usize % cpus.len()]))
+            let mapping: Vec<(u32, Vec<usize>)> = (0..self.vcpus)
+                .map(|i| (i, cpus[i as usize % cpus.len()].clone()))
                 .collect();
             let name = self.name.clone();
             let m = mapping.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
                 for (vcpu, cpu) in m {
-                    dom.pin_vcpu(vcpu, &cpumap(cpu)).map_err(|e| {
-                        anyhow::anyhow!("pinning vCPU {vcpu} of {name} to CPU {cpu}: {}", e.message())
+                    dom.pin_vcpu(vcpu, &cpumap(&cpu)).map_err(|e| {
+                        anyhow::anyhow!("pinning vCPU {vcpu} of {name} to CPUs {cpu:?}: {}", e.message())
                     })?;
                 }
                 Ok(())
@@ -1009,8 +1015,9 @@ mod tests {
         assert_eq!(parse_vcpu_comm("CPU 12/KVM"), Some(12));
         assert_eq!(parse_vcpu_comm("ALL CPUs/TCG"), None);
         assert_eq!(parse_vcpu_comm("IO mon_iothread"), None);
-        assert_eq!(cpumap(0), vec![1]);
-        assert_eq!(cpumap(9), vec![0, 2]);
+        assert_eq!(cpumap(&[0]), vec![1]);
+        assert_eq!(cpumap(&[9]), vec![0, 2]);
+        assert_eq!(cpumap(&[0, 1, 9]), vec![3, 2]);
     }
 
     #[test]
@@ -1116,16 +1123,16 @@ mod tests {
             assert_eq!(ssh(&img, g.ssh_addr().port(), "nproc"), vcpus.to_string());
             let tids = g.vcpu_threads().await.unwrap();
             assert_eq!(tids.len(), vcpus as usize);
-            let map = g.pin_vcpus(&[1, 0]).await.unwrap();
+            let map = g.pin_vcpus(&[vec![1], vec![0]]).await.unwrap();
             for (i, tid) in tids.iter().enumerate() {
                 let out = std::process::Command::new("taskset")
                     .args(["-p", &tid.to_string()])
                     .output()
                     .unwrap();
                 let out = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                let want = format!("{:x}", 1u32 << map[i].1);
+                let want = format!("{:x}", 1u32 << map[i].1[0]);
                 assert!(out.ends_with(&format!(": {want}")), "vCPU {i} tid {tid}: {out}");
-                eprintln!("vCPU {i} → CPU {}: {out}", map[i].1);
+                eprintln!("vCPU {i} → CPU {:?}: {out}", map[i].1);
             }
             let live = list_owned(uri, &format!("ocrig-{run}-")).unwrap();
             assert_eq!(live, vec![spec.name.clone()]);

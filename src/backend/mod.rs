@@ -26,6 +26,9 @@ pub type Liveness = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// vCPU index → the host CPUs it may run on, as applied.
+pub type VcpuCpus = Vec<(u32, Vec<usize>)>;
+
 /// How a guest is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -91,9 +94,10 @@ pub trait Guest: Send + Sync {
     fn console_log(&self) -> PathBuf;
     /// Host thread ids of the vCPUs, in vCPU order.
     fn vcpu_threads(&self) -> BoxFut<'_, anyhow::Result<Vec<i32>>>;
-    /// Restricts the vCPU threads to `cpus` (each vCPU i to cpus[i mod len]) and returns the
-    /// mapping applied (vCPU index → host CPU).
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>>;
+    /// Restricts the vCPU threads: vCPU i may run on the host CPUs `cpus[i mod len]` (one CPU
+    /// pins it; several let the host scheduler share them). Returns the mapping applied
+    /// (vCPU index → its host CPUs).
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<VcpuCpus>>;
     /// True while the guest's process or domain exists.
     fn is_running(&mut self) -> bool;
     /// A cheap, thread-safe "is it still running?" probe for blocking waits that must not hold
@@ -136,14 +140,17 @@ pub trait Backend: Send + Sync {
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>>;
 }
 
-/// Pins one host thread to one CPU.
-pub fn pin_thread(tid: i32, cpu: usize) -> anyhow::Result<()> {
+/// Restricts one host thread to a set of CPUs (one CPU pins it).
+pub fn pin_thread(tid: i32, cpus: &[usize]) -> anyhow::Result<()> {
+    anyhow::ensure!(!cpus.is_empty(), "no host CPUs to pin thread {tid} to");
     let pid = rustix::process::Pid::from_raw(tid)
         .ok_or_else(|| anyhow::anyhow!("thread id {tid} is not a valid id"))?;
     let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
+    for &cpu in cpus {
+        set.set(cpu);
+    }
     rustix::thread::sched_setaffinity(Some(pid), &set)
-        .map_err(|e| anyhow::anyhow!("sched_setaffinity(tid {tid}, cpu {cpu}): {e}"))
+        .map_err(|e| anyhow::anyhow!("sched_setaffinity(tid {tid}, cpus {cpus:?}): {e}"))
 }
 
 /// True while process `pid` exists and is not a zombie.

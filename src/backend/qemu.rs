@@ -293,15 +293,15 @@ impl Guest for QemuGuest {
         Box::pin(self.qmp.vcpu_thread_ids())
     }
 
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>> {
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<super::VcpuCpus>> {
         Box::pin(async move {
             anyhow::ensure!(!cpus.is_empty(), "no host CPUs to pin to");
             let tids = self.vcpu_threads().await?;
             let mut mapping = Vec::with_capacity(tids.len());
             for (i, tid) in tids.iter().enumerate() {
-                let cpu = cpus[i % cpus.len()];
-                pin_thread(*tid, cpu).with_context(|| format!("pinning vCPU {i} of {}", self.name))?;
-                mapping.push((i as u32, cpu));
+                let set = &cpus[i % cpus.len()];
+                pin_thread(*tid, set).with_context(|| format!("pinning vCPU {i} of {}", self.name))?;
+                mapping.push((i as u32, set.clone()));
             }
             Ok(mapping)
         })

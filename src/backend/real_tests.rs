@@ -407,7 +407,7 @@ async fn libvirt_boots_pvh_and_clones() {
     // Both clones are libvirt domains with their own names, vCPU threads and pinning.
     let tids = c1.guest.vcpu_threads().await.unwrap();
     assert_eq!(tids.len(), 2);
-    c1.guest.pin_vcpus(&[1, 0]).await.unwrap();
+    c1.guest.pin_vcpus(&[vec![1], vec![0]]).await.unwrap();
     let live = super::libvirt::list_owned("qemu:///system", &format!("ocrig-{run}-")).unwrap();
     assert_eq!(
         live,
@@ -487,7 +487,8 @@ async fn clones_measure_what_booted_guests_measure() {
                 Duration::from_secs(120),
             )
             .unwrap();
-        g.guest.pin_vcpus(&crate::host::allowed_cpus()).await.unwrap();
+        let one_each: Vec<Vec<usize>> = crate::host::allowed_cpus().into_iter().map(|c| vec![c]).collect();
+        g.guest.pin_vcpus(&one_each).await.unwrap();
     }
     let lock_run = |g: &Up| -> f64 {
         let out = g.sh(&format!(

@@ -138,7 +138,7 @@ impl Guest for StartedGuest {
     fn vcpu_threads(&self) -> BoxFut<'_, anyhow::Result<Vec<i32>>> {
         self.inner.vcpu_threads()
     }
-    fn pin_vcpus<'a>(&'a self, cpus: &'a [usize]) -> BoxFut<'a, anyhow::Result<Vec<(u32, usize)>>> {
+    fn pin_vcpus<'a>(&'a self, cpus: &'a [Vec<usize>]) -> BoxFut<'a, anyhow::Result<super::VcpuCpus>> {
         self.inner.pin_vcpus(cpus)
     }
     fn is_running(&mut self) -> bool {

@@ -22,6 +22,22 @@ pub fn report_stdout(metric: &str, value: f64) -> String {
     .to_string()
 }
 
+/// What the payload prints when its run breaks one of its own checks: the full report with a
+/// `checks` array, the check's words on stderr, exit status 3.
+pub fn rejected_by_check(metric: &str, value: f64, detail: &str) -> Finished {
+    let mut report: serde_json::Value =
+        serde_json::from_str(&report_stdout(metric, value)).expect("valid JSON");
+    report["checks"] = json!([
+        {"name": "elapsed_covers_cpu", "ok": true, "value": 1.0, "bound": 1.0, "detail": "elapsed ≥ CPU time / CPUs"},
+        {"name": "calibration_stable", "ok": false, "value": 0.31, "bound": 0.05, "detail": detail},
+    ]);
+    Finished {
+        status: super::CHECK_FAILED_STATUS,
+        stdout: report.to_string(),
+        stderr: format!("{}{detail}\n", super::CHECK_FAILED_PREFIX),
+    }
+}
+
 /// Guest 0's headline value in run call `n` with argv `argv`.
 pub type ValueFn = Box<dyn Fn(u32, &[String]) -> f64 + Send>;
 
@@ -32,6 +48,9 @@ pub struct Script {
     pub failing_bring_ups: BTreeSet<u32>,
     /// Run call → the workers that fail it, each with its error.
     pub failing_runs: BTreeMap<u32, Vec<(u32, String)>>,
+    /// Run call → the workers whose payload rejects its own run (exit status 3, a failed
+    /// check in the report's `checks` and on stderr), each with the check's detail.
+    pub failing_checks: BTreeMap<u32, Vec<(u32, String)>>,
     /// The run call that never returns; the test is told through the channel when it starts.
     pub hang_at: Option<(u32, tokio::sync::mpsc::UnboundedSender<()>)>,
     /// The headline value of guest 0 in a run call, from its argv (default: 100).
@@ -105,9 +124,15 @@ impl Executor for MockExecutor {
             .map(|(g, argv)| {
                 let argv = argv.clone()?;
                 let value = self.script.value.as_ref().map_or(100.0, |f| f(n, &argv));
-                let result = match failing.iter().find(|(w, _)| *w == g as u32) {
-                    Some((_, e)) => Err(e.clone()),
-                    None => Ok(Finished {
+                let check = self
+                    .script
+                    .failing_checks
+                    .get(&n)
+                    .and_then(|c| c.iter().find(|(w, _)| *w == g as u32));
+                let result = match (failing.iter().find(|(w, _)| *w == g as u32), check) {
+                    (Some((_, e)), _) => Err(e.clone()),
+                    (None, Some((_, detail))) => Ok(rejected_by_check(&self.metric, value, detail)),
+                    (None, None) => Ok(Finished {
                         status: 0,
                         stdout: report_stdout(&self.metric, value),
                         stderr: String::new(),

@@ -44,6 +44,12 @@ pub struct RunRequest {
     pub timeout: Duration,
 }
 
+/// Exit status of a payload whose run broke one of its own physics checks (it still prints
+/// its full report, with a `checks` array, on stdout).
+pub const CHECK_FAILED_STATUS: i32 = 3;
+/// What the payload prints on stderr before each failed check's detail.
+pub const CHECK_FAILED_PREFIX: &str = "ocrig-payload: check failed: ";
+
 /// What one worker's command left, when it finished at all.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {

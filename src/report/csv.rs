@@ -1,6 +1,8 @@
 //! CSV: one row per workload × variant × level (long format, for spreadsheets and pandas),
 //! then per non-baseline variant a `geomean` row (`kind` tells them apart; a geomean row has
 //! no level). Non-baseline rows carry the comparison against the baseline at that level, and
+//! the smallest effect that comparison would detect (`mde_pct`, power 0.8) and what it
+//! concludes (`conclusion`: differs, no difference, too few runs, untested), and
 //! every cell row what explains it: vCPU wait, guest steal (empty with a note when not
 //! measured), contention, Jain, context switches, other guests, KVM counters.
 
@@ -11,7 +13,7 @@ use crate::sweep::journal::Better;
 pub struct CsvExporter;
 
 /// The fixed columns; the KVM counters of [`KVM_COLUMNS`] follow as `kvm_<name>`.
-pub const COLUMNS: [&str; 38] = [
+pub const COLUMNS: [&str; 41] = [
     "kind",
     "workload",
     "command",
@@ -35,6 +37,9 @@ pub const COLUMNS: [&str; 38] = [
     "df",
     "p",
     "significant",
+    "mde_pct",
+    "mde_df",
+    "conclusion",
     "contention_rate",
     "jain",
     "failed",
@@ -116,6 +121,10 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
         num(w.map(|w| w.p)),
         cmp.and_then(|r| r.significant)
             .map(|b| b.to_string())
+            .unwrap_or_default(),
+        num(cmp.and_then(|r| r.detectable).map(|d| d.mde * 100.0)),
+        num(cmp.and_then(|r| r.detectable).map(|d| d.df)),
+        cmp.map(|r| r.conclusion().words().to_string())
             .unwrap_or_default(),
         num(c.contention_rate),
         num(c.jain),
@@ -286,5 +295,23 @@ mod tests {
         assert!((g[col("base_mean")].parse::<f64>().unwrap() - 14.142135623730951).abs() < 1e-9);
         assert!((g[col("improvement_pct")].parse::<f64>().unwrap() - 3.9531364385072787).abs() < 1e-9);
         assert_eq!(g[col("stdev")], "");
+        // What each comparison can conclude (scipy.stats.nct, see stats::power's tests).
+        let patched_1x = rows
+            .iter()
+            .find(|r| {
+                r[col("kind")] == "cell"
+                    && r[col("workload")].starts_with("hackbench")
+                    && r[col("variant")] == "patched"
+                    && r[col("level")] == "1"
+            })
+            .unwrap();
+        assert!((patched_1x[col("mde_pct")].parse::<f64>().unwrap() - 15.35446133181844).abs() < 1e-3);
+        assert_eq!(patched_1x[col("mde_df")], "4");
+        assert_eq!(patched_1x[col("conclusion")], "too few runs");
+        assert_eq!(
+            base[col("mde_pct")],
+            "",
+            "the baseline's own row compares with nothing"
+        );
     }
 }

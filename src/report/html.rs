@@ -15,6 +15,7 @@ pub struct HtmlExporter;
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child,.label{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
+td.fewruns{background:#fdf0c8}td.nodiff{background:#e3f1e4}td.differs{background:#dde8f7}
 .plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
 
 /// Escapes text for HTML element content and attribute values.
@@ -33,18 +34,36 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// The shading of a comparison's `detectable` and `conclusion` cells, by its conclusion:
+/// amber "too few runs", green "no difference", blue "differs".
+fn conclusion_class(words: &str) -> &'static str {
+    match words {
+        "too few runs" => " class=\"fewruns\"",
+        "no difference" => " class=\"nodiff\"",
+        "differs" => " class=\"differs\"",
+        _ => "",
+    }
+}
+
 /// An HTML table from text rows (first row is the header). `pct_col` marks the column holding
-/// a signed %improvement, coloured green/red.
+/// a signed %improvement, coloured green/red; the `detectable` and `conclusion` columns of a
+/// comparison are shaded by the row's conclusion.
 fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
     let mut out = String::from("<table>\n");
     let labels = super::label_columns(rows);
+    let col = |name: &str| rows.first().and_then(|h| h.iter().position(|c| c == name));
+    let (detectable, conclusion) = (col("detectable"), col("conclusion"));
     for (i, row) in rows.iter().enumerate() {
         out.push_str("<tr>");
+        let verdict = conclusion
+            .and_then(|k| row.get(k))
+            .map_or("", |c| conclusion_class(c));
         for (j, c) in row.iter().enumerate() {
             if i == 0 {
                 out.push_str(&format!("<th>{}</th>", escape(c)));
             } else {
                 let class = match pct_col {
+                    _ if Some(j) == detectable || Some(j) == conclusion => verdict,
                     Some(p) if p == j && c.starts_with('+') => " class=\"better\"",
                     Some(p) if p == j && c.starts_with('-') && c.len() > 1 => " class=\"worse\"",
                     _ if j > 0 && j < labels => " class=\"label\"",
@@ -111,6 +130,9 @@ impl Exporter for HtmlExporter {
             }
             out.push_str("</ul>\n</section>\n");
         }
+        if let Some(line) = super::self_check_line(model) {
+            out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&line)));
+        }
         out.push_str("</body>\n</html>\n");
         Ok(out)
     }
@@ -135,6 +157,12 @@ mod tests {
         assert!(!html.contains("<script") && !html.contains("href=") && !html.contains("src="));
         assert!(html.contains("<td class=\"better\">+10.00%</td>"));
         assert!(html.contains("<td class=\"worse\">-2.50%</td>"));
+        // What each comparison can conclude, shaded.
+        assert!(
+            html.contains("<td class=\"fewruns\">≥15.4%</td><td class=\"fewruns\">too few runs</td>"),
+            "{html}"
+        );
+        assert!(html.contains("<td class=\"differs\">≥5.6%</td><td class=\"differs\">differs</td>"));
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
     }
 }

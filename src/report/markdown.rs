@@ -67,6 +67,9 @@ impl Exporter for MarkdownExporter {
                 out.push_str(&format!("- {n}\n"));
             }
         }
+        if let Some(line) = super::self_check_line(model) {
+            out.push_str(&format!("\n{line}\n"));
+        }
         Ok(out)
     }
 }
@@ -82,11 +85,11 @@ mod tests {
         let expected = "\
 ### patched vs base
 
-| oc | base | stdev | patched | stdev | %improvement | p |
-|:---|---:|---:|---:|---:|---:|---:|
-| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +10.00% | 0.0048 * |
-| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 0.5734 |
-| gmean | 14.1421 |  | 13.5831 |  | +3.95% |  |
+| oc | base | stdev | patched | stdev | %improvement | p | detectable | conclusion |
+|:---|---:|---:|---:|---:|---:|---:|---:|---:|
+| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +10.00% | 0.0048 * | ≥5.6% | differs |
+| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 0.5734 | ≥15.4% | too few runs |
+| gmean | 14.1421 |  | 13.5831 |  | +3.95% |  |  |  |
 ";
         assert!(md.contains(expected), "got:\n{md}");
         assert!(md.contains("### What explains each cell (means per run)"));

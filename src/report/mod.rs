@@ -354,8 +354,10 @@ pub fn describe_metric(wl: &WorkloadModel) -> String {
 }
 
 /// A comparison table as rows of text cells, shared by the terminal, Markdown and HTML formats:
-/// header `oc | base | stdev | <variant> | stdev | %improvement | p`, one row per level, then a
-/// `gmean` row.
+/// header `oc | base | stdev | <variant> | stdev | %improvement | p | detectable | conclusion`,
+/// one row per level, then a `gmean` row. `detectable` is the smallest effect the test would
+/// detect with power 0.8 at the measured CVs and n; `conclusion` says what p and it mean
+/// together ([`Row::conclusion`](crate::stats::cells::Row::conclusion)).
 pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "oc".to_string(),
@@ -365,6 +367,8 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
         "stdev".into(),
         "%improvement".into(),
         "p".into(),
+        "detectable".into(),
+        "conclusion".into(),
     ]];
     let d = table_decimals(
         cmp.rows
@@ -382,6 +386,8 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
             fmt_opt(r.variant.as_ref().and_then(|s| s.stdev), d),
             fmt_pct(r.improvement_pct),
             fmt_p(r.welch.map(|w| w.p), r.significant),
+            fmt_detectable(r.detectable),
+            r.conclusion().words().into(),
         ]);
     }
     if let Some(g) = &cmp.geomean {
@@ -393,9 +399,54 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
             String::new(),
             fmt_pct(Some(g.improvement_pct)),
             String::new(),
+            String::new(),
+            String::new(),
         ]);
     }
     rows
+}
+
+/// `≥12.3%`: the smallest effect a comparison would detect; `-` when none can be computed.
+pub fn fmt_detectable(d: Option<crate::stats::power::Detectable>) -> String {
+    d.map_or_else(|| "-".into(), |d| format!("≥{:.1}%", d.mde * 100.0))
+}
+
+/// What a comparison table's `detectable` and `conclusion` columns mean, when there is one.
+pub fn conclusion_note(wl: &WorkloadModel) -> Option<String> {
+    (!wl.comparisons.is_empty()).then(|| {
+        format!(
+            "detectable = least effect Welch's test finds at power {}; not significant = too few runs \
+             unless {:.0}% was detectable",
+            crate::stats::power::DEFAULT_POWER,
+            crate::stats::cells::CONCLUSIVE_MDE * 100.0
+        )
+    })
+}
+
+/// The line that says how many attempts the payload's own physics checks rejected, and why
+/// (each such attempt was failed and retried; none of it is a sample).
+pub fn self_check_line(model: &Model) -> Option<String> {
+    let s = &model.self_checks;
+    if s.attempts == 0 {
+        return None;
+    }
+    let why: Vec<String> = s
+        .reasons
+        .iter()
+        .take(5)
+        .map(|(r, n)| if *n > 1 { format!("{r} ({n}×)") } else { r.clone() })
+        .collect();
+    let more = if s.reasons.len() > 5 {
+        format!("; and {} other reasons", s.reasons.len() - 5)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} attempt{} rejected by self-checks (failed and retried): {}{more}",
+        s.attempts,
+        if s.attempts == 1 { "" } else { "s" },
+        why.join("; ")
+    ))
 }
 
 /// Summary table for a workload without a non-baseline variant: `oc | <variant> | stdev | cv | n`.
@@ -668,6 +719,7 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
         counts.join("; "),
         model.alpha
     ));
+    notes.extend(conclusion_note(wl));
     notes.extend(telemetry_notes(wl));
     for s in &wl.series {
         for c in &s.cells {
@@ -779,6 +831,36 @@ mod tests {
             variants_line(&m, code),
             "`base` (kernel `6.1`), `patched` (kernel `6.8`)"
         );
+    }
+
+    #[test]
+    fn every_format_says_how_many_attempts_the_self_checks_rejected() {
+        let mut j = journal();
+        assert!(
+            !render(&j, Format::Table, &ReportOptions::default())
+                .unwrap()
+                .contains("self-checks")
+        );
+        // Two records of one attempt and one of another, rejected for two reasons.
+        let mut rejected = |run: u32, attempt: u32, guest: u32, why: &str| {
+            let mut r = j.runs[0].clone();
+            (r.run, r.attempt, r.guest, r.ok) = (run, attempt, guest, false);
+            r.error = Some(format!("{}{why}", crate::sweep::records::SELF_CHECK_REASON));
+            j.runs.push(r);
+        };
+        rejected(0, 7, 0, "calibration drifted 31 % during the run");
+        rejected(0, 7, 1, "calibration drifted 31 % during the run");
+        rejected(1, 7, 0, "ops/s × hold = 1.13 > 1.02 for an exclusive lock");
+        let line = "2 attempts rejected by self-checks (failed and retried): \
+                    calibration drifted 31 % during the run (2×); ops/s × hold = 1.13 > 1.02 for an exclusive lock";
+        for format in [Format::Table, Format::Md, Format::Html] {
+            let text = render(&j, format, &ReportOptions::default()).unwrap();
+            let text = text.replace("&#39;", "'").replace("&gt;", ">");
+            assert!(text.contains(line), "{format:?}:\n{text}");
+        }
+        let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
+        let m: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(m["self_checks"]["attempts"], 2);
     }
 
     #[test]

@@ -77,7 +77,11 @@ impl Exporter for TableExporter {
             blocks.push(notes);
             workloads.push(blocks.join("\n"));
         }
-        Ok(workloads.join("\n"))
+        let mut text = workloads.join("\n");
+        if let Some(line) = super::self_check_line(model) {
+            text.push_str(&format!("\n{line}\n"));
+        }
+        Ok(text)
     }
 }
 
@@ -96,15 +100,17 @@ mod tests {
         // Cell table: vCPU wait (0.02+0.04+0.06)/3 = 4.0 %, (0.42+0.44+0.46)/3 = 44.0 %;
         // cs vol (50+51+52)/3 = 51, (100+101+102)/3 = 101; halt exits (1000+2000+3000)/3;
         // other load (busy ticks - vCPU run) / total = 40 / 400 = 10 % in every run.
+        // detectable: scipy.stats.nct power 0.8 at Welch's df (see stats::power's tests):
+        //   hackbench 0.5x 0.0555, 1x 0.1535; lock 0.5x 0.3071, 1x 0.1228.
         let expected = "\
 hackbench: patched vs base (seconds, lower is better)
-+-------+---------+--------+---------+--------+--------------+----------+
-| oc    |    base |  stdev | patched |  stdev | %improvement |        p |
-+=======+=========+========+=========+========+==============+==========+
-| 0.5x  | 10.0000 | 0.2000 |  9.0000 | 0.1000 |      +10.00% | 0.0048 * |
-| 1x    | 20.0000 | 1.0000 | 20.5000 | 1.0000 |       -2.50% |   0.5734 |
-| gmean | 14.1421 |        | 13.5831 |        |       +3.95% |          |
-+-------+---------+--------+---------+--------+--------------+----------+
++-------+---------+--------+---------+--------+--------------+----------+------------+--------------+
+| oc    |    base |  stdev | patched |  stdev | %improvement |        p | detectable |   conclusion |
++=======+=========+========+=========+========+==============+==========+============+==============+
+| 0.5x  | 10.0000 | 0.2000 |  9.0000 | 0.1000 |      +10.00% | 0.0048 * |      ≥5.6% |      differs |
+| 1x    | 20.0000 | 1.0000 | 20.5000 | 1.0000 |       -2.50% |   0.5734 |     ≥15.4% | too few runs |
+| gmean | 14.1421 |        | 13.5831 |        |       +3.95% |          |            |              |
++-------+---------+--------+---------+--------+--------------+----------+------------+--------------+
 
 hackbench: what explains each cell (means per run)
 +---------+------+---+---------+-----------+-------+------------+--------------+
@@ -117,6 +123,7 @@ hackbench: what explains each cell (means per run)
 +---------+------+---+---------+-----------+-------+------------+--------------+
 
   runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
+  detectable = least effect Welch's test finds at power 0.8; not significant = too few runs unless 5% was detectable
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   vCPU wait: not recorded (a journal from an ocrig without per-vCPU telemetry)
   steal: not recorded
@@ -126,13 +133,13 @@ hackbench: what explains each cell (means per run)
   base at 0.5x: 1 failed run(s) excluded
 
 lock-ticket: patched vs base (ops_per_sec, higher is better)
-+-------+---------+--------+---------+--------+--------------+-----------+
-| oc    |    base |  stdev | patched |  stdev | %improvement |         p |
-+=======+=========+========+=========+========+==============+===========+
-| 0.5x  | 1000.00 | 100.00 | 1200.00 | 100.00 |      +20.00% |    0.0705 |
-| 1x    |  500.00 |  20.00 |  800.00 |  20.00 |      +60.00% | <0.0001 * |
-| gmean |  707.11 |        |  979.80 |        |      +38.56% |           |
-+-------+---------+--------+---------+--------+--------------+-----------+
++-------+---------+--------+---------+--------+--------------+-----------+------------+--------------+
+| oc    |    base |  stdev | patched |  stdev | %improvement |         p | detectable |   conclusion |
++=======+=========+========+=========+========+==============+===========+============+==============+
+| 0.5x  | 1000.00 | 100.00 | 1200.00 | 100.00 |      +20.00% |    0.0705 |     ≥30.7% | too few runs |
+| 1x    |  500.00 |  20.00 |  800.00 |  20.00 |      +60.00% | <0.0001 * |     ≥12.3% |      differs |
+| gmean |  707.11 |        |  979.80 |        |      +38.56% |           |            |              |
++-------+---------+--------+---------+--------+--------------+-----------+------------+--------------+
 
 lock-ticket: what explains each cell (means per run)
 +---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
@@ -155,6 +162,7 @@ lock-ticket: KVM counters of guest 0's VM (mean per run)
 +---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
 
   runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
+  detectable = least effect Welch's test finds at power 0.8; not significant = too few runs unless 5% was detectable
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run

@@ -26,8 +26,9 @@ pub struct Scenario {
     /// What the guests other than guest 0 run.
     #[serde(default)]
     pub background: Background,
-    /// Measured runs per cell: a count, or `{min, max, target_cv}` to keep running a cell until
-    /// its coefficient of variation is under target (or max is reached).
+    /// Measured runs per cell: a count, or `{min, max, target_cv, target_mde}` to keep running a
+    /// cell until its coefficient of variation is under target and/or an effect of
+    /// `target_mde` against the baseline is detectable (or max is reached).
     #[serde(default)]
     pub runs: RunCount,
     #[serde(default)]
@@ -68,7 +69,12 @@ pub struct DynamicRuns {
     pub min: u32,
     pub max: u32,
     /// Coefficient of variation to reach, as a fraction (0.05 = 5 %).
-    pub target_cv: f64,
+    #[serde(default)]
+    pub target_cv: Option<f64>,
+    /// Effect to make detectable against the baseline variant (two-sided α = 0.05, power
+    /// 0.8), as a fraction of the baseline mean (0.05 = 5 %).
+    #[serde(default)]
+    pub target_mde: Option<f64>,
 }
 
 impl Default for RunCount {
@@ -82,7 +88,15 @@ impl RunCount {
     pub fn bounds(&self) -> (u32, u32, Option<f64>) {
         match *self {
             RunCount::Fixed(n) => (n, n, None),
-            RunCount::Dynamic(d) => (d.min, d.max, Some(d.target_cv)),
+            RunCount::Dynamic(d) => (d.min, d.max, d.target_cv),
+        }
+    }
+
+    /// The detectable-effect target, if any.
+    pub fn target_mde(&self) -> Option<f64> {
+        match *self {
+            RunCount::Fixed(_) => None,
+            RunCount::Dynamic(d) => d.target_mde,
         }
     }
 }

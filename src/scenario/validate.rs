@@ -131,10 +131,20 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
                     format!("{} is below min {}", d.max, d.min),
                 );
             }
-            if !(d.target_cv > 0.0 && d.target_cv < 1.0) {
+            for (name, target) in [("target_cv", d.target_cv), ("target_mde", d.target_mde)] {
+                if let Some(t) = target
+                    && !(t > 0.0 && t < 1.0)
+                {
+                    err(
+                        &[key("runs"), key(name)],
+                        format!("{t} must be a fraction in (0, 1)"),
+                    );
+                }
+            }
+            if d.target_cv.is_none() && d.target_mde.is_none() {
                 err(
-                    &[key("runs"), key("target_cv")],
-                    format!("{} must be a fraction in (0, 1)", d.target_cv),
+                    &[key("runs")],
+                    "give target_cv (a CV to reach) or target_mde (an effect to make detectable), or a run count".into(),
                 );
             }
         }
@@ -202,7 +212,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         if matches!(s.runs, super::RunCount::Dynamic(_)) {
             err(
                 &[key("runs")],
-                "a CV target (runs: {min, max, target_cv}) is not supported with several hosts yet: give a run count"
+                "a CV or detectable-effect target (runs: {min, max, target_cv / target_mde}) is not supported with several hosts yet: give a run count"
                     .into(),
             );
         }

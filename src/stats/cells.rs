@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::compare::{Welch, geomean_ratio, geometric_mean, improvement_pct, welch_t_test};
 use super::explain::{self, Measured, RecordContext};
 use super::outliers::outlier_indices;
+use super::power::{DEFAULT_POWER, Detectable, min_detectable_effect};
 use super::summary::{Summary, mean, summarize};
 use crate::sweep::journal::{Better, Journal, RunRecord};
 
@@ -40,6 +41,36 @@ pub struct Model {
     #[serde(default)]
     pub backend: String,
     pub workloads: Vec<WorkloadModel>,
+    /// Attempts the payload's own physics checks rejected (each was failed and retried).
+    #[serde(default)]
+    pub self_checks: SelfCheckRejections,
+}
+
+/// Attempts rejected by the payload's self-checks, and why.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SelfCheckRejections {
+    /// Distinct attempts with at least one rejected record.
+    pub attempts: usize,
+    /// Each distinct reason (the check's words) with the number of records that gave it.
+    pub reasons: Vec<(String, usize)>,
+}
+
+/// Counts the attempts of `records` whose payload rejected its own run.
+pub fn self_check_rejections(records: &[RunRecord]) -> SelfCheckRejections {
+    use crate::sweep::records::SELF_CHECK_REASON;
+    let mut attempts = std::collections::BTreeSet::new();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for r in records {
+        let Some(why) = r.error.as_deref().and_then(|e| e.strip_prefix(SELF_CHECK_REASON)) else {
+            continue;
+        };
+        attempts.insert((crate::sweep::accounting::RunKey::of(r), r.attempt));
+        *reasons.entry(why.to_string()).or_default() += 1;
+    }
+    SelfCheckRejections {
+        attempts: attempts.len(),
+        reasons: reasons.into_iter().collect(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +162,50 @@ pub struct Row {
     pub welch: Option<Welch>,
     /// `p < alpha`; `None` when the test is undefined.
     pub significant: Option<bool>,
+    /// The smallest effect this test would detect with power 0.8 at the measured CVs and n
+    /// (`None` when either side has fewer than two results or no spread).
+    #[serde(default)]
+    pub detectable: Option<Detectable>,
+}
+
+/// What a comparison row can conclude, in words a reader acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Conclusion {
+    /// p < alpha: the variant differs.
+    Differs,
+    /// Not significant, and an effect of [`CONCLUSIVE_MDE`] would have been detected.
+    NoDifference,
+    /// Not significant, but only a larger effect would have been detected: more runs needed.
+    TooFewRuns,
+    /// No test: a side has fewer than two results or no spread.
+    Untested,
+}
+
+/// A non-significant comparison says "no difference" only when it would have detected an
+/// effect this large (a fraction of the baseline mean); otherwise it says "too few runs".
+pub const CONCLUSIVE_MDE: f64 = 0.05;
+
+impl Row {
+    pub fn conclusion(&self) -> Conclusion {
+        match (self.significant, self.detectable) {
+            (Some(true), _) => Conclusion::Differs,
+            (Some(false), Some(d)) if d.mde <= CONCLUSIVE_MDE => Conclusion::NoDifference,
+            (Some(false), _) => Conclusion::TooFewRuns,
+            (None, _) => Conclusion::Untested,
+        }
+    }
+}
+
+impl Conclusion {
+    pub fn words(self) -> &'static str {
+        match self {
+            Conclusion::Differs => "differs",
+            Conclusion::NoDifference => "no difference",
+            Conclusion::TooFewRuns => "too few runs",
+            Conclusion::Untested => "untested",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +309,7 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
         accel: header.accel.clone(),
         backend: header.backend.clone(),
         workloads,
+        self_checks: self_check_rejections(&journal.runs),
     }
 }
 
@@ -322,6 +398,10 @@ fn compare_variant(
                 _ => None,
             };
             let welch = welch_t_test(&b, &v);
+            let detectable = match (&base, &var) {
+                (Some(b), Some(v)) => min_detectable_effect(b, v, alpha, DEFAULT_POWER),
+                _ => None,
+            };
             Row {
                 level,
                 base,
@@ -329,6 +409,7 @@ fn compare_variant(
                 improvement_pct,
                 welch,
                 significant: welch.map(|w| w.significant(alpha)),
+                detectable,
             }
         })
         .collect();

@@ -3,6 +3,7 @@
 //! - [`summary`]: n, mean, sample stdev, CV, min/max, 95% CI of the mean (Student t).
 //! - [`outliers`]: modified Z-scores (median absolute deviation).
 //! - [`compare`]: %improvement (signed so `+` is better), Welch's t-test, geometric means.
+//! - [`power`]: the minimum detectable effect of a comparison (noncentral t, power 0.8).
 //! - [`cells`]: journal records grouped into cells and the comparison model reports render.
 //! - [`explain`]: per-cell telemetry (vCPU wait, guest steal, KVM counters) or why it is missing.
 
@@ -10,4 +11,5 @@ pub mod cells;
 pub mod compare;
 pub mod explain;
 pub mod outliers;
+pub mod power;
 pub mod summary;

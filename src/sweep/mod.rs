@@ -9,3 +9,4 @@ pub mod plan;
 pub mod progress;
 pub mod records;
 pub mod scheduler;
+pub mod stopping;

@@ -47,6 +47,8 @@ pub struct Cell {
     /// Most measured runs; more than `runs` only with a CV target.
     pub max_runs: u32,
     pub target_cv: Option<f64>,
+    /// Effect to make detectable against the baseline (see `sweep::stopping`).
+    pub target_mde: Option<f64>,
 }
 
 /// How boots are shared and runs ordered.
@@ -147,6 +149,7 @@ impl Plan {
                             runs,
                             max_runs,
                             target_cv,
+                            target_mde: s.runs.target_mde(),
                         });
                     }
                 }

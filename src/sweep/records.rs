@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::journal::{RunRecord, Slot};
 use super::plan::Cell;
-use crate::executor::{RunOutcome, WorkerRun};
+use crate::executor::{CHECK_FAILED_PREFIX, CHECK_FAILED_STATUS, RunOutcome, WorkerRun};
 
 /// Which attempt of which run an outcome belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -95,6 +95,15 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
         rec.timings.insert("run_s".into(), s);
     }
     rec.extra.extend(w.telemetry);
+    if let Ok(out) = &w.result
+        && let Some(rejected) = self_check_failure(out)
+    {
+        // Not a result: failed with the checks' own words, the report kept for a reader.
+        rec.error = Some(rejected.reason);
+        rec.extra.insert(SELF_CHECKS_KEY.into(), rejected.checks);
+        rec.payload = rejected.report;
+        return;
+    }
     let parsed = w
         .result
         .map_err(anyhow::Error::msg)
@@ -112,6 +121,68 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
             }
         }
     }
+}
+
+/// Where a record rejected by the payload's self-checks keeps the failed checks
+/// (`[{"name","ok","value","bound","detail"}]`, or `[{"detail"}]` from stderr alone).
+pub const SELF_CHECKS_KEY: &str = "self_checks_failed";
+/// The words every self-check rejection's `error` starts with (reports count them by it).
+pub const SELF_CHECK_REASON: &str = "self-check failed: ";
+
+/// A run the payload itself rejected: its physics checks did not hold.
+struct Rejected {
+    reason: String,
+    checks: Value,
+    report: Option<ocrig_payload::report::Report>,
+}
+
+/// The payload's verdict when it exited with [`CHECK_FAILED_STATUS`]: the failed checks from
+/// the report's `checks` array and the stderr lines (the stderr's words win: they are the
+/// payload's own sentence with the numbers), and the report itself when it parses.
+fn self_check_failure(out: &crate::executor::Finished) -> Option<Rejected> {
+    if out.status != CHECK_FAILED_STATUS {
+        return None;
+    }
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(CHECK_FAILED_PREFIX))
+        .map(str::trim)
+        .collect();
+    let report: Option<ocrig_payload::report::Report> = serde_json::from_str(out.stdout.trim()).ok();
+    let failed: Vec<Value> = report
+        .as_ref()
+        .and_then(|r| r.detail.get("checks"))
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().filter(|c| c["ok"] == false).cloned().collect())
+        .unwrap_or_default();
+    let details: Vec<String> = if !said.is_empty() {
+        said.iter().map(|s| s.to_string()).collect()
+    } else {
+        failed
+            .iter()
+            .map(|c| {
+                c["detail"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{} ({} vs bound {})", c["name"], c["value"], c["bound"]))
+            })
+            .collect()
+    };
+    if details.is_empty() {
+        // Status 3 without a word of why: an ordinary failure.
+        return None;
+    }
+    let checks = if failed.is_empty() {
+        Value::Array(details.iter().map(|d| json!({ "detail": d })).collect())
+    } else {
+        Value::Array(failed)
+    };
+    Some(Rejected {
+        reason: format!("{SELF_CHECK_REASON}{}", details.join("; ")),
+        checks,
+        report,
+    })
 }
 
 fn parse_report(
@@ -178,6 +249,7 @@ mod tests {
             runs: 1,
             max_runs: 1,
             target_cv: None,
+            target_mde: None,
         }
     }
 

@@ -270,7 +270,16 @@ impl<E: Executor> Scheduler<'_, E> {
         let samples = self
             .settled
             .samples(&self.records, &this, &cell.workload.metric, 0..run);
-        if enough_runs(cell, run, &samples) {
+        // The baseline's valid values at this level, when a detectable effect is asked for.
+        let baseline = (cell.target_mde.is_some() && cell.variant != self.plan.baseline).then(|| {
+            let base = CellKey {
+                variant: &self.plan.baseline,
+                ..this
+            };
+            self.settled
+                .samples(&self.records, &base, &cell.workload.metric, 0..u32::MAX)
+        });
+        if enough_runs(cell, run, &samples, baseline.as_deref()) {
             Next::Enough
         } else {
             Next::Run
@@ -472,15 +481,17 @@ fn argv_for(guest: u32, cell: &Cell, background: Background) -> Option<Vec<Strin
     }
 }
 
-/// True when a cell has made its runs and, with a CV target, its primary results (guest 0's
-/// headline metric of the valid results so far) vary less than the target. `measured` counts
-/// run slots passed, failed ones included.
-fn enough_runs(cell: &Cell, measured: u32, samples: &[f64]) -> bool {
-    measured >= cell.max_runs
-        || (measured >= cell.runs
-            && cell
-                .target_cv
-                .is_none_or(|cv| crate::stats::summary::cv_reached(samples, cv)))
+/// True when a cell has made its runs and met its targets ([`super::stopping::enough`]) with
+/// its primary results (guest 0's headline metric of the valid results so far) and the
+/// baseline's at its level. `measured` counts run slots passed, failed ones included.
+fn enough_runs(cell: &Cell, measured: u32, samples: &[f64], baseline: Option<&[f64]>) -> bool {
+    let rule = super::stopping::StopRule {
+        min: cell.runs,
+        max: cell.max_runs,
+        target_cv: cell.target_cv,
+        target_mde: cell.target_mde,
+    };
+    super::stopping::enough(&rule, measured, samples, baseline)
 }
 
 #[cfg(test)]

@@ -544,3 +544,84 @@ async fn a_journal_of_an_older_ocrig_resumes_by_the_same_rule() {
     each_run_counted_once(&all, 3, 2);
     assert_eq!(o.progress, o.total);
 }
+
+#[tokio::test]
+async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let why = "calibration drifted 31 % during the run (12.0 → 15.7 ns per iteration)";
+    let script = Script {
+        failing_checks: BTreeMap::from([(1, vec![(0, why.to_string())])]),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let run0: Vec<&RunRecord> = o
+        .records
+        .iter()
+        .filter(|r| r.variant == "a" && r.run == 0)
+        .collect();
+    let shape: Vec<(u32, u32, bool)> = run0.iter().map(|r| (r.attempt, r.guest, r.ok)).collect();
+    assert_eq!(shape, [(1, 0, false), (1, 1, true), (2, 0, true), (2, 1, true)]);
+    let rejected = run0[0];
+    // The check's own words, not "status 3".
+    assert_eq!(
+        rejected.error.as_deref(),
+        Some(format!("self-check failed: {why}").as_str())
+    );
+    // The report stays with the failed record for a reader, but gives no sample.
+    let report = rejected
+        .payload
+        .as_ref()
+        .expect("the rejected run's report is kept");
+    assert_eq!(report.metrics[METRIC], 100.0);
+    assert!(rejected.metrics.is_empty());
+    let checks = &rejected.extra[crate::sweep::records::SELF_CHECKS_KEY];
+    assert_eq!(
+        checks.as_array().unwrap().len(),
+        1,
+        "only the failed check: {checks}"
+    );
+    assert_eq!(checks[0]["name"], "calibration_stable");
+    assert!(run0[1].superseded.as_deref().unwrap().contains(why));
+    // Retried and counted once, by the one rule.
+    each_run_counted_once(&o.records, 3, 2);
+    assert_eq!(o.totals.attempts_failed, 1);
+    // The reports say how many attempts the checks rejected, and why.
+    let model = stats_model(&o.records);
+    assert_eq!(model.self_checks.attempts, 1);
+    assert_eq!(model.self_checks.reasons, vec![(why.to_string(), 1)]);
+    assert_eq!(
+        model.workloads[0].series[0].cells[0].summary.as_ref().unwrap().n,
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("runs: {min: 3, max: 8, target_mde: 0.05}\n");
+    let script = Script {
+        // Variant a (the baseline) is steady at CV 1 %; b alternates 80 / 120 (CV ~20 %),
+        // so a 5 % effect against it never becomes detectable and b runs to max.
+        value: Some(Box::new(|n, argv| {
+            if argv.contains(&"ticket".to_string()) {
+                if n % 4 == 0 { 80.0 } else { 120.0 }
+            } else {
+                [100.0, 101.0, 99.0][n as usize % 3]
+            }
+        })),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    let runs_of = |v: &str| {
+        o.records
+            .iter()
+            .filter(|r| r.variant == v && r.guest == 0)
+            .count()
+    };
+    assert_eq!((runs_of("a"), runs_of("b")), (3, 8), "{}", brief(&o.records));
+    assert_eq!(o.progress, o.total, "skipped runs are counted as done");
+    let model = stats_model(&o.records);
+    let row = &model.workloads[0].comparisons[0].rows[0];
+    let d = row.detectable.unwrap();
+    assert!(d.mde > 0.05, "{d:?}");
+}
