@@ -325,7 +325,7 @@ fn extract(deb: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn show_depends(root: &Path, release: &str, names: &[&str]) -> Result<Vec<PathBuf>> {
+pub(super) fn show_depends(root: &Path, release: &str, names: &[&str]) -> Result<Vec<PathBuf>> {
     let out = cmd::run(
         Command::new("modprobe")
             .arg("-d")
@@ -345,7 +345,7 @@ pub fn parse_show_depends(out: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-fn decompress_module(path: &Path) -> Result<PathBuf> {
+pub(super) fn decompress_module(path: &Path) -> Result<PathBuf> {
     let s = path.to_string_lossy();
     let (tool, stem) = if let Some(stem) = s.strip_suffix(".xz") {
         ("xz", stem)
