@@ -631,7 +631,11 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\nCONFIG_MODULES=y\n";
     };
     let unbuilt = tree("unbuilt", good, false);
     let no_net = tree("no-net", &good.replace("CONFIG_VIRTIO_NET=y\n", ""), true);
-    let modular = tree("modular", &good.replace("CONFIG_VIRTIO_NET=y", "CONFIG_VIRTIO_NET=m"), true);
+    let modular = tree(
+        "modular",
+        &good.replace("CONFIG_VIRTIO_NET=y", "CONFIG_VIRTIO_NET=m"),
+        true,
+    );
     let no_ext4 = tree("no-ext4", good, true);
     let not_kernel = t.join("README");
     std::fs::write(&not_kernel, "just text\n").unwrap();
@@ -657,7 +661,10 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\nCONFIG_MODULES=y\n";
             &variant(format!("{{tree: {}}}", no_net.display())),
             8,
             Some("variants[1].kernel.tree"),
-            leak(format!("{}/.config: CONFIG_VIRTIO_NET is not set", no_net.display())),
+            leak(format!(
+                "{}/.config: CONFIG_VIRTIO_NET is not set",
+                no_net.display()
+            )),
         ),
         case(
             "tree-virtio-net-module-not-built",
