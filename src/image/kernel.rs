@@ -65,6 +65,11 @@ pub fn debian_kernel(info: &debian::PackageInfo, cache: &Path) -> Result<KernelD
         drop(tmp);
         staged.commit(&dir)?;
     }
+    if !dir.join("config").is_file()
+        && let Err(e) = add_config(info, cache, &dir)
+    {
+        tracing::warn!("the config of {} stays unknown: {e:#}", info.package);
+    }
     let release = fs::read_to_string(dir.join("release"))?.trim().to_string();
     let modules = fs::read_to_string(dir.join("modules.order"))?
         .lines()
@@ -78,6 +83,22 @@ pub fn debian_kernel(info: &debian::PackageInfo, cache: &Path) -> Result<KernelD
         modules,
         config,
     })
+}
+
+/// Adds the package's `boot/config-<release>` to a kernel directory unpacked by an ocrig that
+/// did not keep it (downloads the .deb again, once).
+fn add_config(info: &debian::PackageInfo, cache: &Path, dir: &Path) -> Result<()> {
+    let release = fs::read_to_string(dir.join("release"))?.trim().to_string();
+    let tmp = TempDir::new_in(&kernels_dir(cache), &format!("{}-config", info.sha256))?;
+    let root = tmp.path().join("root");
+    fs::create_dir_all(&root)?;
+    let deb = debian::download(info, tmp.path())?;
+    debian::extract(&deb, &root)?;
+    let staged = tmp.path().join("config");
+    fs::copy(root.join("boot").join(format!("config-{release}")), &staged)
+        .with_context(|| format!("{} has no boot/config-{release}", deb.display()))?;
+    fs::rename(&staged, dir.join("config")).context("placing the kernel config")?;
+    Ok(())
 }
 
 /// The kernel release from a bzImage's setup header ("6.1.0-57-amd64 (debian-kernel@...) #1 ...").

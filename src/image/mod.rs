@@ -648,6 +648,24 @@ mod tests {
         assert_eq!(img.host_key_blob.len(), 51);
         assert!(img.kernel.is_file() && img.client_key.is_file());
         assert!(bzimage_release(&img.kernel).is_some_and(|r| r == img.kernel_release));
+        // Its identity: release, Debian's build stamp from the banner, the file's hash.
+        let id = &img.identity;
+        assert_eq!(id.release, img.kernel_release);
+        assert!(
+            id.version.as_deref().is_some_and(|v| v.starts_with("#1 SMP")),
+            "{id:?}"
+        );
+        assert_eq!(id.sha256, cmd::sha256_file(&img.kernel).unwrap());
+        assert_eq!(id.boot, "pvh");
+        assert!(id.source.starts_with("debian linux-image-"), "{id:?}");
+        // The .deb's config-<release>, kept content-addressed for `ocrig compare`.
+        let digest = id.config_sha256.as_deref().expect("a Debian kernel's config");
+        let cfg = identity::find_config(&[tmp.path()], digest).unwrap();
+        assert_eq!(cfg.get("PARAVIRT_SPINLOCKS"), Some("y"));
+        assert!(
+            id.config_from.ends_with(&format!("/boot/config-{}", id.release)),
+            "{id:?}"
+        );
 
         let names = initramfs::list(&img.initrd).unwrap();
         for want in [
@@ -701,6 +719,13 @@ mod tests {
         let u = ensure(&user, tmp.path()).unwrap();
         assert!(u.built && u.id != img.id);
         assert_eq!(u.kernel_release, img.kernel_release);
+        assert_eq!(
+            (u.identity.sha256.as_str(), u.identity.boot.as_str()),
+            (id.sha256.as_str(), "bzimage")
+        );
+        assert_eq!(u.identity.version, id.version);
+        // Debian's kernel embeds no config (no CONFIG_IKCONFIG): said, not guessed.
+        assert!(u.identity.config_sha256.is_none() && u.identity.config_from.starts_with("none"));
         assert!(Manifest::read(&u.dir).unwrap().modules.is_empty());
         assert_eq!(u.host_key_blob.len(), 51);
         assert!(u.pvh_kernel.is_none());
