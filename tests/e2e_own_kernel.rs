@@ -93,8 +93,12 @@ fn split(src: &Path, variant: &str, dest: &Path) {
     }
 }
 
+/// One sweep at a time: guests of two sweeps would share the 2 host CPUs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (base, patched) = trees();
     let tmp = tempfile::tempdir().unwrap();
 
@@ -248,4 +252,64 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
         "{stderr}"
     );
     assert!(stderr.contains("config: the same"), "{stderr}");
+}
+
+/// A guest whose console says it cannot come up fails at once, on the cold-boot path and on
+/// the template path (a template is booted, saved and cloned): here the base tree's kernel
+/// with its virtio-net driver's initcall blacklisted, so /init prints `ocrig: no eth0` (and
+/// still prints its ready marker: dropbear listens, but nothing can reach it). Before, such a
+/// sweep waited out the 180-s boot timeout for every attempt.
+#[test]
+fn a_guest_without_eth0_fails_at_once_on_both_start_paths() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (base, _) = trees();
+    let tmp = tempfile::tempdir().unwrap();
+    for start in ["boot", "clone"] {
+        let scenario = tmp.path().join(format!("{start}.yaml"));
+        std::fs::write(
+            &scenario,
+            format!(
+                "name: no-eth0-{start}\nhost: {{cpus: 2, backend: qemu}}\n\
+                 guest: {{vcpus: 1, memory_mib: 256, start: {start}, kernel: {{tree: {}}}, \
+                 cmdline: initcall_blacklist=virtio_net_driver_init}}\n\
+                 levels: [0.5]\nworkloads:\n  - command: hackbench\n    args: {{groups: 1, loops: 5}}\n\
+                 \x20   metric: time_s\n    better: lower\ntimeouts: {{boot_s: 180, retries: 0}}\nruns: 1\n",
+                base.display()
+            ),
+        )
+        .unwrap();
+        let results = tmp.path().join(format!("results-{start}"));
+        let t0 = Instant::now();
+        let out = ocrig(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "--quiet",
+            "--wait-for-cpus",
+            "--results",
+            results.to_str().unwrap(),
+        ]);
+        let took = t0.elapsed().as_secs_f64();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!(
+            "start: {start}: ocrig run ended after {took:.1} s (exit {:?})",
+            out.status.code()
+        );
+        let dir = std::fs::read_dir(&results)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let journal = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+        assert!(
+            journal.contains("no network interface"),
+            "start: {start}: the failure names its cause:\n{journal}\n{stderr}"
+        );
+        assert!(
+            journal.contains("ocrig: no eth0"),
+            "the console tail is kept:\n{journal}"
+        );
+        // The boot timeout is 180 s; failing at once leaves the whole sweep far below it.
+        assert!(took < 120.0, "start: {start}: {took:.1} s:\n{stderr}");
+    }
 }
