@@ -70,9 +70,17 @@ const SCRATCH: &[Needed] = &[
     need("EXT4_FS", "the scratch disk is ext4", Some("ext4")),
 ];
 
-/// The options `config` lacks for a guest, each as `CONFIG_X (why)`. `has_module(name)`: the
-/// image will ship module `name` (an `m` option counts only then).
-pub fn missing(config: &KernelConfig, scratch: bool, has_module: impl Fn(&str) -> bool) -> Vec<String> {
+/// Where the modules of `m` options would come from.
+pub enum Modules<'a> {
+    /// A build tree: `has(name)` says whether it built module `name`.
+    Tree(&'a dyn Fn(&str) -> bool),
+    /// A lone kernel image: no modules at all.
+    None,
+}
+
+/// The options `config` lacks for a guest, each as `CONFIG_X (why)`. An `m` option counts
+/// only for a driver the image loads itself, and only when the module is there to ship.
+pub fn missing(config: &KernelConfig, scratch: bool, modules_from: Modules<'_>) -> Vec<String> {
     let modules = config.get("MODULES") == Some("y");
     ALWAYS
         .iter()
@@ -81,7 +89,13 @@ pub fn missing(config: &KernelConfig, scratch: bool, has_module: impl Fn(&str) -
             let value = config.get(n.option);
             match (value, n.module) {
                 (Some("y"), _) => None,
-                (Some("m"), Some(m)) if modules && has_module(m) => None,
+                (Some("m"), Some(m)) if modules && matches!(&modules_from, Modules::Tree(has) if has(m)) => {
+                    None
+                }
+                (Some("m"), Some(_)) if matches!(modules_from, Modules::None) => Some(format!(
+                    "CONFIG_{}=m, but a lone kernel image brings no modules: build it in, or give its tree as `kernel: {{tree: …}}` ({})",
+                    n.option, n.why
+                )),
                 (Some("m"), Some(m)) => Some(format!(
                     "CONFIG_{}=m, but the module {m}.ko is not built (run `make modules`) ({})",
                     n.option, n.why
@@ -125,7 +139,7 @@ pub fn check(given: Given<'_>, scratch: bool) -> Verdict {
         Given::Tree(root) => match tree::inspect(root) {
             Err(why) => v.problems.push(why),
             Ok(t) => {
-                for m in missing(&t.config, scratch, |m| t.has_module(m)) {
+                for m in missing(&t.config, scratch, Modules::Tree(&|m| t.has_module(m))) {
                     v.problems.push(format!("{}: {m}", t.config_path.display()));
                 }
                 if let Some(why) = &t.pvh_unavailable {
@@ -169,7 +183,7 @@ pub fn check(given: Given<'_>, scratch: bool) -> Verdict {
             match inner.as_deref().and_then(embedded_config) {
                 // A lone image carries no modules for the image to ship: all must be built in.
                 Some(c) => {
-                    for m in missing(&c, scratch, |_| false) {
+                    for m in missing(&c, scratch, Modules::None) {
                         v.problems
                             .push(format!("{} (its embedded config): {m}", path.display()));
                     }
@@ -196,9 +210,11 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
     #[test]
     fn a_guest_config_passes_and_each_missing_option_is_named() {
         let good = KernelConfig::parse(GOOD);
-        assert!(missing(&good, false, |_| false).is_empty());
+        let none = |_: &str| false;
+        let all = |_: &str| true;
+        assert!(missing(&good, false, Modules::Tree(&none)).is_empty());
         // A scratch disk needs block, virtio-blk and ext4 too.
-        let m = missing(&good, true, |_| false);
+        let m = missing(&good, true, Modules::Tree(&none));
         assert_eq!(m.len(), 3, "{m:?}");
         assert!(m[2].starts_with("CONFIG_EXT4_FS is not set"), "{m:?}");
         let no_net = KernelConfig::parse(
@@ -206,7 +222,7 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
                 .replace("CONFIG_VIRTIO_NET=y\n", "")
                 .replace("CONFIG_UNIX=y", "CONFIG_UNIX=m"),
         );
-        let m = missing(&no_net, false, |_| true);
+        let m = missing(&no_net, false, Modules::Tree(&all));
         assert_eq!(m.len(), 2, "{m:?}");
         assert!(
             m[0].starts_with("CONFIG_VIRTIO_NET is not set (ocrig reaches"),
@@ -222,11 +238,13 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
             "{}CONFIG_MODULES=y\n",
             GOOD.replace("CONFIG_VIRTIO_NET=y", "CONFIG_VIRTIO_NET=m")
         ));
-        assert!(missing(&modular, false, |m| m == "virtio_net").is_empty());
-        let m = missing(&modular, false, |_| false);
+        assert!(missing(&modular, false, Modules::Tree(&|m| m == "virtio_net")).is_empty());
+        let m = missing(&modular, false, Modules::Tree(&|_| false));
         assert!(m[0].contains("virtio_net.ko is not built"), "{m:?}");
+        let m = missing(&modular, false, Modules::None);
+        assert!(m[0].contains("a lone kernel image brings no modules"), "{m:?}");
         let no_modules = KernelConfig::parse(&GOOD.replace("CONFIG_VIRTIO_NET=y", "CONFIG_VIRTIO_NET=m"));
-        assert_eq!(missing(&no_modules, false, |_| true).len(), 1);
+        assert_eq!(missing(&no_modules, false, Modules::Tree(&|_| true)).len(), 1);
         let no_pvh = KernelConfig::parse(&GOOD.replace("CONFIG_PVH=y\n", ""));
         assert!(pvh_note(&no_pvh).unwrap().contains("slower way"));
     }
