@@ -2,8 +2,9 @@
 //! (booted PVH when it has the PVH note), else `arch/x86/boot/bzImage`; its `.config` (the
 //! kernel's identity and the check that it can serve as a guest); `System.map` (kept with the
 //! image for symbols); and the modules the guest needs when the tree builds them as modules
-//! (installed with `make modules_install INSTALL_MOD_PATH=…` into a scratch root at image
-//! build, then ordered by `modprobe --show-depends` like a Debian kernel's).
+//! (laid out as `make modules_install INSTALL_MOD_PATH=…` would, into a scratch root at image
+//! build, read from the tree's `modules.order`, then ordered by `modprobe --show-depends` like
+//! a Debian kernel's).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -131,23 +132,12 @@ pub fn elf_pvh(path: &Path) -> std::result::Result<(), String> {
     super::vmlinux::has_pvh_note(&data)
 }
 
-/// Installs the tree's modules into `root` (`make modules_install INSTALL_MOD_PATH=root`,
-/// which also runs depmod) and lists the wanted ones with their dependencies in load order.
-/// Returns an empty list when the tree builds none of them as modules.
+/// Lays the tree's built modules out under `root` as `make modules_install` would
+/// (`lib/modules/<release>/kernel/<path>.ko`, with `modules.order` and `modules.builtin`),
+/// runs depmod there, and lists the wanted ones with their dependencies in load order. Read
+/// from the tree directly: nothing runs in the user's tree. Empty when the tree builds none
+/// of them as modules.
 pub fn install_modules(tree: &Tree, root: &Path, release: &str) -> Result<Vec<PathBuf>> {
-    if tree.modules.is_empty() {
-        return Ok(Vec::new());
-    }
-    fs::create_dir_all(root)?;
-    cmd::run(
-        Command::new("make")
-            .arg("-s")
-            .arg("-C")
-            .arg(&tree.root)
-            .arg(format!("INSTALL_MOD_PATH={}", root.display()))
-            .arg("modules_install"),
-    )
-    .context("installing the tree's modules")?;
     let wanted: Vec<&str> = super::debian::WANTED_MODULES
         .iter()
         .chain(super::debian::OPTIONAL_MODULES)
@@ -157,9 +147,28 @@ pub fn install_modules(tree: &Tree, root: &Path, release: &str) -> Result<Vec<Pa
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
+    let lib = root.join("lib/modules").join(release);
+    let mut order = String::new();
+    for m in &tree.modules {
+        let rel = Path::new(m).with_extension("ko");
+        let dest = lib.join("kernel").join(&rel);
+        fs::create_dir_all(dest.parent().context("module path")?)?;
+        fs::copy(tree.root.join(&rel), &dest).with_context(|| format!("copying {}", rel.display()))?;
+        order.push_str(&format!("kernel/{}\n", rel.display()));
+    }
+    fs::write(lib.join("modules.order"), order)?;
+    for f in ["modules.builtin", "modules.builtin.modinfo"] {
+        let src = tree.root.join(f);
+        if src.is_file() {
+            let text = fs::read(&src)?;
+            fs::write(lib.join(f), text)?;
+        }
+    }
+    cmd::run(Command::new("depmod").arg("-b").arg(root).arg(release))
+        .context("depmod for the tree's modules")?;
     let modules = super::debian::show_depends(root, release, &wanted)?;
     if modules.is_empty() {
-        bail!("modprobe found none of {wanted:?} among the tree's installed modules");
+        bail!("modprobe found none of {wanted:?} among the tree's modules");
     }
     let mut seen = std::collections::HashSet::new();
     Ok(modules.into_iter().filter(|m| seen.insert(m.clone())).collect())
