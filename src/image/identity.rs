@@ -186,10 +186,14 @@ pub fn parse_banner(banner: &str) -> Option<(String, Option<String>)> {
     Some((release, version))
 }
 
-/// The `Linux version …` banner inside an uncompressed kernel (vmlinux).
+/// The `Linux version …` banner inside an uncompressed kernel (vmlinux). Since 6.1 a vmlinux
+/// holds two: init/version.c's weak placeholder (`# SMP `, no build number) and the real one
+/// linked from init/version-timestamp.c, which `uname -v` reports; the one whose `UTS_VERSION`
+/// has a build number wins.
 pub fn vmlinux_banner(data: &[u8]) -> Option<String> {
     const NEEDLE: &[u8] = b"Linux version ";
     let mut from = 0;
+    let mut placeholder = None;
     while let Some(i) = find(&data[from..], NEEDLE) {
         let at = from + i;
         let rest = &data[at..(at + 512).min(data.len())];
@@ -198,13 +202,20 @@ pub fn vmlinux_banner(data: &[u8]) -> Option<String> {
             .position(|&b| b == b'\n' || b == 0)
             .unwrap_or(rest.len());
         let line = String::from_utf8_lossy(&rest[..end]).into_owned();
+        from = at + NEEDLE.len();
         // `linux_banner` itself, not a format string or a fragment of one.
-        if line.contains(") #") && !line.contains('%') {
+        let Some(v) = line.find(") #").map(|i| &line[i + 3..]) else {
+            continue;
+        };
+        if line.contains('%') {
+            continue;
+        }
+        if v.starts_with(|c: char| c.is_ascii_digit()) {
             return Some(line);
         }
-        from = at + NEEDLE.len();
+        placeholder.get_or_insert(line);
     }
-    None
+    placeholder
 }
 
 /// The config a kernel carries inside itself (`CONFIG_IKCONFIG`): a gzip stream between the
@@ -266,6 +277,10 @@ mod tests {
             Some("#1 SMP PREEMPT_DYNAMIC Debian 6.1.158-1 (2025-11-09)")
         );
         assert_eq!(parse_banner("6.1.192").unwrap().1, None);
+        // 6.1's placeholder banner comes first; the real one (with its build number) wins.
+        let two = b"Linux version 6.1.192 (root@vm) (gcc 12.2.0) # SMP \n\0\0Linux version 6.1.192 (root@vm) (gcc 12.2.0) #2 SMP Tue Dec  1 21:59:29 UTC 2026\n";
+        let (_, v) = parse_banner(&vmlinux_banner(two).unwrap()).unwrap();
+        assert_eq!(v.as_deref(), Some("#2 SMP Tue Dec  1 21:59:29 UTC 2026"));
         assert_eq!(vmlinux_banner(b"no banner here"), None);
     }
 

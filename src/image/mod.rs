@@ -37,7 +37,7 @@ use initramfs::Archive;
 use kernel::{bzimage_banner, bzimage_release, debian_kernel, pvh_vmlinux};
 
 /// Bump when the image layout or /init contract changes (invalidates every cached image).
-pub const FORMAT: &str = "ocrig-image-2";
+pub const FORMAT: &str = "ocrig-image-3";
 /// The guest's /init (busybox sh), also at images/init.
 pub const INIT_SCRIPT: &str = include_str!("../../images/init");
 /// Printed on the console (ttyS0) once dropbear listens on port 22.
