@@ -52,6 +52,12 @@ fn ocrig(args: &[&str]) -> std::process::Output {
         .expect("running ocrig")
 }
 
+/// `ocrig run` of `scenario` into `results`, queueing behind other sweeps for the CPUs.
+fn run(scenario: &Path, results: &Path) -> std::process::Output {
+    let (s, r) = (scenario.to_str().unwrap(), results.to_str().unwrap());
+    ocrig(&["run", s, "--quiet", "--wait-for-cpus", "--results", r])
+}
+
 fn read_journal(dir: &Path) -> (Value, Vec<Value>) {
     let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
     let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
@@ -160,14 +166,7 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
     .unwrap();
     let results = tmp.path().join("results");
     let t0 = Instant::now();
-    let out = ocrig(&[
-        "run",
-        scenario.to_str().unwrap(),
-        "--quiet",
-        "--wait-for-cpus",
-        "--results",
-        results.to_str().unwrap(),
-    ]);
+    let out = run(&scenario, &results);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ocrig run failed:\n{stderr}");
     eprintln!("sweep took {:.1} s", t0.elapsed().as_secs_f64());
@@ -295,14 +294,7 @@ fn a_guest_without_eth0_fails_at_once_on_both_start_paths() {
         .unwrap();
         let results = tmp.path().join(format!("results-{start}"));
         let t0 = Instant::now();
-        let out = ocrig(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "--quiet",
-            "--wait-for-cpus",
-            "--results",
-            results.to_str().unwrap(),
-        ]);
+        let out = run(&scenario, &results);
         let took = t0.elapsed().as_secs_f64();
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!(
