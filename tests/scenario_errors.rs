@@ -700,3 +700,82 @@ fn single_vcpu_pv_variants_marked_as_intended_are_a_warning() {
         "{stderr}"
     );
 }
+
+/// Kernels that cannot be guests (issue 20's bad input): a tree without a built kernel, a path
+/// that is not a kernel image, a config without what the image needs. Each is refused at
+/// validation, exit 2, naming the file, the line, the field and the reason; nothing boots.
+#[test]
+fn kernels_that_cannot_be_guests_are_refused_at_validation() {
+    let trees = tempfile::tempdir().unwrap();
+    let t = trees.path();
+    let good = "CONFIG_PCI=y\nCONFIG_VIRTIO=y\nCONFIG_VIRTIO_PCI=y\nCONFIG_VIRTIO_NET=y\nCONFIG_NET=y\n\
+CONFIG_INET=y\nCONFIG_UNIX=y\nCONFIG_DEVTMPFS=y\nCONFIG_BLK_DEV_INITRD=y\nCONFIG_BINFMT_ELF=y\nCONFIG_BINFMT_SCRIPT=y\n\
+CONFIG_PROC_FS=y\nCONFIG_SYSFS=y\nCONFIG_TMPFS=y\nCONFIG_FUTEX=y\nCONFIG_TTY=y\nCONFIG_SERIAL_8250=y\n\
+CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\nCONFIG_MODULES=y\n";
+    let tree = |name: &str, config: &str, bzimage: bool| {
+        let d = t.join(name);
+        std::fs::create_dir_all(d.join("arch/x86/boot")).unwrap();
+        std::fs::write(d.join(".config"), config).unwrap();
+        if bzimage {
+            std::fs::write(d.join("arch/x86/boot/bzImage"), "bz").unwrap();
+        }
+        d
+    };
+    let unbuilt = tree("unbuilt", good, false);
+    let no_net = tree("no-net", &good.replace("CONFIG_VIRTIO_NET=y\n", ""), true);
+    let modular = tree(
+        "modular",
+        &good.replace("CONFIG_VIRTIO_NET=y", "CONFIG_VIRTIO_NET=m"),
+        true,
+    );
+    let no_ext4 = tree("no-ext4", good, true);
+    let not_kernel = t.join("README");
+    std::fs::write(&not_kernel, "just text\n").unwrap();
+    let variant = |k: String| format!("{HEAD}variants:\n  - name: a\n  - name: b\n    kernel: {k}\n{WORK}");
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let cases = vec![
+        case(
+            "tree-without-kernel",
+            &variant(format!("{{tree: {}}}", unbuilt.display())),
+            8,
+            Some("variants[1].kernel.tree"),
+            leak(format!("{} has no built kernel", unbuilt.display())),
+        ),
+        case(
+            "path-not-a-kernel",
+            &variant(format!("{{path: {}}}", not_kernel.display())),
+            8,
+            Some("variants[1].kernel.path"),
+            leak(format!("{} is not a kernel image", not_kernel.display())),
+        ),
+        case(
+            "tree-without-virtio-net",
+            &variant(format!("{{tree: {}}}", no_net.display())),
+            8,
+            Some("variants[1].kernel.tree"),
+            leak(format!(
+                "{}/.config: CONFIG_VIRTIO_NET is not set",
+                no_net.display()
+            )),
+        ),
+        case(
+            "tree-virtio-net-module-not-built",
+            &variant(format!("{{tree: {}}}", modular.display())),
+            8,
+            Some("variants[1].kernel.tree"),
+            "CONFIG_VIRTIO_NET=m, but the module virtio_net.ko is not built",
+        ),
+        case(
+            "scratch-disk-without-ext4",
+            &format!(
+                "name: bad\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256, scratch_disk_mib: 64, kernel: {{tree: {}}}}}\nlevels: [0.5]\n{WORK}",
+                no_ext4.display()
+            ),
+            3,
+            Some("guest.kernel.tree"),
+            "CONFIG_EXT4_FS is not set (the scratch disk is ext4)",
+        ),
+    ];
+    check_all(&cases);
+    validate_all(&cases);
+}

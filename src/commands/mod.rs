@@ -134,6 +134,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 compare_names: Some((name(&a), name(&b))),
                 ..Default::default()
             };
+            eprint!("{}", crate::report::kernels::compare_note(&a, &ja, &b, &jb));
             out(&crate::report::compare(&ja, &jb, format, &opts)?)?;
             Ok(())
         }

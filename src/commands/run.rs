@@ -20,9 +20,9 @@ use crate::executor::deploy::{self, Prepared};
 use crate::executor::host::HostExecutor;
 use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::host::Accel;
-use crate::image::{self, ImageSpec, KernelSource};
+use crate::image::{self, ImageSpec};
 use crate::scenario::validate::{HostFacts, validate};
-use crate::scenario::{BackendKind, KernelRef, ScenarioErrors, load};
+use crate::scenario::{BackendKind, ScenarioErrors, load};
 use crate::sweep::accounting;
 use crate::sweep::journal::{Entry, JournalWriter, RunRecord, ScheduleInfo, SweepHeader, WorkloadInfo};
 use crate::sweep::plan::Plan;
@@ -166,9 +166,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
             head.hosts = remote_label.iter().cloned().collect();
             head.kernels = kernels_of(&images);
+            head.kernel_identity = images
+                .iter()
+                .map(|(v, i)| (v.clone(), i.identity.clone()))
+                .collect();
             head
         },
     )?;
+    crate::image::identity::keep_configs(&results_dir, images.values().map(|i| &i.identity))?;
     eprintln!("ocrig: results in {}", results_dir.display());
     tracing::info!(
         "plan: {} boot group(s): {}",
@@ -432,13 +437,7 @@ pub(super) fn images_for(
         let kernel = crate::scenario::expand::guest_for(s, &v).kernel;
         let key = format!("{kernel:?}");
         if !by_kernel.contains_key(&key) {
-            let source = match &kernel {
-                KernelRef::Debian(r) => KernelSource::Debian(r.clone()),
-                KernelRef::File(f) => KernelSource::File {
-                    kernel: f.path.clone(),
-                    initrd: f.initrd.clone(),
-                },
-            };
+            let source = kernel.source();
             let img = image::ensure(&ImageSpec { kernel: source }, &cache)
                 .with_context(|| format!("preparing the guest image for variant {}", v.name))?;
             by_kernel.insert(key.clone(), img);
@@ -533,6 +532,7 @@ pub(super) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
         guest_vcpus: plan.vcpus,
         scenario_path: None,
         kernels: BTreeMap::new(),
+        kernel_identity: BTreeMap::new(),
         schedule: Some(ScheduleInfo {
             guests: plan.schedule.guests,
             order: plan.schedule.order,

@@ -172,6 +172,10 @@ pub fn run(
             let mut head = single::header(&plan0, &loaded.sha256, "libvirt", accel);
             head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
             head.kernels = single::kernels_of(&images);
+            head.kernel_identity = images
+                .iter()
+                .map(|(v, i)| (v.clone(), i.identity.clone()))
+                .collect();
             head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
             head
         },

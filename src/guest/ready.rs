@@ -17,15 +17,12 @@ pub fn wait_for_marker(
         let text = std::fs::read(console)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
+        // A console that already says the guest cannot come up fails now, not at the deadline.
+        if let Some(why) = cannot_come_up(&text) {
+            anyhow::bail!("{why}; console ends with:\n{}", tail(&text, 15));
+        }
         if text.lines().any(|l| l.trim_start().starts_with(READY_MARKER)) {
             return Ok(());
-        }
-        if let Some(fail) = text.lines().find(|l| l.trim_start().starts_with("OCRIG-FAIL")) {
-            anyhow::bail!(
-                "the guest's /init failed: {}; console ends with:\n{}",
-                fail.trim(),
-                tail(&text, 15)
-            );
         }
         if !alive() {
             anyhow::bail!(
@@ -46,6 +43,27 @@ pub fn wait_for_marker(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Why a guest whose console reads `text` will never answer SSH, if it says so: the image's
+/// own failure lines (`OCRIG-FAIL …`; `ocrig: no eth0`, after which dropbear still starts and
+/// the ready marker comes, but no connection can reach it) or a kernel panic.
+pub fn cannot_come_up(text: &str) -> Option<String> {
+    for l in text.lines().map(str::trim) {
+        if l.starts_with("OCRIG-FAIL") {
+            return Some(format!("the guest's /init failed: {l}"));
+        }
+        if l.starts_with("ocrig: no eth0") {
+            return Some(
+                "the guest has no network interface (`ocrig: no eth0`): its kernel has no usable virtio-net driver (CONFIG_VIRTIO_NET, CONFIG_VIRTIO_PCI)"
+                    .into(),
+            );
+        }
+        if let Some(i) = l.find("Kernel panic - not syncing") {
+            return Some(format!("the guest kernel panicked: {}", &l[i..]));
+        }
+    }
+    None
 }
 
 /// The last `n` lines of a text.
@@ -71,14 +89,46 @@ mod tests {
         let con = dir.path().join("c.log");
         std::fs::write(&con, "boot\nOCRIG-READY kernel=6.1 ip=10.0.2.15\n").unwrap();
         wait_for_marker(&con, Instant::now() + Duration::from_secs(1), || true).unwrap();
-        std::fs::write(&con, "line1\nKernel panic - not syncing\n").unwrap();
+        std::fs::write(&con, "line1\nBUG: unable to handle page fault\n").unwrap();
         let e = wait_for_marker(&con, Instant::now() + Duration::from_secs(5), || false).unwrap_err();
-        assert!(e.to_string().contains("Kernel panic"), "{e}");
+        assert!(
+            e.to_string().contains("stopped while booting") && e.to_string().contains("BUG"),
+            "{e}"
+        );
+        std::fs::write(&con, "line1\n").unwrap();
         let e = wait_for_marker(&con, Instant::now(), || true).unwrap_err();
         assert!(e.to_string().contains("never started /init"), "{e}");
         std::fs::write(&con, "OCRIG-BOOT kernel=x\nOCRIG-FAIL no eth0\n").unwrap();
         let e = wait_for_marker(&con, Instant::now() + Duration::from_secs(5), || true).unwrap_err();
         assert!(e.to_string().contains("no eth0"), "{e}");
+    }
+
+    #[test]
+    fn a_console_that_says_the_guest_cannot_come_up_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let con = dir.path().join("c.log");
+        let far = Instant::now() + Duration::from_secs(120);
+        // No eth0: /init goes on and even prints the ready marker, but SSH can never connect.
+        std::fs::write(
+            &con,
+            "OCRIG-BOOT kernel=6.1.192 uptime=0.9\nocrig: no eth0\nOCRIG-READY kernel=6.1.192 ip=none scratch=none uptime=1.2\n",
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        let e = wait_for_marker(&con, far, || true).unwrap_err().to_string();
+        assert!(e.contains("no network interface") && e.contains("ip=none"), "{e}");
+        std::fs::write(
+            &con,
+            "[    1.2] Kernel panic - not syncing: VFS: Unable to mount root fs\n",
+        )
+        .unwrap();
+        let e = wait_for_marker(&con, far, || true).unwrap_err().to_string();
+        assert!(e.contains("panicked: Kernel panic - not syncing: VFS"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert_eq!(
+            cannot_come_up("OCRIG-BOOT kernel=x\nOCRIG-READY ip=10.0.2.15\n"),
+            None
+        );
     }
 
     #[test]

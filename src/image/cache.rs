@@ -132,6 +132,16 @@ pub enum KernelInput {
         initrd_sha256: Option<String>,
         kernel_path: String,
     },
+    /// A kernel build tree: what it boots, its config and the modules it built.
+    Tree {
+        /// Informative only (dropped from the id, like `kernel_path`).
+        tree: String,
+        boot_sha256: String,
+        bzimage_sha256: Option<String>,
+        config_sha256: String,
+        /// sha256 over the built modules' paths and contents (None: no modules).
+        modules_sha256: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -155,6 +165,9 @@ pub struct Manifest {
     pub host_key_pinned: bool,
     pub built_at: String,
     pub build_secs: f64,
+    /// What the kernel is (absent in images built before identities were recorded).
+    #[serde(default)]
+    pub identity: Option<super::identity::KernelIdentity>,
 }
 
 impl Manifest {

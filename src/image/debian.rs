@@ -295,7 +295,7 @@ pub fn unpack_kernel(deb: &Path, root: &Path) -> Result<KernelFiles> {
 
 /// `dpkg-deb -x`, but with multi-threaded xz when the data member is data.tar.xz: dpkg-deb
 /// decompresses on one thread (~9.5 s for the 6.1 kernel here; `xz -T0` on 2 cores: ~3 s).
-fn extract(deb: &Path, root: &Path) -> Result<()> {
+pub(super) fn extract(deb: &Path, root: &Path) -> Result<()> {
     let members = Command::new("ar").arg("t").arg(deb).output();
     let xz = members.is_ok_and(|o| {
         o.status.success()
@@ -325,7 +325,7 @@ fn extract(deb: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn show_depends(root: &Path, release: &str, names: &[&str]) -> Result<Vec<PathBuf>> {
+pub(super) fn show_depends(root: &Path, release: &str, names: &[&str]) -> Result<Vec<PathBuf>> {
     let out = cmd::run(
         Command::new("modprobe")
             .arg("-d")
@@ -345,7 +345,7 @@ pub fn parse_show_depends(out: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-fn decompress_module(path: &Path) -> Result<PathBuf> {
+pub(super) fn decompress_module(path: &Path) -> Result<PathBuf> {
     let s = path.to_string_lossy();
     let (tool, stem) = if let Some(stem) = s.strip_suffix(".xz") {
         ("xz", stem)

@@ -11,10 +11,13 @@
 mod cache;
 mod cmd;
 mod debian;
+pub mod guest_config;
 mod host_files;
+pub mod identity;
 mod initramfs;
 mod kernel;
 mod keys;
+pub mod tree;
 mod vmlinux;
 
 use std::fs;
@@ -28,11 +31,13 @@ pub use cache::{TempDir, cache_dir, sweep_stale};
 pub use cmd::{sha256_file, sha256_hex};
 pub use host_files::GUEST_GNU_DATE;
 use host_files::{BUSYBOX, HostFile, host_files};
+use identity::KernelConfig;
+pub use identity::KernelIdentity;
 use initramfs::Archive;
-use kernel::{bzimage_release, debian_kernel, pvh_vmlinux};
+use kernel::{bzimage_banner, bzimage_release, debian_kernel, pvh_vmlinux};
 
 /// Bump when the image layout or /init contract changes (invalidates every cached image).
-pub const FORMAT: &str = "ocrig-image-2";
+pub const FORMAT: &str = "ocrig-image-3";
 /// The guest's /init (busybox sh), also at images/init.
 pub const INIT_SCRIPT: &str = include_str!("../../images/init");
 /// Printed on the console (ttyS0) once dropbear listens on port 22.
@@ -43,11 +48,14 @@ pub const BOOT_MARKER: &str = "OCRIG-BOOT";
 pub enum KernelSource {
     /// A Debian kernel release like "6.1.0-41-amd64", or "default" (what linux-image-amd64 depends on).
     Debian(String),
-    /// A user-supplied bzImage. With an initrd, that initrd is used as-is (no keys, no pinning).
+    /// A user-supplied bzImage, or an ELF vmlinux with a PVH note (booted PVH). With an initrd,
+    /// that initrd is used as-is (no keys, no pinning).
     File {
         kernel: PathBuf,
         initrd: Option<PathBuf>,
     },
+    /// A kernel build tree (see `tree.rs`): its vmlinux or bzImage, .config, System.map, modules.
+    Tree(PathBuf),
 }
 
 pub struct ImageSpec {
@@ -76,6 +84,8 @@ pub struct Image {
     /// backend can; None when the image has none, with the reason in `pvh_unavailable`.
     pub pvh_kernel: Option<PathBuf>,
     pub pvh_unavailable: Option<String>,
+    /// What the kernel is: release, `uname -v`, content hash, config digest.
+    pub identity: KernelIdentity,
 }
 
 impl Image {
@@ -175,6 +185,20 @@ fn load(dir: &Path) -> Result<Option<Image>> {
                 .unwrap_or_else(|| "the image has no uncompressed kernel".into()),
         ),
     };
+    let identity = match m.identity.clone() {
+        Some(i) => i,
+        None => KernelIdentity {
+            release: m.kernel_release.clone(),
+            version: bzimage_banner(&kernel)
+                .and_then(|b| identity::parse_banner(&b))
+                .and_then(|(_, v)| v),
+            sha256: cmd::sha256_file(&kernel)?,
+            source: "an image built before kernel identities were recorded".into(),
+            boot: if pvh_kernel.is_some() { "pvh" } else { "bzimage" }.into(),
+            config_sha256: None,
+            config_from: "not recorded by the ocrig that built this image".into(),
+        },
+    };
     Ok(Some(Image {
         id: m.id,
         dir: dir.to_path_buf(),
@@ -188,6 +212,7 @@ fn load(dir: &Path) -> Result<Option<Image>> {
         initrd_bytes,
         pvh_kernel,
         pvh_unavailable,
+        identity,
     }))
 }
 
@@ -196,11 +221,13 @@ struct Plan {
     inputs: Inputs,
     host_files: Vec<HostFile>,
     deb: Option<debian::PackageInfo>,
+    tree: Option<tree::Tree>,
 }
 
 /// Resolve every input and hash them. `allow_update`: may run `apt-get update` (else `None`
 /// when apt does not know the kernel package).
 fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Plan>> {
+    let mut tree = None;
     let (kernel, deb) = match &spec.kernel {
         KernelSource::Debian(release) => {
             let mut apt = debian::Apt::open(Some(cache));
@@ -235,6 +262,23 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
             };
             (k, None)
         }
+        KernelSource::Tree(root) => {
+            let t = tree::inspect(root).map_err(anyhow::Error::msg)?;
+            let mut modules = String::new();
+            for m in &t.modules {
+                let ko = root.join(Path::new(m).with_extension("ko"));
+                modules.push_str(&format!("{m} {}\n", cmd::sha256_file(&ko)?));
+            }
+            let k = KernelInput::Tree {
+                tree: root.display().to_string(),
+                boot_sha256: cmd::sha256_file(t.boot_file())?,
+                bzimage_sha256: t.bzimage.as_deref().map(cmd::sha256_file).transpose()?,
+                config_sha256: t.config.digest(),
+                modules_sha256: (!modules.is_empty()).then(|| cmd::sha256_hex(modules.as_bytes())),
+            };
+            tree = Some(t);
+            (k, None)
+        }
     };
     let host_files = host_files()?;
     let mut h = String::new();
@@ -261,9 +305,10 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
             .collect(),
     };
     let mut canon = serde_json::to_value(&inputs)?;
-    // The bzImage's path is informative only: the same file elsewhere is the same image.
+    // The bzImage's or tree's path is informative only: the same files elsewhere are the same image.
     if let Some(k) = canon.get_mut("kernel").and_then(|k| k.as_object_mut()) {
         k.remove("kernel_path");
+        k.remove("tree");
     }
     let id = cmd::sha256_hex(serde_json::to_string(&canon)?.as_bytes());
     Ok(Some(Plan {
@@ -271,6 +316,7 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
         inputs,
         host_files,
         deb,
+        tree,
     }))
 }
 
@@ -355,7 +401,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
     let dir = tmp.path();
     let client = keys::client_key(dir)?;
     let mut pvh_unavailable = None;
-    let (release, modules, initrd_base_sha256, pinned) = match (&spec.kernel, &plan.deb) {
+    let (release, modules, initrd_base_sha256, pinned, identity) = match (&spec.kernel, &plan.deb) {
         (KernelSource::Debian(_), Some(info)) => {
             let k = debian_kernel(info, cache)?;
             cache::link_or_copy(&k.vmlinuz, &dir.join("vmlinuz"))?;
@@ -364,24 +410,131 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                 Err(why) => pvh_unavailable = Some(why),
             }
             let base = write_initrd(plan, &k.modules, &client, dir)?;
-            (k.release, k.modules, Some(base), true)
+            let (config_sha256, config_from) = match &k.config {
+                Some(c) => (
+                    Some(identity::store_config(cache, &KernelConfig::read(c)?)?),
+                    format!("{} {}: /boot/config-{}", info.package, info.version, k.release),
+                ),
+                None => (
+                    None,
+                    format!(
+                        "not kept when this kernel was unpacked (remove {} to unpack it again)",
+                        k.vmlinuz.parent().unwrap_or(Path::new("?")).display()
+                    ),
+                ),
+            };
+            let identity = KernelIdentity {
+                release: k.release.clone(),
+                version: banner_version(bzimage_banner(&k.vmlinuz)),
+                sha256: cmd::sha256_file(&k.vmlinuz)?,
+                source: format!("debian {} {}", info.package, info.version),
+                boot: boot_kind(pvh_unavailable.is_none()),
+                config_sha256,
+                config_from,
+            };
+            (k.release, k.modules, Some(base), true, identity)
+        }
+        (KernelSource::Tree(root), _) => {
+            let t = plan
+                .tree
+                .as_ref()
+                .context("internal: tree kernel without its inspection")?;
+            // The vmlinuz slot holds what boots without PVH: the bzImage, else the vmlinux
+            // itself (QEMU starts an ELF kernel through its PVH note either way).
+            let fallback = t.bzimage.as_deref().unwrap_or(t.boot_file());
+            fs::copy(fallback, dir.join("vmlinuz"))
+                .with_context(|| format!("copying {}", fallback.display()))?;
+            match &t.pvh_vmlinux {
+                Some(v) => {
+                    fs::copy(v, dir.join("vmlinux")).with_context(|| format!("copying {}", v.display()))?;
+                }
+                None => pvh_unavailable = t.pvh_unavailable.clone(),
+            }
+            // Kept beside the kernel for symbolising guest profiles beyond the guest's kallsyms.
+            if let Some(map) = &t.system_map {
+                fs::copy(map, dir.join("System.map"))
+                    .with_context(|| format!("copying {}", map.display()))?;
+            }
+            let banner = match &t.pvh_vmlinux {
+                Some(v) => identity::vmlinux_banner(&fs::read(v)?),
+                None => t.bzimage.as_deref().and_then(bzimage_banner),
+            };
+            let parsed = banner.as_deref().and_then(identity::parse_banner);
+            let release = t
+                .release
+                .clone()
+                .or_else(|| parsed.as_ref().map(|(r, _)| r.clone()))
+                .unwrap_or_else(|| "unknown".into());
+            let staged = dir.join("modules-root");
+            let mods = tree::install_modules(t, &staged, &release)?;
+            let mods = mods
+                .iter()
+                .map(|m| debian::decompress_module(m))
+                .collect::<Result<Vec<_>>>()?;
+            let base = write_initrd(plan, &mods, &client, dir)?;
+            let _ = fs::remove_dir_all(&staged);
+            let identity = KernelIdentity {
+                release: release.clone(),
+                version: parsed.and_then(|(_, v)| v),
+                sha256: cmd::sha256_file(t.boot_file())?,
+                source: format!("tree {}", root.display()),
+                boot: boot_kind(pvh_unavailable.is_none()),
+                config_sha256: Some(identity::store_config(cache, &t.config)?),
+                config_from: t.config_path.display().to_string(),
+            };
+            (release, mods, Some(base), true, identity)
         }
         (KernelSource::File { kernel, initrd }, _) => {
             fs::copy(kernel, dir.join("vmlinuz")).with_context(|| format!("copying {}", kernel.display()))?;
-            // A kernel of the user's own is booted as given: its PVH path is untested, and a
-            // guest that hangs in early boot would only show up as a boot timeout.
-            pvh_unavailable =
-                Some("a user-supplied bzImage is booted as given (PVH only for Debian kernels)".into());
-            let release = bzimage_release(kernel).unwrap_or_else(|| "unknown".to_string());
+            let data = fs::read(kernel).with_context(|| format!("reading {}", kernel.display()))?;
+            let sha256 = cmd::sha256_hex(&data);
+            // An ELF vmlinux with the PVH note boots PVH; a bzImage of the user's own is booted
+            // as given: its PVH path is untested, and a guest that hangs in early boot would
+            // only show up as a boot timeout.
+            let inner = if identity::is_elf(&data) {
+                vmlinux::has_pvh_note(&data).map_err(|why| anyhow::anyhow!("{}: {why}", kernel.display()))?;
+                cache::link_or_copy(&dir.join("vmlinuz"), &dir.join("vmlinux"))?;
+                Some(data)
+            } else {
+                pvh_unavailable =
+                    Some("a user-supplied bzImage is booted as given (PVH only for Debian kernels and vmlinux files)".into());
+                vmlinux::decompressed(&data).ok()
+            };
+            let banner = match &inner {
+                Some(elf) if pvh_unavailable.is_none() => identity::vmlinux_banner(elf),
+                _ => bzimage_banner(kernel),
+            };
+            let parsed = banner.as_deref().and_then(identity::parse_banner);
+            let release = parsed
+                .as_ref()
+                .map(|(r, _)| r.clone())
+                .or_else(|| bzimage_release(kernel))
+                .unwrap_or_else(|| "unknown".to_string());
+            let config = inner.as_deref().and_then(identity::embedded_config);
+            let identity = KernelIdentity {
+                release: release.clone(),
+                version: parsed.and_then(|(_, v)| v),
+                sha256,
+                source: format!("file {}", kernel.display()),
+                boot: boot_kind(pvh_unavailable.is_none()),
+                config_sha256: config
+                    .as_ref()
+                    .map(|c| identity::store_config(cache, c))
+                    .transpose()?,
+                config_from: match &config {
+                    Some(_) => format!("{} (embedded, CONFIG_IKCONFIG)", kernel.display()),
+                    None => "none: the image embeds no config (CONFIG_IKCONFIG) and no tree was given".into(),
+                },
+            };
             match initrd {
                 Some(i) => {
                     fs::copy(i, dir.join("initrd.img"))
                         .with_context(|| format!("copying {}", i.display()))?;
-                    (release, Vec::new(), None, false)
+                    (release, Vec::new(), None, false, identity)
                 }
                 None => {
                     let base = write_initrd(plan, &[], &client, dir)?;
-                    (release, Vec::new(), Some(base), true)
+                    (release, Vec::new(), Some(base), true, identity)
                 }
             }
         }
@@ -403,9 +556,21 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
         host_key_pinned: pinned,
         built_at: jiff::Timestamp::now().to_string(),
         build_secs: t0.elapsed().as_secs_f64(),
+        identity: Some(identity),
     };
     manifest.write(dir)?;
     tmp.commit(dest)
+}
+
+fn banner_version(banner: Option<String>) -> Option<String> {
+    banner
+        .as_deref()
+        .and_then(identity::parse_banner)
+        .and_then(|(_, v)| v)
+}
+
+fn boot_kind(pvh: bool) -> String {
+    if pvh { "pvh" } else { "bzimage" }.to_string()
 }
 
 /// Uncompressed, the initramfs is ~9.5 MB (busybox, dropbear, libc, modules); QEMU hands it to
@@ -483,6 +648,24 @@ mod tests {
         assert_eq!(img.host_key_blob.len(), 51);
         assert!(img.kernel.is_file() && img.client_key.is_file());
         assert!(bzimage_release(&img.kernel).is_some_and(|r| r == img.kernel_release));
+        // Its identity: release, Debian's build stamp from the banner, the file's hash.
+        let id = &img.identity;
+        assert_eq!(id.release, img.kernel_release);
+        assert!(
+            id.version.as_deref().is_some_and(|v| v.starts_with("#1 SMP")),
+            "{id:?}"
+        );
+        assert_eq!(id.sha256, cmd::sha256_file(&img.kernel).unwrap());
+        assert_eq!(id.boot, "pvh");
+        assert!(id.source.starts_with("debian linux-image-"), "{id:?}");
+        // The .deb's config-<release>, kept content-addressed for `ocrig compare`.
+        let digest = id.config_sha256.as_deref().expect("a Debian kernel's config");
+        let cfg = identity::find_config(&[tmp.path()], digest).unwrap();
+        assert_eq!(cfg.get("PARAVIRT_SPINLOCKS"), Some("y"));
+        assert!(
+            id.config_from.ends_with(&format!("/boot/config-{}", id.release)),
+            "{id:?}"
+        );
 
         let names = initramfs::list(&img.initrd).unwrap();
         for want in [
@@ -536,6 +719,13 @@ mod tests {
         let u = ensure(&user, tmp.path()).unwrap();
         assert!(u.built && u.id != img.id);
         assert_eq!(u.kernel_release, img.kernel_release);
+        assert_eq!(
+            (u.identity.sha256.as_str(), u.identity.boot.as_str()),
+            (id.sha256.as_str(), "bzimage")
+        );
+        assert_eq!(u.identity.version, id.version);
+        // Debian's kernel embeds no config (no CONFIG_IKCONFIG): said, not guessed.
+        assert!(u.identity.config_sha256.is_none() && u.identity.config_from.starts_with("none"));
         assert!(Manifest::read(&u.dir).unwrap().modules.is_empty());
         assert_eq!(u.host_key_blob.len(), 51);
         assert!(u.pvh_kernel.is_none());

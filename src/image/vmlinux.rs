@@ -58,6 +58,24 @@ fn payload(image: &[u8]) -> std::result::Result<(&'static str, &[u8]), String> {
     Ok((format, bytes))
 }
 
+/// The uncompressed kernel inside a bzImage whose payload is xz or gzip (to read its banner
+/// and embedded config); why not otherwise.
+pub fn decompressed(image: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let (format, compressed) = payload(image)?;
+    match format {
+        "xz" => unxz(compressed),
+        "gzip" => {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(compressed), &mut out)
+                .map_err(|e| format!("the gzip payload does not decompress: {e}"))?;
+            Ok(out)
+        }
+        other => Err(format!(
+            "the kernel payload is {other}-compressed; only xz and gzip are read"
+        )),
+    }
+}
+
 /// Decodes the one xz stream at the start of `data`, ignoring what follows it (the kernel
 /// appends the decompressed size, which a reader expecting concatenated streams rejects).
 fn unxz(data: &[u8]) -> std::result::Result<Vec<u8>, String> {

@@ -7,6 +7,7 @@ pub mod csv;
 pub mod hosts;
 pub mod html;
 pub mod json;
+pub mod kernels;
 pub mod markdown;
 pub mod plot;
 pub mod table;
@@ -86,7 +87,12 @@ pub trait Exporter {
 
 /// Builds the comparison model of `journal`.
 pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
-    build(journal, opts.alpha, opts.metric.as_deref())
+    let mut m = build(journal, opts.alpha, opts.metric.as_deref());
+    // Kernels by release, plus build number and short hash wherever two variants share a
+    // release with different files: only identical kernels read as one.
+    m.kernels
+        .extend(crate::image::identity::labels(&journal.header.kernel_identity));
+    m
 }
 
 /// Renders `journal` in `format`.
@@ -222,6 +228,9 @@ pub fn merge(a: &Journal, b: &Journal, a_name: &str, b_name: &str) -> anyhow::Re
             .collect()
     };
     header.kernels = kernels(a, &ra).into_iter().chain(kernels(b, &rb)).collect();
+    header.kernel_identity = kernels::renamed(&a.header.kernel_identity, &ra)
+        .chain(kernels::renamed(&b.header.kernel_identity, &rb))
+        .collect();
     let relabel = |r: &RunRecord, map: &BTreeMap<String, String>| RunRecord {
         variant: map[&r.variant].clone(),
         ..r.clone()
@@ -861,6 +870,47 @@ mod tests {
         let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
         let m: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(m["self_checks"]["attempts"], 2);
+    }
+
+    #[test]
+    fn two_builds_of_one_release_are_not_one_kernel_for_all() {
+        let mut j = journal();
+        j.header.kernels = BTreeMap::from([
+            ("base".into(), "6.1.192".into()),
+            ("patched".into(), "6.1.192".into()),
+        ]);
+        let code = |v: &str| format!("`{v}`");
+        // Before kernel identities: the releases alone make it read as one kernel.
+        let before = variants_line(&model(&j, &ReportOptions::default()), code);
+        assert_eq!(before, "`base`, `patched` (kernel `6.1.192` for all)");
+        let build = |n: u32, sha: &str| crate::image::KernelIdentity {
+            release: "6.1.192".into(),
+            version: Some(format!("#{n} SMP PREEMPT_DYNAMIC Tue Dec  1 21:0{n}:00 UTC 2026")),
+            sha256: sha.into(),
+            source: "tree /src/linux".into(),
+            boot: "pvh".into(),
+            config_sha256: Some("c0nf".into()),
+            config_from: "/src/linux/.config".into(),
+        };
+        j.header.kernel_identity = BTreeMap::from([
+            ("base".into(), build(1, "1111aaaa2222")),
+            ("patched".into(), build(2, "3333bbbb4444")),
+        ]);
+        let after = variants_line(&model(&j, &ReportOptions::default()), code);
+        assert_eq!(
+            after,
+            "`base` (kernel `6.1.192 #1 1111aaaa`), `patched` (kernel `6.1.192 #2 3333bbbb`)"
+        );
+        // The same file for both: one kernel for all again.
+        j.header
+            .kernel_identity
+            .insert("patched".into(), build(1, "1111aaaa2222"));
+        let same = variants_line(&model(&j, &ReportOptions::default()), code);
+        assert_eq!(same, "`base`, `patched` (kernel `6.1.192` for all)");
+        // Merged for `ocrig compare`, the identities follow the renamed variants.
+        let m = merge(&j, &j, "A", "B").unwrap();
+        assert_eq!(m.header.kernel_identity.len(), 4);
+        assert!(m.header.kernel_identity.contains_key("B/patched"));
     }
 
     #[test]

@@ -174,12 +174,37 @@ pub fn default_uri() -> String {
     "qemu:///system".into()
 }
 
-/// A kernel: a Debian kernel release (e.g. `6.1.0-41-amd64`, or `default`), or a bzImage path.
+/// A kernel: a Debian kernel release (e.g. `6.1.0-41-amd64`, or `default`), a kernel file
+/// (`{path: …/bzImage}` or a PVH `vmlinux`), or a build tree (`{tree: /path/to/linux}`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(untagged)]
 pub enum KernelRef {
     Debian(String),
     File(KernelFile),
+    Tree(KernelTree),
+}
+
+/// A kernel build tree: its vmlinux (PVH) or arch/x86/boot/bzImage, .config, System.map and
+/// the modules it built (see src/image/tree.rs).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KernelTree {
+    pub tree: PathBuf,
+}
+
+impl KernelRef {
+    /// What the image builder makes of this kernel.
+    pub fn source(&self) -> crate::image::KernelSource {
+        use crate::image::KernelSource;
+        match self {
+            KernelRef::Debian(r) => KernelSource::Debian(r.clone()),
+            KernelRef::File(f) => KernelSource::File {
+                kernel: f.path.clone(),
+                initrd: f.initrd.clone(),
+            },
+            KernelRef::Tree(t) => KernelSource::Tree(t.tree.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -287,6 +287,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
     if let KernelRef::File(f) = &s.guest.kernel {
         check_kernel_file(&mut err, &[key("guest"), key("kernel")], f);
     }
+    check_kernel_builds(l, &mut err);
 
     if s.workloads.is_empty() {
         err(&[key("workloads")], "name at least one workload".into());
@@ -487,6 +488,46 @@ fn check_kernel_file(err: &mut impl FnMut(&[Seg], String), path: &[Seg], f: &sup
         && !i.is_file()
     {
         err(path, format!("initrd {} does not exist", i.display()));
+    }
+}
+
+/// Every kernel file or build tree the scenario names must be a built kernel whose config can
+/// serve as a guest (see `image::guest_config`); notes (no PVH, no config to check) are
+/// printed with their location.
+fn check_kernel_builds(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
+    use crate::image::guest_config::{Given, check};
+    let s = &l.scenario;
+    let scratch = s.guest.scratch_disk_mib > 0;
+    let mut refs = vec![(vec![key("guest"), key("kernel")], &s.guest.kernel)];
+    for (i, v) in s.variants.iter().enumerate() {
+        if let Some(k) = &v.kernel {
+            refs.push((vec![key("variants"), Seg::Index(i), key("kernel")], k));
+        }
+    }
+    for (mut path, k) in refs {
+        let given = match k {
+            KernelRef::Debian(_) => continue,
+            // A missing file is reported by check_kernel_file.
+            KernelRef::File(f) if !f.path.is_file() => continue,
+            KernelRef::File(f) => {
+                path.push(key("path"));
+                Given::File {
+                    path: &f.path,
+                    own_initrd: f.initrd.is_some(),
+                }
+            }
+            KernelRef::Tree(t) => {
+                path.push(key("tree"));
+                Given::Tree(&t.tree)
+            }
+        };
+        let verdict = check(given, scratch);
+        for p in verdict.problems {
+            err(&path, format!("cannot serve as a guest kernel: {p}"));
+        }
+        for n in verdict.notes {
+            eprintln!("ocrig: note: {}", l.error_at(&path, n));
+        }
     }
 }
 

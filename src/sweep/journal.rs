@@ -45,6 +45,10 @@ pub struct SweepHeader {
     /// Guest kernel release per variant (empty for the host backend).
     #[serde(default)]
     pub kernels: BTreeMap<String, String>,
+    /// What each variant's kernel is (release, `uname -v`, sha256, config digest): tells two
+    /// builds of one release apart. Absent in journals of older ocrig versions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kernel_identity: BTreeMap<String, crate::image::KernelIdentity>,
     /// How boots were shared and runs ordered (absent in journals of older ocrig versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleInfo>,
@@ -251,6 +255,7 @@ pub(crate) mod tests {
             guest_vcpus: 1,
             scenario_path: None,
             kernels: BTreeMap::new(),
+            kernel_identity: BTreeMap::new(),
             schedule: None,
             started_at: "now".into(),
             ocrig_version: "0".into(),
