@@ -379,6 +379,16 @@ mod models {
         reaches: Reaches::NodeReuse,
     };
 
+    /// RECYCLE for qspinlock, whose threads take queue nodes only when the lock has an owner
+    /// and a pending waiter: main holds, so with thread 1 pending the others queue.
+    const RECYCLE_QUEUED: Model = Model {
+        name: "recycle-queued",
+        locks: 1,
+        main_holds: true,
+        plans: &[&[Lock(0), Op::Exit], &[Lock(0), Lock(0)], &[Lock(0)]],
+        reaches: Reaches::NodeReuse,
+    };
+
     macro_rules! models {
         ($($test:ident: $lock:ty, $name:literal, $model:expr, $bound:literal;)*) => {
             $(
@@ -405,7 +415,7 @@ mod models {
     exit_models! {
         mcs_recycle: RawMcsLock, ocrig_payload::locks::mcs::loom_thread_exit, "mcs", RECYCLE, 2;
         clh_recycle: RawClhLock, ocrig_payload::locks::clh::loom_thread_exit, "clh", RECYCLE, 2;
-        qspinlock_recycle: RawQspinLock, ocrig_payload::locks::qspinlock::loom_thread_exit, "qspinlock", RECYCLE, 2;
+        qspinlock_recycle: RawQspinLock, ocrig_payload::locks::qspinlock::loom_thread_exit, "qspinlock", RECYCLE_QUEUED, 1;
     }
 
     // Preemption bounds per model, each as deep as keeps the model to seconds or tens of
@@ -450,7 +460,7 @@ mod models {
         mcs_try_then_lock: RawMcsLock, "mcs", TRY_THEN_LOCK, 2;
         clh_try_then_lock: RawClhLock, "clh", TRY_THEN_LOCK, 2;
         qspinlock_try_then_lock: RawQspinLock, "qspinlock", TRY_THEN_LOCK, 2;
-        pticket_try_then_lock: RawPticketLock, "pticket", TRY_THEN_LOCK, 2;
+        pticket_try_then_lock: RawPticketLock, "pticket", TRY_THEN_LOCK, 1;
         spin_park_try_then_lock: RawSpinParkLock, "spin_park", TRY_THEN_LOCK, 2;
         futex_try_then_lock: RawFutexMutex, "futex", TRY_THEN_LOCK, 2;
     }
