@@ -125,8 +125,8 @@ sb() { # threads num locks loops
     done
     row "mutex threads=$1 num=$2 locks=$3 loops=$4" s 0
 }
-sb 2 4096 500000 10000
-sb 4 4096 250000 10000
+sb 2 4096 200000 10000
+sb 4 4096 100000 10000
 sb 4 1 5000000 0
 
 # dbench 4.00 -t T: warm-up W = T/5 (integer) ends at its first 1-second tick past W with

@@ -32,11 +32,16 @@ use serde::{Deserialize, Serialize};
 
 /// CPU time one calibration trial aims at: long against the clock's resolution (microseconds
 /// on an emulated HPET), short against a scheduler time slice (milliseconds).
-pub const TRIAL_TARGET: Duration = Duration::from_micros(500);
+pub const TRIAL_TARGET: Duration = Duration::from_millis(1);
 /// Trials per calibration; the median is kept.
 pub const TRIALS: usize = 9;
 /// Pause between trials, so they sample different moments.
-const TRIAL_SPACING: Duration = Duration::from_micros(200);
+const TRIAL_SPACING: Duration = Duration::from_micros(500);
+/// Busy time before the first trial of a process: in a guest the payload starts right after
+/// the host's SSH traffic (deploy, the go line), which keeps QEMU's I/O thread busy on the
+/// vCPU's host CPU for a while; measured under TCG, calibrations made at once were 15-30 %
+/// slower than the same calibration after the run.
+const SETTLE: Duration = Duration::from_millis(50);
 
 /// One calibration on the calling thread.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -56,9 +61,17 @@ pub struct Calibration {
 static TURN: Mutex<()> = Mutex::new(());
 
 /// Measures this thread's loop speed: sizes a trial to about [`TRIAL_TARGET`], then times
-/// [`TRIALS`] spread-out trials and keeps the median. Takes about 7 ms.
+/// [`TRIALS`] spread-out trials and keeps the median. Takes about 15 ms (plus [`SETTLE`] on the
+/// first call of the process).
 pub fn calibrate() -> Calibration {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    static SETTLED: OnceLock<()> = OnceLock::new();
+    SETTLED.get_or_init(|| {
+        let until = std::time::Instant::now() + SETTLE;
+        while std::time::Instant::now() < until {
+            spin_iters(10_000);
+        }
+    });
     // Size the trial (this also warms the code: the first runs of a translated block under TCG
     // include its translation).
     let mut iters = 1_000u64;
