@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Side-by-side runs of ocrig-payload workloads and the real tools they stand for (Debian's
 # rt-tests hackbench, dbench 4.0, sysbench 1.0), at equal parameters, alternating ours / peer
-# in one run. Prints per row the medians of both sides and two ratios, ours / peer:
+# in one run. Prints per row the medians of both sides and two ratios, ours / peer, each the
+# median over the repetitions of the ratio of one adjacent ours/peer pair (so a slow spell of
+# the machine, which hits both sides of a pair, cancels), then the pairs' ratios:
 #   wall — in the peer's own unit: time (hackbench, mutex; lower is better) or MB/s (dbench;
 #          higher is better);
 #   cpu  — CPU seconds (user + sys, the process and its reaped children) for the same work:
 #          per run for hackbench and mutex, per MB moved for dbench (both sides run the same
 #          wall time, so this is CPU cost per unit of work).
 # A benchmark, not a test. On a shared machine run it under `flock /work/guest.lock`.
+# Every row lasts long enough (>= ~1 s a run; sysbench mutex rows used to take 0.17 s, and two
+# runs of the script disagreed by 20 % on them) and repeats 5 times by default, so two runs of
+# the script can agree within a few per cent per row on a quiet machine.
 #
-#   guest-payload/benches/compare-peers.sh [REPS]      (default 3 repetitions per row)
+#   guest-payload/benches/compare-peers.sh [REPS]      (default 5 repetitions per row)
 #
 # Needs: hackbench (rt-tests), dbench, sysbench, python3 (all installed by scripts/setup).
 # Builds the payload in release mode into $CARGO_TARGET_DIR (default: the workspace target/).
-# Env: DB_SECS (dbench -t, default 10), EXT4_DIR (an ext4 directory to use instead of a
+# Env: DB_SECS (dbench -t, default 20), EXT4_DIR (an ext4 directory to use instead of a
 # loop-mounted image), ROWS (a regular expression: only rows whose label matches).
 set -euo pipefail
 
-REPS=${1:-3}
+REPS=${1:-5}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HERE/target}
 (cd "$HERE" && cargo build --release -q -p ocrig-payload --bin ocrig-payload)
@@ -76,14 +81,15 @@ import statistics, sys
 label, unit, per_mb, fo, fp = sys.argv[1:]
 def load(f):
     rows = [tuple(map(float, l.split())) for l in open(f) if l.strip()]
-    v = statistics.median(r[0] for r in rows)
     # dbench: CPU per MB/s of the same run (both sides run the same time).
-    c = statistics.median(r[1] / r[0] if per_mb == "1" else r[1] for r in rows)
-    return v, c, [r[0] for r in rows]
-(o, oc, ov), (p, pc, pv) = load(fo), load(fp)
+    return [r[0] for r in rows], [r[1] / r[0] if per_mb == "1" else r[1] for r in rows]
+(ov, oc), (pv, pc) = load(fo), load(fp)
+med = statistics.median
+wall = [a / b for a, b in zip(ov, pv)]
+cpu = [a / b for a, b in zip(oc, pc)]
 cu = "cpu s/(MB/s)" if per_mb == "1" else "cpu s"
-print(f"{label:<52} {unit:<4} ours {o:9.3f} peer {p:9.3f} wall {o/p:5.2f} | {cu} ours {oc:7.3f} peer {pc:7.3f} cpu {oc/pc:5.2f}"
-      f"   (ours {' '.join(f'{x:.3f}' for x in ov)}; peer {' '.join(f'{x:.3f}' for x in pv)})")
+print(f"{label:<52} {unit:<4} ours {med(ov):9.3f} peer {med(pv):9.3f} wall {med(wall):5.2f} | {cu} ours {med(oc):7.3f} peer {med(pc):7.3f} cpu {med(cpu):5.2f}"
+      f"   (wall ratios {' '.join(f'{x:.2f}' for x in wall)}; ours {' '.join(f'{x:.3f}' for x in ov)}; peer {' '.join(f'{x:.3f}' for x in pv)})")
 PY
     rm -f "$WORK/ours" "$WORK/peer"
 }
@@ -119,16 +125,16 @@ sb() { # threads num locks loops
     done
     row "mutex threads=$1 num=$2 locks=$3 loops=$4" s 0
 }
-sb 2 4096 50000 10000
-sb 4 4096 50000 10000
-sb 4 1 1000000 0
+sb 2 4096 200000 10000
+sb 4 4096 100000 10000
+sb 4 1 5000000 0
 
 # dbench 4.00 -t T: warm-up W = T/5 (integer) ends at its first 1-second tick past W with
 # every client active; it then measures T seconds and reports the throughput of its last tick
 # inside them, i.e. over T - 1 seconds. Ours gets the same window: --warmup W+1 (its warm-up
 # ends at W+1 at the earliest, as dbench's tick past W) --seconds T-1.
 LOAD=/usr/share/dbench/client.txt
-DB_SECS=${DB_SECS:-10}
+DB_SECS=${DB_SECS:-20}
 DB_WARM=$((DB_SECS / 5 + 1))
 DB_MEAS=$((DB_SECS - 1))
 EXT4=${EXT4_DIR:-}

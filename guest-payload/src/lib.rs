@@ -6,6 +6,7 @@
 
 pub mod busywork;
 pub mod catalog;
+pub mod checks;
 pub mod cli;
 pub mod env;
 pub mod locks;

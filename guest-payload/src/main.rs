@@ -1,6 +1,8 @@
 //! `ocrig-payload`: runs one workload and prints its JSON report on stdout.
 //! Exit status: 0 success, 1 the workload failed, 2 bad arguments (unparsable, or unusable here
-//! such as a missing directory).
+//! such as a missing directory), 3 the run completed but broke one of its own physics checks
+//! (the full report is still printed on stdout, and one `ocrig-payload: check failed: ` line
+//! per failed check on stderr).
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -47,7 +49,17 @@ fn main() -> ExitCode {
             };
             let mut out = std::io::stdout().lock();
             match text.map(|t| writeln!(out, "{t}")) {
-                Ok(Ok(())) => ExitCode::SUCCESS,
+                Ok(Ok(())) => {
+                    let failures = ocrig_payload::checks::failure_lines(&report.checks);
+                    for line in &failures {
+                        eprintln!("{line}");
+                    }
+                    if failures.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(ocrig_payload::checks::EXIT_CHECK_FAILED)
+                    }
+                }
                 _ => ExitCode::from(1),
             }
         }

@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checks::Check;
 use crate::env::Env;
 
 /// Bump when a field changes meaning or disappears; adding fields does not need a bump.
 /// 2: lock acquire_latency sampled and nullable, mutex contended nullable (acquire lock),
 /// futexlock counts per lock call (wait_share/wake_share gone), futex null for pthread.
+/// (Schema 2 also gained, without a bump, the top-level `checks` array: the run's own physics
+/// checks, see [`crate::checks`]; reports without it read as having no checks.)
 pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -24,6 +27,10 @@ pub struct Report {
     pub env: Env,
     /// Headline numbers for the host's statistics: name → value.
     pub metrics: BTreeMap<String, f64>,
+    /// The run's own physics checks; a run with a failed one is not a result (the payload
+    /// exits with status 3 after printing the report).
+    #[serde(default)]
+    pub checks: Vec<Check>,
     /// Workload-specific fields (e.g. `algo`, `threads`, `ops_per_thread`).
     #[serde(flatten)]
     pub detail: serde_json::Map<String, serde_json::Value>,
@@ -48,8 +55,20 @@ impl Report {
             elapsed_ns,
             env,
             metrics,
+            checks: Vec::new(),
             detail,
         })
+    }
+
+    /// The same report with `checks` appended.
+    pub fn with_checks(mut self, checks: Vec<Check>) -> Self {
+        self.checks.extend(checks);
+        self
+    }
+
+    /// The checks that failed.
+    pub fn failed_checks(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| !c.ok)
     }
 
     /// Reads the workload-specific part back as its typed struct.

@@ -43,6 +43,10 @@ mod models {
         Lock(usize),
         /// try_lock(lock i), once; nothing if it fails
         Try(usize),
+        /// try_lock(lock i), and lock() it if that failed (what the `lock` workload does)
+        TryThenLock(usize),
+        /// the thread exits: its queue nodes go back to the pool (must be its last op)
+        Exit,
         /// lock `outer`, then take `inner` (by try_lock if `try_inner`) inside it; release
         /// `outer` first if `outer_first`
         Nested {
@@ -82,9 +86,33 @@ mod models {
         locks: usize,
         main_holds: bool,
         plans: &'static [&'static [Op]],
+        /// A path some execution must take, or the model did not test what it is for.
+        reaches: Reaches,
     }
 
+    #[derive(Clone, Copy, PartialEq)]
+    enum Reaches {
+        Anything,
+        /// pticket: a waiter timed out and competed ahead of the waiter whose turn it was.
+        Overtaking,
+        /// A thread took a queue node another thread gave back at its exit.
+        NodeReuse,
+    }
+
+    /// What a thread's exit does to the queue nodes of lock type R (nothing for locks without).
+    type ExitHook = fn();
+    fn no_nodes() {}
+
     fn run<R: RawMutex + Send + Sync + 'static>(lock: &'static str, m: Model, bound: usize) {
+        run_with_exit::<R>(lock, m, bound, no_nodes)
+    }
+
+    fn run_with_exit<R: RawMutex + Send + Sync + 'static>(
+        lock: &'static str,
+        m: Model,
+        bound: usize,
+        exit: ExitHook,
+    ) {
         // Per model (a static here would be shared by the models running in parallel).
         let iterations = std::sync::Arc::new(AtomicUsize::new(0));
         let counter = std::sync::Arc::clone(&iterations);
@@ -100,6 +128,10 @@ mod models {
             .and_then(|v| v.parse().ok())
             .unwrap_or(10_000);
         let start = Instant::now();
+        let (overtakes0, reused0) = (
+            ocrig_payload::locks::pticket::loom_overtakes(),
+            ocrig_payload::locks::loom_reused(),
+        );
         let (n, plans, main_holds) = (m.locks, m.plans, m.main_holds);
         builder.check(move || {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -136,7 +168,7 @@ mod models {
                         let me = t as u64 + 1;
                         let mut done = vec![0u64; locks.len()];
                         for op in plan.iter() {
-                            execute(&locks, *op, me, &mut done);
+                            execute(&locks, *op, me, &mut done, exit);
                         }
                         done
                     })
@@ -159,8 +191,15 @@ mod models {
                 assert_eq!(g.owner.violations(), 0);
             }
         });
+        let overtakes = ocrig_payload::locks::pticket::loom_overtakes() - overtakes0;
+        let reused = ocrig_payload::locks::loom_reused() - reused0;
+        match m.reaches {
+            Reaches::Anything => {}
+            Reaches::Overtaking => assert!(overtakes > 0, "{lock} {}: no execution overtook", m.name),
+            Reaches::NodeReuse => assert!(reused > 0, "{lock} {}: no execution reused a node", m.name),
+        }
         println!(
-            "loom {lock:<9} {:<18} {} threads, preemption bound {bound}: {} iterations in {:.1?}",
+            "loom {lock:<9} {:<18} {} threads, preemption bound {bound}: {} iterations in {:.1?} ({overtakes} overtakes, {reused} nodes reused)",
             m.name,
             m.plans.len() + 1,
             iterations.load(Ordering::Relaxed),
@@ -168,8 +207,17 @@ mod models {
         );
     }
 
-    fn execute<R: RawMutex>(locks: &[Guarded<R>], op: Op, me: u64, done: &mut [u64]) {
+    fn execute<R: RawMutex>(locks: &[Guarded<R>], op: Op, me: u64, done: &mut [u64], exit: ExitHook) {
         match op {
+            Op::TryThenLock(i) => {
+                if !locks[i].lock.try_lock() {
+                    locks[i].lock.lock();
+                }
+                locks[i].enter(me);
+                locks[i].leave(me);
+                done[i] += 1;
+            }
+            Op::Exit => exit(),
             Op::Lock(i) => {
                 locks[i].lock.lock();
                 locks[i].enter(me);
@@ -216,7 +264,7 @@ mod models {
         }
     }
 
-    use Op::{Lock, Try};
+    use Op::{Lock, Try, TryThenLock};
 
     /// The owner (main) holds; three threads lock, try_lock and lock.
     const CONTENDED: Model = Model {
@@ -224,6 +272,7 @@ mod models {
         locks: 1,
         main_holds: true,
         plans: &[&[Lock(0)], &[Try(0)], &[Lock(0)]],
+        reaches: Reaches::Anything,
     };
 
     /// Three threads, one of them twice (a thread re-queues behind the others).
@@ -232,6 +281,7 @@ mod models {
         locks: 1,
         main_holds: false,
         plans: &[&[Lock(0), Lock(0)], &[Try(0)], &[Lock(0)]],
+        reaches: Reaches::Anything,
     };
 
     /// Two locks held at once by one thread while others contend for each (queue nodes of
@@ -255,6 +305,7 @@ mod models {
             }],
             &[Lock(1)],
         ],
+        reaches: Reaches::Anything,
     };
 
     /// qspinlock's issue-9 shape: the owner (main) holds; a newcomer (thread 1), a pending
@@ -270,6 +321,7 @@ mod models {
         locks: 1,
         main_holds: true,
         plans: &[&[Lock(0)], &[Lock(0), Lock(0)], &[Lock(0)]],
+        reaches: Reaches::Anything,
     };
 
     /// The owner (main) holds; two threads: one locks then try_locks, one locks. Three threads,
@@ -279,6 +331,62 @@ mod models {
         locks: 1,
         main_holds: true,
         plans: &[&[Lock(0), Try(0)], &[Lock(0)]],
+        reaches: Reaches::Anything,
+    };
+
+    /// The owner (main) holds; one thread try_locks and, failing, locks (the `lock` workload's
+    /// acquisition), another locks: the failed try must leave the lock as it found it.
+    const TRY_THEN_LOCK: Model = Model {
+        name: "try-then-lock",
+        locks: 1,
+        main_holds: true,
+        plans: &[&[TryThenLock(0)], &[Lock(0)]],
+        reaches: Reaches::Anything,
+    };
+
+    /// CLH's ABA: thread 1's try_lock reads the tail (released) while thread 2 locks, unlocks
+    /// and locks again, re-queueing the very node thread 1 saw. With a bare pointer in the
+    /// tail, thread 1's CAS succeeds and it waits for thread 2's critical section; clh.rs
+    /// asserts (under loom) that a successful try_lock never adopts a node that is locked.
+    const TRY_VS_REQUEUE: Model = Model {
+        name: "try-vs-requeue",
+        locks: 1,
+        main_holds: false,
+        plans: &[&[Try(0)], &[Lock(0), Lock(0)]],
+        reaches: Reaches::Anything,
+    };
+
+    /// pticket: the owner (main) holds while two threads queue (tickets 1 and 2). When main
+    /// releases, ticket 2's deadline expires (loom's `expired` says yes on every second check)
+    /// and it competes for the bit ahead of ticket 1, whose turn it is: the overtaking path,
+    /// which every execution must keep exclusive.
+    const OVERTAKE: Model = Model {
+        name: "overtake",
+        locks: 1,
+        main_holds: true,
+        plans: &[&[Lock(0)], &[Lock(0)]],
+        reaches: Reaches::Overtaking,
+    };
+
+    /// Queue nodes recycled at thread exit: thread 1 locks once and exits (its nodes go back
+    /// to the pool) while thread 2 locks twice; a thread whose first use comes after the exit
+    /// takes the given-back node, and no queue may still refer to it.
+    const RECYCLE: Model = Model {
+        name: "recycle",
+        locks: 1,
+        main_holds: false,
+        plans: &[&[Lock(0), Op::Exit], &[Lock(0), Lock(0)]],
+        reaches: Reaches::NodeReuse,
+    };
+
+    /// RECYCLE for qspinlock, whose threads take queue nodes only when the lock has an owner
+    /// and a pending waiter: main holds, so with thread 1 pending the others queue.
+    const RECYCLE_QUEUED: Model = Model {
+        name: "recycle-queued",
+        locks: 1,
+        main_holds: true,
+        plans: &[&[Lock(0), Op::Exit], &[Lock(0), Lock(0)], &[Lock(0)]],
+        reaches: Reaches::NodeReuse,
     };
 
     macro_rules! models {
@@ -290,6 +398,24 @@ mod models {
                 }
             )*
         };
+    }
+
+    /// Models of the queue locks whose threads' exit gives nodes back.
+    macro_rules! exit_models {
+        ($($test:ident: $lock:ty, $exit:path, $name:literal, $model:expr, $bound:literal;)*) => {
+            $(
+                #[test]
+                fn $test() {
+                    run_with_exit::<$lock>($name, $model, $bound, $exit);
+                }
+            )*
+        };
+    }
+
+    exit_models! {
+        mcs_recycle: RawMcsLock, ocrig_payload::locks::mcs::loom_thread_exit, "mcs", RECYCLE, 2;
+        clh_recycle: RawClhLock, ocrig_payload::locks::clh::loom_thread_exit, "clh", RECYCLE, 2;
+        qspinlock_recycle: RawQspinLock, ocrig_payload::locks::qspinlock::loom_thread_exit, "qspinlock", RECYCLE_QUEUED, 1;
     }
 
     // Preemption bounds per model, each as deep as keeps the model to seconds or tens of
@@ -326,5 +452,16 @@ mod models {
         futex_contended: RawFutexMutex, "futex", CONTENDED, 1;
         futex_reacquire: RawFutexMutex, "futex", REACQUIRE, 1;
         futex_trio: RawFutexMutex, "futex", TRIO, 2;
+        clh_try_vs_requeue: RawClhLock, "clh", TRY_VS_REQUEUE, 2;
+        pticket_overtake: RawPticketLock, "pticket", OVERTAKE, 1;
+        tas_try_then_lock: RawTasLock, "tas", TRY_THEN_LOCK, 2;
+        ttas_try_then_lock: RawTtasLock, "ttas", TRY_THEN_LOCK, 2;
+        ticket_try_then_lock: RawTicketLock, "ticket", TRY_THEN_LOCK, 2;
+        mcs_try_then_lock: RawMcsLock, "mcs", TRY_THEN_LOCK, 2;
+        clh_try_then_lock: RawClhLock, "clh", TRY_THEN_LOCK, 2;
+        qspinlock_try_then_lock: RawQspinLock, "qspinlock", TRY_THEN_LOCK, 2;
+        pticket_try_then_lock: RawPticketLock, "pticket", TRY_THEN_LOCK, 1;
+        spin_park_try_then_lock: RawSpinParkLock, "spin_park", TRY_THEN_LOCK, 2;
+        futex_try_then_lock: RawFutexMutex, "futex", TRY_THEN_LOCK, 2;
     }
 }

@@ -56,15 +56,27 @@ struct Lease {
     used: Cell<u8>,
 }
 
-#[cfg(not(loom))] // see pool.rs
-impl Drop for Lease {
-    fn drop(&mut self) {
-        // A node still in use at thread exit (a forgotten guard) may be linked into a queue:
-        // leak the block rather than let another thread reuse those nodes.
+impl Lease {
+    /// At thread exit. A node still in use (a forgotten guard) may be linked into a queue:
+    /// leak the block rather than let another thread reuse those nodes.
+    fn give_back(&self) {
         if self.used.get() == 0 {
             POOL.give(self.block);
         }
     }
+}
+
+#[cfg(not(loom))] // see pool.rs
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+/// Under loom, what this thread's exit does (see pool.rs); the thread must not use MCS after.
+#[cfg(loom)]
+pub fn loom_thread_exit() {
+    LEASE.with(|l| l.give_back());
 }
 
 thread_local! {

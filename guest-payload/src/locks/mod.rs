@@ -9,6 +9,9 @@ pub mod futex_mutex;
 pub mod mcs;
 pub mod owner;
 mod pool;
+/// How many queue nodes loom models on this thread took from a free list (see pool.rs).
+#[cfg(loom)]
+pub use pool::loom_reused;
 pub mod pthread;
 pub mod pticket;
 pub mod qspinlock;

@@ -11,11 +11,30 @@
 //! Under loom each model execution has its own pool (a `loom::lazy_static`, see `sync.rs`),
 //! whose nodes are freed when the execution ends, and the locks' thread-local destructors do not
 //! give nodes back (they are compiled out): loom may run a thread's thread-local destructors
-//! after the execution has dropped its statics. Recycling across threads is covered by the
-//! ordinary unit tests instead.
+//! after the execution has dropped its statics. Instead each queue lock exposes, under loom,
+//! `loom_thread_exit()`, which runs the very body of its destructor, and the models call it as
+//! a thread's last step; the free list is then a loom mutex, so a node handed to another thread
+//! through the pool carries its happens-before edge as in the real (std mutex) pool, and
+//! [`loom_reused`] tells a model that some execution really reused a node.
 
+#[cfg(loom)]
+use loom::sync::Mutex;
+#[cfg(not(loom))]
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[cfg(loom)]
+std::thread_local! {
+    /// Nodes taken from a free list on this OS thread (loom runs a model's threads on the
+    /// thread of its test, so this counts per model test).
+    static REUSED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many nodes models on this test's thread have taken from a free list so far.
+#[cfg(loom)]
+pub fn loom_reused() -> u64 {
+    REUSED.with(|r| r.get())
+}
 
 /// A free list of leaked, `'static` nodes (or per-thread node blocks) of one lock type.
 pub struct Pool<T: 'static> {
@@ -24,16 +43,25 @@ pub struct Pool<T: 'static> {
     /// Every allocation (addresses), freed when the pool is dropped: only a loom execution's
     /// pool is ever dropped.
     #[cfg(loom)]
-    all: Mutex<Vec<usize>>,
+    all: std::sync::Mutex<Vec<usize>>,
 }
 
 impl<T: Sync + 'static> Pool<T> {
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
         Self {
             free: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
-            #[cfg(loom)]
-            all: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// (Not const under loom: its mutex registers with the running model.)
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Self {
+            free: Mutex::new(Vec::new()),
+            allocated: AtomicUsize::new(0),
+            all: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -41,6 +69,8 @@ impl<T: Sync + 'static> Pool<T> {
     /// nodes allocated before it, usable as a dense id).
     pub fn take(&'static self, make: impl FnOnce(usize) -> T) -> &'static T {
         if let Some(node) = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            #[cfg(loom)]
+            REUSED.with(|r| r.set(r.get() + 1));
             return node;
         }
         // Relaxed: the count is only an id source and a statistic; the node itself is handed to
@@ -55,7 +85,7 @@ impl<T: Sync + 'static> Pool<T> {
         node
     }
 
-    /// Returns a node no lock refers to any more (at thread exit; not under loom, see above).
+    /// Returns a node no lock refers to any more (at thread exit; under loom, see above).
     pub fn give(&'static self, node: &'static T) {
         self.free.lock().unwrap_or_else(|e| e.into_inner()).push(node);
     }

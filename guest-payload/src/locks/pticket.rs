@@ -49,6 +49,19 @@ const ACQUIRED: u32 = 1;
 /// Tickets and head live in 31 bits (head shares `grant` with the acquired bit).
 const TICKET_MASK: u32 = u32::MAX >> 1;
 
+#[cfg(loom)]
+std::thread_local! {
+    /// Waits that ended by timeout, ahead of a waiter whose turn it was (loom runs a model's
+    /// threads on its test's thread, so this counts per model test).
+    static OVERTAKES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Under loom: how many waits on this test's thread so far ended in the overtaking path.
+#[cfg(loom)]
+pub fn loom_overtakes() -> u64 {
+    OVERTAKES.with(|o| o.get())
+}
+
 pub struct RawPticketLock {
     next: AtomicU32,
     grant: AtomicU32,
@@ -80,6 +93,9 @@ impl RawPticketLock {
             }
             spins += 1;
             if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && expired(deadline) {
+                // Timed out with d > 0 waiters ahead: we compete out of turn.
+                #[cfg(loom)]
+                OVERTAKES.with(|o| o.set(o.get() + 1));
                 return;
             }
             spin_loop();

@@ -114,12 +114,26 @@ struct Lease {
     depth: Cell<usize>,
 }
 
+impl Lease {
+    /// At thread exit: nodes are only in use while this thread waits inside `lock`, never at
+    /// thread exit, so the block goes back to the pool.
+    fn give_back(&self) {
+        POOL.give(self.block);
+    }
+}
+
 #[cfg(not(loom))] // see pool.rs
 impl Drop for Lease {
     fn drop(&mut self) {
-        // Nodes are only in use while this thread waits inside `lock`, never at thread exit.
-        POOL.give(self.block);
+        self.give_back();
     }
+}
+
+/// Under loom, what this thread's exit does (see pool.rs); the thread must not use qspinlock
+/// after.
+#[cfg(loom)]
+pub fn loom_thread_exit() {
+    LEASE.with(|l| l.give_back());
 }
 
 thread_local! {

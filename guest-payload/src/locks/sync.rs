@@ -22,7 +22,7 @@
 
 #[cfg(not(any(test, loom)))]
 mod imp {
-    pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32};
+    pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64};
 
     #[inline(always)]
     pub fn spin_loop() {
@@ -33,7 +33,7 @@ mod imp {
 #[cfg(all(test, not(loom)))]
 mod imp {
     //! std atomics with a stall hook before every operation.
-    pub use super::stall::{AtomicBool, AtomicPtr, AtomicU32};
+    pub use super::stall::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64};
 
     #[inline]
     pub fn spin_loop() {
@@ -44,7 +44,7 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub use super::lazy_loom::{AtomicBool, AtomicPtr, AtomicU32, Waker, spin_loop};
+    pub use super::lazy_loom::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Waker, spin_loop};
 }
 
 pub use imp::*;
@@ -395,6 +395,7 @@ mod lazy_loom {
     }
 
     lazy_atomic!(AtomicU32, u32);
+    lazy_atomic!(AtomicU64, u64);
     lazy_atomic!(AtomicBool, bool);
 
     impl AtomicU32 {
@@ -630,6 +631,7 @@ pub mod stall {
     }
 
     hooked!(AtomicU32, u32, u64::from);
+    hooked!(AtomicU64, u64, u64::from);
     hooked!(AtomicBool, bool, u64::from);
 
     impl AtomicU32 {

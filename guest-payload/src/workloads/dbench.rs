@@ -470,12 +470,30 @@ fn report(args: &Args, run: &Run, name: &str, p: Phases, handles: Vec<Handle>) -
         open_failures: outcomes.iter().map(|o| o.open_failures).sum(),
         short_reads: outcomes.iter().map(|o| o.short_reads).sum(),
     };
-    Report::new(
+    let checks = vec![ops_per_loadfile_line(&result)];
+    Ok(Report::new(
         "dbench",
         p.measured.as_nanos() as u64,
         Env::read(),
         metrics_of(&result),
         &result,
+    )?
+    .with_checks(checks))
+}
+
+/// Operations against the loadfile: a client counts one operation per loadfile line it
+/// replays while measuring, so it cannot count more than a loadfile per pass it started
+/// (its completed passes + the one it was in when stopped).
+fn ops_per_loadfile_line(r: &DbenchResult) -> crate::checks::Check {
+    let most = (r.loadfile_passes + r.clients as u64) * r.loadfile_ops;
+    crate::checks::Check::at_most(
+        "ops_per_loadfile_line",
+        r.ops_total as f64,
+        most as f64,
+        format!(
+            "{} operations measured; {} clients replaying a {}-operation loadfile in {} completed passes can make at most {most}",
+            r.ops_total, r.clients, r.loadfile_ops, r.loadfile_passes
+        ),
     )
 }
 

@@ -269,6 +269,8 @@ struct Outcome {
     /// Per chunk: copied at least once.
     touched: Vec<bool>,
     end: Instant,
+    /// Thread CPU time from the gate to `end`.
+    cpu_ns: u64,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -339,13 +341,66 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         user_s: u1 - u0,
         sys_s: s1 - s0,
     };
-    Report::new(
+    let env = Env::read();
+    let window_cpu_ns = outcomes.iter().map(|o| o.cpu_ns).sum();
+    let checks = checks_of(
+        &result,
+        window_cpu_ns,
+        elapsed.as_nanos() as u64,
+        env.cpus_allowed,
+    );
+    Ok(Report::new(
         "ebizzy",
         elapsed.as_nanos() as u64,
-        Env::read(),
+        env,
         metrics_of(&result),
         &result,
-    )
+    )?
+    .with_checks(checks))
+}
+
+/// Physics, and records against chunks: every record is one chunk copied (whole, or
+/// `--random-size` records of it) and searched, so the bytes copied are records × chunk size
+/// exactly (at most that with `--random-size`), and no more chunks are touched than exist.
+fn checks_of(
+    r: &EbizzyResult,
+    window_cpu_ns: u64,
+    elapsed_ns: u64,
+    cpus_allowed: usize,
+) -> Vec<crate::checks::Check> {
+    use crate::checks::Check;
+    let full = r.records_total * r.chunk_size;
+    let bytes = if r.random_size {
+        Check::at_most(
+            "bytes_per_record",
+            r.bytes_copied as f64,
+            full as f64,
+            format!(
+                "{} bytes copied for {} records of at most {} bytes each",
+                r.bytes_copied, r.records_total, r.chunk_size
+            ),
+        )
+    } else {
+        Check::equal(
+            "bytes_per_record",
+            r.bytes_copied,
+            full,
+            format!(
+                "{} bytes copied for {} records of one {}-byte chunk each (expected {full})",
+                r.bytes_copied, r.records_total, r.chunk_size
+            ),
+        )
+    };
+    vec![
+        crate::checks::cpu_within_elapsed(window_cpu_ns, elapsed_ns, cpus_allowed),
+        bytes,
+        Check::at_most(
+            "chunks_touched",
+            r.chunks_touched as f64,
+            r.chunks as f64,
+            format!("{} of {} chunks touched", r.chunks_touched, r.chunks),
+        ),
+    ]
 }
 
 fn metrics_of(r: &EbizzyResult) -> BTreeMap<String, f64> {
@@ -376,7 +431,9 @@ fn search_mem(chunks: &Chunks, stop: &AtomicBool, seed: u64, o: SearchOpts) -> a
         bytes: 0,
         touched: vec![false; chunks.ptrs.len()],
         end: Instant::now(),
+        cpu_ns: 0,
     };
+    let cpu0 = crate::checks::thread_cpu_ns();
     while !stop.load(Ordering::Relaxed) {
         let chunk = pick.below(chunks.ptrs.len() as u64) as usize;
         out.touched[chunk] = true;
@@ -415,6 +472,7 @@ fn search_mem(chunks: &Chunks, stop: &AtomicBool, seed: u64, o: SearchOpts) -> a
         out.bytes += copy_size as u64;
     }
     out.end = Instant::now();
+    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
     Ok(out)
 }
 

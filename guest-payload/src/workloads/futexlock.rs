@@ -250,6 +250,8 @@ struct Outcome {
     calls: CallCounts,
     ctxsw: Ctxsw,
     end: Instant,
+    /// Thread CPU time from the gate to `end`.
+    cpu_ns: u64,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -334,7 +336,14 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         counted == total,
         "mutual exclusion violated by '{name}': counted {counted} != {total}"
     );
-    Report::new("futexlock", elapsed_ns, Env::read(), metrics_of(&result), &result)
+    let env = Env::read();
+    let window_cpu_ns = outcomes.iter().map(|o| o.cpu_ns).sum();
+    let checks = vec![crate::checks::cpu_within_elapsed(
+        window_cpu_ns,
+        elapsed_ns,
+        env.cpus_allowed,
+    )];
+    Ok(Report::new("futexlock", elapsed_ns, env, metrics_of(&result), &result)?.with_checks(checks))
 }
 
 /// The seed's result lines.
@@ -385,7 +394,9 @@ fn worker(s: &Shared, me: OwnerId, iterations: u64, hold: u64, gap: u64) -> Outc
         calls: CallCounts::default(),
         ctxsw: Ctxsw::default(),
         end: Instant::now(),
+        cpu_ns: 0,
     };
+    let cpu0 = crate::checks::thread_cpu_ns();
     let (lock, p) = (&s.lock.0, &s.protected.0);
     let mut seen = false;
     let before = Ctxsw::this_thread();
@@ -407,6 +418,7 @@ fn worker(s: &Shared, me: OwnerId, iterations: u64, hold: u64, gap: u64) -> Outc
         }
     }
     out.end = Instant::now();
+    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
     s.first_done.0.store(true, Ordering::Relaxed);
     out.ctxsw = Ctxsw::this_thread().since(before);
     out

@@ -166,6 +166,8 @@ struct Outcome {
     at_first_finish: u64,
     ctxsw: Ctxsw,
     end: Instant,
+    /// Thread CPU time from the gate to `end`.
+    cpu_ns: u64,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -290,7 +292,14 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         "mutual exclusion violated by '{}': counted {counted} != {ops_total}",
         info.name
     );
-    Report::new("mutex", elapsed_ns, Env::read(), metrics_of(&result), &result)
+    let env = Env::read();
+    let window_cpu_ns = outcomes.iter().map(|o| o.cpu_ns).sum();
+    let checks = vec![crate::checks::cpu_within_elapsed(
+        window_cpu_ns,
+        elapsed_ns,
+        env.cpus_allowed,
+    )];
+    Ok(Report::new("mutex", elapsed_ns, env, metrics_of(&result), &result)?.with_checks(checks))
 }
 
 fn metrics_of(r: &MutexResult) -> BTreeMap<String, f64> {
@@ -347,7 +356,9 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
         at_first_finish: p.locks,
         ctxsw: Ctxsw::default(),
         end: Instant::now(),
+        cpu_ns: 0,
     };
+    let cpu0 = crate::checks::thread_cpu_ns();
     let mut seen_first = false;
     let before = Ctxsw::this_thread();
     for i in 0..p.locks {
@@ -383,6 +394,7 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
         }
     }
     out.end = Instant::now();
+    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
     shared.first_done.0.store(true, Ordering::Relaxed);
     out.ctxsw = Ctxsw::this_thread().since(before);
     out

@@ -99,6 +99,8 @@ struct TaskOutcome {
     at_first_finish: Option<u64>,
     ctxsw: Ctxsw,
     end: Option<Instant>,
+    /// Thread CPU time from the gate to `end`.
+    cpu_ns: u64,
 }
 
 /// The flags every task watches while walking.
@@ -146,6 +148,7 @@ fn task(i: u32, cpus: u32, root: &Path, rounds: Option<u32>, flags: &Flags, gate
     };
     let mut buf = Vec::with_capacity(8192);
     gate.arrive();
+    let cpu0 = crate::checks::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !flags.stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| out.rounds < r as u64) {
         walk(root, &mut buf, &mut out, flags);
@@ -154,6 +157,7 @@ fn task(i: u32, cpus: u32, root: &Path, rounds: Option<u32>, flags: &Flags, gate
         }
     }
     out.end = Some(Instant::now());
+    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
     flags.first_done.store(true, Ordering::Relaxed);
     out.at_first_finish.get_or_insert(out.files);
     out.ctxsw = Ctxsw::this_thread().since(before);
@@ -237,13 +241,21 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         progress_at_first_finish: progress,
         threads_ctxsw: outcomes.iter().map(|o| o.ctxsw).collect(),
     };
-    Report::new(
+    let env = Env::read();
+    let window_cpu_ns = outcomes.iter().map(|o| o.cpu_ns).sum();
+    let checks = vec![crate::checks::cpu_within_elapsed(
+        window_cpu_ns,
+        elapsed.as_nanos() as u64,
+        env.cpus_allowed,
+    )];
+    Ok(Report::new(
         "sysfs-mutex",
         elapsed.as_nanos() as u64,
-        Env::read(),
+        env,
         metrics_of(&result),
         &result,
-    )
+    )?
+    .with_checks(checks))
 }
 
 fn metrics_of(r: &SysfsMutexResult) -> BTreeMap<String, f64> {

@@ -1,0 +1,145 @@
+//! Every run checks its own physics, next to its result: the report's `checks` array.
+//!
+//! A check is a named inequality with the numbers on both sides and plain words. A run whose
+//! checks fail still prints its whole report (so the numbers can be read), then one stderr line
+//! per failure starting [`FAILURE_PREFIX`], and exits with [`EXIT_CHECK_FAILED`]; the host turns
+//! that into a failed attempt, never a sample.
+//!
+//! CPU time is counted inside the measured window only: each worker reads its own thread CPU
+//! clock (`CLOCK_THREAD_CPUTIME_ID`, nanoseconds) just after the start gate and just as it
+//! stops, so creating threads and calibrating (before the gate) or tearing down (after) is
+//! never charged to the window.
+
+use serde::{Deserialize, Serialize};
+
+/// Margin for clock and accounting granularity on every bound.
+pub const TOLERANCE: f64 = 1.02;
+/// Largest accepted change of the calibration between before and after the run.
+pub const MAX_CALIBRATION_DRIFT: f64 = 0.05;
+/// Exit status of a run that completed but broke a check.
+pub const EXIT_CHECK_FAILED: u8 = 3;
+/// Start of the stderr line printed for each failed check.
+pub const FAILURE_PREFIX: &str = "ocrig-payload: check failed: ";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Check {
+    /// Stable identifier, e.g. `cpu_within_elapsed`.
+    pub name: String,
+    pub ok: bool,
+    /// The measured side (None when it could not be measured; then `ok` is true and `detail`
+    /// says why).
+    pub value: Option<f64>,
+    /// The limit `value` is held to.
+    pub bound: Option<f64>,
+    /// Plain words with the numbers.
+    pub detail: String,
+}
+
+impl Check {
+    /// `value <= bound`.
+    pub fn at_most(name: &str, value: f64, bound: f64, detail: String) -> Self {
+        Self {
+            name: name.into(),
+            ok: value <= bound,
+            value: Some(value),
+            bound: Some(bound),
+            detail,
+        }
+    }
+
+    /// An exact equality of two counts (value = what was found, bound = what was expected).
+    pub fn equal(name: &str, found: u64, expected: u64, detail: String) -> Self {
+        Self {
+            name: name.into(),
+            ok: found == expected,
+            value: Some(found as f64),
+            bound: Some(expected as f64),
+            detail,
+        }
+    }
+}
+
+/// Elapsed ≥ CPU time / CPUs: the workers' CPU time inside the window, spread over every CPU
+/// they may use, cannot exceed the window.
+pub fn cpu_within_elapsed(window_cpu_ns: u64, elapsed_ns: u64, cpus_allowed: usize) -> Check {
+    let busy = window_cpu_ns as f64 / elapsed_ns.max(1) as f64;
+    let bound = cpus_allowed as f64 * TOLERANCE;
+    let detail = format!(
+        "{:.4} CPU-s inside a {:.4} s window is {busy:.3} CPUs busy on average, {} {} CPUs allowed (x{TOLERANCE})",
+        window_cpu_ns as f64 / 1e9,
+        elapsed_ns as f64 / 1e9,
+        if busy <= bound { "within" } else { "more than the" },
+        cpus_allowed
+    );
+    Check::at_most("cpu_within_elapsed", busy, bound, detail)
+}
+
+/// Calibration before and after the run within [`MAX_CALIBRATION_DRIFT`] of each other.
+pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64) -> Check {
+    let drift = (after_ns_per_iter - before_ns_per_iter).abs() / before_ns_per_iter.max(1e-12);
+    let detail = format!(
+        "calibration drifted {:.1} % during the run ({before_ns_per_iter:.3} -> {after_ns_per_iter:.3} ns/iter; at most {:.0} % accepted)",
+        drift * 100.0,
+        MAX_CALIBRATION_DRIFT * 100.0
+    );
+    Check::at_most("calibration_drift", drift, MAX_CALIBRATION_DRIFT, detail)
+}
+
+/// The CPU clock of the calling thread, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    // SAFETY: clock_gettime writes one timespec; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
+
+/// The stderr lines for the failed checks (empty when all passed).
+pub fn failure_lines(checks: &[Check]) -> Vec<String> {
+    checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("{FAILURE_PREFIX}{}: {}", c.name, c.detail))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_hold_and_break_with_the_numbers_in_words() {
+        let ok = cpu_within_elapsed(1_900_000_000, 1_000_000_000, 2);
+        assert!(ok.ok && ok.value == Some(1.9) && ok.bound == Some(2.04));
+        let bad = cpu_within_elapsed(20_600_000, 9_000_000, 2);
+        assert!(!bad.ok, "{bad:?}");
+        assert!(
+            bad.detail.contains("0.0206 CPU-s") && bad.detail.contains("2.289"),
+            "{}",
+            bad.detail
+        );
+        let drift = calibration_drift(12.1, 15.9);
+        assert!(!drift.ok);
+        assert!(
+            drift.detail.contains("31.4 %") && drift.detail.contains("12.100 -> 15.900"),
+            "{}",
+            drift.detail
+        );
+        assert!(calibration_drift(10.0, 10.4).ok);
+        let lines = failure_lines(&[ok, drift]);
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0]
+                .starts_with("ocrig-payload: check failed: calibration_drift: calibration drifted 31.4 %")
+        );
+        assert!(!Check::equal("messages", 9, 10, "x".into()).ok);
+    }
+
+    #[test]
+    fn thread_cpu_clock_advances_with_work() {
+        let t0 = thread_cpu_ns();
+        crate::busywork::spin_iters(5_000_000);
+        assert!(thread_cpu_ns() > t0);
+    }
+}
