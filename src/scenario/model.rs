@@ -248,6 +248,10 @@ pub struct Variant {
     /// Merged into every workload's arguments (e.g. `{algo: ticket}`).
     #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
+    /// Guest trace events (`system:name`) switched on through tracefs for this variant's runs
+    /// and off after each (the payload's `--trace-event`), e.g. `[lock:contention_begin]`.
+    #[serde(default)]
+    pub trace_events: Vec<String>,
 }
 
 /// A workload argument: a scalar, or a list that expands into a matrix.

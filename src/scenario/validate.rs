@@ -273,6 +273,17 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         if let Some(KernelRef::File(f)) = &v.kernel {
             check_kernel_file(&mut err, &[key("variants"), Seg::Index(i), key("kernel")], f);
         }
+        for (at, msg) in trace_event_problems(&v.trace_events) {
+            err(
+                &[
+                    key("variants"),
+                    Seg::Index(i),
+                    key("trace_events"),
+                    Seg::Index(at),
+                ],
+                msg,
+            );
+        }
     }
     if let KernelRef::File(f) = &s.guest.kernel {
         check_kernel_file(&mut err, &[key("guest"), key("kernel")], f);
@@ -375,6 +386,22 @@ fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
 /// Checks that need the accelerator: `accel: kvm` where the user running QEMU cannot open
 /// /dev/kvm (or there is no usable KVM), `cpu:` models the accelerator cannot run (`host` is
 /// KVM's: QEMU refuses it under TCG at start, "CPU model 'host' requires KVM or HVF"), and a
+/// A variant's `trace_events`: each `system:name` (what tracefs calls it), none twice. Whether
+/// the guest kernel has them is only known in the guest: the payload refuses a missing one
+/// naming the event and the kernel (exit 2).
+fn trace_event_problems(events: &[String]) -> Vec<(usize, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Err(msg) = ocrig_payload::probe::tracefs::Event::parse(e) {
+            out.push((i, msg));
+        } else if !seen.insert(e.as_str()) {
+            out.push((i, format!("'{e}' is listed twice")));
+        }
+    }
+    out
+}
+
 /// 1-vCPU guest in a scenario whose variants switch PV spinlocks, which cannot differ (a
 /// kernel with one possible CPU disables PV spinlocks itself) — a warning instead where
 /// `guest.single_vcpu_intended` says so. Every problem is returned together, located.
@@ -642,6 +669,25 @@ mod tests {
             "{}",
             c.accel.reason
         );
+    }
+
+    #[test]
+    fn trace_events_must_be_system_name_and_listed_once() {
+        let text = format!(
+            "name: x\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - name: traced\n    trace_events: [lock:contention_begin, contention_end, lock:contention_begin]\n{WORK}"
+        );
+        let (_d, l) = loaded(&text);
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 2, "{e}");
+        assert_eq!(e.0[0].field, "variants[1].trace_events[1]");
+        assert!(e.0[0].message.contains("system:name"), "{e}");
+        assert_eq!(e.0[1].field, "variants[1].trace_events[2]");
+        assert!(e.0[1].message.contains("twice"), "{e}");
+        let good = format!(
+            "name: x\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: traced, trace_events: [lock:contention_begin, lock:contention_end]}}\n{WORK}"
+        );
+        let (_d, l) = loaded(&good);
+        validate(&l, &facts()).unwrap();
     }
 
     #[test]

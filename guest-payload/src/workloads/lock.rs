@@ -169,6 +169,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         .collect::<anyhow::Result<_>>()?;
     // After the last worker stopped: every counted operation lies inside the window.
     let elapsed = start.elapsed();
+    crate::probe::window_close();
     let (futex, futex_unavailable) = super::futex_counts(info);
 
     let ops_per_thread: Vec<u64> = outcomes.iter().map(|o| o.ops).collect();
