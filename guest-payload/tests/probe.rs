@@ -127,3 +127,69 @@ fn a_trace_event_the_kernel_lacks_fails_naming_the_event_and_the_kernel() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a trace event"));
 }
+
+#[test]
+fn a_profile_samples_the_window_and_folds_kernel_stacks() {
+    let out = payload(&[
+        "--profile-hz",
+        "997",
+        "lock",
+        "--algo",
+        "futex",
+        "--threads",
+        "4",
+        "--duration-ms",
+        "400",
+    ]);
+    let (k, _) = kernel_of(&out);
+    if !is_root() {
+        assert!(k["not_measured"]["profile"].as_str().is_some(), "{k}");
+        return;
+    }
+    let p = &k["profile"];
+    assert_eq!(p["rate_hz"], 997, "{k}");
+    let samples = p["samples"].as_u64().unwrap();
+    // 0.4 s on at least one CPU at 997 Hz: a few hundred samples (cpu-clock ticks on idle CPUs too).
+    assert!(samples >= 100, "{p}");
+    assert_eq!(
+        p["kernel_samples"].as_u64().unwrap() + p["user_samples"].as_u64().unwrap(),
+        samples
+    );
+    let folded = p["folded"].as_array().unwrap();
+    assert!(!folded.is_empty() && folded.len() <= 200, "{p}");
+    let kept: u64 = folded.iter().map(|s| s[1].as_u64().unwrap()).sum();
+    assert_eq!(kept + p["other_samples"].as_u64().unwrap(), samples);
+    // Kernel stacks are symbolised from /proc/kallsyms: named frames, not addresses.
+    let kernel_stack = folded.iter().find(|s| s[0] != "[user]").expect("a kernel stack");
+    assert!(
+        kernel_stack[0]
+            .as_str()
+            .unwrap()
+            .chars()
+            .next()
+            .unwrap()
+            .is_ascii_alphabetic()
+            || kernel_stack[0].as_str().unwrap().starts_with('_'),
+        "{kernel_stack}"
+    );
+}
+
+#[test]
+fn profile_rates_out_of_range_are_refused() {
+    for rate in ["0", "100001"] {
+        let out = payload(&[
+            "--profile-hz",
+            rate,
+            "lock",
+            "--threads",
+            "1",
+            "--duration-ms",
+            "20",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{rate}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("profile-hz"),
+            "{rate}"
+        );
+    }
+}

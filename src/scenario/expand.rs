@@ -123,6 +123,10 @@ pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
         argv.push("--trace-event".into());
         argv.push(event.clone());
     }
+    if let Some(p) = variant.profile {
+        argv.push("--profile-hz".into());
+        argv.push(p.rate_hz.to_string());
+    }
     argv
 }
 

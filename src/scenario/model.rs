@@ -252,6 +252,15 @@ pub struct Variant {
     /// and off after each (the payload's `--trace-event`), e.g. `[lock:contention_begin]`.
     #[serde(default)]
     pub trace_events: Vec<String>,
+    /// A system-wide kernel profile of each run's window (off when absent).
+    pub profile: Option<ProfileSwitch>,
+}
+
+/// `profile: {rate_hz: N}`: cpu-clock samples per second and CPU (the payload's `--profile-hz`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSwitch {
+    pub rate_hz: u64,
 }
 
 /// A workload argument: a scalar, or a list that expands into a matrix.

@@ -273,6 +273,14 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         if let Some(KernelRef::File(f)) = &v.kernel {
             check_kernel_file(&mut err, &[key("variants"), Seg::Index(i), key("kernel")], f);
         }
+        if let Some(p) = v.profile
+            && let Err(msg) = check_profile_rate(p.rate_hz)
+        {
+            err(
+                &[key("variants"), Seg::Index(i), key("profile"), key("rate_hz")],
+                msg,
+            );
+        }
         for (at, msg) in trace_event_problems(&v.trace_events) {
             err(
                 &[
@@ -400,6 +408,19 @@ fn trace_event_problems(events: &[String]) -> Vec<(usize, String)> {
         }
     }
     out
+}
+
+/// A profile's rate: 1 up to the kernel's default `perf_event_max_sample_rate` (the guest may
+/// have lowered its own since; the payload refuses a rate above that, exit 2).
+fn check_profile_rate(hz: u64) -> Result<(), String> {
+    let max = ocrig_payload::probe::profile::DEFAULT_MAX_SAMPLE_RATE;
+    if (1..=max).contains(&hz) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{hz} Hz is outside the allowed range 1..={max} (perf_event_max_sample_rate)"
+        ))
+    }
 }
 
 /// 1-vCPU guest in a scenario whose variants switch PV spinlocks, which cannot differ (a
@@ -688,6 +709,30 @@ mod tests {
         );
         let (_d, l) = loaded(&good);
         validate(&l, &facts()).unwrap();
+    }
+
+    #[test]
+    fn profile_rates_outside_one_to_the_max_sample_rate_are_refused_with_the_range() {
+        for (rate, ok) in [
+            (0, false),
+            (1, true),
+            (99, true),
+            (100_000, true),
+            (100_001, false),
+        ] {
+            let text = format!(
+                "name: x\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: p, profile: {{rate_hz: {rate}}}}}\n{WORK}"
+            );
+            let (_d, l) = loaded(&text);
+            match validate(&l, &facts()) {
+                Ok(()) => assert!(ok, "{rate} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{rate}: {e}");
+                    assert_eq!(e.0[0].field, "variants[1].profile.rate_hz");
+                    assert!(e.0[0].message.contains("1..=100000"), "{e}");
+                }
+            }
+        }
     }
 
     #[test]

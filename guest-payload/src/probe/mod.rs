@@ -19,6 +19,7 @@
 //! workload starts and off after it returned, so a variant can measure what tracing costs.
 
 pub mod perf;
+pub mod profile;
 pub mod tracefs;
 
 use std::collections::BTreeMap;
@@ -39,6 +40,10 @@ pub struct Options {
     /// lock:contention_begin); repeatable. A name the kernel lacks fails the run (exit 2).
     #[arg(long = "trace-event", global = true, value_name = "SYSTEM:NAME", value_parser = parse_event)]
     pub trace_events: Vec<String>,
+    /// Sample the kernel system-wide at this rate (cpu-clock, IP + kernel call chain) during
+    /// the window and store folded stacks in the report's `kernel.profile`. Off by default.
+    #[arg(long, global = true, value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..=profile::DEFAULT_MAX_SAMPLE_RATE))]
+    pub profile_hz: Option<u64>,
 }
 
 fn parse_event(s: &str) -> Result<String, String> {
@@ -110,11 +115,16 @@ pub struct KernelView {
     pub not_measured: BTreeMap<String, String>,
     /// Trace events switched on through tracefs for this run.
     pub trace_events: Vec<String>,
+    /// The kernel profile of the window (`--profile-hz`); None when not asked for or failed
+    /// (then `not_measured.profile` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<profile::Profile>,
 }
 
 struct Opened {
     /// Per spec: its counters (one per CPU), or why it has none.
     counters: Vec<Result<Vec<perf::Counter>, String>>,
+    sampler: Option<profile::Sampler>,
     opened_at: Option<Instant>,
     closed: Option<(Instant, &'static str)>,
 }
@@ -137,6 +147,9 @@ pub fn window_open() {
                 }
             }
         }
+        if let Some(s) = &o.sampler {
+            s.start();
+        }
         o.opened_at = Some(Instant::now());
     }
 }
@@ -149,6 +162,9 @@ pub fn window_close() {
 fn close(w: &mut Option<Opened>, how: &'static str) {
     if let Some(o) = w.as_mut().filter(|o| o.opened_at.is_some() && o.closed.is_none()) {
         o.closed = Some((Instant::now(), how));
+        if let Some(s) = &o.sampler {
+            s.stop();
+        }
         for c in o.counters.iter_mut() {
             if let Ok(cs) = c {
                 if let Err(e) = cs.iter().try_for_each(|x| x.stop()) {
@@ -244,9 +260,30 @@ impl Session {
                     })
             })
             .collect();
+        let mut sampler = None;
+        if let Some(hz) = opts.profile_hz {
+            if let Some(max) = profile::max_sample_rate().filter(|&m| hz > m) {
+                s.disable_events();
+                return Err(TraceEventError(format!(
+                    "--profile-hz {hz} is outside 1..={max} (kernel {}'s perf_event_max_sample_rate)",
+                    s.view.kernel
+                )));
+            }
+            match cpus
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|c| profile::Sampler::open(c, hz))
+            {
+                Ok(x) => sampler = Some(x),
+                Err(why) => {
+                    s.view.not_measured.insert("profile".into(), why);
+                }
+            }
+        }
         s.view.cpus = cpus.unwrap_or_default();
         *window() = Some(Opened {
             counters,
+            sampler,
             opened_at: None,
             closed: None,
         });
@@ -292,7 +329,17 @@ impl Drop for Session {
 /// The operation count a workload reports, for per-operation rates.
 const OPS_FIELDS: &[&str] = &["ops_total", "files_read"];
 
-fn fill(view: &mut KernelView, o: Opened, report: &crate::report::Report) {
+fn fill(view: &mut KernelView, mut o: Opened, report: &crate::report::Report) {
+    if let Some(s) = o.sampler.take() {
+        if o.opened_at.is_some() {
+            view.profile = Some(s.finish());
+        } else {
+            view.not_measured.insert(
+                "profile".into(),
+                "the workload has no measured-window hook, so nothing was sampled".into(),
+            );
+        }
+    }
     let window_ns = match (o.opened_at, o.closed) {
         (Some(a), Some((b, how))) => {
             view.window_end = Some(how.into());
