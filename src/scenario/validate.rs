@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::locate::Seg;
-use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioErrors, expand};
+use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioErrors, Variant, expand};
 
 /// What validation needs to know about the host.
 #[derive(Debug, Clone)]
@@ -331,7 +331,13 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             );
         }
         for (vi, v) in variants.iter().enumerate() {
-            let argv = expand::payload_argv(&w, v);
+            // The probe options (trace_events, profile) are checked, and located, on their own.
+            let unprobed = Variant {
+                trace_events: Vec::new(),
+                profile: None,
+                ..v.clone()
+            };
+            let argv = expand::payload_argv(&w, &unprobed);
             if let Err(e) = ocrig_payload::cli::validate(&argv) {
                 let (path, msg) = payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty());
                 err(&path, msg);

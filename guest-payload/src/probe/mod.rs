@@ -141,10 +141,10 @@ pub fn window_open() {
     let mut w = window();
     if let Some(o) = w.as_mut().filter(|o| o.opened_at.is_none()) {
         for c in o.counters.iter_mut() {
-            if let Ok(cs) = c {
-                if let Err(e) = cs.iter().try_for_each(|x| x.start()) {
-                    *c = Err(format!("enabling the counter failed: {e}"));
-                }
+            if let Ok(cs) = c
+                && let Err(e) = cs.iter().try_for_each(|x| x.start())
+            {
+                *c = Err(format!("enabling the counter failed: {e}"));
             }
         }
         if let Some(s) = &o.sampler {
@@ -166,10 +166,10 @@ fn close(w: &mut Option<Opened>, how: &'static str) {
             s.stop();
         }
         for c in o.counters.iter_mut() {
-            if let Ok(cs) = c {
-                if let Err(e) = cs.iter().try_for_each(|x| x.stop()) {
-                    *c = Err(format!("disabling the counter failed: {e}"));
-                }
+            if let Ok(cs) = c
+                && let Err(e) = cs.iter().try_for_each(|x| x.stop())
+            {
+                *c = Err(format!("disabling the counter failed: {e}"));
             }
         }
     }
@@ -378,7 +378,11 @@ fn fill(view: &mut KernelView, mut o: Opened, report: &crate::report::Report) {
     let sleep = match (view.counts["contention_begin"], view.counts["spin"]) {
         // Two counters enabled a few microseconds apart: the difference never goes below 0.
         (Some(all), Some(spin)) => Ok(all.saturating_sub(spin)),
-        _ => Err("needs both contention_begin and spin".into()),
+        // Not measured for the reason its parts were not.
+        _ => Err(["contention_begin", "spin"]
+            .iter()
+            .find_map(|n| view.not_measured.get(*n).cloned())
+            .unwrap_or_else(|| "needs both contention_begin and spin".into())),
     };
     put(view, "sleep", sleep);
     if ops.is_none() {

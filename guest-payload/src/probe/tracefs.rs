@@ -36,7 +36,10 @@ impl std::fmt::Display for Event {
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
-/// The tracefs root, mounting tracefs on `/sys/kernel/tracing` when it is not mounted yet.
+/// The tracefs root. When tracefs is not mounted (the guest's /init does not mount it), it is
+/// mounted on `/sys/kernel/tracing` in a mount namespace of this process's own, so that on the
+/// host backend the payload leaves the host's mounts as they were (the namespace ends with the
+/// process). Call it while the process has one thread (unshare refuses otherwise).
 pub fn root() -> Result<PathBuf, String> {
     for dir in [TRACEFS, DEBUGFS_TRACING] {
         if Path::new(dir).join("events").is_dir() {
@@ -45,15 +48,29 @@ pub fn root() -> Result<PathBuf, String> {
     }
     let target = std::ffi::CString::new(TRACEFS).expect("no NUL");
     let fstype = std::ffi::CString::new("tracefs").expect("no NUL");
-    // SAFETY: NUL-terminated strings that outlive the call; no mount data.
+    let slash = std::ffi::CString::new("/").expect("no NUL");
+    // SAFETY: NUL-terminated strings that outlive the calls; no mount data. Making every mount
+    // private first keeps the new one from propagating back to the parent namespace.
     let r = unsafe {
-        libc::mount(
-            fstype.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
+        if libc::unshare(libc::CLONE_NEWNS) != 0
+            || libc::mount(
+                std::ptr::null(),
+                slash.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+        {
+            -1
+        } else {
+            libc::mount(
+                fstype.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        }
     };
     if r != 0 {
         return Err(format!(
