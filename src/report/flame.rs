@@ -248,4 +248,105 @@ mod tests {
         assert!(line.contains('+'), "{line}");
         assert!(line.contains("rgb(255,"), "slow path grew, so red: {line}");
     }
+
+    /// The flame graphs as a user sees them: Debian's headless Chromium lays out a page with
+    /// both SVGs inline and a script reports every frame's name and drawn width.
+    #[test]
+    fn flame_graphs_render_in_chromium_with_every_frame_drawn() {
+        let base = cell(
+            "base",
+            &[("entry;kernfs;__mutex_lock_slowpath", 10), ("entry;idle", 90)],
+        );
+        let other = cell(
+            "patched",
+            &[("entry;kernfs;__mutex_lock_slowpath", 60), ("entry;idle", 40)],
+        );
+        let inline = |svg: String| svg[svg.find("<svg").unwrap()..].to_string();
+        let tmp = tempfile::tempdir().unwrap();
+        let page = tmp.path().join("flame.html");
+        let check = r#"<script>
+window.addEventListener('load', () => {
+  const graphs = [...document.querySelectorAll('body > div > svg')].map(svg => {
+    const frames = [...svg.querySelectorAll('g')].filter(g => g.querySelector(':scope > title') && g.querySelector(':scope > rect'))
+      .map(g => ({name: g.querySelector(':scope > title').textContent.split(' (')[0],
+                  width: g.querySelector(':scope > rect').getBoundingClientRect().width,
+                  fill: g.querySelector(':scope > rect').getAttribute('fill')}));
+    return {width: svg.getBoundingClientRect().width, frames};
+  });
+  const out = document.createElement('pre');
+  out.id = 'ocrig-check';
+  out.textContent = JSON.stringify(graphs);
+  document.body.appendChild(out);
+});
+</script>"#;
+        let html = format!(
+            "<!DOCTYPE html><html><body><div>{}</div><div>{}</div>{check}</body></html>",
+            inline(flame_svg(&base, "base").unwrap()),
+            inline(diff_svg(&base, &other, "diff").unwrap())
+        );
+        std::fs::write(&page, html).unwrap();
+        let out = std::process::Command::new("/usr/bin/chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+            ])
+            .args([
+                "--disable-component-update",
+                "--disable-sync",
+                "--window-size=1300,900",
+                "--virtual-time-budget=5000",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                tmp.path().join("profile").display()
+            ))
+            .arg("--dump-dom")
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("Debian's chromium (scripts/setup installs it)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let json = dom
+            .split("<pre id=\"ocrig-check\">")
+            .nth(1)
+            .and_then(|s| s.split("</pre>").next())
+            .expect("the checking script ran");
+        let graphs: serde_json::Value =
+            serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
+        let graphs = graphs.as_array().unwrap();
+        assert_eq!(graphs.len(), 2);
+        for g in graphs {
+            let frames = g["frames"].as_array().unwrap();
+            // The root frame spans the graph (inferno draws 1200 px wide, less the margins).
+            let all = frames
+                .iter()
+                .find(|f| f["name"] == "all")
+                .expect("the root frame");
+            assert!(all["width"].as_f64().unwrap() > 1000.0, "{g}");
+            for name in ["entry", "kernfs", "__mutex_lock_slowpath", "idle"] {
+                let f = frames
+                    .iter()
+                    .find(|f| f["name"] == name)
+                    .unwrap_or_else(|| panic!("{name} not drawn: {g}"));
+                assert!(f["width"].as_f64().unwrap() > 1.0, "{f}");
+            }
+        }
+        // In the differential graph the grown slow path is red, the shrunk idle blue.
+        let frames = graphs[1]["frames"].as_array().unwrap();
+        let fill = |n: &str| {
+            frames.iter().find(|f| f["name"] == n).unwrap()["fill"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            fill("__mutex_lock_slowpath").starts_with("rgb(255,"),
+            "{}",
+            fill("__mutex_lock_slowpath")
+        );
+        assert!(fill("idle").ends_with(",255)"), "{}", fill("idle"));
+    }
 }
