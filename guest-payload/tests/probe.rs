@@ -27,6 +27,7 @@ fn counts_cover_exactly_the_window_and_see_task_switches() {
     // A futex lock with more threads than this machine may have CPUs: waiters sleep in the
     // kernel, so the scheduler must switch tasks inside the window.
     let out = payload(&[
+        "--kernel-counts",
         "lock",
         "--algo",
         "futex",
@@ -85,22 +86,15 @@ fn counts_cover_exactly_the_window_and_see_task_switches() {
 }
 
 #[test]
-fn counting_can_be_switched_off_and_says_so() {
-    let out = payload(&[
-        "--no-kernel-counts",
-        "lock",
-        "--threads",
-        "1",
-        "--duration-ms",
-        "20",
-    ]);
+fn counting_is_off_unless_asked_for_and_says_so() {
+    let out = payload(&["lock", "--threads", "1", "--duration-ms", "20"]);
     let (k, _) = kernel_of(&out);
     assert!(k["counts"]["contention_begin"].is_null(), "{k}");
     assert!(
         k["not_measured"]["sched_switch"]
             .as_str()
             .unwrap()
-            .contains("--no-kernel-counts"),
+            .contains("--kernel-counts"),
         "{k}"
     );
 }

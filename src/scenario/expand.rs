@@ -123,6 +123,9 @@ pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
         argv.push("--trace-event".into());
         argv.push(event.clone());
     }
+    if variant.kernel_counts {
+        argv.push("--kernel-counts".into());
+    }
     if let Some(p) = variant.profile {
         argv.push("--profile-hz".into());
         argv.push(p.rate_hz.to_string());
@@ -210,7 +213,7 @@ mod tests {
     #[test]
     fn trace_events_become_payload_options_after_the_workload_arguments() {
         let s = scenario(
-            "name: m\nlevels: [1]\nvariants:\n  - {name: base, baseline: true}\n  - {name: t, trace_events: [lock:contention_begin, lock:contention_end]}\nworkloads:\n  - command: lock\n    metric: x\n    args: {algo: tas}\n",
+            "name: m\nlevels: [1]\nvariants:\n  - {name: base, baseline: true}\n  - {name: t, trace_events: [lock:contention_begin, lock:contention_end], kernel_counts: true, profile: {rate_hz: 99}}\nworkloads:\n  - command: lock\n    metric: x\n    args: {algo: tas}\n",
         );
         let (vs, w) = (variants(&s), workloads(&s).remove(0));
         assert_eq!(payload_argv(&w, &vs[0]), ["lock", "--algo", "tas"]);
@@ -224,7 +227,10 @@ mod tests {
                 "--trace-event",
                 "lock:contention_begin",
                 "--trace-event",
-                "lock:contention_end"
+                "lock:contention_end",
+                "--kernel-counts",
+                "--profile-hz",
+                "99"
             ]
         );
         // The payload's own parser takes them (global options may follow the subcommand).

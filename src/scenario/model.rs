@@ -252,6 +252,10 @@ pub struct Variant {
     /// and off after each (the payload's `--trace-event`), e.g. `[lock:contention_begin]`.
     #[serde(default)]
     pub trace_events: Vec<String>,
+    /// Count guest kernel lock contention and scheduler events in each run's window (the
+    /// payload's `--kernel-counts`; off by default, since it switches the tracepoints on).
+    #[serde(default)]
+    pub kernel_counts: bool,
     /// A system-wide kernel profile of each run's window (off when absent).
     pub profile: Option<ProfileSwitch>,
 }

@@ -334,6 +334,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             // The probe options (trace_events, profile) are checked, and located, on their own.
             let unprobed = Variant {
                 trace_events: Vec::new(),
+                kernel_counts: false,
                 profile: None,
                 ..v.clone()
             };

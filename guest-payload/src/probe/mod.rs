@@ -33,9 +33,11 @@ use tracefs::Event;
 /// The probe's command-line switches (global options of `ocrig-payload`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
-    /// Do not count kernel lock contention and scheduler events (counting is on by default).
+    /// Count kernel lock contention and scheduler events in the window. Off by default: a perf
+    /// counter on a tracepoint switches the tracepoint on, and each event then costs building
+    /// its record (hackbench under TCG: median 0.56 s counted vs 0.41 s not, n = 5 each).
     #[arg(long, global = true)]
-    pub no_kernel_counts: bool,
+    pub kernel_counts: bool,
     /// Switch this guest trace event on through tracefs for the run (`system:name`, e.g.
     /// lock:contention_begin); repeatable. A name the kernel lacks fails the run (exit 2).
     #[arg(long = "trace-event", global = true, value_name = "SYSTEM:NAME", value_parser = parse_event)]
@@ -230,8 +232,11 @@ impl Session {
             }
             s.view.trace_events = opts.trace_events.clone();
         }
-        let reason = if opts.no_kernel_counts {
-            Some("kernel counting switched off (--no-kernel-counts)".to_string())
+        let reason = if !opts.kernel_counts {
+            Some(
+                "kernel counting not asked for (--kernel-counts, a variant's kernel_counts: true)"
+                    .to_string(),
+            )
         } else {
             root.as_ref().err().cloned()
         };
