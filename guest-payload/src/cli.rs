@@ -19,6 +19,9 @@ pub struct Cli {
     /// Pretty-print the JSON report.
     #[arg(long, global = true)]
     pub pretty: bool,
+    /// The guest kernel's view of the run (lock contention counts, trace events).
+    #[command(flatten)]
+    pub probe: crate::probe::Options,
     #[command(subcommand)]
     pub command: Command,
 }

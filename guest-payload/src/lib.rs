@@ -11,5 +11,6 @@ pub mod cli;
 pub mod env;
 pub mod locks;
 pub mod metrics;
+pub mod probe;
 pub mod report;
 pub mod workloads;

@@ -40,7 +40,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    match cli::run(&cli.command) {
+    // Only workloads get a probe (not `list`); a trace event the kernel lacks is bad input here.
+    let probe = match ocrig_payload::probe::Session::start(&cli.probe) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ocrig-payload: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut outcome = cli::run(&cli.command);
+    probe.finish(outcome.as_mut().ok().and_then(Option::as_mut));
+    match outcome {
         Ok(Some(report)) => {
             let text = if cli.pretty {
                 serde_json::to_string_pretty(&report)

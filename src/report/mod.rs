@@ -4,6 +4,7 @@
 //! alone by [`crate::stats::cells::build`].
 
 pub mod csv;
+pub mod flame;
 pub mod hosts;
 pub mod html;
 pub mod json;
@@ -152,6 +153,12 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Ok(path)
         })
+        .chain(
+            std::iter::once_with(|| flame::write(journal, dir)).flat_map(|r| match r {
+                Ok(paths) => paths.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            }),
+        )
         .collect()
 }
 

@@ -119,6 +119,17 @@ pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
             },
         }
     }
+    for event in &variant.trace_events {
+        argv.push("--trace-event".into());
+        argv.push(event.clone());
+    }
+    if variant.kernel_counts {
+        argv.push("--kernel-counts".into());
+    }
+    if let Some(p) = variant.profile {
+        argv.push("--profile-hz".into());
+        argv.push(p.rate_hz.to_string());
+    }
     argv
 }
 
@@ -197,6 +208,34 @@ mod tests {
         assert_eq!(payload_argv(w, &vs[1]), ["lock", "--algo", "mcs", "--verbose"]);
         assert_eq!(guest_for(&s, &vs[1]).cmdline, "quiet nopvspin");
         assert_eq!(guest_for(&s, &vs[0]).cmdline, "quiet");
+    }
+
+    #[test]
+    fn trace_events_become_payload_options_after_the_workload_arguments() {
+        let s = scenario(
+            "name: m\nlevels: [1]\nvariants:\n  - {name: base, baseline: true}\n  - {name: t, trace_events: [lock:contention_begin, lock:contention_end], kernel_counts: true, profile: {rate_hz: 99}}\nworkloads:\n  - command: lock\n    metric: x\n    args: {algo: tas}\n",
+        );
+        let (vs, w) = (variants(&s), workloads(&s).remove(0));
+        assert_eq!(payload_argv(&w, &vs[0]), ["lock", "--algo", "tas"]);
+        let traced = payload_argv(&w, &vs[1]);
+        assert_eq!(
+            traced,
+            [
+                "lock",
+                "--algo",
+                "tas",
+                "--trace-event",
+                "lock:contention_begin",
+                "--trace-event",
+                "lock:contention_end",
+                "--kernel-counts",
+                "--profile-hz",
+                "99"
+            ]
+        );
+        // The payload's own parser takes them (global options may follow the subcommand).
+        let c = ocrig_payload::cli::validate(&traced).unwrap();
+        assert_eq!(c.workload_name(), Some("lock"));
     }
 
     #[test]

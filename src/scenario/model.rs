@@ -287,6 +287,23 @@ pub struct Variant {
     /// Merged into every workload's arguments (e.g. `{algo: ticket}`).
     #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
+    /// Guest trace events (`system:name`) switched on through tracefs for this variant's runs
+    /// and off after each (the payload's `--trace-event`), e.g. `[lock:contention_begin]`.
+    #[serde(default)]
+    pub trace_events: Vec<String>,
+    /// Count guest kernel lock contention and scheduler events in each run's window (the
+    /// payload's `--kernel-counts`; off by default, since it switches the tracepoints on).
+    #[serde(default)]
+    pub kernel_counts: bool,
+    /// A system-wide kernel profile of each run's window (off when absent).
+    pub profile: Option<ProfileSwitch>,
+}
+
+/// `profile: {rate_hz: N}`: cpu-clock samples per second and CPU (the payload's `--profile-hz`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSwitch {
+    pub rate_hz: u64,
 }
 
 /// A workload argument: a scalar, or a list that expands into a matrix.

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::locate::Seg;
-use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioErrors, expand};
+use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioErrors, Variant, expand};
 
 /// What validation needs to know about the host.
 #[derive(Debug, Clone)]
@@ -283,6 +283,25 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         if let Some(KernelRef::File(f)) = &v.kernel {
             check_kernel_file(&mut err, &[key("variants"), Seg::Index(i), key("kernel")], f);
         }
+        if let Some(p) = v.profile
+            && let Err(msg) = check_profile_rate(p.rate_hz)
+        {
+            err(
+                &[key("variants"), Seg::Index(i), key("profile"), key("rate_hz")],
+                msg,
+            );
+        }
+        for (at, msg) in trace_event_problems(&v.trace_events) {
+            err(
+                &[
+                    key("variants"),
+                    Seg::Index(i),
+                    key("trace_events"),
+                    Seg::Index(at),
+                ],
+                msg,
+            );
+        }
     }
     if let KernelRef::File(f) = &s.guest.kernel {
         check_kernel_file(&mut err, &[key("guest"), key("kernel")], f);
@@ -323,7 +342,14 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             );
         }
         for (vi, v) in variants.iter().enumerate() {
-            let argv = expand::payload_argv(&w, v);
+            // The probe options (trace_events, profile) are checked, and located, on their own.
+            let unprobed = Variant {
+                trace_events: Vec::new(),
+                kernel_counts: false,
+                profile: None,
+                ..v.clone()
+            };
+            let argv = expand::payload_argv(&w, &unprobed);
             if let Err(e) = ocrig_payload::cli::validate(&argv) {
                 let (path, msg) = payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty());
                 err(&path, msg);
@@ -386,6 +412,35 @@ fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
 /// Checks that need the accelerator: `accel: kvm` where the user running QEMU cannot open
 /// /dev/kvm (or there is no usable KVM), `cpu:` models the accelerator cannot run (`host` is
 /// KVM's: QEMU refuses it under TCG at start, "CPU model 'host' requires KVM or HVF"), and a
+/// A variant's `trace_events`: each `system:name` (what tracefs calls it), none twice. Whether
+/// the guest kernel has them is only known in the guest: the payload refuses a missing one
+/// naming the event and the kernel (exit 2).
+fn trace_event_problems(events: &[String]) -> Vec<(usize, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Err(msg) = ocrig_payload::probe::tracefs::Event::parse(e) {
+            out.push((i, msg));
+        } else if !seen.insert(e.as_str()) {
+            out.push((i, format!("'{e}' is listed twice")));
+        }
+    }
+    out
+}
+
+/// A profile's rate: 1 up to the kernel's default `perf_event_max_sample_rate` (the guest may
+/// have lowered its own since; the payload refuses a rate above that, exit 2).
+fn check_profile_rate(hz: u64) -> Result<(), String> {
+    let max = ocrig_payload::probe::profile::DEFAULT_MAX_SAMPLE_RATE;
+    if (1..=max).contains(&hz) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{hz} Hz is outside the allowed range 1..={max} (perf_event_max_sample_rate)"
+        ))
+    }
+}
+
 /// 1-vCPU guest in a scenario whose variants switch PV spinlocks, which cannot differ (a
 /// kernel with one possible CPU disables PV spinlocks itself) — a warning instead where
 /// `guest.single_vcpu_intended` says so. Every problem is returned together, located.
@@ -693,6 +748,49 @@ mod tests {
             "{}",
             c.accel.reason
         );
+    }
+
+    #[test]
+    fn trace_events_must_be_system_name_and_listed_once() {
+        let text = format!(
+            "name: x\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - name: traced\n    trace_events: [lock:contention_begin, contention_end, lock:contention_begin]\n{WORK}"
+        );
+        let (_d, l) = loaded(&text);
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 2, "{e}");
+        assert_eq!(e.0[0].field, "variants[1].trace_events[1]");
+        assert!(e.0[0].message.contains("system:name"), "{e}");
+        assert_eq!(e.0[1].field, "variants[1].trace_events[2]");
+        assert!(e.0[1].message.contains("twice"), "{e}");
+        let good = format!(
+            "name: x\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: traced, trace_events: [lock:contention_begin, lock:contention_end]}}\n{WORK}"
+        );
+        let (_d, l) = loaded(&good);
+        validate(&l, &facts()).unwrap();
+    }
+
+    #[test]
+    fn profile_rates_outside_one_to_the_max_sample_rate_are_refused_with_the_range() {
+        for (rate, ok) in [
+            (0, false),
+            (1, true),
+            (99, true),
+            (100_000, true),
+            (100_001, false),
+        ] {
+            let text = format!(
+                "name: x\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: p, profile: {{rate_hz: {rate}}}}}\n{WORK}"
+            );
+            let (_d, l) = loaded(&text);
+            match validate(&l, &facts()) {
+                Ok(()) => assert!(ok, "{rate} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{rate}: {e}");
+                    assert_eq!(e.0[0].field, "variants[1].profile.rate_hz");
+                    assert!(e.0[0].message.contains("1..=100000"), "{e}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -423,6 +423,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
             anyhow::bail!("reading ready bytes from workers failed: {e}");
         }
     }
+    crate::probe::window_open();
     let start_ns = mono_ns();
     let start = std::time::Instant::now();
     // SAFETY: one byte from a valid buffer.
@@ -438,6 +439,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     }
     let failed = reap(workers);
     let elapsed = start.elapsed();
+    crate::probe::window_close();
     for fd in readyfds.into_iter().chain(wakefds).chain(thread_fds) {
         close(fd);
     }

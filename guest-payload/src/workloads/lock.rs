@@ -254,6 +254,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     // Relaxed suffices: the flag carries no data, and the stop gate synchronises the results.
     shared.stop.0.store(true, Ordering::Relaxed);
     let end = stop_gate.open();
+    crate::probe::window_close();
     let outcomes: Vec<ThreadOutcome> = workers
         .into_iter()
         .map(|h| h.join().map_err(|_| anyhow::anyhow!("a lock worker panicked")))

@@ -238,6 +238,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         .into_iter()
         .map(|h| h.join().map_err(|_| anyhow::anyhow!("a mutex worker panicked")))
         .collect::<anyhow::Result<_>>()?;
+    crate::probe::window_close();
     let (futex, futex_unavailable) = super::futex_counts(info);
     let thread_ns: Vec<u64> = outcomes
         .iter()

@@ -65,6 +65,7 @@ impl StartGate {
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         let made = setup();
+        crate::probe::window_open();
         let start = Instant::now();
         s.open = true;
         self.changed.notify_all();
@@ -138,6 +139,7 @@ impl PipeGate {
                 "only {arrived} of {workers} workers got ready (a worker died)"
             );
         }
+        crate::probe::window_open();
         let start = Instant::now();
         // SAFETY: one byte from a valid buffer.
         let w = unsafe { libc::write(self.wake[1], b.as_ptr().cast(), 1) };

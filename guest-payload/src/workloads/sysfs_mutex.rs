@@ -194,6 +194,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
                 .map_err(|_| anyhow::anyhow!("a sysfs-mutex task panicked"))
         })
         .collect::<anyhow::Result<_>>()?;
+    crate::probe::window_close();
     // Until the last task finished (not until the joins returned).
     let elapsed = outcomes
         .iter()
