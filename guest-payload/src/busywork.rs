@@ -14,8 +14,12 @@
 //!   one out-of-line function, so the calibrated machine code *is* the code the workload runs;
 //! - a few milliseconds at process start are a lucky or unlucky moment: trials here are spread
 //!   out (a short sleep between them, so they fall in different host time slices);
-//! - a minimum keeps the one trial that ran fastest, not the speed the run will see: the median
-//!   of the trials is used, and their spread is reported;
+//! - a trial that spans a preemption reads slow, and inside a guest nothing can tell (the
+//!   guest's CPU clock runs on while the host has taken the vCPU): the fastest of several
+//!   spread-out trials is the loop's undisturbed speed, which is what "H ns of work" means;
+//!   the median and the slowest trial are reported beside it. (A median was tried first: under
+//!   TCG and on a loaded host half the calibrations then "drifted" by 7-48 % between before
+//!   and after the run, i.e. they measured preemption, not the loop; the fastest trials agree.)
 //! - a trial timed by the wall clock also counts the time its thread was preempted (by the
 //!   run's other threads, or anything else on the machine): trials are timed by the thread's
 //!   own CPU clock, so "H ns of hold" means H ns of CPU, which is also what the physics checks
@@ -33,7 +37,7 @@ use serde::{Deserialize, Serialize};
 /// CPU time one calibration trial aims at: long against the clock's resolution (microseconds
 /// on an emulated HPET), short against a scheduler time slice (milliseconds).
 pub const TRIAL_TARGET: Duration = Duration::from_millis(1);
-/// Trials per calibration; the median is kept.
+/// Trials per calibration; the fastest is kept.
 pub const TRIALS: usize = 9;
 /// Pause between trials, so they sample different moments.
 const TRIAL_SPACING: Duration = Duration::from_micros(500);
@@ -48,10 +52,12 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// One calibration on the calling thread.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct Calibration {
-    /// Median over the trials: nanoseconds per [`spin_iters`] iteration.
+    /// The fastest trial: nanoseconds per [`spin_iters`] iteration when nothing disturbed it.
     pub ns_per_iter: f64,
-    /// Fastest and slowest trial, ns per iteration (their ratio is the noise seen).
+    /// Fastest, median and slowest trial, ns per iteration (their ratios are the noise seen).
     pub min_ns_per_iter: f64,
+    #[serde(default)]
+    pub median_ns_per_iter: f64,
     pub max_ns_per_iter: f64,
     /// Iterations per trial (sized to take about [`TRIAL_TARGET`]).
     pub trial_iters: u64,
@@ -63,7 +69,7 @@ pub struct Calibration {
 static TURN: Mutex<()> = Mutex::new(());
 
 /// Measures this thread's loop speed: sizes a trial to about [`TRIAL_TARGET`], then times
-/// [`TRIALS`] spread-out trials and keeps the median. Takes about 15 ms (plus [`SETTLE`] on the
+/// [`TRIALS`] spread-out trials and keeps the fastest. Takes about 15 ms (plus [`SETTLE`] on the
 /// first call of the process).
 pub fn calibrate() -> Calibration {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -99,8 +105,9 @@ pub fn calibrate() -> Calibration {
     }
     per_iter.sort_by(f64::total_cmp);
     Calibration {
-        ns_per_iter: per_iter[TRIALS / 2],
+        ns_per_iter: per_iter[0],
         min_ns_per_iter: per_iter[0],
+        median_ns_per_iter: per_iter[TRIALS / 2],
         max_ns_per_iter: per_iter[TRIALS - 1],
         trial_iters: iters,
         trials: TRIALS,
@@ -168,7 +175,8 @@ mod tests {
     fn calibration_is_positive_ordered_and_sized() {
         let c = calibrate();
         assert!(c.ns_per_iter > 0.0);
-        assert!(c.min_ns_per_iter <= c.ns_per_iter && c.ns_per_iter <= c.max_ns_per_iter);
+        assert_eq!(c.ns_per_iter, c.min_ns_per_iter);
+        assert!(c.min_ns_per_iter <= c.median_ns_per_iter && c.median_ns_per_iter <= c.max_ns_per_iter);
         assert!(c.trial_iters >= 1_000 && c.trials == TRIALS);
         assert!(iterations_for(10_000) >= iterations_for(100));
     }
@@ -187,6 +195,7 @@ mod tests {
         let c = |ns| Calibration {
             ns_per_iter: ns,
             min_ns_per_iter: ns,
+            median_ns_per_iter: ns,
             max_ns_per_iter: ns,
             trial_iters: 1,
             trials: 1,
