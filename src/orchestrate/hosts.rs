@@ -12,7 +12,9 @@ use anyhow::Context;
 use futures::future::join_all;
 
 use super::BadInput;
-use super::run::{self as single, Claim, RunArgs};
+use super::claims::{self, Claim};
+use super::run::{self as single, RunArgs};
+use super::{preflight, results_dir};
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::owned::RunOwnership;
 use crate::executor::vm::{VmConfig, VmExecutor};
@@ -41,10 +43,10 @@ fn label_of(uri: &str) -> String {
 /// Connects to one host: remote ones are checked like a single remote host (SSH, pinned key,
 /// libvirt version); a local URI must answer.
 fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
-    match single::connect_remote(uri)? {
+    match preflight::connect_remote(uri)? {
         Some(b) => Ok(b),
         None => {
-            single::reap_orphan_domains(uri);
+            preflight::reap_orphan_domains(uri);
             let b = LibvirtBackend::connect(uri)
                 .map_err(|e| BadInput(format!("preflight: host {uri}: {e:#}")))?;
             Ok(Arc::new(b))
@@ -81,7 +83,7 @@ pub fn run(
             Err(e) => return Err(e),
         };
         let facts = if backend.remote().is_some() {
-            single::remote_facts(&backend)?
+            preflight::remote_facts(&backend)?
         } else {
             HostFacts::read()
         };
@@ -90,7 +92,7 @@ pub fn run(
             mine.scenario.host.cpus = Some(c.clone());
         }
         validate(&mine, &facts)?;
-        super::validate::check_kernels(&mine)?;
+        preflight::check_kernels(&mine)?;
         let plan = Plan::build(&mine.scenario, &facts.allowed_cpus, seed)?;
         hosts.push(Host {
             label: label_of(&uri),
@@ -122,7 +124,7 @@ pub fn run(
             Some(r) => VirtEvidence::read_from(r.as_ref()),
             None => VirtEvidence::read(),
         };
-        let a = single::resolve_accel(s.host.accel, &ev)?;
+        let a = preflight::resolve_accel(s.host.accel, &ev)?;
         if let Some(first) = &accel
             && a.accel != *first
         {
@@ -149,32 +151,32 @@ pub fn run(
     let mut claims = Vec::new();
     for h in &hosts {
         claims.push(match h.backend.remote() {
-            Some(_) => Claim::Remote(single::claim_remote_cpus(
+            Some(_) => Claim::Remote(claims::claim_remote_cpus(
                 &h.backend,
                 &h.plan.host_cpus,
                 args.wait_for_cpus,
             )?),
-            None => Claim::Local(single::claim_cpus(&h.plan.host_cpus, args.wait_for_cpus)?),
+            None => Claim::Local(claims::claim_cpus(&h.plan.host_cpus, args.wait_for_cpus)?),
         });
     }
 
     let t_prep = Instant::now();
     let plan0 = hosts[0].plan.clone();
     let payload = crate::payload_bin::locate()?;
-    let uploads = single::uploads_for(&plan0, &payload)?;
-    let images = single::images_for(&plan0, &s)?;
+    let uploads = preflight::uploads_for(&plan0, &payload)?;
+    let images = preflight::images_for(&plan0, &s)?;
     let prep_s = t_prep.elapsed().as_secs_f64();
 
-    let (results_dir, journal) = single::open_results(
+    let (results_dir, journal) = results_dir::open_results(
         &args.results,
         previous.as_ref(),
         &plan0,
         &loaded.text,
         |dir| claims.iter_mut().for_each(|c| c.note_results_dir(dir)),
         || {
-            let mut head = single::header(&plan0, &loaded.sha256, "libvirt", accel);
+            let mut head = results_dir::header(&plan0, &loaded.sha256, "libvirt", accel);
             head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
-            head.kernels = single::kernels_of(&images);
+            head.kernels = results_dir::kernels_of(&images);
             head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
             head
         },
@@ -191,7 +193,7 @@ pub fn run(
     );
     let journal = Mutex::new(journal);
     let progress = Progress::new(plan0.total_runs(), args.quiet);
-    let run_id = single::run_id();
+    let run_id = results_dir::run_id();
     // One run id per host: the guests of two hosts that are one libvirtd must not share names,
     // and each id is owned (so no reaper takes their domains for orphans).
     let mut owners = Vec::new();
