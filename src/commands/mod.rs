@@ -45,6 +45,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             backend,
             quiet,
             wait_for_cpus,
+            accept_changed,
         } => run::run(&run::RunArgs {
             scenario,
             results,
@@ -52,6 +53,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             backend,
             quiet,
             wait_for_cpus,
+            accept_changed,
         }),
         Command::Validate { files } => validate::validate(&files),
         Command::Report { dir, format, by_host } => {

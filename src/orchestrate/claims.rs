@@ -8,12 +8,21 @@ use super::BadInput;
 use crate::backend::isolation::{CpuClaim, CpusBusy};
 use crate::backend::libvirt::LibvirtBackend;
 
+/// Where CPU claims are taken instead of the host-wide directory, for tests whose sweeps do not
+/// measure anything (fault injection on the host backend) and so need not queue behind real
+/// sweeps on a shared machine. Never set it for a sweep whose numbers matter.
+pub const PRIVATE_CLAIMS_ENV: &str = "OCRIG_PRIVATE_CPU_CLAIMS";
+
 /// Takes the host CPUs for this sweep: refused (bad input, exit 2) while a live sweep holds
 /// any of them, unless told to wait.
 pub(crate) fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
-    CpuClaim::claim(cpus, wait, |busy| {
+    let on_wait = |busy: &CpusBusy| {
         eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
-    })
+    };
+    match std::env::var_os(PRIVATE_CLAIMS_ENV) {
+        Some(dir) => CpuClaim::claim_in(Path::new(&dir), cpus, wait, on_wait),
+        None => CpuClaim::claim(cpus, wait, on_wait),
+    }
     .map_err(|e| match e.downcast::<CpusBusy>() {
         Ok(busy) => BadInput(busy.to_string()).into(),
         Err(e) => e.context("claiming the host CPUs"),

@@ -8,8 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::Context;
-use futures::future::join_all;
+use futures::future::try_join_all;
 
 use super::BadInput;
 use super::claims::{self, Claim};
@@ -21,7 +20,7 @@ use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::host::VirtEvidence;
 use crate::scenario::Loaded;
 use crate::scenario::validate::{HostFacts, validate};
-use crate::sweep::journal::{Journal, RunRecord};
+use crate::sweep::journal::{Journal, RunRecord, RunsOn};
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
 use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals};
@@ -57,14 +56,15 @@ fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
 pub fn run(
     args: &RunArgs,
     loaded: Loaded,
-    previous: Option<super::resume::Previous>,
+    mut resuming: Option<single::Resuming>,
     t0: Instant,
 ) -> anyhow::Result<()> {
     let s = loaded.scenario.clone();
-    let seed = previous
+    let seed = resuming
         .as_ref()
-        .and_then(|p| p.seed())
+        .and_then(|r| r.previous.seed())
         .unwrap_or_else(crate::sweep::order::fresh_seed);
+    let resumed = resuming.is_some();
 
     // Preflight: every host reachable and big enough (a resumed sweep goes on without the
     // hosts that do not answer).
@@ -73,7 +73,7 @@ pub fn run(
         let uri = entry.uri().to_string();
         let backend = match connect(&uri) {
             Ok(b) => b,
-            Err(e) if previous.is_some() => {
+            Err(e) if resumed => {
                 eprintln!(
                     "ocrig: host {} does not answer; resuming without it: {e:#}",
                     label_of(&uri)
@@ -167,17 +167,44 @@ pub fn run(
     let images = preflight::images_for(&plan0, &s)?;
     let prep_s = t_prep.elapsed().as_secs_f64();
 
-    let (results_dir, journal) = results_dir::open_results(
+    let runs_on = RunsOn {
+        scenario_sha256: loaded.sha256.clone(),
+        backend: "libvirt".into(),
+        accel: accel.as_str().to_string(),
+        host_cpus: plan0.host_cpus.clone(),
+        guests: plan0.boot_infos(),
+        kernels: results_dir::kernels_of(&images),
+        payload_sha256: Some(preflight::file_sha256(&payload)?),
+        images: results_dir::images_of(&images),
+        hosts: hosts.iter().map(|h| h.label.clone()).collect(),
+    };
+    let mut was_on = resuming.as_ref().map(|r| r.previous.runs_on.clone());
+    if let (Some(was), Some(r)) = (&mut was_on, &mut resuming) {
+        // Resuming goes on without the hosts that do not answer: fewer hosts is not a change.
+        if runs_on.hosts.iter().all(|h| was.hosts.contains(h)) {
+            was.hosts = runs_on.hosts.clone();
+        }
+        r.previous.runs_on = was.clone();
+    }
+    let note = single::resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
+    let previous = resuming.as_ref().map(|r| &r.previous);
+    if let Some(p) = previous {
+        single::say_kept(p);
+    }
+    let (results_dir, journal, _new_lock) = results_dir::open_results(
         &args.results,
-        previous.as_ref(),
+        previous,
+        note,
         &plan0,
         &loaded.text,
         |dir| claims.iter_mut().for_each(|c| c.note_results_dir(dir)),
         || {
             let mut head = results_dir::header(&plan0, &loaded.sha256, "libvirt", accel);
             head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
-            head.kernels = results_dir::kernels_of(&images);
-            head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
+            head.kernels = runs_on.kernels.clone();
+            head.payload_sha256 = runs_on.payload_sha256.clone();
+            head.images = runs_on.images.clone();
+            head.hosts = runs_on.hosts.clone();
             head
         },
     )?;
@@ -200,10 +227,7 @@ pub fn run(
     for k in 0..hosts.len() {
         owners.push(RunOwnership::claim(&format!("{run_id}h{k}"), &results_dir)?);
     }
-    let mut records: Vec<RunRecord> = previous
-        .as_ref()
-        .map(|p| p.records().to_vec())
-        .unwrap_or_default();
+    let mut records: Vec<RunRecord> = previous.map(|p| p.records().to_vec()).unwrap_or_default();
 
     let rt = tokio::runtime::Runtime::new()?;
     let mut totals = PhaseTotals::default();
@@ -246,13 +270,21 @@ pub fn run(
                         Some(share),
                     )
                     .await;
-                    (h, r)
+                    // A lost host ends only its share; anything else (a journal append that
+                    // failed above all) ends every host's scheduler at once: try_join_all drops
+                    // the other futures, and with them their executors and guests.
+                    match r {
+                        Err(e) if !e.is::<HostLost>() => {
+                            Err(e.context(format!("the sweep on host {}", host.label)))
+                        }
+                        r => Ok((h, r)),
+                    }
                 }
             });
             let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
             let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
             let results = tokio::select! {
-                r = join_all(jobs) => r,
+                r = try_join_all(jobs) => single::stopped(r, &results_dir)?,
                 _ = sigint.recv() => return Err(super::Interrupted { signal: "SIGINT", code: 130 }.into()),
                 _ = sigterm.recv() => return Err(super::Interrupted { signal: "SIGTERM", code: 143 }.into()),
             };
@@ -265,7 +297,7 @@ pub fn run(
                             progress.println(&format!("ocrig: {l}"));
                             lost.push(h);
                         }
-                        None => return Err(e.context(format!("the sweep on host {}", hosts[h].label))),
+                        None => return Err(e),
                     },
                 }
             }
@@ -300,7 +332,7 @@ pub fn run(
     outcome?;
     drop(claims);
     drop(owners);
-    single::finish(&results_dir, previous.is_some(), t0, prep_s, &totals).context("finishing the sweep")
+    single::finish(&results_dir, &plan0, resumed, t0, prep_s, &totals)
 }
 
 fn add(t: &mut PhaseTotals, o: &PhaseTotals) {

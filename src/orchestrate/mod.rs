@@ -6,6 +6,7 @@ mod claims;
 mod hosts;
 pub mod preflight;
 mod results_dir;
+mod results_lock;
 mod resume;
 pub mod run;
 
@@ -22,16 +23,50 @@ pub struct Interrupted {
     pub code: u8,
 }
 
+/// The sweep ran to its end, but some run slots have no valid result (every attempt failed,
+/// or their guests never came up). Its reports are written; `--resume` retries those slots.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the sweep finished, but {slots} run slot(s) have no valid result (see the journal and the report's failed column); \
+     `ocrig run --resume {}` retries them",
+    dir.display()
+)]
+pub struct SweepIncomplete {
+    pub dir: std::path::PathBuf,
+    pub slots: usize,
+}
+
+/// Exit statuses (README.md, "Exit status"): 0 every run slot has a valid result; 1 any other
+/// error; 2 bad input (scenario, arguments, a directory that is not a results directory, a
+/// resume that would not continue the same sweep, a results directory another ocrig writes),
+/// nothing booted or written; 3 the journal could not be written (full disk, I/O error,
+/// read-only file system): the sweep stopped, its guests are gone, `--resume` continues it
+/// once the cause is gone; 4 the sweep finished with run slots that have no valid result;
+/// 130 / 143 stopped by SIGINT / SIGTERM.
+pub mod exit {
+    pub const ERROR: u8 = 1;
+    pub const BAD_INPUT: u8 = 2;
+    pub const JOURNAL_WRITE_FAILED: u8 = 3;
+    pub const INCOMPLETE: u8 = 4;
+}
+
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(i) = e.downcast_ref::<Interrupted>() {
         return i.code;
     }
+    if e.chain().any(|c| c.is::<crate::sweep::journal::JournalWriteFailed>()) {
+        return exit::JOURNAL_WRITE_FAILED;
+    }
+    if e.chain().any(|c| c.is::<SweepIncomplete>()) {
+        return exit::INCOMPLETE;
+    }
     let bad = e.chain().any(|c| {
         c.is::<BadInput>()
+            || c.is::<crate::sweep::journal::NotAJournal>()
             || c.is::<crate::scenario::ScenarioError>()
             || c.is::<crate::scenario::ScenarioErrors>()
     });
-    if bad { 2 } else { 1 }
+    if bad { exit::BAD_INPUT } else { exit::ERROR }
 }
 
 /// The results directory's log file, set once a sweep has one; until then only stderr logs.
@@ -39,7 +74,8 @@ static LOG_FILE: std::sync::OnceLock<std::sync::Mutex<std::fs::File>> = std::syn
 
 /// Sends every log line at debug level and above to `path` from now on.
 pub fn log_to_file(path: &std::path::Path) -> anyhow::Result<()> {
-    let f = std::fs::File::create(path)?;
+    // Appended to: a second resume keeps what the first one logged.
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
     let _ = LOG_FILE.set(std::sync::Mutex::new(f));
     Ok(())
 }

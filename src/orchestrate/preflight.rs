@@ -176,3 +176,10 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
         Err(ScenarioErrors(errs))
     }
 }
+
+/// SHA-256 of a file's bytes (the payload's identity in the journal).
+pub(crate) fn file_sha256(path: &Path) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(crate::scenario::hex(&Sha256::digest(&bytes)))
+}

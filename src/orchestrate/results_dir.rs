@@ -8,24 +8,40 @@ use anyhow::Context;
 
 use super::preflight::preflight_disk;
 use super::resume;
+use super::results_lock::ResultsLock;
 use crate::host::Accel;
-use crate::sweep::journal::{Entry, JournalWriter, ScheduleInfo, SweepHeader, WorkloadInfo};
+use crate::sweep::journal::{
+    Entry, JOURNAL_FILE, JOURNAL_FORMAT, JournalWriter, ResumeNote, ScheduleInfo, SweepHeader, WorkloadInfo,
+};
 use crate::sweep::plan::Plan;
 
 /// The results directory — the resumed one, or a new one — with its log and its journal; for a
-/// new sweep the scenario as run and the sweep header (`head`) are written first. `claimed`
-/// is told the directory's absolute path, so a CPU claim names who holds it.
+/// new sweep the scenario as run and the sweep header (`head`) are written first, and its lock
+/// taken (a resumed one's was taken before its journal was read). A resume journals `note`
+/// first (what it runs on and which changes it accepted); with an accepted scenario change the
+/// new scenario becomes `scenario.yaml` and the one run before is kept beside it. `claimed` is
+/// told the directory's absolute path, so a CPU claim names who holds it. The log is appended
+/// to, never truncated.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn open_results(
     root: &Path,
     previous: Option<&resume::Previous>,
+    note: Option<ResumeNote>,
     plan: &Plan,
     scenario_text: &str,
     mut claimed: impl FnMut(&Path),
     head: impl FnOnce() -> SweepHeader,
-) -> anyhow::Result<(PathBuf, JournalWriter)> {
-    let results_dir = match previous {
-        Some(p) => p.dir.clone(),
-        None => create_results_dir(root, &plan.name)?,
+) -> anyhow::Result<(PathBuf, JournalWriter, Option<ResultsLock>)> {
+    let (results_dir, lock) = match previous {
+        Some(p) => (p.dir.clone(), None),
+        None => {
+            let dir = create_results_dir(root, &plan.name)?;
+            let journal = dir.join(JOURNAL_FILE);
+            std::fs::write(&journal, "").with_context(|| format!("creating {}", journal.display()))?;
+            let lock = ResultsLock::take(&dir, false)?;
+            lock.say_holder()?;
+            (dir, Some(lock))
+        }
     };
     claimed(&std::fs::canonicalize(&results_dir).unwrap_or_else(|_| results_dir.clone()));
     preflight_disk(&results_dir, plan)?;
@@ -35,11 +51,39 @@ pub(crate) fn open_results(
         "ocrig.log"
     }))?;
     let mut journal = JournalWriter::open(&results_dir)?;
-    if previous.is_none() {
-        std::fs::write(results_dir.join("scenario.yaml"), scenario_text)?;
-        journal.append(&Entry::Sweep(Box::new(head())))?;
+    let copy = results_dir.join("scenario.yaml");
+    match (previous, note) {
+        (None, _) => {
+            std::fs::write(&copy, scenario_text)?;
+            journal.append(&Entry::Sweep(Box::new(head())))?;
+        }
+        (Some(p), Some(note)) => {
+            if note.runs_on.scenario_sha256 != p.runs_on.scenario_sha256 {
+                let kept = numbered(&results_dir, "scenario.before-resume", "yaml");
+                std::fs::rename(&copy, &kept)?;
+                std::fs::write(&copy, scenario_text)?;
+                eprintln!(
+                    "ocrig: the scenario as changed now runs ({}); the one run before is kept in {}",
+                    copy.display(),
+                    kept.display()
+                );
+            }
+            journal.append(&Entry::Resume(Box::new(note)))?;
+        }
+        (Some(_), None) => {}
     }
-    Ok((results_dir, journal))
+    Ok((results_dir, journal, lock))
+}
+
+/// `DIR/STEM.EXT`, or `DIR/STEM-2.EXT`, `-3`... whichever does not exist yet.
+pub(crate) fn numbered(dir: &Path, stem: &str, ext: &str) -> PathBuf {
+    let mut path = dir.join(format!("{stem}.{ext}"));
+    let mut n = 1;
+    while path.exists() {
+        n += 1;
+        path = dir.join(format!("{stem}-{n}.{ext}"));
+    }
+    path
 }
 
 /// Each variant's guest kernel release, for the sweep header.
@@ -48,6 +92,11 @@ pub(crate) fn kernels_of(images: &BTreeMap<String, crate::image::Image>) -> BTre
         .iter()
         .map(|(v, i)| (v.clone(), i.kernel_release.clone()))
         .collect()
+}
+
+/// Each variant's guest image id (the hash of its inputs), for the sweep header.
+pub(crate) fn images_of(images: &BTreeMap<String, crate::image::Image>) -> BTreeMap<String, String> {
+    images.iter().map(|(v, i)| (v.clone(), i.id.clone())).collect()
 }
 
 pub(crate) fn create_results_dir(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
@@ -106,5 +155,8 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
         guest_start: Some(plan.guest_start.as_str().to_string()),
         hosts: Vec::new(),
+        journal_format: JOURNAL_FORMAT,
+        payload_sha256: None,
+        images: BTreeMap::new(),
     }
 }

@@ -202,6 +202,13 @@ impl Settled {
             .count()
     }
 
+    /// Every measured run that was attempted but has no valid result, in key order.
+    pub fn runs_without_result(&self) -> impl Iterator<Item = &RunKey> + '_ {
+        self.last_attempt
+            .keys()
+            .filter(|k| !k.warmup && !self.valid.contains_key(*k))
+    }
+
     /// The headline values (guest 0's `metric`) of a cell's valid measured results among
     /// `runs`, in run order — the samples the CV stopping rule and the summaries see.
     pub fn samples(

@@ -6,13 +6,33 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
+
+/// The journal format this ocrig writes and the newest it reads. 1: journals without the field;
+/// 2: `resume` entries (what each `--resume` ran on, and which differences it accepted).
+pub const JOURNAL_FORMAT: u32 = 2;
+
+/// A file that is not a journal this ocrig can read (no header, a newer format, a malformed
+/// line): bad input, exit status 2, and nothing is written.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAJournal(pub String);
+
+/// Appending to the journal failed (no space, I/O error, read-only file system): the sweep stops
+/// at once. The journal ends at its last whole record, so `--resume` continues it once the cause
+/// is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot append to {}: {cause}", path.display())]
+pub struct JournalWriteFailed {
+    pub path: PathBuf,
+    pub cause: String,
+}
 
 pub use crate::vocabulary::Better;
 use crate::vocabulary::{GuestSharing, RunOrder};
@@ -22,6 +42,43 @@ use crate::vocabulary::{GuestSharing, RunOrder};
 pub enum Entry {
     Sweep(Box<SweepHeader>),
     Run(Box<RunRecord>),
+    /// Written by every `ocrig run --resume` before its first record (format 2).
+    Resume(Box<ResumeNote>),
+}
+
+/// What a sweep runs on: compared by `--resume` with what it ran on before, so a resume
+/// continues exactly the sweep it started (or says, and records, what it accepted as changed).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunsOn {
+    pub scenario_sha256: String,
+    pub backend: String,
+    /// What the accelerator setting resolved to (`auto` → `kvm` or `tcg`).
+    pub accel: String,
+    pub host_cpus: Vec<usize>,
+    /// Guests booted per boot group (level and variants as labelled in the plan).
+    pub guests: Vec<BootInfo>,
+    /// Guest kernel release per variant (empty for the host backend).
+    pub kernels: BTreeMap<String, String>,
+    /// SHA-256 of the payload binary the guests (or the host) run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_sha256: Option<String>,
+    /// Guest image id (hash of its inputs) per variant (empty for the host backend).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, String>,
+    /// The hosts of a sweep over several (empty: this machine or its one remote host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+}
+
+/// One `ocrig run --resume`: when, by which ocrig, on what, and which differences from the
+/// sweep as it ran before it was told to accept (`--accept-changed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeNote {
+    pub at: String,
+    pub ocrig_version: String,
+    pub runs_on: RunsOn,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_changes: Vec<String>,
 }
 
 /// What the sweep was asked to do; written once, first.
@@ -58,6 +115,40 @@ pub struct SweepHeader {
     /// several (labels as in every record's `host`). Empty: this machine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
+    /// The journal's format ([`JOURNAL_FORMAT`]); 1 when absent (older ocrig).
+    #[serde(default = "format_1")]
+    pub journal_format: u32,
+    /// SHA-256 of the payload binary (absent in journals of older ocrig versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_sha256: Option<String>,
+    /// Guest image id per variant (absent in older journals, empty for the host backend).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, String>,
+}
+
+fn format_1() -> u32 {
+    1
+}
+
+impl SweepHeader {
+    /// What the sweep started on.
+    pub fn runs_on(&self) -> RunsOn {
+        RunsOn {
+            scenario_sha256: self.scenario_sha256.clone(),
+            backend: self.backend.clone(),
+            accel: self.accel.clone(),
+            host_cpus: self.host_cpus.clone(),
+            guests: self
+                .schedule
+                .as_ref()
+                .map(|s| s.boots.clone())
+                .unwrap_or_default(),
+            kernels: self.kernels.clone(),
+            payload_sha256: self.payload_sha256.clone(),
+            images: self.images.clone(),
+            hosts: self.hosts.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,22 +242,37 @@ pub struct RunRecord {
     pub finished_at: String,
 }
 
-/// Appends entries to a journal, fsync'ing each one.
+/// Appends entries to a journal, fsync'ing each one. Every append lands whole or not at all: a
+/// write that fails is cut back off the file, and once one has failed every later append fails
+/// too (with the first cause), so no scheduler of any host appends after a failed one.
 pub struct JournalWriter {
     file: File,
     path: PathBuf,
+    /// Length of the file's whole records.
+    len: u64,
+    failed: Option<String>,
 }
 
 impl JournalWriter {
-    /// Opens (creating if needed) `dir/journal.jsonl` for appending.
+    /// Opens (creating if needed) `dir/journal.jsonl` for appending. A journal whose tail is
+    /// not a whole line (a crash or full disk mid-write) is first cut back to its last newline;
+    /// the cut bytes are kept beside it as `journal.jsonl.torn-<n>` and the cut is said on
+    /// stderr.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
         let path = dir.join(JOURNAL_FILE);
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&path)
             .with_context(|| format!("opening journal {}", path.display()))?;
-        Ok(Self { file, path })
+        let len = cut_torn_tail(&mut file, &path)?;
+        Ok(Self {
+            file,
+            path,
+            len,
+            failed: None,
+        })
     }
 
     pub fn append(&mut self, entry: &Entry) -> anyhow::Result<()> {
@@ -174,18 +280,117 @@ impl JournalWriter {
     }
 
     /// Appends entries with one write and one fsync (an attempt's records land together; should
-    /// a crash cut the write short, [`RunRecord::attempt_records`] tells the attempt is partial).
+    /// a crash cut the write short, [`RunRecord::attempt_records`] tells the attempt is partial
+    /// and the next open cuts the torn line off). Fails with [`JournalWriteFailed`].
     pub fn append_all(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+        if let Some(cause) = &self.failed {
+            return Err(self.write_failed(format!("an earlier append failed: {cause}")));
+        }
         let mut text = String::new();
         for e in entries {
             text.push_str(&serde_json::to_string(e)?);
             text.push('\n');
         }
-        self.file
+        match self
+            .file
             .write_all(text.as_bytes())
             .and_then(|_| self.file.sync_data())
-            .with_context(|| format!("appending to {}", self.path.display()))
+        {
+            Ok(()) => {
+                self.len += text.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Take back whatever part of the write landed; if even that fails, the next
+                // open cuts the torn tail.
+                let _ = self.file.set_len(self.len).and_then(|_| self.file.sync_data());
+                let cause = e.to_string();
+                self.failed = Some(cause.clone());
+                Err(self.write_failed(cause))
+            }
+        }
     }
+
+    fn write_failed(&self, cause: String) -> anyhow::Error {
+        JournalWriteFailed {
+            path: self.path.clone(),
+            cause,
+        }
+        .into()
+    }
+}
+
+/// Refuses a header line of a newer journal format (told before its fields are parsed: a newer
+/// header may lack or rename some).
+fn newer_format(line: &[u8]) -> Result<(), String> {
+    #[derive(Deserialize)]
+    struct Format {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default = "format_1")]
+        journal_format: u32,
+        #[serde(default)]
+        ocrig_version: Option<String>,
+    }
+    match serde_json::from_slice::<Format>(line) {
+        Ok(f) if f.kind == "sweep" && f.journal_format > JOURNAL_FORMAT => Err(format!(
+            "written by ocrig {} in journal format {}; this ocrig ({}) reads formats up to {JOURNAL_FORMAT}: use a newer ocrig",
+            f.ocrig_version.as_deref().unwrap_or("?"),
+            f.journal_format,
+            env!("CARGO_PKG_VERSION")
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Cuts a tail that is not a whole line off `file`, keeping it beside the journal; returns the
+/// length left.
+fn cut_torn_tail(file: &mut File, path: &Path) -> anyhow::Result<u64> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(0);
+    }
+    // Find the last newline, reading backwards in blocks (a torn record is at most one line).
+    let mut end = len;
+    let mut keep = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    'scan: while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            keep = start + i as u64 + 1;
+            break 'scan;
+        }
+        end = start;
+    }
+    if keep == len {
+        return Ok(len);
+    }
+    let mut torn = Vec::with_capacity((len - keep) as usize);
+    file.seek(SeekFrom::Start(keep))?;
+    file.read_to_end(&mut torn)?;
+    let name = path.file_name().map_or("journal".into(), |n| n.to_string_lossy().into_owned());
+    let mut n = 1;
+    let mut aside = path.with_file_name(format!("{name}.torn-{n}"));
+    while aside.exists() {
+        n += 1;
+        aside = path.with_file_name(format!("{name}.torn-{n}"));
+    }
+    std::fs::write(&aside, &torn)
+        .and_then(|_| File::open(&aside)?.sync_all())
+        .with_context(|| format!("keeping the torn tail of {} in {}", path.display(), aside.display()))?;
+    file.set_len(keep)
+        .and_then(|_| file.sync_data())
+        .with_context(|| format!("cutting the torn tail off {}", path.display()))?;
+    eprintln!(
+        "ocrig: {} ended in a torn line ({} bytes, left by a crash or a full disk mid-write): cut back to its last whole record; the cut bytes are in {}",
+        path.display(),
+        torn.len(),
+        aside.display()
+    );
+    Ok(keep)
 }
 
 /// A journal read back: the header and every complete run record, in order.
@@ -196,40 +401,82 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Reads `dir/journal.jsonl` (or the file itself if `path` is a file). A torn last line (a
-    /// crash mid-write) is ignored; any other malformed line is an error naming its number.
+    /// Reads `dir/journal.jsonl` (or the file itself if `path` is a file). A torn tail (bytes
+    /// after the last newline: a crash mid-write, whatever they hold) is ignored; any other
+    /// malformed line is a [`NotAJournal`] error naming its number.
     pub fn read(path: &Path) -> anyhow::Result<Self> {
+        Ok(Self::read_with_resumes(path)?.0)
+    }
+
+    /// [`Journal::read`], with every `--resume` note in journal order.
+    pub fn read_with_resumes(path: &Path) -> anyhow::Result<(Self, Vec<ResumeNote>)> {
         let file_path = if path.is_dir() {
             path.join(JOURNAL_FILE)
         } else {
             path.to_path_buf()
         };
-        let file =
-            File::open(&file_path).with_context(|| format!("opening journal {}", file_path.display()))?;
-        let lines: Vec<String> = BufReader::new(file)
-            .lines()
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("reading {}", file_path.display()))?;
-        let mut header = None;
+        let bytes = std::fs::read(&file_path).map_err(|e| {
+            NotAJournal(format!(
+                "{}: cannot read the journal: {e} (expected a results directory of `ocrig run`)",
+                file_path.display()
+            ))
+        })?;
+        let bad = |line: usize, what: String| -> anyhow::Error {
+            NotAJournal(format!("{}:{line}: {what}", file_path.display())).into()
+        };
+        // Only whole lines count: whatever follows the last newline is a torn write.
+        let whole = match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(i) => &bytes[..=i],
+            None => &bytes[..0],
+        };
+        let lines: Vec<&[u8]> = whole.split(|&b| b == b'\n').collect();
+        let last = lines.len().saturating_sub(1); // the empty piece after the final newline
+        let mut header: Option<SweepHeader> = None;
         let mut runs = Vec::new();
-        let last = lines.len();
-        for (i, line) in lines.iter().enumerate() {
-            if line.trim().is_empty() {
+        let mut resumes = Vec::new();
+        for (i, line) in lines[..last].iter().enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let entry: Entry = match serde_json::from_str(line) {
+            if header.is_none() {
+                newer_format(line).map_err(|what| bad(i + 1, what))?;
+            }
+            let parsed = std::str::from_utf8(line)
+                .map_err(|e| e.to_string())
+                .and_then(|l| serde_json::from_str::<Entry>(l).map_err(|e| e.to_string()));
+            let entry = match parsed {
                 Ok(e) => e,
-                Err(_) if i + 1 == last => break,
-                Err(e) => anyhow::bail!("{}:{}: malformed journal line: {e}", file_path.display(), i + 1),
+                // The last whole line of an older ocrig's journal may be torn too (it appended
+                // onto a torn tail); a newer journal's header says so before any other line.
+                Err(_) if i + 1 == last && header.is_some() => break,
+                Err(e) if header.is_none() => {
+                    return Err(bad(
+                        i + 1,
+                        format!("expected the sweep header of an ocrig journal, found a line that is not one ({e})"),
+                    ));
+                }
+                Err(e) => return Err(bad(i + 1, format!("malformed journal line: {e}"))),
             };
             match entry {
                 Entry::Sweep(h) if header.is_none() => header = Some(*h),
-                Entry::Sweep(_) => {} // a resumed sweep re-states its header; the first one stands
+                Entry::Sweep(_) => {} // a resumed sweep may re-state its header; the first one stands
+                _ if header.is_none() => {
+                    return Err(bad(
+                        i + 1,
+                        "expected the sweep header as the journal's first line, found a record".into(),
+                    ));
+                }
                 Entry::Run(r) => runs.push(*r),
+                Entry::Resume(n) => resumes.push(*n),
             }
         }
-        let header = header.with_context(|| format!("{}: no sweep header line", file_path.display()))?;
-        Ok(Self { header, runs })
+        let header = header.ok_or_else(|| {
+            NotAJournal(format!(
+                "{}: no sweep header line (expected a journal written by `ocrig run`)",
+                file_path.display()
+            ))
+        })?;
+        Ok((Self { header, runs }, resumes))
     }
 }
 
@@ -256,6 +503,9 @@ pub(crate) mod tests {
             ocrig_version: "0".into(),
             guest_start: None,
             hosts: Vec::new(),
+            journal_format: JOURNAL_FORMAT,
+            payload_sha256: None,
+            images: BTreeMap::new(),
         }
     }
 

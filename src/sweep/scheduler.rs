@@ -254,27 +254,7 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 
     fn next_run(&self, group: &BootGroup, cell: &Cell, run: u32, broken: bool) -> Next {
-        let key = run_key(group, cell, false, run);
-        if self.settled.has_valid_result(&key) {
-            return Next::Done;
-        }
-        // Without workers no CV can be reached: record the runs always made, skip the rest.
-        if broken && run >= cell.runs {
-            return Next::Enough;
-        }
-        let this = CellKey {
-            variant: &cell.variant,
-            level: group.level,
-            workload: &cell.workload.id,
-        };
-        let samples = self
-            .settled
-            .samples(&self.records, &this, &cell.workload.metric, 0..run);
-        if enough_runs(cell, run, &samples) {
-            Next::Enough
-        } else {
-            Next::Run
-        }
+        next_run(&self.settled, &self.records, group, cell, run, broken)
     }
 
     /// One run: attempts until one counts or the retries are spent. Each attempt is journaled.
@@ -437,6 +417,76 @@ impl<E: Executor> Scheduler<'_, E> {
             ));
         }
     }
+}
+
+/// What measured run `run` of a cell needs, by the accounting rule over `records` (settled as
+/// `settled`): the one decision of the live sweep, of a resume and of [`work_left`].
+fn next_run(
+    settled: &Settled,
+    records: &[RunRecord],
+    group: &BootGroup,
+    cell: &Cell,
+    run: u32,
+    broken: bool,
+) -> Next {
+    let key = run_key(group, cell, false, run);
+    if settled.has_valid_result(&key) {
+        return Next::Done;
+    }
+    // Without workers no CV can be reached: record the runs always made, skip the rest.
+    if broken && run >= cell.runs {
+        return Next::Enough;
+    }
+    let this = CellKey {
+        variant: &cell.variant,
+        level: group.level,
+        workload: &cell.workload.id,
+    };
+    let samples = settled.samples(records, &this, &cell.workload.metric, 0..run);
+    if enough_runs(cell, run, &samples) {
+        Next::Enough
+    } else {
+        Next::Run
+    }
+}
+
+/// How many measured runs of `plan` still need making given the journaled `records` (over
+/// every host; an upper bound, as a CV target may stop a cell sooner): 0 when a resume would
+/// change nothing.
+pub fn work_left(plan: &Plan, records: &[RunRecord]) -> usize {
+    let settled = accounting::settle(records);
+    let mut left = 0;
+    for group in &plan.boots {
+        for cell in &group.cells {
+            for run in 0..cell.max_runs {
+                match next_run(&settled, records, group, cell, run, false) {
+                    Next::Done => {}
+                    Next::Enough => break,
+                    Next::Run => left += 1,
+                }
+            }
+        }
+    }
+    left
+}
+
+/// Measured run slots of `plan` that were attempted but have no valid result: a sweep that ends
+/// with any did not get every result it set out to (exit status 4).
+pub fn slots_without_result(plan: &Plan, records: &[RunRecord]) -> usize {
+    let settled = accounting::settle(records);
+    let planned: std::collections::BTreeSet<(&str, u64, &str)> = plan
+        .boots
+        .iter()
+        .flat_map(|g| {
+            g.cells
+                .iter()
+                .map(move |c| (c.variant.as_str(), g.level.to_bits(), c.workload.id.as_str()))
+        })
+        .collect();
+    settled
+        .runs_without_result()
+        .filter(|k| planned.contains(&(k.variant.as_str(), k.level_bits, k.workload.as_str())))
+        .count()
 }
 
 fn run_key(group: &BootGroup, cell: &Cell, warmup: bool, run: u32) -> RunKey {

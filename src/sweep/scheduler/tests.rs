@@ -60,7 +60,7 @@ fn read_records(dir: &std::path::Path) -> Vec<RunRecord> {
         .lines()
         .map(|l| match serde_json::from_str(l).unwrap() {
             Entry::Run(r) => *r,
-            Entry::Sweep(_) => panic!("no header expected"),
+            Entry::Sweep(_) | Entry::Resume(_) => panic!("no header expected"),
         })
         .collect()
 }
