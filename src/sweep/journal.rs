@@ -550,6 +550,80 @@ pub(crate) mod tests {
         assert_eq!(j.runs, vec![record(0), record(1)]);
     }
 
+    fn whole_journal(dir: &Path) -> Vec<u8> {
+        let mut w = JournalWriter::open(dir).unwrap();
+        w.append(&Entry::Sweep(Box::new(header()))).unwrap();
+        let mut r = record(0);
+        // A multi-byte character near the end, as a console tail carries them.
+        r.extra.insert("console_tail".into(), "naïve → ü".into());
+        w.append_all(&[Entry::Run(Box::new(record(1))), Entry::Run(Box::new(r))])
+            .unwrap();
+        std::fs::read(dir.join(JOURNAL_FILE)).unwrap()
+    }
+
+    #[test]
+    fn a_tail_torn_at_any_byte_is_cut_before_appending_and_kept_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let whole = whole_journal(dir.path());
+        let last_start = whole[..whole.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+        for cut in last_start + 1..whole.len() {
+            let path = dir.path().join(JOURNAL_FILE);
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            // Reading never fails on a torn tail, even one that splits a UTF-8 character.
+            let j = Journal::read(dir.path()).unwrap();
+            assert_eq!(j.runs, vec![record(1)], "cut at {cut}");
+            let mut w = JournalWriter::open(dir.path()).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), &whole[..last_start], "cut at {cut}");
+            w.append(&Entry::Run(Box::new(record(2)))).unwrap();
+            let j = Journal::read(dir.path()).unwrap();
+            assert_eq!(j.runs, vec![record(1), record(2)], "cut at {cut}");
+            let aside: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().contains(".torn-"))
+                .collect();
+            assert_eq!(aside.len(), 1);
+            assert_eq!(std::fs::read(&aside[0]).unwrap(), &whole[last_start..cut]);
+            std::fs::remove_file(&aside[0]).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_failed_append_is_taken_back_and_every_later_one_fails_too() {
+        let dir = tempfile::tempdir().unwrap();
+        // /dev/full fails every write with ENOSPC, as a full disk does.
+        std::os::unix::fs::symlink("/dev/full", dir.path().join(JOURNAL_FILE)).unwrap();
+        let mut w = JournalWriter::open(dir.path()).unwrap();
+        let e = w.append(&Entry::Run(Box::new(record(0)))).unwrap_err();
+        let failed = e.downcast_ref::<JournalWriteFailed>().expect("a JournalWriteFailed");
+        assert!(failed.cause.contains("No space left"), "{e}");
+        assert!(e.to_string().contains(JOURNAL_FILE), "{e}");
+        let again = w.append(&Entry::Run(Box::new(record(1)))).unwrap_err();
+        assert!(again.to_string().contains("an earlier append failed"), "{again}");
+    }
+
+    #[test]
+    fn not_a_journal_is_refused_naming_the_file_and_what_was_expected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let run = serde_json::to_string(&Entry::Run(Box::new(record(0)))).unwrap();
+        for (text, expected) in [
+            (format!("{run}\n"), "expected the sweep header"),
+            ("hello\n".to_string(), "expected the sweep header"),
+            (String::new(), "no sweep header"),
+            (
+                r#"{"type":"sweep","journal_format":3,"ocrig_version":"9.0.0"}"#.to_string() + "\n",
+                "written by ocrig 9.0.0 in journal format 3",
+            ),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let e = Journal::read(dir.path()).unwrap_err();
+            assert!(e.is::<NotAJournal>(), "{e:#}");
+            let msg = e.to_string();
+            assert!(msg.contains(&path.display().to_string()) && msg.contains(expected), "{msg}");
+        }
+    }
+
     /// A journal line exactly as ocrig wrote it before attempts were settled and boots shared.
     pub(crate) const OLD_FORMAT_RUN: &str = r#"{"type":"run","variant":"base","level":0.5,"workload":"lock-tas","run":0,"warmup":false,"guest":0,"guests":1,"ok":true,"attempt":1,"metrics":{"ops_per_sec":123.5},"argv":["lock","--algo","tas"],"timings":{"run_s":1.6},"extra":{"start_skew_us":0.0},"finished_at":"2026-11-30T10:00:00Z"}"#;
 
