@@ -54,7 +54,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(i) = e.downcast_ref::<Interrupted>() {
         return i.code;
     }
-    if e.chain().any(|c| c.is::<crate::sweep::journal::JournalWriteFailed>()) {
+    if e.chain()
+        .any(|c| c.is::<crate::sweep::journal::JournalWriteFailed>())
+    {
         return exit::JOURNAL_WRITE_FAILED;
     }
     if e.chain().any(|c| c.is::<SweepIncomplete>()) {

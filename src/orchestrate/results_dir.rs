@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::preflight::preflight_disk;
-use super::resume;
 use super::results_lock::ResultsLock;
+use super::resume;
 use crate::host::Accel;
 use crate::sweep::journal::{
     Entry, JOURNAL_FILE, JOURNAL_FORMAT, JournalWriter, ResumeNote, ScheduleInfo, SweepHeader, WorkloadInfo,

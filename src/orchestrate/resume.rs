@@ -92,14 +92,26 @@ pub fn differences(was: &RunsOn, now: &RunsOn) -> Vec<String> {
             out.push(format!("{name}: {a} (as run) → {b} (now)"));
         }
     };
-    field("scenario_sha256", was.scenario_sha256.clone(), now.scenario_sha256.clone());
+    field(
+        "scenario_sha256",
+        was.scenario_sha256.clone(),
+        now.scenario_sha256.clone(),
+    );
     field("backend", was.backend.clone(), now.backend.clone());
     field("accel", was.accel.clone(), now.accel.clone());
-    field("host_cpus", format!("{:?}", was.host_cpus), format!("{:?}", now.host_cpus));
+    field(
+        "host_cpus",
+        format!("{:?}", was.host_cpus),
+        format!("{:?}", now.host_cpus),
+    );
     if !was.guests.is_empty() {
         field("guests per level", guests(&was.guests), guests(&now.guests));
     }
-    field("kernels", format!("{:?}", was.kernels), format!("{:?}", now.kernels));
+    field(
+        "kernels",
+        format!("{:?}", was.kernels),
+        format!("{:?}", now.kernels),
+    );
     if let Some(p) = &was.payload_sha256 {
         field(
             "payload_sha256",
@@ -124,7 +136,10 @@ fn guests(boots: &[BootInfo]) -> String {
 }
 
 fn indent(text: &str) -> String {
-    text.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Lines only in `a` (prefixed -) and only in `b` (+), at most 20 of each.

@@ -293,7 +293,11 @@ fn backend_named(name: &str) -> Option<BackendKind> {
 
 /// True (having said so) when the resumed sweep has no run left to make: nothing is booted,
 /// claimed or written. Judged on the plan of the CPUs the sweep ran on.
-fn finished_already(p: &resume::Previous, loaded: &crate::scenario::Loaded, seed: u64) -> anyhow::Result<bool> {
+fn finished_already(
+    p: &resume::Previous,
+    loaded: &crate::scenario::Loaded,
+    seed: u64,
+) -> anyhow::Result<bool> {
     let mut s = loaded.scenario.clone();
     if let Some(first) = s.host.hosts.first()
         && let Some(c) = first.cpus()

@@ -371,7 +371,9 @@ fn cut_torn_tail(file: &mut File, path: &Path) -> anyhow::Result<u64> {
     let mut torn = Vec::with_capacity((len - keep) as usize);
     file.seek(SeekFrom::Start(keep))?;
     file.read_to_end(&mut torn)?;
-    let name = path.file_name().map_or("journal".into(), |n| n.to_string_lossy().into_owned());
+    let name = path
+        .file_name()
+        .map_or("journal".into(), |n| n.to_string_lossy().into_owned());
     let mut n = 1;
     let mut aside = path.with_file_name(format!("{name}.torn-{n}"));
     while aside.exists() {
@@ -380,7 +382,13 @@ fn cut_torn_tail(file: &mut File, path: &Path) -> anyhow::Result<u64> {
     }
     std::fs::write(&aside, &torn)
         .and_then(|_| File::open(&aside)?.sync_all())
-        .with_context(|| format!("keeping the torn tail of {} in {}", path.display(), aside.display()))?;
+        .with_context(|| {
+            format!(
+                "keeping the torn tail of {} in {}",
+                path.display(),
+                aside.display()
+            )
+        })?;
     file.set_len(keep)
         .and_then(|_| file.sync_data())
         .with_context(|| format!("cutting the torn tail off {}", path.display()))?;
@@ -452,7 +460,9 @@ impl Journal {
                 Err(e) if header.is_none() => {
                     return Err(bad(
                         i + 1,
-                        format!("expected the sweep header of an ocrig journal, found a line that is not one ({e})"),
+                        format!(
+                            "expected the sweep header of an ocrig journal, found a line that is not one ({e})"
+                        ),
                     ));
                 }
                 Err(e) => return Err(bad(i + 1, format!("malformed journal line: {e}"))),
@@ -565,7 +575,11 @@ pub(crate) mod tests {
     fn a_tail_torn_at_any_byte_is_cut_before_appending_and_kept_aside() {
         let dir = tempfile::tempdir().unwrap();
         let whole = whole_journal(dir.path());
-        let last_start = whole[..whole.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+        let last_start = whole[..whole.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .unwrap()
+            + 1;
         for cut in last_start + 1..whole.len() {
             let path = dir.path().join(JOURNAL_FILE);
             std::fs::write(&path, &whole[..cut]).unwrap();
@@ -573,7 +587,11 @@ pub(crate) mod tests {
             let j = Journal::read(dir.path()).unwrap();
             assert_eq!(j.runs, vec![record(1)], "cut at {cut}");
             let mut w = JournalWriter::open(dir.path()).unwrap();
-            assert_eq!(std::fs::read(&path).unwrap(), &whole[..last_start], "cut at {cut}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                &whole[..last_start],
+                "cut at {cut}"
+            );
             w.append(&Entry::Run(Box::new(record(2)))).unwrap();
             let j = Journal::read(dir.path()).unwrap();
             assert_eq!(j.runs, vec![record(1), record(2)], "cut at {cut}");
@@ -595,7 +613,9 @@ pub(crate) mod tests {
         std::os::unix::fs::symlink("/dev/full", dir.path().join(JOURNAL_FILE)).unwrap();
         let mut w = JournalWriter::open(dir.path()).unwrap();
         let e = w.append(&Entry::Run(Box::new(record(0)))).unwrap_err();
-        let failed = e.downcast_ref::<JournalWriteFailed>().expect("a JournalWriteFailed");
+        let failed = e
+            .downcast_ref::<JournalWriteFailed>()
+            .expect("a JournalWriteFailed");
         assert!(failed.cause.contains("No space left"), "{e}");
         assert!(e.to_string().contains(JOURNAL_FILE), "{e}");
         let again = w.append(&Entry::Run(Box::new(record(1)))).unwrap_err();
@@ -620,7 +640,10 @@ pub(crate) mod tests {
             let e = Journal::read(dir.path()).unwrap_err();
             assert!(e.is::<NotAJournal>(), "{e:#}");
             let msg = e.to_string();
-            assert!(msg.contains(&path.display().to_string()) && msg.contains(expected), "{msg}");
+            assert!(
+                msg.contains(&path.display().to_string()) && msg.contains(expected),
+                "{msg}"
+            );
         }
     }
 

@@ -563,7 +563,9 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         .map(|(i, _)| i + 1)
         .collect();
     let last_append = lines[lines.len() - 3];
-    let header = serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header()))).unwrap() + "\n";
+    let header = serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header())))
+        .unwrap()
+        + "\n";
     // On tmpfs where there is one: ~1600 resumes, each fsync'ing its appends.
     let shm = std::path::Path::new("/dev/shm");
     for cut in last_append + 1..bytes.len() {
@@ -586,11 +588,14 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         let exec = MockExecutor::new(METRIC, Script::default());
         let progress = Progress::new(p.total_runs(), true);
         let mut journal = JournalWriter::open(dir.path()).unwrap();
-        run(&p, exec, &mut journal, before.clone(), &progress).await.unwrap();
+        run(&p, exec, &mut journal, before.clone(), &progress)
+            .await
+            .unwrap();
         let after = crate::sweep::journal::Journal::read(dir.path()).unwrap().runs;
         let new = &after[before.len()..];
         assert!(
-            new.iter().all(|r| !done_before.contains(&(r.variant.clone(), r.run))),
+            new.iter()
+                .all(|r| !done_before.contains(&(r.variant.clone(), r.run))),
             "cut at {cut}: the resume redid a finished run:\n{}",
             brief(new)
         );
