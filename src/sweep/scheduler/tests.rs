@@ -604,3 +604,25 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         assert_eq!(progress.position(), p.total_runs());
     }
 }
+
+/// A sweep whose guests never came up at one level ends with slots that have no valid result
+/// (exit status 4); a resume that brings them up leaves none, and then there is no work left.
+#[tokio::test]
+async fn slots_without_a_result_are_counted_and_a_resume_fills_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("");
+    let script = Script {
+        failing_bring_ups: BTreeSet::from([1, 2]),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    assert_eq!(slots_without_result(&p, &o.records), 6, "{}", brief(&o.records));
+    assert!(work_left(&p, &o.records) > 0);
+    let again = tempfile::tempdir().unwrap();
+    let r = sweep(&p, Script::default(), o.records.clone(), again.path()).await;
+    let mut all = o.records;
+    all.extend(r.records);
+    assert_eq!(slots_without_result(&p, &all), 0);
+    assert_eq!(work_left(&p, &all), 0);
+    each_run_counted_once(&all, 3, 2);
+}
