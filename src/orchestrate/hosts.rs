@@ -20,10 +20,10 @@ use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::host::VirtEvidence;
 use crate::scenario::Loaded;
 use crate::scenario::validate::{HostFacts, validate};
-use crate::sweep::journal::{Journal, RunRecord, RunsOn};
+use crate::sweep::journal::{RunRecord, RunsOn};
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
-use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals};
+use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals, SharedJournal};
 
 /// One host, checked and planned.
 struct Host {
@@ -218,7 +218,6 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let journal = Mutex::new(journal);
     let progress = Progress::new(plan0.total_runs(), args.quiet);
     let run_id = results_dir::run_id();
     // One run id per host: the guests of two hosts that are one libvirtd must not share names,
@@ -227,7 +226,15 @@ pub fn run(
     for k in 0..hosts.len() {
         owners.push(RunOwnership::claim(&format!("{run_id}h{k}"), &results_dir)?);
     }
-    let mut records: Vec<RunRecord> = previous.map(|p| p.records().to_vec()).unwrap_or_default();
+    // Every host's scheduler appends here and reads the others' records from here.
+    let journal = Mutex::new(SharedJournal {
+        writer: journal,
+        records: previous.map(|p| p.records().to_vec()).unwrap_or_default(),
+    });
+    let pooled = |j: &Mutex<SharedJournal>| -> Vec<RunRecord> {
+        j.lock().unwrap_or_else(|e| e.into_inner()).records.clone()
+    };
+    let mut records = pooled(&journal);
 
     let rt = tokio::runtime::Runtime::new()?;
     let mut totals = PhaseTotals::default();
@@ -301,7 +308,7 @@ pub fn run(
                     },
                 }
             }
-            records = Journal::read(&results_dir)?.runs;
+            records = pooled(&journal);
             if lost.is_empty() {
                 return Ok(());
             }

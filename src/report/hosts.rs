@@ -57,7 +57,9 @@ pub fn split_by_host(j: &Journal) -> Journal {
         .runs
         .iter()
         .enumerate()
-        .filter(|(i, r)| settled.counts(*i) || !settled.has_valid_result(&crate::sweep::accounting::RunKey::of(r)))
+        .filter(|(i, r)| {
+            settled.counts(*i) || !settled.has_valid_result(&crate::sweep::accounting::RunKey::of(r))
+        })
         .map(|(_, r)| RunRecord {
             variant: tag(&r.variant, r.host.as_deref()),
             ..r.clone()
@@ -248,7 +250,11 @@ mod tests {
         let j = journal(vec![rec("a", 0, 1.0, 100.0), lost, taken_over, never]);
         let split = split_by_host(&j);
         let s = crate::sweep::accounting::settle(&split.runs);
-        assert_eq!(s.failed_runs("base@a", 1.0, "lock"), 1, "only run 3, which no host finished");
+        assert_eq!(
+            s.failed_runs("base@a", 1.0, "lock"),
+            1,
+            "only run 3, which no host finished"
+        );
         assert_eq!(s.failed_runs("base@b", 1.0, "lock"), 0);
         assert_eq!(s.counted(&split.runs).count(), 2);
     }

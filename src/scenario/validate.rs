@@ -199,13 +199,6 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         }
     }
     if s.host.hosts.len() > 1 {
-        if matches!(s.runs, super::RunCount::Dynamic(_)) {
-            err(
-                &[key("runs")],
-                "a CV target (runs: {min, max, target_cv}) is not supported with several hosts yet: give a run count"
-                    .into(),
-            );
-        }
         if s.guest.scratch_disk_mib > 0 {
             err(
                 &[key("guest"), key("scratch_disk_mib")],

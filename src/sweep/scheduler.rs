@@ -92,17 +92,31 @@ impl std::fmt::Display for HostLost {
 
 impl std::error::Error for HostLost {}
 
+/// The journal several hosts' schedulers share, with every record in it in journal order: each
+/// scheduler reads the others' records from here, so its stopping rule judges the pooled valid
+/// results of a cell across hosts, by the same accounting rule.
+pub struct SharedJournal {
+    pub writer: JournalWriter,
+    pub records: Vec<RunRecord>,
+}
+
 /// Where the records go: this scheduler's journal, or one several hosts' schedulers share.
 pub enum Journal<'a> {
     Own(&'a mut JournalWriter),
-    Shared(&'a std::sync::Mutex<JournalWriter>),
+    Shared(&'a std::sync::Mutex<SharedJournal>),
 }
 
 impl Journal<'_> {
-    fn append_all(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+    fn append_all(&mut self, recs: &[RunRecord]) -> anyhow::Result<()> {
+        let entries: Vec<Entry> = recs.iter().cloned().map(|r| Entry::Run(Box::new(r))).collect();
         match self {
-            Journal::Own(j) => j.append_all(entries),
-            Journal::Shared(j) => j.lock().unwrap_or_else(|e| e.into_inner()).append_all(entries),
+            Journal::Own(j) => j.append_all(&entries),
+            Journal::Shared(j) => {
+                let mut j = j.lock().unwrap_or_else(|e| e.into_inner());
+                j.writer.append_all(&entries)?;
+                j.records.extend_from_slice(recs);
+                Ok(())
+            }
         }
     }
 }
@@ -173,6 +187,7 @@ enum Next {
 
 impl<E: Executor> Scheduler<'_, E> {
     async fn run_group(&mut self, index: u32, group: &BootGroup) -> anyhow::Result<()> {
+        self.sync();
         let cells = &group.cells;
         let active: Vec<bool> = cells.iter().map(|c| self.has_work(group, c)).collect();
         if !active.iter().any(|&a| a) {
@@ -219,6 +234,7 @@ impl<E: Executor> Scheduler<'_, E> {
                 if stopped[c] || !self.takes(i) {
                     continue;
                 }
+                self.sync();
                 match self.next_run(group, cell, i, state.broken.is_some()) {
                     Next::Done => self.progress.run_done(),
                     Next::Enough => {
@@ -254,7 +270,21 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 
     fn next_run(&self, group: &BootGroup, cell: &Cell, run: u32, broken: bool) -> Next {
-        next_run(&self.settled, &self.records, group, cell, run, broken)
+        let next = next_run(&self.settled, &self.records, group, cell, run, broken);
+        // Over several hosts, a stopping rule judges the pooled results of the slots before
+        // this one; while another host has not journaled one of them yet, its result could
+        // change the verdict, so this host runs its slot (more runs, never too few). A resume
+        // then judges the same slots with every result in, and agrees.
+        let several = self.share.as_ref().is_some_and(|s| s.of > 1);
+        if matches!(next, Next::Enough)
+            && several
+            && !broken
+            && run < cell.max_runs
+            && (0..run).any(|j| self.settled.last_attempt(&run_key(group, cell, false, j)) == 0)
+        {
+            return Next::Run;
+        }
+        next
     }
 
     /// One run: attempts until one counts or the retries are spent. Each attempt is journaled.
@@ -396,11 +426,29 @@ impl<E: Executor> Scheduler<'_, E> {
                 r.host = Some(share.label.clone());
             }
         }
-        let entries: Vec<Entry> = recs.iter().cloned().map(|r| Entry::Run(Box::new(r))).collect();
-        self.journal.append_all(&entries)?;
-        self.records.extend(recs);
-        self.settled = accounting::settle(&self.records);
+        self.journal.append_all(&recs)?;
+        match &self.journal {
+            Journal::Own(_) => {
+                self.records.extend(recs);
+                self.settled = accounting::settle(&self.records);
+            }
+            Journal::Shared(_) => self.sync(),
+        }
         Ok(())
+    }
+
+    /// Takes in what the other hosts journaled since (a shared journal): `records` stays the
+    /// journal's prefix in journal order, so settling it gives what the reports will give.
+    fn sync(&mut self) {
+        let Journal::Shared(j) = &self.journal else {
+            return;
+        };
+        let j = j.lock().unwrap_or_else(|e| e.into_inner());
+        if j.records.len() > self.records.len() {
+            self.records.extend_from_slice(&j.records[self.records.len()..]);
+            drop(j);
+            self.settled = accounting::settle(&self.records);
+        }
     }
 
     fn report_failures(&self, recs: &[RunRecord]) {

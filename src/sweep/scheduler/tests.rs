@@ -626,3 +626,68 @@ async fn slots_without_a_result_are_counted_and_a_resume_fills_them() {
     assert_eq!(work_left(&p, &all), 0);
     each_run_counted_once(&all, 3, 2);
 }
+
+/// Two hosts share one journal: each host's CV rule judges the cell's valid results pooled over
+/// both, so a host whose own results happen to be steady does not stop a cell the other
+/// host's results (and the report, which pools them) show is not.
+#[tokio::test]
+async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("runs: {min: 4, max: 8, target_cv: 0.05}\n");
+    let pool = std::sync::Mutex::new(SharedJournal {
+        writer: JournalWriter::open(dir.path()).unwrap(),
+        records: Vec::new(),
+    });
+    let progress = Progress::new(p.total_runs(), true);
+    let host = |index: usize, noisy: bool| {
+        let script = Script {
+            value: Some(Box::new(move |n, _| {
+                if noisy && n % 2 == 0 {
+                    50.0
+                } else {
+                    100.0 + 50.0 * noisy as u8 as f64
+                }
+            })),
+            ..Default::default()
+        };
+        run_with(
+            &p,
+            MockExecutor::new(METRIC, script),
+            Journal::Shared(&pool),
+            vec![],
+            &progress,
+            Some(HostShare {
+                label: format!("h{index}"),
+                index,
+                of: 2,
+            }),
+        )
+    };
+    let (a, b) = futures::join!(host(0, false), host(1, true));
+    (a.unwrap(), b.unwrap());
+    let records = crate::sweep::journal::Journal::read(&{
+        let f = dir.path().join(JOURNAL_FILE);
+        let body = std::fs::read(&f).unwrap();
+        let h =
+            serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header()))).unwrap();
+        std::fs::write(&f, [h.as_bytes(), b"\n", &body].concat()).unwrap();
+        f
+    })
+    .unwrap()
+    .runs;
+    let runs_on = |v: &str, h: &str| {
+        records
+            .iter()
+            .filter(|r| r.variant == v && r.guest == 0 && r.host.as_deref() == Some(h))
+            .count()
+    };
+    // Pooled, the results vary (100 on one host, 50/150 on the other): both run to max.
+    assert_eq!(
+        (runs_on("a", "h0"), runs_on("a", "h1")),
+        (4, 4),
+        "{}",
+        brief(&records)
+    );
+    each_run_counted_once(&records, 8, 2);
+    assert_eq!(progress.position(), p.total_runs());
+}
