@@ -198,13 +198,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             err(&at, m);
         }
     }
-    if s.host.hosts.len() > 1 {
-        if s.guest.scratch_disk_mib > 0 {
-            err(
-                &[key("guest"), key("scratch_disk_mib")],
-                "scratch disks are not supported with several hosts yet".into(),
-            );
-        }
+    if s.host.hosts.len() > 1 && s.guest.scratch_disk_mib > 0 {
+        err(
+            &[key("guest"), key("scratch_disk_mib")],
+            "scratch disks are not supported with several hosts yet".into(),
+        );
     }
 
     if s.levels.is_empty() {

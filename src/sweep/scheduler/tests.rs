@@ -664,7 +664,8 @@ async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
         )
     };
     let (a, b) = futures::join!(host(0, false), host(1, true));
-    (a.unwrap(), b.unwrap());
+    a.unwrap();
+    b.unwrap();
     let records = crate::sweep::journal::Journal::read(&{
         let f = dir.path().join(JOURNAL_FILE);
         let body = std::fs::read(&f).unwrap();
