@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::journal::RunRecord;
+use super::RunRecord;
 
 /// One run: a slot of a cell.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -233,7 +233,7 @@ impl Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::journal::tests::OLD_FORMAT_RUN;
+    use crate::journal::tests::OLD_FORMAT_RUN;
 
     const CELL: CellKey<'static> = CellKey {
         variant: "v",
@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn old_journals_settle_by_their_ok_flags() {
         let old: RunRecord = match serde_json::from_str(OLD_FORMAT_RUN).unwrap() {
-            crate::sweep::journal::Entry::Run(r) => *r,
+            crate::journal::Entry::Run(r) => *r,
             _ => unreachable!(),
         };
         // Today's bug, as an old journal holds it: guest 0 ok in attempt 1 while guest 1 failed,

@@ -1,4 +1,6 @@
-//! The append-only results journal: `journal.jsonl` in a results directory.
+//! The append-only results journal: `journal.jsonl` in a results directory, and (in
+//! [`accounting`]) the one rule for which of its records count. Below both the sweep that
+//! writes it and the statistics that read it, so neither imports the other for it.
 //!
 //! The first line is a [`SweepHeader`] (what was asked); every later line is a [`RunRecord`]
 //! (one guest's result of one run), appended and fsync'd as soon as it is known, so a crash
@@ -11,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+
+pub mod accounting;
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
 
