@@ -42,6 +42,11 @@ pub enum Command {
         /// refusing (the default: two sweeps on the same CPUs spoil each other's numbers).
         #[arg(long)]
         wait_for_cpus: bool,
+        /// With --resume: continue although the scenario, backend, accelerator, CPUs, guest
+        /// counts, kernels, payload or images differ from what the sweep ran on (refused
+        /// otherwise); the journal records what was accepted.
+        #[arg(long, requires = "resume")]
+        accept_changed: bool,
     },
     /// Check scenario files without booting anything.
     Validate {

@@ -9,6 +9,8 @@ mod guest;
 mod host;
 mod hostfs;
 mod image;
+mod journal;
+mod orchestrate;
 mod payload_bin;
 mod report;
 mod scenario;

@@ -454,7 +454,9 @@ impl Journal {
             Some(&Value::from("sweep")),
             "no header"
         );
-        let (headers, runs) = all.into_iter().partition(|v| v["type"] == "sweep");
+        let (headers, rest): (Vec<Value>, Vec<Value>) = all.into_iter().partition(|v| v["type"] == "sweep");
+        // `resume` entries (what each --resume ran on) are neither.
+        let runs = rest.into_iter().filter(|v| v["type"] == "run").collect();
         Journal { headers, runs }
     }
 

@@ -1,65 +1,13 @@
-//! One function per subcommand. Errors that mean "your input is wrong" are [`BadInput`].
+//! One function per subcommand: parses what the command line gave and dispatches. A sweep's
+//! orchestration lives in [`crate::orchestrate`].
 
 mod doctor;
 mod image;
-mod resume;
-mod run;
-mod run_hosts;
 mod validate;
 
 use crate::cli::{Command, ImageCommand};
-
-/// Input the user must fix (scenario, arguments). Exit status 2; nothing was booted.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
-
-/// The sweep was stopped by a signal; its guests are gone and its journal is intact.
-#[derive(Debug, thiserror::Error)]
-#[error("stopped by {signal}; every guest was removed and the journal keeps every finished run")]
-pub struct Interrupted {
-    pub signal: &'static str,
-    pub code: u8,
-}
-
-pub fn exit_code(e: &anyhow::Error) -> u8 {
-    if let Some(i) = e.downcast_ref::<Interrupted>() {
-        return i.code;
-    }
-    let bad = e.chain().any(|c| {
-        c.is::<BadInput>()
-            || c.is::<crate::scenario::ScenarioError>()
-            || c.is::<crate::scenario::ScenarioErrors>()
-    });
-    if bad { 2 } else { 1 }
-}
-
-/// The results directory's log file, set once a sweep has one; until then only stderr logs.
-static LOG_FILE: std::sync::OnceLock<std::sync::Mutex<std::fs::File>> = std::sync::OnceLock::new();
-
-/// Sends every log line at debug level and above to `path` from now on.
-pub fn log_to_file(path: &std::path::Path) -> anyhow::Result<()> {
-    let f = std::fs::File::create(path)?;
-    let _ = LOG_FILE.set(std::sync::Mutex::new(f));
-    Ok(())
-}
-
-struct LogFileWriter;
-
-impl std::io::Write for LogFileWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match LOG_FILE.get() {
-            Some(f) => f
-                .lock()
-                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
-                .write(buf),
-            None => Ok(buf.len()),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use crate::orchestrate::{LogFileWriter, run};
+pub use crate::orchestrate::{exit_code, out};
 
 /// Logs go to stderr (warnings, or more with -v / RUST_LOG) and, once a sweep has a results
 /// directory, to its `ocrig.log` at debug level.
@@ -88,15 +36,6 @@ pub fn init_logging(verbose: u8) {
         .try_init();
 }
 
-/// Prints to stdout; a closed pipe (`ocrig report DIR | head`) is not an error.
-pub fn out(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
 pub fn dispatch(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run {
@@ -106,6 +45,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             backend,
             quiet,
             wait_for_cpus,
+            accept_changed,
         } => run::run(&run::RunArgs {
             scenario,
             results,
@@ -113,6 +53,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             backend,
             quiet,
             wait_for_cpus,
+            accept_changed,
         }),
         Command::Validate { files } => validate::validate(&files),
         Command::Report { dir, format, by_host } => {

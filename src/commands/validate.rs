@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::scenario::locate::Seg;
+use crate::orchestrate::preflight::check_kernels;
 use crate::scenario::validate::{HostFacts, validate as check};
-use crate::scenario::{KernelRef, Loaded, ScenarioErrors, load};
+use crate::scenario::{ScenarioErrors, load};
 
 pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
     let facts = HostFacts::read();
@@ -43,47 +43,5 @@ pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
         Ok(())
     } else {
         Err(ScenarioErrors(problems).into())
-    }
-}
-
-/// Every Debian kernel a scenario names must be known to apt (checked here rather than in the
-/// pure validation because it asks the package lists).
-pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
-    let s = &l.scenario;
-    let mut refs: Vec<(Vec<Seg>, &KernelRef)> = vec![(
-        vec![Seg::Key("guest".into()), Seg::Key("kernel".into())],
-        &s.guest.kernel,
-    )];
-    for (i, v) in s.variants.iter().enumerate() {
-        if let Some(k) = &v.kernel {
-            refs.push((
-                vec![
-                    Seg::Key("variants".into()),
-                    Seg::Index(i),
-                    Seg::Key("kernel".into()),
-                ],
-                k,
-            ));
-        }
-    }
-    let mut errs = Vec::new();
-    for (path, k) in refs {
-        if let KernelRef::Debian(release) = k {
-            match crate::image::kernel_known(release) {
-                Ok(true) => {}
-                Ok(false) => errs.push(l.error_at(
-                    &path,
-                    format!(
-                        "Debian has no package linux-image-{release} (see `apt-cache search linux-image`)"
-                    ),
-                )),
-                Err(e) => errs.push(l.error_at(&path, format!("cannot ask apt about {release}: {e:#}"))),
-            }
-        }
-    }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(ScenarioErrors(errs))
     }
 }

@@ -24,8 +24,12 @@ pub fn hosts(j: &Journal) -> Vec<String> {
 }
 
 /// The journal with each variant split per host (`base@hostA`, `base@hostB`, …); the baseline
-/// is the baseline on the first host.
+/// is the baseline on the first host. The journal is settled once, over every host, before it
+/// is split: a run whose valid result one host made keeps only that result (a host that lost
+/// it, and whose runs another host took over, does not count it as failed), and a run with no
+/// valid result anywhere stays failed on each host that attempted it.
 pub fn split_by_host(j: &Journal) -> Journal {
+    let settled = crate::sweep::accounting::settle(&j.runs);
     let hs = hosts(j);
     let tag = |v: &str, h: Option<&str>| match h {
         Some(h) => format!("{v}@{h}"),
@@ -52,7 +56,11 @@ pub fn split_by_host(j: &Journal) -> Journal {
     let runs = j
         .runs
         .iter()
-        .map(|r| RunRecord {
+        .enumerate()
+        .filter(|(i, r)| {
+            settled.counts(*i) || !settled.has_valid_result(&crate::sweep::accounting::RunKey::of(r))
+        })
+        .map(|(_, r)| RunRecord {
             variant: tag(&r.variant, r.host.as_deref()),
             ..r.clone()
         })
@@ -229,6 +237,26 @@ mod tests {
         // The split journal renders like any other, one row per host.
         let text = super::super::render(&split, super::super::Format::Md, &Default::default()).unwrap();
         assert!(text.contains("base@b"), "{text}");
+    }
+
+    #[test]
+    fn a_run_taken_over_by_another_host_is_not_failed_on_the_lost_one() {
+        let mut lost = rec("a", 1, 1.0, 0.0);
+        (lost.ok, lost.metrics) = (false, Default::default());
+        let mut taken_over = rec("b", 1, 1.0, 100.0);
+        taken_over.attempt = 2;
+        let mut never = rec("a", 3, 1.0, 0.0);
+        (never.ok, never.metrics) = (false, Default::default());
+        let j = journal(vec![rec("a", 0, 1.0, 100.0), lost, taken_over, never]);
+        let split = split_by_host(&j);
+        let s = crate::sweep::accounting::settle(&split.runs);
+        assert_eq!(
+            s.failed_runs("base@a", 1.0, "lock"),
+            1,
+            "only run 3, which no host finished"
+        );
+        assert_eq!(s.failed_runs("base@b", 1.0, "lock"), 0);
+        assert_eq!(s.counted(&split.runs).count(), 2);
     }
 
     #[test]

@@ -208,20 +208,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             err(&at, m);
         }
     }
-    if s.host.hosts.len() > 1 {
-        if matches!(s.runs, super::RunCount::Dynamic(_)) {
-            err(
-                &[key("runs")],
-                "a CV or detectable-effect target (runs: {min, max, target_cv / target_mde}) is not supported with several hosts yet: give a run count"
-                    .into(),
-            );
-        }
-        if s.guest.scratch_disk_mib > 0 {
-            err(
-                &[key("guest"), key("scratch_disk_mib")],
-                "scratch disks are not supported with several hosts yet".into(),
-            );
-        }
+    if s.host.hosts.len() > 1 && s.guest.scratch_disk_mib > 0 {
+        err(
+            &[key("guest"), key("scratch_disk_mib")],
+            "scratch disks are not supported with several hosts yet".into(),
+        );
     }
 
     if s.levels.is_empty() {

@@ -12,7 +12,7 @@ use super::explain::{self, Measured, RecordContext};
 use super::outliers::outlier_indices;
 use super::power::{DEFAULT_POWER, Detectable, min_detectable_effect};
 use super::summary::{Summary, mean, summarize};
-use crate::sweep::journal::{Better, Journal, RunRecord};
+use crate::journal::{Better, Journal, RunRecord};
 
 /// Lock workloads report these; their per-cell means go next to the headline metric.
 pub const CONTENTION_METRIC: &str = "contention_rate";
@@ -106,7 +106,7 @@ pub struct Cell {
     pub points: Vec<RunPoint>,
     /// Run indices of primary results flagged by the modified Z-score (|M| > 3.5).
     pub outlier_runs: Vec<u32>,
-    /// Measured runs with no valid result (every attempt failed; see `sweep::accounting`).
+    /// Measured runs with no valid result (every attempt failed; see `journal::accounting`).
     pub failed: usize,
     /// Mean `contention_rate` of the primary results, when reported.
     pub contention_rate: Option<f64>,
@@ -242,7 +242,7 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
         backend: &header.backend,
     };
     let baseline = header.baseline.clone();
-    let settled = crate::sweep::accounting::settle(&journal.runs);
+    let settled = crate::journal::accounting::settle(&journal.runs);
 
     let mut variants = vec![baseline.clone()];
     let extra = journal.runs.iter().map(|r| &r.variant);
@@ -439,7 +439,7 @@ fn compare_variant(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::sweep::journal::SweepHeader;
+    use crate::journal::SweepHeader;
 
     // Built from JSON, as the journal stores them, so fields the journal later adds with
     // `#[serde(default)]` do not break these fixtures.

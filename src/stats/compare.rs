@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::summary::{mean, variance};
-use crate::sweep::journal::Better;
+use crate::journal::Better;
 
 /// Default significance level.
 pub const DEFAULT_ALPHA: f64 = 0.05;

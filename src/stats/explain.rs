@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::summary::{Summary, summarize};
-use crate::sweep::journal::RunRecord;
+use crate::journal::RunRecord;
 use crate::telemetry::kvm::KvmRun;
 use crate::telemetry::probe::TCG_NO_STEAL;
 use crate::telemetry::vcpu::VcpuSched;

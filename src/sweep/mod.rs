@@ -1,9 +1,10 @@
-//! The sweep: the run plan, the scheduler that turns it into attempts and records over an
-//! executor, and the journal with the one rule for what counts.
+//! The sweep: the run plan and the scheduler that turns it into attempts and records over an
+//! executor. The journal and the one rule for what counts live below it, in [`crate::journal`]
+//! (the statistics read them too); they are re-exported here under their old paths.
 
-pub mod accounting;
+pub(crate) use crate::journal;
+pub(crate) use crate::journal::accounting;
 pub mod deadlines;
-pub mod journal;
 pub mod order;
 pub mod plan;
 pub mod progress;

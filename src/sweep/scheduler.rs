@@ -92,17 +92,31 @@ impl std::fmt::Display for HostLost {
 
 impl std::error::Error for HostLost {}
 
+/// The journal several hosts' schedulers share, with every record in it in journal order: each
+/// scheduler reads the others' records from here, so its stopping rule judges the pooled valid
+/// results of a cell across hosts, by the same accounting rule.
+pub struct SharedJournal {
+    pub writer: JournalWriter,
+    pub records: Vec<RunRecord>,
+}
+
 /// Where the records go: this scheduler's journal, or one several hosts' schedulers share.
 pub enum Journal<'a> {
     Own(&'a mut JournalWriter),
-    Shared(&'a std::sync::Mutex<JournalWriter>),
+    Shared(&'a std::sync::Mutex<SharedJournal>),
 }
 
 impl Journal<'_> {
-    fn append_all(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+    fn append_all(&mut self, recs: &[RunRecord]) -> anyhow::Result<()> {
+        let entries: Vec<Entry> = recs.iter().cloned().map(|r| Entry::Run(Box::new(r))).collect();
         match self {
-            Journal::Own(j) => j.append_all(entries),
-            Journal::Shared(j) => j.lock().unwrap_or_else(|e| e.into_inner()).append_all(entries),
+            Journal::Own(j) => j.append_all(&entries),
+            Journal::Shared(j) => {
+                let mut j = j.lock().unwrap_or_else(|e| e.into_inner());
+                j.writer.append_all(&entries)?;
+                j.records.extend_from_slice(recs);
+                Ok(())
+            }
         }
     }
 }
@@ -173,6 +187,7 @@ enum Next {
 
 impl<E: Executor> Scheduler<'_, E> {
     async fn run_group(&mut self, index: u32, group: &BootGroup) -> anyhow::Result<()> {
+        self.sync();
         let cells = &group.cells;
         let active: Vec<bool> = cells.iter().map(|c| self.has_work(group, c)).collect();
         if !active.iter().any(|&a| a) {
@@ -219,6 +234,7 @@ impl<E: Executor> Scheduler<'_, E> {
                 if stopped[c] || !self.takes(i) {
                     continue;
                 }
+                self.sync();
                 match self.next_run(group, cell, i, state.broken.is_some()) {
                     Next::Done => self.progress.run_done(),
                     Next::Enough => {
@@ -254,36 +270,29 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 
     fn next_run(&self, group: &BootGroup, cell: &Cell, run: u32, broken: bool) -> Next {
-        let key = run_key(group, cell, false, run);
-        if self.settled.has_valid_result(&key) {
-            return Next::Done;
+        let next = next_run(
+            &self.settled,
+            &self.records,
+            &self.plan.baseline,
+            group,
+            cell,
+            run,
+            broken,
+        );
+        // Over several hosts, a stopping rule judges the pooled results of the slots before
+        // this one; while another host has not journaled one of them yet, its result could
+        // change the verdict, so this host runs its slot (more runs, never too few). A resume
+        // then judges the same slots with every result in, and agrees.
+        let several = self.share.as_ref().is_some_and(|s| s.of > 1);
+        if matches!(next, Next::Enough)
+            && several
+            && !broken
+            && run < cell.max_runs
+            && (0..run).any(|j| self.settled.last_attempt(&run_key(group, cell, false, j)) == 0)
+        {
+            return Next::Run;
         }
-        // Without workers no CV can be reached: record the runs always made, skip the rest.
-        if broken && run >= cell.runs {
-            return Next::Enough;
-        }
-        let this = CellKey {
-            variant: &cell.variant,
-            level: group.level,
-            workload: &cell.workload.id,
-        };
-        let samples = self
-            .settled
-            .samples(&self.records, &this, &cell.workload.metric, 0..run);
-        // The baseline's valid values at this level, when a detectable effect is asked for.
-        let baseline = (cell.target_mde.is_some() && cell.variant != self.plan.baseline).then(|| {
-            let base = CellKey {
-                variant: &self.plan.baseline,
-                ..this
-            };
-            self.settled
-                .samples(&self.records, &base, &cell.workload.metric, 0..u32::MAX)
-        });
-        if enough_runs(cell, run, &samples, baseline.as_deref()) {
-            Next::Enough
-        } else {
-            Next::Run
-        }
+        next
     }
 
     /// One run: attempts until one counts or the retries are spent. Each attempt is journaled.
@@ -425,11 +434,29 @@ impl<E: Executor> Scheduler<'_, E> {
                 r.host = Some(share.label.clone());
             }
         }
-        let entries: Vec<Entry> = recs.iter().cloned().map(|r| Entry::Run(Box::new(r))).collect();
-        self.journal.append_all(&entries)?;
-        self.records.extend(recs);
-        self.settled = accounting::settle(&self.records);
+        self.journal.append_all(&recs)?;
+        match &self.journal {
+            Journal::Own(_) => {
+                self.records.extend(recs);
+                self.settled = accounting::settle(&self.records);
+            }
+            Journal::Shared(_) => self.sync(),
+        }
         Ok(())
+    }
+
+    /// Takes in what the other hosts journaled since (a shared journal): `records` stays the
+    /// journal's prefix in journal order, so settling it gives what the reports will give.
+    fn sync(&mut self) {
+        let Journal::Shared(j) = &self.journal else {
+            return;
+        };
+        let j = j.lock().unwrap_or_else(|e| e.into_inner());
+        if j.records.len() > self.records.len() {
+            self.records.extend_from_slice(&j.records[self.records.len()..]);
+            drop(j);
+            self.settled = accounting::settle(&self.records);
+        }
     }
 
     fn report_failures(&self, recs: &[RunRecord]) {
@@ -446,6 +473,85 @@ impl<E: Executor> Scheduler<'_, E> {
             ));
         }
     }
+}
+
+/// What measured run `run` of a cell needs, by the accounting rule over `records` (settled as
+/// `settled`): the one decision of the live sweep, of a resume and of [`work_left`].
+fn next_run(
+    settled: &Settled,
+    records: &[RunRecord],
+    baseline: &str,
+    group: &BootGroup,
+    cell: &Cell,
+    run: u32,
+    broken: bool,
+) -> Next {
+    let key = run_key(group, cell, false, run);
+    if settled.has_valid_result(&key) {
+        return Next::Done;
+    }
+    // Without workers no CV can be reached: record the runs always made, skip the rest.
+    if broken && run >= cell.runs {
+        return Next::Enough;
+    }
+    let this = CellKey {
+        variant: &cell.variant,
+        level: group.level,
+        workload: &cell.workload.id,
+    };
+    let samples = settled.samples(records, &this, &cell.workload.metric, 0..run);
+    // The baseline's valid values at this level, when a detectable effect is asked for.
+    let baseline = (cell.target_mde.is_some() && cell.variant != baseline).then(|| {
+        let base = CellKey {
+            variant: baseline,
+            ..this
+        };
+        settled.samples(records, &base, &cell.workload.metric, 0..u32::MAX)
+    });
+    if enough_runs(cell, run, &samples, baseline.as_deref()) {
+        Next::Enough
+    } else {
+        Next::Run
+    }
+}
+
+/// How many measured runs of `plan` still need making given the journaled `records` (over
+/// every host; an upper bound, as a CV target may stop a cell sooner): 0 when a resume would
+/// change nothing.
+pub fn work_left(plan: &Plan, records: &[RunRecord]) -> usize {
+    let settled = accounting::settle(records);
+    let mut left = 0;
+    for group in &plan.boots {
+        for cell in &group.cells {
+            for run in 0..cell.max_runs {
+                match next_run(&settled, records, &plan.baseline, group, cell, run, false) {
+                    Next::Done => {}
+                    Next::Enough => break,
+                    Next::Run => left += 1,
+                }
+            }
+        }
+    }
+    left
+}
+
+/// Measured run slots of `plan` that were attempted but have no valid result: a sweep that ends
+/// with any did not get every result it set out to (exit status 4).
+pub fn slots_without_result(plan: &Plan, records: &[RunRecord]) -> usize {
+    let settled = accounting::settle(records);
+    let planned: std::collections::BTreeSet<(&str, u64, &str)> = plan
+        .boots
+        .iter()
+        .flat_map(|g| {
+            g.cells
+                .iter()
+                .map(move |c| (c.variant.as_str(), g.level.to_bits(), c.workload.id.as_str()))
+        })
+        .collect();
+    settled
+        .runs_without_result()
+        .filter(|k| planned.contains(&(k.variant.as_str(), k.level_bits, k.workload.as_str())))
+        .count()
 }
 
 fn run_key(group: &BootGroup, cell: &Cell, warmup: bool, run: u32) -> RunKey {

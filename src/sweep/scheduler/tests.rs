@@ -60,7 +60,7 @@ fn read_records(dir: &std::path::Path) -> Vec<RunRecord> {
         .lines()
         .map(|l| match serde_json::from_str(l).unwrap() {
             Entry::Run(r) => *r,
-            Entry::Sweep(_) => panic!("no header expected"),
+            Entry::Sweep(_) | Entry::Resume(_) => panic!("no header expected"),
         })
         .collect()
 }
@@ -624,4 +624,152 @@ async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
     let row = &model.workloads[0].comparisons[0].rows[0];
     let d = row.detectable.unwrap();
     assert!(d.mde > 0.05, "{d:?}");
+}
+
+/// A crash (or full disk) at any byte of the last append leaves a journal that a resume
+/// continues: the torn line is cut off, the attempt it belonged to does not count and is made
+/// again, nothing finished is redone, and every run ends with exactly one valid result.
+#[tokio::test]
+async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_per_run() {
+    let full = tempfile::tempdir().unwrap();
+    let p = plan("");
+    let o = sweep(&p, Script::default(), vec![], full.path()).await;
+    each_run_counted_once(&o.records, 3, 2);
+    let bytes = std::fs::read(full.path().join(JOURNAL_FILE)).unwrap();
+    // The last append is one attempt: both guests' lines.
+    let lines: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect();
+    let last_append = lines[lines.len() - 3];
+    let header = serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header())))
+        .unwrap()
+        + "\n";
+    // On tmpfs where there is one: ~1600 resumes, each fsync'ing its appends.
+    let shm = std::path::Path::new("/dev/shm");
+    for cut in last_append + 1..bytes.len() {
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let mut torn = header.clone().into_bytes();
+        torn.extend_from_slice(&bytes[..cut]);
+        std::fs::write(&path, &torn).unwrap();
+        let before = crate::sweep::journal::Journal::read(dir.path()).unwrap().runs;
+        let done_before: BTreeSet<(String, u32)> = settle(&before)
+            .counted(&before)
+            .map(|r| (r.variant.clone(), r.run))
+            .collect();
+        assert_eq!(done_before.len(), 5, "cut at {cut}: all but the last run count");
+        let exec = MockExecutor::new(METRIC, Script::default());
+        let progress = Progress::new(p.total_runs(), true);
+        let mut journal = JournalWriter::open(dir.path()).unwrap();
+        run(&p, exec, &mut journal, before.clone(), &progress)
+            .await
+            .unwrap();
+        let after = crate::sweep::journal::Journal::read(dir.path()).unwrap().runs;
+        let new = &after[before.len()..];
+        assert!(
+            new.iter()
+                .all(|r| !done_before.contains(&(r.variant.clone(), r.run))),
+            "cut at {cut}: the resume redid a finished run:\n{}",
+            brief(new)
+        );
+        assert_eq!(new.len(), 2, "cut at {cut}: only the torn attempt is made again");
+        each_run_counted_once(&after, 3, 2);
+        assert_eq!(progress.position(), p.total_runs());
+    }
+}
+
+/// A sweep whose guests never came up at one level ends with slots that have no valid result
+/// (exit status 4); a resume that brings them up leaves none, and then there is no work left.
+#[tokio::test]
+async fn slots_without_a_result_are_counted_and_a_resume_fills_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("");
+    let script = Script {
+        failing_bring_ups: BTreeSet::from([1, 2]),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    assert_eq!(slots_without_result(&p, &o.records), 6, "{}", brief(&o.records));
+    assert!(work_left(&p, &o.records) > 0);
+    let again = tempfile::tempdir().unwrap();
+    let r = sweep(&p, Script::default(), o.records.clone(), again.path()).await;
+    let mut all = o.records;
+    all.extend(r.records);
+    assert_eq!(slots_without_result(&p, &all), 0);
+    assert_eq!(work_left(&p, &all), 0);
+    each_run_counted_once(&all, 3, 2);
+}
+
+/// Two hosts share one journal: each host's CV rule judges the cell's valid results pooled over
+/// both, so a host whose own results happen to be steady does not stop a cell the other
+/// host's results (and the report, which pools them) show is not.
+#[tokio::test]
+async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("runs: {min: 4, max: 8, target_cv: 0.05}\n");
+    let pool = std::sync::Mutex::new(SharedJournal {
+        writer: JournalWriter::open(dir.path()).unwrap(),
+        records: Vec::new(),
+    });
+    let progress = Progress::new(p.total_runs(), true);
+    let host = |index: usize, noisy: bool| {
+        let script = Script {
+            value: Some(Box::new(move |n, _| {
+                if noisy && n % 2 == 0 {
+                    50.0
+                } else {
+                    100.0 + 50.0 * noisy as u8 as f64
+                }
+            })),
+            ..Default::default()
+        };
+        run_with(
+            &p,
+            MockExecutor::new(METRIC, script),
+            Journal::Shared(&pool),
+            vec![],
+            &progress,
+            Some(HostShare {
+                label: format!("h{index}"),
+                index,
+                of: 2,
+            }),
+        )
+    };
+    let (a, b) = futures::join!(host(0, false), host(1, true));
+    a.unwrap();
+    b.unwrap();
+    let records = crate::sweep::journal::Journal::read(&{
+        let f = dir.path().join(JOURNAL_FILE);
+        let body = std::fs::read(&f).unwrap();
+        let h =
+            serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header()))).unwrap();
+        std::fs::write(&f, [h.as_bytes(), b"\n", &body].concat()).unwrap();
+        f
+    })
+    .unwrap()
+    .runs;
+    let runs_on = |v: &str, h: &str| {
+        records
+            .iter()
+            .filter(|r| r.variant == v && r.guest == 0 && r.host.as_deref() == Some(h))
+            .count()
+    };
+    // Pooled, the results vary (100 on one host, 50/150 on the other): both run to max.
+    assert_eq!(
+        (runs_on("a", "h0"), runs_on("a", "h1")),
+        (4, 4),
+        "{}",
+        brief(&records)
+    );
+    each_run_counted_once(&records, 8, 2);
+    assert_eq!(progress.position(), p.total_runs());
 }

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::journal::RunRecord;
+use super::RunRecord;
 
 /// One run: a slot of a cell.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -202,6 +202,13 @@ impl Settled {
             .count()
     }
 
+    /// Every measured run that was attempted but has no valid result, in key order.
+    pub fn runs_without_result(&self) -> impl Iterator<Item = &RunKey> + '_ {
+        self.last_attempt
+            .keys()
+            .filter(|k| !k.warmup && !self.valid.contains_key(*k))
+    }
+
     /// The headline values (guest 0's `metric`) of a cell's valid measured results among
     /// `runs`, in run order — the samples the CV stopping rule and the summaries see.
     pub fn samples(
@@ -226,7 +233,7 @@ impl Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::journal::tests::OLD_FORMAT_RUN;
+    use crate::journal::tests::OLD_FORMAT_RUN;
 
     const CELL: CellKey<'static> = CellKey {
         variant: "v",
@@ -290,7 +297,7 @@ mod tests {
     #[test]
     fn old_journals_settle_by_their_ok_flags() {
         let old: RunRecord = match serde_json::from_str(OLD_FORMAT_RUN).unwrap() {
-            crate::sweep::journal::Entry::Run(r) => *r,
+            crate::journal::Entry::Run(r) => *r,
             _ => unreachable!(),
         };
         // Today's bug, as an old journal holds it: guest 0 ok in attempt 1 while guest 1 failed,

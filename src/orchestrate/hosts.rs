@@ -8,21 +8,22 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::Context;
-use futures::future::join_all;
+use futures::future::try_join_all;
 
 use super::BadInput;
-use super::run::{self as single, Claim, RunArgs};
+use super::claims::{self, Claim};
+use super::run::{self as single, RunArgs};
+use super::{preflight, results_dir};
 use crate::backend::Backend as _;
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::owned::RunOwnership;
 use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::scenario::Loaded;
 use crate::scenario::validate::{HostFacts, validate};
-use crate::sweep::journal::{Journal, RunRecord};
+use crate::sweep::journal::{RunRecord, RunsOn};
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
-use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals};
+use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals, SharedJournal};
 
 /// One host, checked and planned.
 struct Host {
@@ -41,10 +42,10 @@ fn label_of(uri: &str) -> String {
 /// Connects to one host: remote ones are checked like a single remote host (SSH, pinned key,
 /// libvirt version); a local URI must answer.
 fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
-    match single::connect_remote(uri)? {
+    match preflight::connect_remote(uri)? {
         Some(b) => Ok(b),
         None => {
-            single::reap_orphan_domains(uri);
+            preflight::reap_orphan_domains(uri);
             let b = LibvirtBackend::connect(uri)
                 .map_err(|e| BadInput(format!("preflight: host {uri}: {e:#}")))?;
             Ok(Arc::new(b))
@@ -55,14 +56,15 @@ fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
 pub fn run(
     args: &RunArgs,
     loaded: Loaded,
-    previous: Option<super::resume::Previous>,
+    mut resuming: Option<single::Resuming>,
     t0: Instant,
 ) -> anyhow::Result<()> {
     let s = loaded.scenario.clone();
-    let seed = previous
+    let seed = resuming
         .as_ref()
-        .and_then(|p| p.seed())
+        .and_then(|r| r.previous.seed())
         .unwrap_or_else(crate::sweep::order::fresh_seed);
+    let resumed = resuming.is_some();
 
     // Preflight: every host reachable and big enough (a resumed sweep goes on without the
     // hosts that do not answer).
@@ -71,7 +73,7 @@ pub fn run(
         let uri = entry.uri().to_string();
         let backend = match connect(&uri) {
             Ok(b) => b,
-            Err(e) if previous.is_some() => {
+            Err(e) if resumed => {
                 eprintln!(
                     "ocrig: host {} does not answer; resuming without it: {e:#}",
                     label_of(&uri)
@@ -81,7 +83,7 @@ pub fn run(
             Err(e) => return Err(e),
         };
         let facts = if backend.remote().is_some() {
-            single::remote_facts(&backend)?
+            preflight::remote_facts(&backend)?
         } else {
             HostFacts::read()
         };
@@ -90,7 +92,7 @@ pub fn run(
             mine.scenario.host.cpus = Some(c.clone());
         }
         validate(&mine, &facts)?;
-        super::validate::check_kernels(&mine)?;
+        preflight::check_kernels(&mine)?;
         let plan = Plan::build(&mine.scenario, &facts.allowed_cpus, seed)?;
         hosts.push(Host {
             label: label_of(&uri),
@@ -146,37 +148,64 @@ pub fn run(
     let mut claims = Vec::new();
     for h in &hosts {
         claims.push(match h.backend.remote() {
-            Some(_) => Claim::Remote(single::claim_remote_cpus(
+            Some(_) => Claim::Remote(claims::claim_remote_cpus(
                 &h.backend,
                 &h.plan.host_cpus,
                 args.wait_for_cpus,
             )?),
-            None => Claim::Local(single::claim_cpus(&h.plan.host_cpus, args.wait_for_cpus)?),
+            None => Claim::Local(claims::claim_cpus(&h.plan.host_cpus, args.wait_for_cpus)?),
         });
     }
 
     let t_prep = Instant::now();
     let plan0 = hosts[0].plan.clone();
     let payload = crate::payload_bin::locate()?;
-    let uploads = single::uploads_for(&plan0, &payload)?;
-    let images = single::images_for(&plan0, &s)?;
+    let uploads = preflight::uploads_for(&plan0, &payload)?;
+    let images = preflight::images_for(&plan0, &s)?;
     let prep_s = t_prep.elapsed().as_secs_f64();
 
-    let (results_dir, journal) = single::open_results(
+    let runs_on = RunsOn {
+        scenario_sha256: loaded.sha256.clone(),
+        backend: "libvirt".into(),
+        accel: accel.as_str().to_string(),
+        host_cpus: plan0.host_cpus.clone(),
+        guests: plan0.boot_infos(),
+        kernels: results_dir::kernels_of(&images),
+        payload_sha256: Some(preflight::file_sha256(&payload)?),
+        images: results_dir::images_of(&images),
+        hosts: hosts.iter().map(|h| h.label.clone()).collect(),
+    };
+    let mut was_on = resuming.as_ref().map(|r| r.previous.runs_on.clone());
+    if let (Some(was), Some(r)) = (&mut was_on, &mut resuming) {
+        // Resuming goes on without the hosts that do not answer: fewer hosts is not a change.
+        if runs_on.hosts.iter().all(|h| was.hosts.contains(h)) {
+            was.hosts = runs_on.hosts.clone();
+        }
+        r.previous.runs_on = was.clone();
+    }
+    let note = single::resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
+    let previous = resuming.as_ref().map(|r| &r.previous);
+    if let Some(p) = previous {
+        single::say_kept(p);
+    }
+    let (results_dir, journal, _new_lock) = results_dir::open_results(
         &args.results,
-        previous.as_ref(),
+        previous,
+        note,
         &plan0,
         &loaded.text,
         |dir| claims.iter_mut().for_each(|c| c.note_results_dir(dir)),
         || {
-            let mut head = single::header(&plan0, &loaded.sha256, "libvirt", accel);
+            let mut head = results_dir::header(&plan0, &loaded.sha256, "libvirt", accel);
             head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
-            head.kernels = single::kernels_of(&images);
+            head.kernels = runs_on.kernels.clone();
             head.kernel_identity = images
                 .iter()
                 .map(|(v, i)| (v.clone(), i.identity.clone()))
                 .collect();
-            head.hosts = hosts.iter().map(|h| h.label.clone()).collect();
+            head.payload_sha256 = runs_on.payload_sha256.clone();
+            head.images = runs_on.images.clone();
+            head.hosts = runs_on.hosts.clone();
             head
         },
     )?;
@@ -190,19 +219,23 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let journal = Mutex::new(journal);
     let progress = Progress::new(plan0.total_runs(), args.quiet);
-    let run_id = single::run_id();
+    let run_id = results_dir::run_id();
     // One run id per host: the guests of two hosts that are one libvirtd must not share names,
     // and each id is owned (so no reaper takes their domains for orphans).
     let mut owners = Vec::new();
     for k in 0..hosts.len() {
         owners.push(RunOwnership::claim(&format!("{run_id}h{k}"), &results_dir)?);
     }
-    let mut records: Vec<RunRecord> = previous
-        .as_ref()
-        .map(|p| p.records().to_vec())
-        .unwrap_or_default();
+    // Every host's scheduler appends here and reads the others' records from here.
+    let journal = Mutex::new(SharedJournal {
+        writer: journal,
+        records: previous.map(|p| p.records().to_vec()).unwrap_or_default(),
+    });
+    let pooled = |j: &Mutex<SharedJournal>| -> Vec<RunRecord> {
+        j.lock().unwrap_or_else(|e| e.into_inner()).records.clone()
+    };
+    let mut records = pooled(&journal);
 
     let rt = tokio::runtime::Runtime::new()?;
     let mut totals = PhaseTotals::default();
@@ -245,13 +278,21 @@ pub fn run(
                         Some(share),
                     )
                     .await;
-                    (h, r)
+                    // A lost host ends only its share; anything else (a journal append that
+                    // failed above all) ends every host's scheduler at once: try_join_all drops
+                    // the other futures, and with them their executors and guests.
+                    match r {
+                        Err(e) if !e.is::<HostLost>() => {
+                            Err(e.context(format!("the sweep on host {}", host.label)))
+                        }
+                        r => Ok((h, r)),
+                    }
                 }
             });
             let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
             let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
             let results = tokio::select! {
-                r = join_all(jobs) => r,
+                r = try_join_all(jobs) => single::stopped(r, &results_dir)?,
                 _ = sigint.recv() => return Err(super::Interrupted { signal: "SIGINT", code: 130 }.into()),
                 _ = sigterm.recv() => return Err(super::Interrupted { signal: "SIGTERM", code: 143 }.into()),
             };
@@ -264,11 +305,11 @@ pub fn run(
                             progress.println(&format!("ocrig: {l}"));
                             lost.push(h);
                         }
-                        None => return Err(e.context(format!("the sweep on host {}", hosts[h].label))),
+                        None => return Err(e),
                     },
                 }
             }
-            records = Journal::read(&results_dir)?.runs;
+            records = pooled(&journal);
             if lost.is_empty() {
                 return Ok(());
             }
@@ -299,7 +340,7 @@ pub fn run(
     outcome?;
     drop(claims);
     drop(owners);
-    single::finish(&results_dir, previous.is_some(), t0, prep_s, &totals).context("finishing the sweep")
+    single::finish(&results_dir, &plan0, resumed, t0, prep_s, &totals)
 }
 
 fn add(t: &mut PhaseTotals, o: &PhaseTotals) {

@@ -1,0 +1,686 @@
+//! The append-only results journal: `journal.jsonl` in a results directory, and (in
+//! [`accounting`]) the one rule for which of its records count. Below both the sweep that
+//! writes it and the statistics that read it, so neither imports the other for it.
+//!
+//! The first line is a [`SweepHeader`] (what was asked); every later line is a [`RunRecord`]
+//! (one guest's result of one run), appended and fsync'd as soon as it is known, so a crash
+//! loses nothing that had finished. Statistics and reports are computed from this file alone.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+pub mod accounting;
+
+pub const JOURNAL_FILE: &str = "journal.jsonl";
+
+/// The journal format this ocrig writes and the newest it reads. 1: journals without the field;
+/// 2: `resume` entries (what each `--resume` ran on, and which differences it accepted).
+pub const JOURNAL_FORMAT: u32 = 2;
+
+/// A file that is not a journal this ocrig can read (no header, a newer format, a malformed
+/// line): bad input, exit status 2, and nothing is written.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAJournal(pub String);
+
+/// Appending to the journal failed (no space, I/O error, read-only file system): the sweep stops
+/// at once. The journal ends at its last whole record, so `--resume` continues it once the cause
+/// is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot append to {}: {cause}", path.display())]
+pub struct JournalWriteFailed {
+    pub path: PathBuf,
+    pub cause: String,
+}
+
+pub use crate::vocabulary::Better;
+use crate::vocabulary::{GuestSharing, RunOrder};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Entry {
+    Sweep(Box<SweepHeader>),
+    Run(Box<RunRecord>),
+    /// Written by every `ocrig run --resume` before its first record (format 2).
+    Resume(Box<ResumeNote>),
+}
+
+/// What a sweep runs on: compared by `--resume` with what it ran on before, so a resume
+/// continues exactly the sweep it started (or says, and records, what it accepted as changed).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunsOn {
+    pub scenario_sha256: String,
+    pub backend: String,
+    /// What the accelerator setting resolved to (`auto` → `kvm` or `tcg`).
+    pub accel: String,
+    pub host_cpus: Vec<usize>,
+    /// Guests booted per boot group (level and variants as labelled in the plan).
+    pub guests: Vec<BootInfo>,
+    /// Guest kernel release per variant (empty for the host backend).
+    pub kernels: BTreeMap<String, String>,
+    /// SHA-256 of the payload binary the guests (or the host) run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_sha256: Option<String>,
+    /// Guest image id (hash of its inputs) per variant (empty for the host backend).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, String>,
+    /// The hosts of a sweep over several (empty: this machine or its one remote host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+}
+
+/// One `ocrig run --resume`: when, by which ocrig, on what, and which differences from the
+/// sweep as it ran before it was told to accept (`--accept-changed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeNote {
+    pub at: String,
+    pub ocrig_version: String,
+    pub runs_on: RunsOn,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_changes: Vec<String>,
+}
+
+/// What the sweep was asked to do; written once, first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepHeader {
+    pub scenario: String,
+    /// SHA-256 of the scenario file's bytes as run.
+    pub scenario_sha256: String,
+    pub baseline: String,
+    pub variants: Vec<String>,
+    pub levels: Vec<f64>,
+    /// Workload id → what it reports.
+    pub workloads: BTreeMap<String, WorkloadInfo>,
+    pub backend: String,
+    pub accel: String,
+    pub host_cpus: Vec<usize>,
+    pub guest_vcpus: u32,
+    /// Where the scenario file was when the sweep started (a resume checks it is unchanged).
+    #[serde(default)]
+    pub scenario_path: Option<PathBuf>,
+    /// Guest kernel release per variant (empty for the host backend).
+    #[serde(default)]
+    pub kernels: BTreeMap<String, String>,
+    /// What each variant's kernel is (release, `uname -v`, sha256, config digest): tells two
+    /// builds of one release apart. Absent in journals of older ocrig versions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kernel_identity: BTreeMap<String, crate::image::KernelIdentity>,
+    /// How boots were shared and runs ordered (absent in journals of older ocrig versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleInfo>,
+    pub started_at: String,
+    pub ocrig_version: String,
+    /// `guest.start` as asked (`boot` | `clone`); each guest's start facts say
+    /// whether it was cloned. Absent in journals written before it existed.
+    #[serde(default)]
+    pub guest_start: Option<String>,
+    /// The host the sweep ran on when it is not this machine, or the hosts of a sweep over
+    /// several (labels as in every record's `host`). Empty: this machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// The journal's format ([`JOURNAL_FORMAT`]); 1 when absent (older ocrig).
+    #[serde(default = "format_1")]
+    pub journal_format: u32,
+    /// SHA-256 of the payload binary (absent in journals of older ocrig versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_sha256: Option<String>,
+    /// Guest image id per variant (absent in older journals, empty for the host backend).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, String>,
+}
+
+fn format_1() -> u32 {
+    1
+}
+
+impl SweepHeader {
+    /// What the sweep started on.
+    pub fn runs_on(&self) -> RunsOn {
+        RunsOn {
+            scenario_sha256: self.scenario_sha256.clone(),
+            backend: self.backend.clone(),
+            accel: self.accel.clone(),
+            host_cpus: self.host_cpus.clone(),
+            guests: self
+                .schedule
+                .as_ref()
+                .map(|s| s.boots.clone())
+                .unwrap_or_default(),
+            kernels: self.kernels.clone(),
+            payload_sha256: self.payload_sha256.clone(),
+            images: self.images.clone(),
+            hosts: self.hosts.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadInfo {
+    /// Payload subcommand, e.g. `lock`.
+    pub command: String,
+    /// The headline metric (a key of the payload's `metrics`).
+    pub metric: String,
+    pub better: Better,
+}
+
+/// The sweep's schedule as planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleInfo {
+    pub guests: GuestSharing,
+    pub order: RunOrder,
+    /// The seed of `order: shuffle` (picked at start when the scenario names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Boot groups in plan order; [`Slot::boot`] indexes this list.
+    pub boots: Vec<BootInfo>,
+}
+
+/// One boot group: guests booted at a level, shared by these variants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BootInfo {
+    pub level: f64,
+    pub guests: u32,
+    pub variants: Vec<String>,
+}
+
+/// Where an attempt stood in the sweep's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    /// Index of the boot group in [`ScheduleInfo::boots`].
+    pub boot: u32,
+    /// Which bring-up of that group's guests ran it, from 1 (a failed attempt brings up fresh
+    /// guests before the next one).
+    pub bring_up: u32,
+    /// Position of this attempt among the group's attempts in this `ocrig run`, from 0.
+    pub seq: u32,
+}
+
+/// One guest's result of one run of one cell (variant × level × workload).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub variant: String,
+    pub level: f64,
+    /// Workload id (scenario workload name plus expanded matrix parameters).
+    pub workload: String,
+    /// Run index within the cell, 0-based; warm-up runs are marked and not counted.
+    pub run: u32,
+    pub warmup: bool,
+    /// Guest index at this level; guest 0's result is the primary one.
+    pub guest: u32,
+    pub guests: u32,
+    /// The host the run ran on, in a sweep over several hosts (`hosts:`): its label, e.g.
+    /// `root@hostA:22` or `local`. None: the sweep's one host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Attempt number (1 = first try); a resumed sweep goes on counting.
+    pub attempt: u32,
+    /// Set on every record of an attempt that does not count because some guest of it failed:
+    /// why. Such a record may be `ok` (its own guest finished) and is still never a sample: its
+    /// level's conditions did not hold for the whole run. The run is retried, or given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
+    /// How many records this attempt journaled (one per guest that ran something). An attempt
+    /// with fewer in the journal was cut short (a crash mid-append) and does not count.
+    /// Absent in journals of older ocrig versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_records: Option<u32>,
+    /// Where this attempt stood in the sweep's order (absent in older journals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<Slot>,
+    /// The payload's headline numbers (name → value); empty when the run failed.
+    pub metrics: BTreeMap<String, f64>,
+    /// The payload's full JSON report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<ocrig_payload::report::Report>,
+    /// Exact payload command line run in the guest.
+    pub argv: Vec<String>,
+    /// Phase timings of this run, milliseconds.
+    pub timings: BTreeMap<String, f64>,
+    /// Anything else measured around the run (telemetry, start skew, console tail).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    pub finished_at: String,
+}
+
+/// Appends entries to a journal, fsync'ing each one. Every append lands whole or not at all: a
+/// write that fails is cut back off the file, and once one has failed every later append fails
+/// too (with the first cause), so no scheduler of any host appends after a failed one.
+pub struct JournalWriter {
+    file: File,
+    path: PathBuf,
+    /// Length of the file's whole records.
+    len: u64,
+    failed: Option<String>,
+}
+
+impl JournalWriter {
+    /// Opens (creating if needed) `dir/journal.jsonl` for appending. A journal whose tail is
+    /// not a whole line (a crash or full disk mid-write) is first cut back to its last newline;
+    /// the cut bytes are kept beside it as `journal.jsonl.torn-<n>` and the cut is said on
+    /// stderr.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let path = dir.join(JOURNAL_FILE);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening journal {}", path.display()))?;
+        let len = cut_torn_tail(&mut file, &path)?;
+        Ok(Self {
+            file,
+            path,
+            len,
+            failed: None,
+        })
+    }
+
+    pub fn append(&mut self, entry: &Entry) -> anyhow::Result<()> {
+        self.append_all(std::slice::from_ref(entry))
+    }
+
+    /// Appends entries with one write and one fsync (an attempt's records land together; should
+    /// a crash cut the write short, [`RunRecord::attempt_records`] tells the attempt is partial
+    /// and the next open cuts the torn line off). Fails with [`JournalWriteFailed`].
+    pub fn append_all(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+        if let Some(cause) = &self.failed {
+            return Err(self.write_failed(format!("an earlier append failed: {cause}")));
+        }
+        let mut text = String::new();
+        for e in entries {
+            text.push_str(&serde_json::to_string(e)?);
+            text.push('\n');
+        }
+        match self
+            .file
+            .write_all(text.as_bytes())
+            .and_then(|_| self.file.sync_data())
+        {
+            Ok(()) => {
+                self.len += text.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Take back whatever part of the write landed; if even that fails, the next
+                // open cuts the torn tail.
+                let _ = self.file.set_len(self.len).and_then(|_| self.file.sync_data());
+                let cause = e.to_string();
+                self.failed = Some(cause.clone());
+                Err(self.write_failed(cause))
+            }
+        }
+    }
+
+    fn write_failed(&self, cause: String) -> anyhow::Error {
+        JournalWriteFailed {
+            path: self.path.clone(),
+            cause,
+        }
+        .into()
+    }
+}
+
+/// Refuses a header line of a newer journal format (told before its fields are parsed: a newer
+/// header may lack or rename some).
+fn newer_format(line: &[u8]) -> Result<(), String> {
+    #[derive(Deserialize)]
+    struct Format {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default = "format_1")]
+        journal_format: u32,
+        #[serde(default)]
+        ocrig_version: Option<String>,
+    }
+    match serde_json::from_slice::<Format>(line) {
+        Ok(f) if f.kind == "sweep" && f.journal_format > JOURNAL_FORMAT => Err(format!(
+            "written by ocrig {} in journal format {}; this ocrig ({}) reads formats up to {JOURNAL_FORMAT}: use a newer ocrig",
+            f.ocrig_version.as_deref().unwrap_or("?"),
+            f.journal_format,
+            env!("CARGO_PKG_VERSION")
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Cuts a tail that is not a whole line off `file`, keeping it beside the journal; returns the
+/// length left.
+fn cut_torn_tail(file: &mut File, path: &Path) -> anyhow::Result<u64> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(0);
+    }
+    // Find the last newline, reading backwards in blocks (a torn record is at most one line).
+    let mut end = len;
+    let mut keep = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    'scan: while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            keep = start + i as u64 + 1;
+            break 'scan;
+        }
+        end = start;
+    }
+    if keep == len {
+        return Ok(len);
+    }
+    let mut torn = Vec::with_capacity((len - keep) as usize);
+    file.seek(SeekFrom::Start(keep))?;
+    file.read_to_end(&mut torn)?;
+    let name = path
+        .file_name()
+        .map_or("journal".into(), |n| n.to_string_lossy().into_owned());
+    let mut n = 1;
+    let mut aside = path.with_file_name(format!("{name}.torn-{n}"));
+    while aside.exists() {
+        n += 1;
+        aside = path.with_file_name(format!("{name}.torn-{n}"));
+    }
+    std::fs::write(&aside, &torn)
+        .and_then(|_| File::open(&aside)?.sync_all())
+        .with_context(|| {
+            format!(
+                "keeping the torn tail of {} in {}",
+                path.display(),
+                aside.display()
+            )
+        })?;
+    file.set_len(keep)
+        .and_then(|_| file.sync_data())
+        .with_context(|| format!("cutting the torn tail off {}", path.display()))?;
+    eprintln!(
+        "ocrig: {} ended in a torn line ({} bytes, left by a crash or a full disk mid-write): cut back to its last whole record; the cut bytes are in {}",
+        path.display(),
+        torn.len(),
+        aside.display()
+    );
+    Ok(keep)
+}
+
+/// A journal read back: the header and every complete run record, in order.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    pub header: SweepHeader,
+    pub runs: Vec<RunRecord>,
+}
+
+impl Journal {
+    /// Reads `dir/journal.jsonl` (or the file itself if `path` is a file). A torn tail (bytes
+    /// after the last newline: a crash mid-write, whatever they hold) is ignored; any other
+    /// malformed line is a [`NotAJournal`] error naming its number.
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        Ok(Self::read_with_resumes(path)?.0)
+    }
+
+    /// [`Journal::read`], with every `--resume` note in journal order.
+    pub fn read_with_resumes(path: &Path) -> anyhow::Result<(Self, Vec<ResumeNote>)> {
+        let file_path = if path.is_dir() {
+            path.join(JOURNAL_FILE)
+        } else {
+            path.to_path_buf()
+        };
+        let bytes = std::fs::read(&file_path).map_err(|e| {
+            NotAJournal(format!(
+                "{}: cannot read the journal: {e} (expected a results directory of `ocrig run`)",
+                file_path.display()
+            ))
+        })?;
+        let bad = |line: usize, what: String| -> anyhow::Error {
+            NotAJournal(format!("{}:{line}: {what}", file_path.display())).into()
+        };
+        // Only whole lines count: whatever follows the last newline is a torn write.
+        let whole = match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(i) => &bytes[..=i],
+            None => &bytes[..0],
+        };
+        let lines: Vec<&[u8]> = whole.split(|&b| b == b'\n').collect();
+        let last = lines.len().saturating_sub(1); // the empty piece after the final newline
+        let mut header: Option<SweepHeader> = None;
+        let mut runs = Vec::new();
+        let mut resumes = Vec::new();
+        for (i, line) in lines[..last].iter().enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if header.is_none() {
+                newer_format(line).map_err(|what| bad(i + 1, what))?;
+            }
+            let parsed = std::str::from_utf8(line)
+                .map_err(|e| e.to_string())
+                .and_then(|l| serde_json::from_str::<Entry>(l).map_err(|e| e.to_string()));
+            let entry = match parsed {
+                Ok(e) => e,
+                // The last whole line of an older ocrig's journal may be torn too (it appended
+                // onto a torn tail); a newer journal's header says so before any other line.
+                Err(_) if i + 1 == last && header.is_some() => break,
+                Err(e) if header.is_none() => {
+                    return Err(bad(
+                        i + 1,
+                        format!(
+                            "expected the sweep header of an ocrig journal, found a line that is not one ({e})"
+                        ),
+                    ));
+                }
+                Err(e) => return Err(bad(i + 1, format!("malformed journal line: {e}"))),
+            };
+            match entry {
+                Entry::Sweep(h) if header.is_none() => header = Some(*h),
+                Entry::Sweep(_) => {} // a resumed sweep may re-state its header; the first one stands
+                _ if header.is_none() => {
+                    return Err(bad(
+                        i + 1,
+                        "expected the sweep header as the journal's first line, found a record".into(),
+                    ));
+                }
+                Entry::Run(r) => runs.push(*r),
+                Entry::Resume(n) => resumes.push(*n),
+            }
+        }
+        let header = header.ok_or_else(|| {
+            NotAJournal(format!(
+                "{}: no sweep header line (expected a journal written by `ocrig run`)",
+                file_path.display()
+            ))
+        })?;
+        Ok((Self { header, runs }, resumes))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn header() -> SweepHeader {
+        SweepHeader {
+            scenario: "t".into(),
+            scenario_sha256: "00".into(),
+            baseline: "base".into(),
+            variants: vec!["base".into()],
+            levels: vec![1.0],
+            workloads: BTreeMap::new(),
+            backend: "qemu".into(),
+            accel: "tcg".into(),
+            host_cpus: vec![0, 1],
+            guest_vcpus: 1,
+            scenario_path: None,
+            kernels: BTreeMap::new(),
+            kernel_identity: BTreeMap::new(),
+            schedule: None,
+            started_at: "now".into(),
+            ocrig_version: "0".into(),
+            guest_start: None,
+            hosts: Vec::new(),
+            journal_format: JOURNAL_FORMAT,
+            payload_sha256: None,
+            images: BTreeMap::new(),
+        }
+    }
+
+    fn record(run: u32) -> RunRecord {
+        RunRecord {
+            variant: "base".into(),
+            level: 1.0,
+            workload: "lock".into(),
+            run,
+            warmup: false,
+            guest: 0,
+            guests: 1,
+            host: None,
+            ok: true,
+            error: None,
+            attempt: 1,
+            superseded: None,
+            attempt_records: Some(1),
+            slot: None,
+            metrics: BTreeMap::from([("ops_per_sec".into(), 1.5)]),
+            payload: None,
+            argv: vec![],
+            timings: BTreeMap::new(),
+            extra: Default::default(),
+            finished_at: "now".into(),
+        }
+    }
+
+    #[test]
+    fn append_then_read_back_ignoring_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = JournalWriter::open(dir.path()).unwrap();
+        w.append(&Entry::Sweep(Box::new(header()))).unwrap();
+        w.append(&Entry::Run(Box::new(record(0)))).unwrap();
+        w.append(&Entry::Run(Box::new(record(1)))).unwrap();
+        drop(w);
+        let path = dir.path().join(JOURNAL_FILE);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"type\":\"run\",\"variant\":").unwrap();
+        let j = Journal::read(dir.path()).unwrap();
+        assert_eq!(j.header, header());
+        assert_eq!(j.runs, vec![record(0), record(1)]);
+    }
+
+    fn whole_journal(dir: &Path) -> Vec<u8> {
+        let mut w = JournalWriter::open(dir).unwrap();
+        w.append(&Entry::Sweep(Box::new(header()))).unwrap();
+        let mut r = record(0);
+        // A multi-byte character near the end, as a console tail carries them.
+        r.extra.insert("console_tail".into(), "naïve → ü".into());
+        w.append_all(&[Entry::Run(Box::new(record(1))), Entry::Run(Box::new(r))])
+            .unwrap();
+        std::fs::read(dir.join(JOURNAL_FILE)).unwrap()
+    }
+
+    #[test]
+    fn a_tail_torn_at_any_byte_is_cut_before_appending_and_kept_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let whole = whole_journal(dir.path());
+        let last_start = whole[..whole.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .unwrap()
+            + 1;
+        for cut in last_start + 1..whole.len() {
+            let path = dir.path().join(JOURNAL_FILE);
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            // Reading never fails on a torn tail, even one that splits a UTF-8 character.
+            let j = Journal::read(dir.path()).unwrap();
+            assert_eq!(j.runs, vec![record(1)], "cut at {cut}");
+            let mut w = JournalWriter::open(dir.path()).unwrap();
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                &whole[..last_start],
+                "cut at {cut}"
+            );
+            w.append(&Entry::Run(Box::new(record(2)))).unwrap();
+            let j = Journal::read(dir.path()).unwrap();
+            assert_eq!(j.runs, vec![record(1), record(2)], "cut at {cut}");
+            let aside: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().contains(".torn-"))
+                .collect();
+            assert_eq!(aside.len(), 1);
+            assert_eq!(std::fs::read(&aside[0]).unwrap(), &whole[last_start..cut]);
+            std::fs::remove_file(&aside[0]).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_failed_append_is_taken_back_and_every_later_one_fails_too() {
+        let dir = tempfile::tempdir().unwrap();
+        // /dev/full fails every write with ENOSPC, as a full disk does.
+        std::os::unix::fs::symlink("/dev/full", dir.path().join(JOURNAL_FILE)).unwrap();
+        let mut w = JournalWriter::open(dir.path()).unwrap();
+        let e = w.append(&Entry::Run(Box::new(record(0)))).unwrap_err();
+        let failed = e
+            .downcast_ref::<JournalWriteFailed>()
+            .expect("a JournalWriteFailed");
+        assert!(failed.cause.contains("No space left"), "{e}");
+        assert!(e.to_string().contains(JOURNAL_FILE), "{e}");
+        let again = w.append(&Entry::Run(Box::new(record(1)))).unwrap_err();
+        assert!(again.to_string().contains("an earlier append failed"), "{again}");
+    }
+
+    #[test]
+    fn not_a_journal_is_refused_naming_the_file_and_what_was_expected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let run = serde_json::to_string(&Entry::Run(Box::new(record(0)))).unwrap();
+        for (text, expected) in [
+            (format!("{run}\n"), "expected the sweep header"),
+            ("hello\n".to_string(), "expected the sweep header"),
+            (String::new(), "no sweep header"),
+            (
+                r#"{"type":"sweep","journal_format":3,"ocrig_version":"9.0.0"}"#.to_string() + "\n",
+                "written by ocrig 9.0.0 in journal format 3",
+            ),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let e = Journal::read(dir.path()).unwrap_err();
+            assert!(e.is::<NotAJournal>(), "{e:#}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&path.display().to_string()) && msg.contains(expected),
+                "{msg}"
+            );
+        }
+    }
+
+    /// A journal line exactly as ocrig wrote it before attempts were settled and boots shared.
+    pub(crate) const OLD_FORMAT_RUN: &str = r#"{"type":"run","variant":"base","level":0.5,"workload":"lock-tas","run":0,"warmup":false,"guest":0,"guests":1,"ok":true,"attempt":1,"metrics":{"ops_per_sec":123.5},"argv":["lock","--algo","tas"],"timings":{"run_s":1.6},"extra":{"start_skew_us":0.0},"finished_at":"2026-11-30T10:00:00Z"}"#;
+
+    #[test]
+    fn journals_of_older_versions_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = r#"{"type":"sweep","scenario":"smoke","scenario_sha256":"00","baseline":"base","variants":["base"],"levels":[0.5],"workloads":{"lock-tas":{"command":"lock","metric":"ops_per_sec","better":"higher"}},"backend":"qemu","accel":"tcg","host_cpus":[0,1],"guest_vcpus":1,"started_at":"2026-11-30T10:00:00Z","ocrig_version":"0.1.0"}"#;
+        std::fs::write(dir.path().join(JOURNAL_FILE), format!("{h}\n{OLD_FORMAT_RUN}\n")).unwrap();
+        let j = Journal::read(dir.path()).unwrap();
+        assert_eq!(j.header.schedule, None);
+        let r = &j.runs[0];
+        assert_eq!(
+            (r.superseded.as_deref(), r.attempt_records, r.slot),
+            (None, None, None)
+        );
+        assert_eq!(r.metrics["ops_per_sec"], 123.5);
+    }
+
+    #[test]
+    fn malformed_middle_line_is_an_error_with_its_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let h = serde_json::to_string(&Entry::Sweep(Box::new(header()))).unwrap();
+        std::fs::write(&path, format!("{h}\nnot json\n{h}\n")).unwrap();
+        let e = Journal::read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(":2:"), "{e}");
+    }
+}

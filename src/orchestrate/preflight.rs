@@ -1,0 +1,161 @@
+//! Preflight: everything checked or prepared before a results directory exists — remote hosts
+//! answered, kernels known, accelerator chosen, payload and guest images ready, disk space.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::BadInput;
+use crate::backend::libvirt::{self, LibvirtBackend};
+use crate::backend::owned;
+use crate::executor::deploy::{self, Prepared};
+
+use crate::image::{self, ImageSpec};
+use crate::scenario::locate::Seg;
+use crate::scenario::validate::HostFacts;
+use crate::scenario::{KernelRef, Loaded, ScenarioErrors};
+use crate::sweep::plan::Plan;
+
+/// The backend for a remote libvirt URI, checked at preflight: every failure (unreachable,
+/// host key not pinned or changed, login refused, libvirt too old) is bad input naming the host.
+pub(crate) fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBackend>>> {
+    let Ok(Some(r)) = crate::backend::remote::parse(uri) else {
+        return Ok(None);
+    };
+    let b = LibvirtBackend::connect(uri)
+        .map_err(|e| BadInput(format!("preflight: remote host {} ({uri}): {e:#}", r.label())))?;
+    Ok(Some(Arc::new(b)))
+}
+
+/// CPUs and available memory of a remote host, from libvirt's node info.
+pub(crate) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
+    let label = b.remote().map_or_else(String::new, |r| r.remote.label());
+    let (cpus, free_mib) = b
+        .node_facts()
+        .map_err(|e| BadInput(format!("preflight: remote host {label}: {e:#}")))?;
+    Ok(HostFacts {
+        allowed_cpus: (0..cpus as usize).collect(),
+        mem_available_mib: free_mib,
+        remote: Some(label),
+    })
+}
+
+/// The payload and every input the plan's workloads read in the guest, read once.
+pub(crate) fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
+    let mut commands: Vec<&str> = plan.workloads.iter().map(|w| w.command.as_str()).collect();
+    if plan.background == crate::scenario::Background::Hog {
+        commands.push("hog");
+    }
+    let dp = deploy::deploy_plan(payload, &commands, Path::exists).map_err(BadInput)?;
+    for w in &dp.warnings {
+        eprintln!("ocrig: warning: {w}");
+    }
+    deploy::prepare(&dp)
+}
+
+/// Enough free space for every scratch disk of the largest level.
+pub(crate) fn preflight_disk(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+    let guests = plan.boots.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
+    let need_mib = guests * plan.scratch_disk_mib as u64 + 16;
+    let free_mib = free_space_mib(dir)
+        .with_context(|| format!("preflight: checking free space in {}", dir.display()))?;
+    anyhow::ensure!(
+        free_mib >= need_mib,
+        "preflight: {} has {free_mib} MiB free, but the sweep needs {need_mib} MiB ({guests} scratch disks of {} MiB)",
+        dir.display(),
+        plan.scratch_disk_mib
+    );
+    Ok(())
+}
+
+fn free_space_mib(dir: &Path) -> std::io::Result<u64> {
+    let st = rustix::fs::statvfs(dir)?;
+    Ok(st.f_bavail * st.f_frsize / 1048576)
+}
+
+/// Destroys `ocrig-` domains whose sweep has no live owner (libvirt's auto-destroy normally
+/// does this when ocrig dies; this covers a libvirtd that was restarted meanwhile).
+pub(crate) fn reap_orphan_domains(uri: &str) {
+    let Ok(names) = libvirt::list_owned(uri, "ocrig-") else {
+        return;
+    };
+    for name in names.into_iter().filter(|n| owned::is_orphan_name(n)) {
+        match libvirt::destroy_named(uri, &name) {
+            Ok(()) => eprintln!("ocrig: removed domain {name} left by an earlier ocrig"),
+            Err(e) => tracing::warn!("removing orphan domain {name}: {e:#}"),
+        }
+    }
+}
+
+pub(crate) fn images_for(
+    plan: &Plan,
+    s: &crate::scenario::Scenario,
+) -> anyhow::Result<BTreeMap<String, image::Image>> {
+    let cache = image::cache_dir();
+    let mut by_kernel: BTreeMap<String, image::Image> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for v in crate::scenario::expand::variants(s) {
+        let kernel = crate::scenario::expand::guest_for(s, &v).kernel;
+        let key = format!("{kernel:?}");
+        if !by_kernel.contains_key(&key) {
+            let source = kernel.source();
+            let img = image::ensure(&ImageSpec { kernel: source }, &cache)
+                .with_context(|| format!("preparing the guest image for variant {}", v.name))?;
+            by_kernel.insert(key.clone(), img);
+        }
+        out.insert(v.name.clone(), by_kernel[&key].clone());
+    }
+    debug_assert_eq!(out.len(), plan.variants.len());
+    Ok(out)
+}
+
+/// Every Debian kernel a scenario names must be known to apt (checked here rather than in the
+/// pure validation because it asks the package lists).
+pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
+    let s = &l.scenario;
+    let mut refs: Vec<(Vec<Seg>, &KernelRef)> = vec![(
+        vec![Seg::Key("guest".into()), Seg::Key("kernel".into())],
+        &s.guest.kernel,
+    )];
+    for (i, v) in s.variants.iter().enumerate() {
+        if let Some(k) = &v.kernel {
+            refs.push((
+                vec![
+                    Seg::Key("variants".into()),
+                    Seg::Index(i),
+                    Seg::Key("kernel".into()),
+                ],
+                k,
+            ));
+        }
+    }
+    let mut errs = Vec::new();
+    for (path, k) in refs {
+        if let KernelRef::Debian(release) = k {
+            match crate::image::kernel_known(release) {
+                Ok(true) => {}
+                Ok(false) => errs.push(l.error_at(
+                    &path,
+                    format!(
+                        "Debian has no package linux-image-{release} (see `apt-cache search linux-image`)"
+                    ),
+                )),
+                Err(e) => errs.push(l.error_at(&path, format!("cannot ask apt about {release}: {e:#}"))),
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ScenarioErrors(errs))
+    }
+}
+
+/// SHA-256 of a file's bytes (the payload's identity in the journal).
+pub(crate) fn file_sha256(path: &Path) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(crate::scenario::hex(&Sha256::digest(&bytes)))
+}

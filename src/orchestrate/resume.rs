@@ -1,0 +1,202 @@
+//! `ocrig run --resume DIR`: what an interrupted sweep already finished, what it ran on, and
+//! whether what would run now is still exactly that sweep.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::BadInput;
+use crate::scenario::hex;
+use crate::sweep::journal::{BootInfo, Journal, NotAJournal, RunRecord, RunsOn};
+
+pub struct Previous {
+    pub dir: PathBuf,
+    /// The scenario as run, kept in the results directory: what a resume runs.
+    pub scenario_copy: PathBuf,
+    /// What the sweep ran on: its header's, or what the latest resume accepted.
+    pub runs_on: RunsOn,
+    journal: Journal,
+}
+
+impl Previous {
+    /// Reads a results directory (its lock already held) and checks that its scenario copy is
+    /// the one the journal hashed. A directory that is not a results directory is bad input.
+    pub fn read(dir: &Path) -> anyhow::Result<Self> {
+        let (journal, resumes) = Journal::read_with_resumes(dir).map_err(|e| {
+            if e.is::<NotAJournal>() {
+                BadInput(format!("cannot resume: {e:#}")).into()
+            } else {
+                e.context(format!("cannot resume {}", dir.display()))
+            }
+        })?;
+        let runs_on = resumes
+            .last()
+            .map(|n| n.runs_on.clone())
+            .unwrap_or_else(|| journal.header.runs_on());
+        let scenario_copy = dir.join("scenario.yaml");
+        let as_run = std::fs::read(&scenario_copy).map_err(|e| {
+            BadInput(format!(
+                "cannot resume: {}: {e} (expected the scenario the sweep ran)",
+                scenario_copy.display()
+            ))
+        })?;
+        if hex(&Sha256::digest(&as_run)) != runs_on.scenario_sha256 {
+            return Err(BadInput(format!(
+                "cannot resume: {} is not the scenario the journal's sweep ran (its SHA-256 differs from the journal's); \
+                 put the original back",
+                scenario_copy.display()
+            ))
+            .into());
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            scenario_copy,
+            runs_on,
+            journal,
+        })
+    }
+
+    /// Every record the interrupted sweep journaled; the scheduler settles them (what counts,
+    /// which attempt comes next) by the same rule as the reports.
+    pub fn records(&self) -> &[RunRecord] {
+        &self.journal.runs
+    }
+
+    /// The shuffle seed the sweep started with, if it shuffled.
+    pub fn seed(&self) -> Option<u64> {
+        self.journal.header.schedule.as_ref().and_then(|s| s.seed)
+    }
+
+    /// The scenario text a `--resume DIR SCENARIO` names, when it differs from the copy.
+    pub fn scenario_change(&self, given: &Path) -> anyhow::Result<Option<String>> {
+        let now = std::fs::read_to_string(given)
+            .map_err(|e| BadInput(format!("cannot read scenario {}: {e}", given.display())))?;
+        let as_run = std::fs::read_to_string(&self.scenario_copy).unwrap_or_default();
+        Ok((now != as_run).then(|| {
+            format!(
+                "scenario: {} differs from the one the sweep ran ({}):\n{}",
+                given.display(),
+                self.scenario_copy.display(),
+                indent(&line_diff(&as_run, &now))
+            )
+        }))
+    }
+}
+
+/// Every difference between what a sweep ran on (`was`) and what it would run on now, one
+/// line each. A field an older journal did not record is not compared.
+pub fn differences(was: &RunsOn, now: &RunsOn) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("{name}: {a} (as run) → {b} (now)"));
+        }
+    };
+    field(
+        "scenario_sha256",
+        was.scenario_sha256.clone(),
+        now.scenario_sha256.clone(),
+    );
+    field("backend", was.backend.clone(), now.backend.clone());
+    field("accel", was.accel.clone(), now.accel.clone());
+    field(
+        "host_cpus",
+        format!("{:?}", was.host_cpus),
+        format!("{:?}", now.host_cpus),
+    );
+    if !was.guests.is_empty() {
+        field("guests per level", guests(&was.guests), guests(&now.guests));
+    }
+    field(
+        "kernels",
+        format!("{:?}", was.kernels),
+        format!("{:?}", now.kernels),
+    );
+    if let Some(p) = &was.payload_sha256 {
+        field(
+            "payload_sha256",
+            p.clone(),
+            now.payload_sha256.clone().unwrap_or_else(|| "none".into()),
+        );
+    }
+    // Journals that record the payload record images too (none for the host backend).
+    if was.payload_sha256.is_some() || !was.images.is_empty() {
+        field("images", format!("{:?}", was.images), format!("{:?}", now.images));
+    }
+    field("hosts", format!("{:?}", was.hosts), format!("{:?}", now.hosts));
+    out
+}
+
+fn guests(boots: &[BootInfo]) -> String {
+    boots
+        .iter()
+        .map(|b| format!("{}x {}: {}", b.level, b.variants.join("+"), b.guests))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Lines only in `a` (prefixed -) and only in `b` (+), at most 20 of each.
+fn line_diff(a: &str, b: &str) -> String {
+    let a_lines: Vec<&str> = a.lines().collect();
+    let b_lines: Vec<&str> = b.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    out.extend(
+        a_lines
+            .iter()
+            .filter(|l| !b_lines.contains(l))
+            .take(20)
+            .map(|l| format!("- {l}")),
+    );
+    out.extend(
+        b_lines
+            .iter()
+            .filter(|l| !a_lines.contains(l))
+            .take(20)
+            .map(|l| format!("+ {l}")),
+    );
+    if out.is_empty() {
+        out.push("  (same lines in another order or with other whitespace)".into());
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_changed_lines() {
+        let d = line_diff("name: a\nruns: 2\n", "name: a\nruns: 3\n");
+        assert_eq!(d, "- runs: 2\n+ runs: 3");
+    }
+
+    #[test]
+    fn differences_name_each_changed_field_and_skip_unrecorded_ones() {
+        let was = RunsOn {
+            scenario_sha256: "aa".into(),
+            backend: "host".into(),
+            accel: "tcg".into(),
+            host_cpus: vec![0, 1],
+            ..Default::default()
+        };
+        let mut now = was.clone();
+        assert!(differences(&was, &now).is_empty());
+        now.backend = "qemu".into();
+        now.host_cpus = vec![0];
+        now.payload_sha256 = Some("bb".into()); // not recorded before: not compared
+        assert_eq!(
+            differences(&was, &now),
+            [
+                "backend: host (as run) → qemu (now)",
+                "host_cpus: [0, 1] (as run) → [0] (now)"
+            ]
+        );
+    }
+}
