@@ -38,7 +38,7 @@ levels: [0.5]
 workloads:
   - name: lock-tas
     command: lock
-    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}}}
+    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: 0.6}}
     metric: ops_per_sec
 runs: 2
 timeouts: {{run_s: 20, boot_s: 120, retries: 1}}

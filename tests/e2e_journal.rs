@@ -41,7 +41,7 @@ variants:
 workloads:
   - name: lock
     command: lock
-    args: {{duration-ms: 30, hold-ns: 200, gap-ns: 200}}
+    args: {{duration-ms: 30, hold-ns: 200, gap-ns: 200, max-calibration-drift: 0.6}}
     metric: ops_per_sec
 {runs}{extra}"
     )
@@ -814,7 +814,7 @@ levels: [0.5]
 workloads:
   - name: lock
     command: lock
-    args: {algo: tas, threads: 2, duration-ms: 500}
+    args: {algo: tas, threads: 2, duration-ms: 500, max-calibration-drift: 0.6}
     metric: ops_per_sec
 runs: 3
 timeouts: {run_s: 60, boot_s: 180, retries: 1}

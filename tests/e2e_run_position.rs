@@ -31,6 +31,7 @@ workloads:
       hold-ns: 200
       gap-ns: 200
       duration-ms: 1500
+      max-calibration-drift: 0.6
     metric: ops_per_sec
     better: higher
 runs: 6

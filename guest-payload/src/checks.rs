@@ -74,15 +74,16 @@ pub fn cpu_within_elapsed(window_cpu_ns: u64, elapsed_ns: u64, cpus_allowed: usi
     Check::at_most("cpu_within_elapsed", busy, bound, detail)
 }
 
-/// Calibration before and after the run within [`MAX_CALIBRATION_DRIFT`] of each other.
-pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64) -> Check {
+/// Calibration before and after the run within `max_drift` (by default
+/// [`MAX_CALIBRATION_DRIFT`]) of each other.
+pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_drift: f64) -> Check {
     let drift = (after_ns_per_iter - before_ns_per_iter).abs() / before_ns_per_iter.max(1e-12);
     let detail = format!(
         "calibration drifted {:.1} % during the run ({before_ns_per_iter:.3} -> {after_ns_per_iter:.3} ns/iter; at most {:.0} % accepted)",
         drift * 100.0,
-        MAX_CALIBRATION_DRIFT * 100.0
+        max_drift * 100.0
     );
-    Check::at_most("calibration_drift", drift, MAX_CALIBRATION_DRIFT, detail)
+    Check::at_most("calibration_drift", drift, max_drift, detail)
 }
 
 /// The CPU clock of the calling thread, in nanoseconds.
@@ -119,14 +120,14 @@ mod tests {
             "{}",
             bad.detail
         );
-        let drift = calibration_drift(12.1, 15.9);
+        let drift = calibration_drift(12.1, 15.9, MAX_CALIBRATION_DRIFT);
         assert!(!drift.ok);
         assert!(
             drift.detail.contains("31.4 %") && drift.detail.contains("12.100 -> 15.900"),
             "{}",
             drift.detail
         );
-        assert!(calibration_drift(10.0, 10.4).ok);
+        assert!(calibration_drift(10.0, 10.4, MAX_CALIBRATION_DRIFT).ok);
         let lines = failure_lines(&[ok, drift]);
         assert_eq!(lines.len(), 1);
         assert!(

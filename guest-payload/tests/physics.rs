@@ -130,7 +130,17 @@ fn no_workload_reports_less_time_than_its_cpu_time_allows() {
             "--threads",
             "--pipe",
         ],
-        &["lock", "--algo", "tas", "--threads", "16", "--duration-ms", "300"],
+        &[
+            "lock",
+            "--algo",
+            "tas",
+            "--threads",
+            "16",
+            "--duration-ms",
+            "300",
+            "--max-calibration-drift",
+            "0.6",
+        ],
         &[
             "ebizzy",
             "--threads",

@@ -492,7 +492,7 @@ async fn clones_measure_what_booted_guests_measure() {
     }
     let lock_run = |g: &Up| -> f64 {
         let out = g.sh(&format!(
-            "{} lock --algo ticket --threads 2 --duration-ms 700 --hold-ns 200 --gap-ns 200",
+            "{} lock --algo ticket --threads 2 --duration-ms 700 --hold-ns 200 --gap-ns 200 --max-calibration-drift 0.6",
             crate::payload_bin::GUEST_PATH
         ));
         let r: ocrig_payload::report::Report = serde_json::from_str(&out).unwrap();

@@ -150,11 +150,16 @@ fn self_check_failure(out: &crate::executor::Finished) -> Option<Rejected> {
         .map(str::trim)
         .collect();
     let report: Option<ocrig_payload::report::Report> = serde_json::from_str(out.stdout.trim()).ok();
+    // The payload's typed checks (its report's top-level `checks`).
     let failed: Vec<Value> = report
         .as_ref()
-        .and_then(|r| r.detail.get("checks"))
-        .and_then(Value::as_array)
-        .map(|cs| cs.iter().filter(|c| c["ok"] == false).cloned().collect())
+        .map(|r| {
+            r.checks
+                .iter()
+                .filter(|c| !c.ok)
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
         .unwrap_or_default();
     let details: Vec<String> = if !said.is_empty() {
         said.iter().map(|s| s.to_string()).collect()
