@@ -491,6 +491,7 @@ mod tests {
             duration_ms: 150,
             hold_ns: 100,
             gap_ns: 100,
+            max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
         }
     }
 
