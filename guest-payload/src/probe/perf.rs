@@ -20,19 +20,20 @@ const IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 
 /// `struct perf_event_attr` up to `PERF_ATTR_SIZE_VER0` (64 bytes), which every kernel since
 /// 2.6.31 accepts; the fields after it stay at their defaults (zero).
+/// (Shared with the sampler in `profile.rs`.)
 #[repr(C)]
 #[derive(Default)]
-struct Attr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
+pub(super) struct Attr {
+    pub(super) kind: u32,
+    pub(super) size: u32,
+    pub(super) config: u64,
+    pub(super) sample_period: u64,
+    pub(super) sample_type: u64,
+    pub(super) read_format: u64,
+    pub(super) flags: u64,
+    pub(super) wakeup_events: u32,
+    pub(super) bp_type: u32,
+    pub(super) config1: u64,
 }
 
 /// One counting event on one CPU; closed on drop.

@@ -10,6 +10,8 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
+use super::perf::Attr;
+
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 const PERF_SAMPLE_IP: u64 = 1 << 0;
@@ -32,21 +34,6 @@ const DATA_PAGES: usize = 256;
 pub const MAX_STACKS: usize = 200;
 /// The kernel's default ceiling for `perf_event_max_sample_rate` (it may lower it at run time).
 pub const DEFAULT_MAX_SAMPLE_RATE: u64 = 100_000;
-
-#[repr(C)]
-#[derive(Default)]
-struct Attr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
 
 struct Ring {
     fd: i32,
