@@ -36,6 +36,27 @@ pub(super) struct Attr {
     pub(super) config1: u64,
 }
 
+/// `perf_event_open(attr, pid = -1, cpu, group = -1, CLOEXEC)`: the event for every task on
+/// one CPU (the counters' and the sampler's one way in).
+pub(super) fn open(attr: &Attr, cpu: usize) -> io::Result<i32> {
+    // SAFETY: attr is a valid perf_event_attr of the size it declares; the kernel only reads it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const Attr,
+            -1 as libc::pid_t,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd as i32)
+    }
+}
+
 /// One counting event on one CPU; closed on drop.
 #[derive(Debug)]
 pub struct Counter {
@@ -64,21 +85,9 @@ impl Counter {
             flags: ATTR_DISABLED,
             ..Attr::default()
         };
-        // SAFETY: attr is a valid perf_event_attr of the size it declares; the kernel only reads it.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const Attr,
-                -1 as libc::pid_t,
-                cpu as libc::c_int,
-                -1 as libc::c_int,
-                PERF_FLAG_FD_CLOEXEC,
-            )
+        let counter = Self {
+            fd: open(&attr, cpu)?,
         };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let counter = Self { fd: fd as i32 };
         if let Some(f) = filter {
             let c = CString::new(f).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
             // SAFETY: a NUL-terminated string the kernel copies during the call.

@@ -24,7 +24,6 @@ const PERF_RECORD_MISC_CPUMODE_MASK: u16 = 7;
 const PERF_RECORD_MISC_KERNEL: u16 = 1;
 /// Call-chain context markers (`enum perf_callchain_context`), not addresses.
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const IOC_ENABLE: libc::c_ulong = 0x2400;
 const IOC_DISABLE: libc::c_ulong = 0x2401;
 /// Ring buffer per CPU: 2^8 pages of 4 KiB = 1 MiB, about 50 s of samples at 99 Hz with
@@ -118,23 +117,8 @@ impl Sampler {
         let len = (1 + DATA_PAGES) * page();
         let mut rings = Vec::new();
         for &cpu in cpus {
-            // SAFETY: a valid attr of the size it declares; the kernel only reads it.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_perf_event_open,
-                    &attr as *const Attr,
-                    -1 as libc::pid_t,
-                    cpu as libc::c_int,
-                    -1 as libc::c_int,
-                    PERF_FLAG_FD_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return Err(format!(
-                    "perf_event_open of cpu-clock sampling on CPU {cpu} failed: {}",
-                    io::Error::last_os_error()
-                ));
-            }
+            let fd = super::perf::open(&attr, cpu)
+                .map_err(|e| format!("perf_event_open of cpu-clock sampling on CPU {cpu} failed: {e}"))?;
             // SAFETY: mapping the event's ring buffer (1 + 2^n pages) shared, read-write so we
             // can advance data_tail.
             let base = unsafe {
