@@ -13,9 +13,10 @@
 //! spreads its load unevenly over the CPUs, so a sweep whose foreign share is above 15 % and
 //! that misses the bound is run again (at most three times); the last one is asserted.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -152,22 +153,7 @@ fn judge(runs: &[Value]) -> Verdict {
 fn every_guest_waits_one_minus_one_over_the_level() {
     let mut last = None;
     for attempt in 1..=3 {
-        let tmp = tempfile::tempdir().unwrap();
-        let scenario = tmp.path().join("placement.yaml");
-        std::fs::write(&scenario, SCENARIO).unwrap();
-        let results = tmp.path().join("results");
-        let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["run", "--quiet", "--wait-for-cpus", "--results"])
-            .arg(&results)
-            .arg(&scenario)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ocrig run failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (_tmp, results) = common::run_scenario("placement.yaml", SCENARIO);
         let v = judge(&journal(&results));
         eprintln!("attempt {attempt}:\n{}", v.lines.join("\n"));
         let busy = v.worst_foreign > 0.15;

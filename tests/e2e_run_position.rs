@@ -7,7 +7,7 @@
 //! the cell's own run-to-run spread, and that a cell without such an effect misses only 1 time
 //! in 100. The figures are printed for the record, with the other load of each run.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -40,22 +40,7 @@ warmup_runs: 0
 
 #[test]
 fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
-    let tmp = tempfile::tempdir().unwrap();
-    let scenario = tmp.path().join("position.yaml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let results = tmp.path().join("results");
-    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--quiet", "--wait-for-cpus", "--results"])
-        .arg(&results)
-        .arg(&scenario)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ocrig run failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_tmp, results) = common::run_scenario("position.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)
         .unwrap()
         .next()

@@ -13,6 +13,8 @@
 //! facts (no steal, no KVM statistics, each with its reason), the telemetry's own CPU cost
 //! (target ≤ 1 % of the run's CPU), and that the report shows the journal's numbers.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -68,22 +70,7 @@ fn cpu_of(rec: &Value, g: u64) -> u64 {
 
 #[test]
 fn vcpu_wait_share_is_one_minus_one_over_the_level() {
-    let tmp = tempfile::tempdir().unwrap();
-    let scenario = tmp.path().join("physics.yaml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let results = tmp.path().join("results");
-    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--quiet", "--wait-for-cpus", "--results"])
-        .arg(&results)
-        .arg(&scenario)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ocrig run failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_tmp, results) = common::run_scenario("physics.yaml", SCENARIO);
     let (header, runs, dir) = journal(&results);
     let tcg = header["accel"] == "tcg";
 
