@@ -134,9 +134,15 @@ fn slice_words(summary: &serde_json::Value) -> String {
             ns as f64 / 1e6
         ),
         None => format!(
-            "host {}: not read ({})",
+            "host {}: not read ({}){}",
             host["name"].as_str().unwrap_or("slice"),
-            host["unavailable"].as_str().unwrap_or("unknown")
+            host["unavailable"].as_str().unwrap_or("unknown"),
+            host["kernel_default_ns"]
+                .as_u64()
+                .map_or(String::new(), |ns| format!(
+                    "; the kernel's default for this CPU count is {:.2} ms",
+                    ns as f64 / 1e6
+                ))
         ),
     });
     if let Some(hz) = host["hz"].as_u64() {

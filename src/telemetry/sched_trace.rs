@@ -529,7 +529,21 @@ pub fn host_slice_setting() -> Value {
             "debugfs is not mounted at /sys/kernel/debug (base_slice_ns lives there)".into()
         });
     }
-    json!({ "name": "base_slice_ns", "ns": null, "unavailable": why.join("; "), "hz": hz })
+    json!({
+        "name": "base_slice_ns", "ns": null, "unavailable": why.join("; "), "hz": hz,
+        "kernel_default_ns": default_slice_ns(),
+        "kernel_default_rule": "not read from this host: the kernel's default, 0.75 ms × (1 + log2(min(online CPUs, 8))) \
+            (base_slice_ns since 6.6, min_granularity_ns before), unless someone changed it",
+    })
+}
+
+/// The kernel's default slice for this host's CPU count (`sysctl_sched_base_slice`, formerly
+/// `sysctl_sched_min_granularity`: 0.75 ms scaled by 1 + ilog2(min(CPUs, 8))).
+fn default_slice_ns() -> u64 {
+    let cpus = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    750_000 * (1 + cpus.ilog2() as u64)
 }
 
 /// The kernel's CONFIG_HZ (its tick decides when a slice that ran out is noticed), from
@@ -553,6 +567,17 @@ mod tests {
     use super::*;
 
     const EXCERPT: &str = include_str!("testdata/sched_switch_2x.txt");
+
+    #[test]
+    fn the_default_slice_grows_with_the_log_of_the_cpus() {
+        let d = default_slice_ns();
+        assert!([750_000, 1_500_000, 2_250_000, 3_000_000].contains(&d), "{d}");
+        let s = host_slice_setting();
+        assert!(
+            s["ns"].as_u64().is_some() || s["unavailable"].as_str().is_some(),
+            "{s}"
+        );
+    }
 
     #[test]
     fn cpumask_words() {
