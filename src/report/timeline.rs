@@ -91,7 +91,8 @@ pub fn section(journal: &Journal) -> String {
         ));
         let whole = (tl.traced_from_us as f64 / 1e3, tl.traced_to_us as f64 / 1e3);
         let zoom = (0.0, ZOOM_MS.min(tl.run_end_us as f64 / 1e3).max(1.0));
-        for (window, what) in [(whole, "whole trace"), (zoom, "first ms of the run")] {
+        let zoomed = format!("first {:.0} ms of the run", zoom.1);
+        for (window, what) in [(whole, "whole trace"), (zoom, zoomed.as_str())] {
             match draw(&tl, window, &format!("{title}: {what}")) {
                 Ok(svg) => out.push_str(&format!(
                     "<div class=\"timeline plot-timeline\">\n{svg}\n</div>\n"
@@ -145,6 +146,22 @@ fn slice_words(summary: &serde_json::Value) -> String {
                 ))
         ),
     });
+    for (cpu, sh) in summary["cpu_shares"].as_object().into_iter().flatten() {
+        let pct = |v: &serde_json::Value| format!("{:.0}%", v.as_f64().unwrap_or(0.0) * 100.0);
+        let top: Vec<String> = sh["top_other"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| format!("{} {}", t[0].as_str().unwrap_or("?"), pct(&t[1])))
+            .collect();
+        parts.push(format!(
+            "CPU {cpu} during the run: vCPUs {}, other threads {} ({}), idle {}",
+            pct(&sh["vcpus"]),
+            pct(&sh["other"]),
+            top.join(", "),
+            pct(&sh["idle"])
+        ));
+    }
     if let Some(hz) = host["hz"].as_u64() {
         parts.push(format!("host tick {:.1} ms (CONFIG_HZ={hz})", 1e3 / hz as f64));
     }

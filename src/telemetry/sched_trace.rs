@@ -350,6 +350,48 @@ impl Timeline {
         out
     }
 
+    /// Per CPU, the shares of the run each kind of thread had: guest vCPUs, idle, and the
+    /// other threads by command name (the largest few), so a crowded CPU says who crowded it.
+    pub fn cpu_shares(&self) -> BTreeMap<usize, Value> {
+        let mut time: BTreeMap<usize, BTreeMap<String, i64>> = BTreeMap::new();
+        let (lo, hi) = (
+            0i64.max(self.traced_from_us),
+            self.run_end_us.min(self.traced_to_us),
+        );
+        for s in &self.segments {
+            let d = s[2].min(hi) - s[1].max(lo);
+            if d <= 0 {
+                continue;
+            }
+            let key = match &self.who[s[3] as usize] {
+                Who::Vcpu { .. } => "vcpus".to_string(),
+                Who::Idle => "idle".to_string(),
+                Who::Other { comm } => comm.clone(),
+            };
+            *time.entry(s[0] as usize).or_default().entry(key).or_default() += d;
+        }
+        let span = (hi - lo).max(1) as f64;
+        time.into_iter()
+            .map(|(cpu, t)| {
+                let share = |k: &str| t.get(k).map_or(0.0, |&d| d as f64 / span);
+                let mut others: Vec<(&String, &i64)> =
+                    t.iter().filter(|(k, _)| *k != "vcpus" && *k != "idle").collect();
+                others.sort_by_key(|(_, d)| std::cmp::Reverse(**d));
+                let other: i64 = others.iter().map(|(_, d)| **d).sum();
+                let top: Vec<Value> = others
+                    .iter()
+                    .take(3)
+                    .map(|(k, d)| json!([k, **d as f64 / span]))
+                    .collect();
+                (
+                    cpu,
+                    json!({ "vcpus": share("vcpus"), "idle": share("idle"),
+                            "other": other as f64 / span, "top_other": top }),
+                )
+            })
+            .collect()
+    }
+
     /// Per CPU, the guest vCPUs in the order they held it within the run, with repeats
     /// collapsed (other threads in between ignored): `[A, B, A, B]` is alternation.
     pub fn vcpu_turns(&self) -> BTreeMap<usize, Vec<(u32, u32)>> {
@@ -497,6 +539,7 @@ pub fn summary(tl: &Timeline, file: &Path, bytes: usize, cost_ms: f64) -> Value 
         "clipped": clipped,
         "vcpu_slices": slices,
         "vcpu_handovers_per_cpu": turns,
+        "cpu_shares": tl.cpu_shares().into_iter().map(|(c, v)| (c.to_string(), v)).collect::<serde_json::Map<_, _>>(),
         "host_slice": host_slice_setting(),
         "cost_cpu_ms": cost_ms,
     })
@@ -647,6 +690,20 @@ mod tests {
         let t1: f64 = turns[&(1, 0)].iter().sum::<f64>() / turns[&(1, 0)].len() as f64;
         let s1: f64 = slices[&(1, 0)].iter().sum::<f64>() / slices[&(1, 0)].len() as f64;
         assert!(t1 >= s1, "a turn holds one or more stints: {t1} {s1}");
+        let shares = tl.cpu_shares();
+        for cpu in [0, 1] {
+            let s = &shares[&cpu];
+            let total =
+                s["vcpus"].as_f64().unwrap() + s["idle"].as_f64().unwrap() + s["other"].as_f64().unwrap();
+            assert!(
+                (total - 1.0).abs() < 1e-9,
+                "the run's time is all accounted for: {s}"
+            );
+        }
+        assert_eq!(
+            shares[&0]["top_other"][0][0], "rustc",
+            "the compiler crowding CPU 0"
+        );
         let sum = summary(&tl, Path::new("/x.json"), 1, 0.0);
         assert_eq!(sum["segments"], tl.segments.len());
         assert!(
