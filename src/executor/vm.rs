@@ -188,7 +188,7 @@ impl Executor for VmExecutor {
             .filter(|_| timeline_on())
             .map(|(dir, runs)| {
                 *runs += 1;
-                dir.join(format!("timeline-run{runs}.json"))
+                dir.join(format!("timeline-run{runs}.json.gz"))
             });
         let host = barrier::Host {
             fs: &fs,

@@ -16,7 +16,7 @@ use super::html::escape;
 use super::plot::{COLORS, draw_legend, tick_formatter};
 use crate::sweep::accounting::settle;
 use crate::sweep::journal::Journal;
-use crate::telemetry::sched_trace::{Timeline, Who};
+use crate::telemetry::sched_trace::{Timeline, Who, read_timeline};
 
 const WIDTH: u32 = 860;
 const LEGEND_WIDTH: u32 = 150;
@@ -71,10 +71,7 @@ pub fn section(journal: &Journal) -> String {
             .get("path")
             .and_then(|p| p.as_str())
             .ok_or_else(|| "the record names no timeline file".to_string())
-            .and_then(|p| {
-                let bytes = std::fs::read(p).map_err(|e| format!("{p}: {e}"))?;
-                serde_json::from_slice::<Timeline>(&bytes).map_err(|e| format!("{p}: {e}"))
-            });
+            .and_then(|p| read_timeline(std::path::Path::new(p)));
         let tl = match loaded {
             Ok(t) => t,
             Err(why) => {

@@ -174,21 +174,34 @@ impl SchedTrace {
         );
         tl.dropped_events = dropped;
         drop(text);
-        let written = serde_json::to_vec(&tl)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                if let Some(dir) = file.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                }
-                std::fs::write(file, &bytes).map_err(|e| format!("writing {}: {e}", file.display()))?;
-                Ok(bytes.len())
-            });
+        let written = write_gz(&tl, file);
         let cost_ms = (self.cost_ns + super::probe::process_cpu_ns().saturating_sub(cpu0)) as f64 / 1e6;
         match written {
             Ok(bytes) => summary(&tl, file, bytes, cost_ms),
             Err(e) => json!({ "unavailable": format!("the timeline could not be kept: {e}") }),
         }
     }
+}
+
+/// Writes the timeline as gzip'd JSON (about a quarter of the plain size); returns its bytes.
+fn write_gz(tl: &Timeline, file: &Path) -> Result<usize, String> {
+    use std::io::Write;
+    let json = serde_json::to_vec(tl).map_err(|e| e.to_string())?;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&json).map_err(|e| e.to_string())?;
+    let bytes = gz.finish().map_err(|e| e.to_string())?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(file, &bytes).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    Ok(bytes.len())
+}
+
+/// Reads a timeline side file ([`SchedTrace::finish`] writes it gzip'd).
+pub fn read_timeline(file: &Path) -> Result<Timeline, String> {
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    serde_json::from_reader(std::io::BufReader::new(flate2::read::GzDecoder::new(f)))
+        .map_err(|e| format!("{}: {e}", file.display()))
 }
 
 impl Drop for SchedTrace {
@@ -228,6 +241,7 @@ pub struct Switch {
     pub cpu: usize,
     pub ns: u64,
     pub prev_pid: i32,
+    pub prev_comm: String,
     /// `R` (preempted, still runnable), `S` (slept), `D`, ... with `+` for preempted in the kernel.
     pub prev_state: String,
     pub next_pid: i32,
@@ -262,6 +276,7 @@ fn parse_line(line: &str) -> Option<Switch> {
         cpu,
         ns,
         prev_pid: field(prev, " prev_pid=", " ")?.parse().ok()?,
+        prev_comm: field(prev, "prev_comm=", " prev_pid=")?,
         prev_state: field(prev, " prev_state=", "")?.trim().to_string(),
         next_pid: field(next, " next_pid=", " ")?.parse().ok()?,
         next_comm: field(next, "next_comm=", " next_pid=")?,
@@ -450,7 +465,6 @@ pub fn timeline(
     };
     // Per CPU: who runs since when (unknown before the CPU's first switch: its prev_pid ran).
     let mut current: BTreeMap<usize, (u64, i32, String)> = BTreeMap::new();
-    let mut comm_of: BTreeMap<i32, String> = BTreeMap::new();
     let mut segments = Vec::new();
     let mut clipped = None;
     let mut last_ns = traced.0;
@@ -463,13 +477,11 @@ pub fn timeline(
             break;
         }
         last_ns = last_ns.max(sw.ns);
-        let (since, pid, comm) = current.remove(&sw.cpu).unwrap_or_else(|| {
-            let comm = comm_of.get(&sw.prev_pid).cloned().unwrap_or_default();
-            (traced.0, sw.prev_pid, comm)
-        });
+        let (since, pid, comm) = current
+            .remove(&sw.cpu)
+            .unwrap_or_else(|| (traced.0, sw.prev_pid, sw.prev_comm.clone()));
         let w = index(classify(pid, &comm));
         segments.push([sw.cpu as i64, us(since), us(sw.ns), w]);
-        comm_of.insert(sw.next_pid, sw.next_comm.clone());
         current.insert(sw.cpu, (sw.ns, sw.next_pid, sw.next_comm.clone()));
     }
     let end = if clipped.is_some() { last_ns } else { traced.1 };
@@ -638,6 +650,7 @@ mod tests {
                 cpu: 1,
                 ns: 9_949_456_880_000,
                 prev_pid: 20311,
+                prev_comm: "CPU 0/TCG".into(),
                 prev_state: "R".into(),
                 next_pid: 20400,
                 next_comm: "CPU 0/TCG".into()
@@ -710,9 +723,16 @@ mod tests {
             sum["vcpu_slices"][1]["turn_p50_ms"].as_f64().unwrap() > 0.1,
             "{sum}"
         );
-        // Compact: the side file stays small per segment.
-        let bytes = serde_json::to_vec(&tl).unwrap().len();
-        assert!(bytes < 40 * tl.segments.len() + 1000, "{bytes}");
+        // Compact: the side file stays small per segment, and reads back as written.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.json.gz");
+        let bytes = write_gz(&tl, &file).unwrap();
+        assert!(bytes < 15 * tl.segments.len() + 1000, "{bytes}");
+        assert_eq!(read_timeline(&file).unwrap(), tl);
+        assert!(
+            !tl.who.contains(&Who::Other { comm: String::new() }),
+            "every thread named"
+        );
     }
 
     #[test]
