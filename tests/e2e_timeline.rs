@@ -186,8 +186,8 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
         return;
     }
 
-    let tl: Value =
-        serde_json::from_slice(&std::fs::read(summary["path"].as_str().unwrap()).unwrap()).unwrap();
+    let file = std::fs::File::open(summary["path"].as_str().unwrap()).unwrap();
+    let tl: Value = serde_json::from_reader(flate2::read::GzDecoder::new(file)).unwrap();
     assert_eq!(tl["clock"], "mono");
     assert_eq!(
         summary["segments"].as_u64().unwrap() as usize,
