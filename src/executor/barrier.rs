@@ -218,7 +218,8 @@ fn start_trace(participants: &[Participant<'_>], host: Host<'_>) -> Result<Sched
     if !host.fs.is_local() {
         return Err(format!(
             "remote host timeline not implemented: {} is read through a read-only file \
-             interface, and a tracefs instance needs writes (mkdir, echo) on that host",
+             interface (a tracefs instance needs writes there), and the run's start and end \
+             are timed on this machine's clock, not on that host's trace clock",
             host.fs.label()
         ));
     }
