@@ -17,6 +17,7 @@ use crate::guest::ssh::{GatedCommand, GuestSsh};
 use crate::host::Accel;
 use crate::payload_bin;
 use crate::telemetry::probe::{ProbeTarget, RunProbe};
+use crate::telemetry::sched_trace::{self, SchedTrace};
 
 /// The line a gated payload prints on stderr when it waits for its go signal.
 const READY_LINE: &str = "ocrig-payload: ready";
@@ -48,6 +49,8 @@ pub struct Host<'a> {
     pub fs: &'a Arc<dyn crate::hostfs::HostFs>,
     pub cpus: &'a [usize],
     pub accel: Accel,
+    /// Where to write the run's vCPU timeline ([`crate::telemetry::sched_trace`]); None: none.
+    pub timeline: Option<&'a std::path::Path>,
 }
 
 /// The guest shell command that starts the payload gated: every argument quoted (an empty one
@@ -118,7 +121,9 @@ pub async fn gated_run(
         }
     }
 
-    // 2. Telemetry right before the go signal. A guest whose start failed is not asked.
+    // 2. Telemetry right before the go signal (the scheduler trace outside the probe's reads).
+    //    A guest whose start failed is not asked.
+    let trace = host.timeline.map(|_| start_trace(participants, host));
     let failed_start: Vec<usize> = (0..workers).filter(|&i| results[i].is_some()).collect();
     let probe = RunProbe::start(
         &targets(participants, |i| !failed_start.contains(&i)),
@@ -177,9 +182,15 @@ pub async fn gated_run(
     //    stopped or hung, so only its host side is read.
     let mut failed_run = failed_start;
     failed_run.extend(collected.iter().filter(|c| c.2.is_err()).map(|c| c.0));
-    let telemetry = probe
+    let mut telemetry = probe
         .finish(&targets(participants, |i| !failed_run.contains(&i)))
         .await;
+    if let (Some(trace), Some(file)) = (trace, host.timeline) {
+        let window = run_window(&go_times, collected.iter().filter_map(|c| c.3));
+        telemetry
+            .shared
+            .insert("timeline".into(), finish_trace(trace, window, file));
+    }
     for (index, argv, result, run_s) in collected {
         let run_s = if result.is_ok() { run_s } else { None };
         results[index] = Some(WorkerRun {
@@ -200,6 +211,51 @@ pub async fn gated_run(
         start_skew_us,
         host: telemetry.shared,
     }
+}
+
+/// Starts the host scheduler trace of the run's CPUs, or says why there is none.
+fn start_trace(participants: &[Participant<'_>], host: Host<'_>) -> Result<SchedTrace, String> {
+    if !host.fs.is_local() {
+        return Err(format!(
+            "remote host timeline not implemented: {} is read through a read-only file \
+             interface (a tracefs instance needs writes there), and the run's start and end \
+             are timed on this machine's clock, not on that host's trace clock",
+            host.fs.label()
+        ));
+    }
+    let mut guests = vec![Vec::new(); participants.iter().map(|p| p.index + 1).max().unwrap_or(0)];
+    for p in participants {
+        guests[p.index] = p.vcpu_tids.clone();
+    }
+    SchedTrace::start(host.cpus, &guests)
+}
+
+fn finish_trace(
+    trace: Result<SchedTrace, String>,
+    window: Option<(u64, u64)>,
+    file: &std::path::Path,
+) -> serde_json::Value {
+    match (trace, window) {
+        (Ok(t), Some(w)) => t.finish(w, file),
+        (Err(why), _) => serde_json::json!({ "unavailable": why }),
+        (Ok(_), None) => {
+            serde_json::json!({ "unavailable": "no guest was started, so the run has no window" })
+        }
+    }
+}
+
+/// The measured window on the trace clock: the first go signal to the last guest's end.
+fn run_window(go_times: &[Instant], run_s: impl Iterator<Item = f64>) -> Option<(u64, u64)> {
+    // Instant is CLOCK_MONOTONIC on Linux: one reading of both ties them together.
+    let (now, now_ns) = (Instant::now(), sched_trace::mono_ns());
+    let go = *go_times.iter().min()?;
+    let go_ns = now_ns.saturating_sub(now.saturating_duration_since(go).as_nanos() as u64);
+    let last = go_times
+        .iter()
+        .max()
+        .map_or(0, |t| t.duration_since(go).as_nanos() as u64);
+    let run_ns = run_s.fold(0.0, f64::max) * 1e9;
+    Some((go_ns, go_ns + last.max(run_ns as u64)))
 }
 
 fn failed(argv: Vec<String>, error: String) -> WorkerRun {

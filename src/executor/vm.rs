@@ -60,6 +60,8 @@ pub struct VmExecutor {
     placed: Option<Placement>,
     /// Bring-ups per group label, for per-boot directories.
     boots: BTreeMap<String, u32>,
+    /// The live guests' directory and the runs made on them, to name each run's timeline.
+    workdir: Option<(PathBuf, u32)>,
 }
 
 impl VmExecutor {
@@ -69,6 +71,7 @@ impl VmExecutor {
             live: Vec::new(),
             placed: None,
             boots: BTreeMap::new(),
+            workdir: None,
         }
     }
 
@@ -111,6 +114,7 @@ impl Executor for VmExecutor {
     async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp> {
         self.shut_down().await;
         let workdir = self.next_workdir(group);
+        self.workdir = Some((workdir.clone(), 0));
         std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
         let image = self
             .cfg
@@ -178,10 +182,19 @@ impl Executor for VmExecutor {
             collect: self.collect_limit(),
         };
         let fs = self.cfg.backend.host_fs();
+        let timeline = self
+            .workdir
+            .as_mut()
+            .filter(|_| timeline_on())
+            .map(|(dir, runs)| {
+                *runs += 1;
+                dir.join(format!("timeline-run{runs}.json.gz"))
+            });
         let host = barrier::Host {
             fs: &fs,
             cpus: &self.cfg.host_cpus,
             accel: self.cfg.accel,
+            timeline: timeline.as_deref(),
         };
         let run = barrier::gated_run(&participants, request.argv.len(), host, limits);
         let rotation = self.rotation();
@@ -221,6 +234,12 @@ impl Executor for VmExecutor {
             });
         join_all(stops).await;
     }
+}
+
+/// Whether runs record a vCPU timeline: yes unless `OCRIG_TIMELINE=off` (its cost is within
+/// the run-to-run noise, measured in the README's telemetry section).
+fn timeline_on() -> bool {
+    std::env::var("OCRIG_TIMELINE").map_or(true, |v| v != "off")
 }
 
 fn guest_specs(

@@ -16,7 +16,7 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:980px;margi
 table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child,.label{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
 td.fewruns{background:#fdf0c8}td.nodiff{background:#e3f1e4}td.differs{background:#dde8f7}
-.plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
+.plot svg,.timeline svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
 
 /// Escapes text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {

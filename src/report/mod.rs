@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod markdown;
 pub mod plot;
 pub mod table;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,9 @@ fn with_hosts(mut text: String, journal: &Journal, format: Format, opts: &Report
     if matches!(format, Format::Table | Format::Md) {
         text.push_str(&hosts::agreement_text(journal, opts.alpha));
         text.push_str(&kernel_words_text(journal));
+    }
+    if format == Format::Html {
+        text = timeline::insert(text, journal);
     }
     text
 }

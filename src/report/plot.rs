@@ -20,7 +20,7 @@ const HEIGHT: u32 = 420;
 const Y_LABELS: usize = 8;
 
 /// Distinguishable colours (Okabe–Ito, then three more), cycled past ten variants.
-const COLORS: [RGBColor; 10] = [
+pub(super) const COLORS: [RGBColor; 10] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -336,7 +336,7 @@ pub fn draw(plot: &Plot, series: &[Series]) -> anyhow::Result<String> {
 
 /// One entry per line, top down, in the strip beside the plot: a stroke of its style, then
 /// its name (long names wrap).
-fn draw_legend<DB: DrawingBackend>(
+pub(super) fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     entries: &[(String, ShapeStyle)],
 ) -> anyhow::Result<()>

@@ -6,4 +6,5 @@
 pub mod cpu_stat;
 pub mod kvm;
 pub mod probe;
+pub mod sched_trace;
 pub mod vcpu;

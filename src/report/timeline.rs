@@ -1,0 +1,363 @@
+//! The vCPU timeline of a run in the HTML report: per pinned host CPU a row, a bar for every
+//! stretch one thread ran, coloured by guest vCPU ("other" threads grey, idle left blank), the
+//! run's start and end as dashed lines. One run per cell (the first counted one with a
+//! timeline), each drawn twice: the whole traced window (at most one bar per pixel column, the
+//! thread that had most of it, so the SVG stays small however long the run), and the first
+//! [`ZOOM_MS`] of the run with every segment, where the slices can be read.
+//!
+//! The timelines are the side files named by each record's `extra.timeline.path`
+//! ([`crate::telemetry::sched_trace`]); a run whose host could not be traced shows why.
+
+use std::collections::BTreeMap;
+
+use plotters::prelude::*;
+
+use super::html::escape;
+use super::plot::{COLORS, draw_legend, tick_formatter};
+use crate::sweep::accounting::settle;
+use crate::sweep::journal::Journal;
+use crate::telemetry::sched_trace::{Timeline, Who, read_timeline};
+
+const WIDTH: u32 = 860;
+const LEGEND_WIDTH: u32 = 150;
+const ROW_PX: u32 = 46;
+/// The zoomed view: this much of the run from its start.
+pub const ZOOM_MS: f64 = 60.0;
+const OTHER: RGBColor = RGBColor(170, 170, 170);
+
+/// `html` with a timeline section before `</body>`, when any run of `journal` has a timeline
+/// (or says why it has none).
+pub fn insert(html: String, journal: &Journal) -> String {
+    let section = section(journal);
+    if section.is_empty() {
+        return html;
+    }
+    match html.rfind("</body>") {
+        Some(at) => format!("{}{section}{}", &html[..at], &html[at..]),
+        None => html + &section,
+    }
+}
+
+/// The section: per cell, its first counted run's timeline or the reason there is none.
+pub fn section(journal: &Journal) -> String {
+    let settled = settle(&journal.runs);
+    let mut seen = BTreeMap::new();
+    for r in settled.counted(&journal.runs) {
+        let Some(t) = r.extra.get("timeline") else {
+            continue;
+        };
+        let key = (r.workload.clone(), r.variant.clone(), r.level.to_bits());
+        // Every guest's record of a run carries the same timeline: take the cell's first.
+        seen.entry(key).or_insert_with(|| (r.run, t.clone()));
+    }
+    if seen.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<section>\n<h2>vCPU timelines (host scheduler's record)</h2>\n<p class=\"notes\">Per pinned host \
+         CPU, which thread ran when (<code>sched:sched_switch</code> on the host): one colour per guest vCPU, \
+         grey for any other thread, blank for idle; dashed lines mark the run's start and end. Per cell, its \
+         first counted run.</p>\n",
+    );
+    for ((workload, variant, level), (run, summary)) in seen {
+        let level = f64::from_bits(level);
+        let title = format!("{workload}, {variant} at {}, run {run}", super::fmt_level(level));
+        out.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
+        if let Some(why) = summary.get("unavailable").and_then(|v| v.as_str()) {
+            out.push_str(&format!("<p class=\"notes\">no timeline: {}</p>\n", escape(why)));
+            continue;
+        }
+        let loaded = summary
+            .get("path")
+            .and_then(|p| p.as_str())
+            .ok_or_else(|| "the record names no timeline file".to_string())
+            .and_then(|p| read_timeline(std::path::Path::new(p)));
+        let tl = match loaded {
+            Ok(t) => t,
+            Err(why) => {
+                out.push_str(&format!(
+                    "<p class=\"notes\">timeline not readable: {}</p>\n",
+                    escape(&why)
+                ));
+                continue;
+            }
+        };
+        out.push_str(&format!(
+            "<p class=\"notes\">{}</p>\n",
+            escape(&slice_words(&summary))
+        ));
+        let whole = (tl.traced_from_us as f64 / 1e3, tl.traced_to_us as f64 / 1e3);
+        let zoom = (0.0, ZOOM_MS.min(tl.run_end_us as f64 / 1e3).max(1.0));
+        let zoomed = format!("first {:.0} ms of the run", zoom.1);
+        for (window, what) in [(whole, "whole trace"), (zoom, zoomed.as_str())] {
+            match draw(&tl, window, &format!("{title}: {what}")) {
+                Ok(svg) => out.push_str(&format!(
+                    "<div class=\"timeline plot-timeline\">\n{svg}\n</div>\n"
+                )),
+                Err(e) => out.push_str(&format!(
+                    "<p class=\"notes\">drawing failed: {}</p>\n",
+                    escape(&e.to_string())
+                )),
+            }
+        }
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+/// The measured slices beside the host's setting, in words.
+fn slice_words(summary: &serde_json::Value) -> String {
+    let ms = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.2} ms"));
+    let mut parts: Vec<String> = summary["vcpu_slices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            format!(
+                "guest {} vCPU {}: turn p50 {} p90 {} ({} turns), on-CPU stint p50 {}",
+                s["guest"],
+                s["vcpu"],
+                ms(&s["turn_p50_ms"]),
+                ms(&s["turn_p90_ms"]),
+                s["turns"],
+                ms(&s["segment_p50_ms"])
+            )
+        })
+        .collect();
+    let host = &summary["host_slice"];
+    parts.push(match host["ns"].as_u64() {
+        Some(ns) => format!(
+            "host {} = {:.2} ms",
+            host["name"].as_str().unwrap_or("slice"),
+            ns as f64 / 1e6
+        ),
+        None => format!(
+            "host {}: not read ({}){}",
+            host["name"].as_str().unwrap_or("slice"),
+            host["unavailable"].as_str().unwrap_or("unknown"),
+            host["kernel_default_ns"]
+                .as_u64()
+                .map_or(String::new(), |ns| format!(
+                    "; the kernel's default for this CPU count is {:.2} ms",
+                    ns as f64 / 1e6
+                ))
+        ),
+    });
+    for (cpu, sh) in summary["cpu_shares"].as_object().into_iter().flatten() {
+        let pct = |v: &serde_json::Value| format!("{:.0}%", v.as_f64().unwrap_or(0.0) * 100.0);
+        let top: Vec<String> = sh["top_other"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| format!("{} {}", t[0].as_str().unwrap_or("?"), pct(&t[1])))
+            .collect();
+        parts.push(format!(
+            "CPU {cpu} during the run: vCPUs {}, other threads {} ({}), idle {}",
+            pct(&sh["vcpus"]),
+            pct(&sh["other"]),
+            top.join(", "),
+            pct(&sh["idle"])
+        ));
+    }
+    if let Some(hz) = host["hz"].as_u64() {
+        parts.push(format!("host tick {:.1} ms (CONFIG_HZ={hz})", 1e3 / hz as f64));
+    }
+    if let Some(c) = summary["clipped"].as_str() {
+        parts.push(format!("clipped: {c}"));
+    }
+    parts.join("; ")
+}
+
+/// The colour of a segment's thread; None for idle (left blank).
+fn color_of(who: &Who, vcpus: &[(u32, u32)]) -> Option<RGBColor> {
+    match who {
+        Who::Vcpu { guest, vcpu } => {
+            let i = vcpus.iter().position(|x| *x == (*guest, *vcpu)).unwrap_or(0);
+            Some(COLORS[i % COLORS.len()])
+        }
+        Who::Other { .. } => Some(OTHER),
+        Who::Idle => None,
+    }
+}
+
+/// The timeline between `window` (ms from the run's start) as an SVG.
+pub fn draw(tl: &Timeline, window: (f64, f64), title: &str) -> anyhow::Result<String> {
+    let (x0, x1) = (window.0, window.1.max(window.0 + 0.001));
+    let rows = tl.cpus.len().max(1);
+    let height = 110 + ROW_PX * rows as u32;
+    let mut vcpus: Vec<(u32, u32)> = tl
+        .who
+        .iter()
+        .filter_map(|w| match w {
+            Who::Vcpu { guest, vcpu } => Some((*guest, *vcpu)),
+            _ => None,
+        })
+        .collect();
+    vcpus.sort();
+    let plot_px = (WIDTH - LEGEND_WIDTH - 100) as f64;
+    let us_per_px = (x1 - x0) * 1e3 / plot_px;
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&area)
+            .caption(title, ("sans-serif", 15))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x0..x1, 0.0..rows as f64)?;
+        let cpus = tl.cpus.clone();
+        let y_fmt = move |y: &f64| {
+            let r = y.floor() as usize;
+            if (y - y.floor() - 0.5).abs() < 1e-6 && r < cpus.len() {
+                format!("CPU {}", cpus[rows - 1 - r])
+            } else {
+                String::new()
+            }
+        };
+        let x_ticks = tick_formatter(x0, x1, 10);
+        let x_fmt = |x: &f64| x_ticks(*x);
+        chart
+            .configure_mesh()
+            .x_desc("ms from the run's start")
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&y_fmt)
+            .y_labels(rows * 2 + 1)
+            .x_labels(10)
+            .disable_y_mesh()
+            .light_line_style(WHITE)
+            .draw()?;
+        for (r, &cpu) in tl.cpus.iter().enumerate() {
+            let y = (rows - 1 - r) as f64;
+            let bars = bars(tl, cpu, (x0, x1), us_per_px);
+            chart.draw_series(bars.into_iter().filter_map(|(a, b, w)| {
+                let c = color_of(&tl.who[w], &vcpus)?;
+                Some(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], c.filled()))
+            }))?;
+        }
+        let mark = BLACK.stroke_width(1);
+        for (t, _) in [(0.0, "start"), (tl.run_end_us as f64 / 1e3, "end")] {
+            if t >= x0 && t <= x1 {
+                chart.draw_series(DashedLineSeries::new(
+                    vec![(t, 0.0), (t, rows as f64)],
+                    5,
+                    3,
+                    mark,
+                ))?;
+            }
+        }
+        let mut entries: Vec<(String, ShapeStyle)> = vcpus
+            .iter()
+            .enumerate()
+            .map(|(i, (g, v))| {
+                (
+                    format!("guest {g} vCPU {v}"),
+                    COLORS[i % COLORS.len()].stroke_width(8),
+                )
+            })
+            .collect();
+        entries.push(("other thread".into(), OTHER.stroke_width(8)));
+        entries.push(("run start / end".into(), mark));
+        draw_legend(&legend_area, &entries)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// The bars of one CPU inside `window` (ms), as (from, to, who): every segment when segments
+/// are wider than a pixel, else per pixel column the thread that ran most of it, neighbours of
+/// the same thread merged.
+fn bars(tl: &Timeline, cpu: usize, window: (f64, f64), us_per_px: f64) -> Vec<(f64, f64, usize)> {
+    let (w0, w1) = (window.0 * 1e3, window.1 * 1e3);
+    let segs: Vec<(f64, f64, usize)> = tl
+        .segments
+        .iter()
+        .filter(|s| s[0] as usize == cpu && (s[2] as f64) > w0 && (s[1] as f64) < w1)
+        .map(|s| ((s[1] as f64).max(w0), (s[2] as f64).min(w1), s[3] as usize))
+        .collect();
+    let mut out: Vec<(f64, f64, usize)> = Vec::new();
+    let mut push = |a: f64, b: f64, w: usize| match out.last_mut() {
+        Some(last) if last.2 == w && (last.1 - a).abs() < 1e-9 => last.1 = b,
+        _ => out.push((a, b, w)),
+    };
+    if us_per_px <= 0.0 || segs.len() as f64 <= (w1 - w0) / us_per_px {
+        for (a, b, w) in segs {
+            push(a / 1e3, b / 1e3, w);
+        }
+        return out;
+    }
+    // Pixel columns: the thread with the most time in each.
+    let columns = ((w1 - w0) / us_per_px).ceil() as usize;
+    let mut k = 0;
+    for c in 0..columns {
+        let (a, b) = (
+            w0 + c as f64 * us_per_px,
+            (w0 + (c + 1) as f64 * us_per_px).min(w1),
+        );
+        let mut time: BTreeMap<usize, f64> = BTreeMap::new();
+        while k < segs.len() && segs[k].1 <= a {
+            k += 1;
+        }
+        let mut j = k;
+        while j < segs.len() && segs[j].0 < b {
+            *time.entry(segs[j].2).or_default() += segs[j].1.min(b) - segs[j].0.max(a);
+            j += 1;
+        }
+        if let Some((&w, _)) = time.iter().max_by(|x, y| x.1.total_cmp(y.1)) {
+            push(a / 1e3, b / 1e3, w);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeline() -> Timeline {
+        // Two vCPUs alternating every 4 ms on CPU 1 for 400 ms, a 20 µs other thread at each
+        // switch; CPU 0 idle.
+        let mut segments = Vec::new();
+        let mut t = 0;
+        for i in 0..100 {
+            segments.push([1, t, t + 3980, i % 2]);
+            segments.push([1, t + 3980, t + 4000, 2]);
+            t += 4000;
+        }
+        segments.push([0, 0, t, 3]);
+        Timeline {
+            clock: "mono".into(),
+            run_start_mono_ns: 0,
+            run_end_us: t - 1000,
+            traced_from_us: 0,
+            traced_to_us: t,
+            cpus: vec![0, 1],
+            who: vec![
+                Who::Vcpu { guest: 0, vcpu: 0 },
+                Who::Vcpu { guest: 1, vcpu: 0 },
+                Who::Other { comm: "qemu".into() },
+                Who::Idle,
+            ],
+            segments,
+            dropped_events: 0,
+            clipped: None,
+        }
+    }
+
+    #[test]
+    fn a_long_window_is_bounded_by_pixels_and_a_short_one_keeps_every_segment() {
+        let tl = timeline();
+        let coarse = bars(&tl, 1, (0.0, 400.0), 400.0 * 1e3 / 100.0);
+        assert!(coarse.len() <= 100, "{}", coarse.len());
+        let fine = bars(&tl, 1, (0.0, 40.0), 1.0);
+        assert_eq!(fine.len(), 20, "10 turns, each a vCPU stint and an other blip");
+        assert_eq!(fine[0], (0.0, 3.98, 0));
+        assert_eq!(fine[1], (3.98, 4.0, 2));
+        let svg = draw(&tl, (0.0, 40.0), "t").unwrap();
+        assert!(svg.contains("guest 1 vCPU 0") && svg.contains("CPU 1") && svg.contains("run start"));
+        // Idle is blank: CPU 0's row has no bar.
+        assert!(bars(&tl, 0, (0.0, 40.0), 1.0).len() == 1 && color_of(&Who::Idle, &[]).is_none());
+    }
+}

@@ -1,0 +1,752 @@
+//! The host scheduler's own record of a run: which thread ran on each pinned host CPU when,
+//! from `sched:sched_switch` in a tracefs instance of our own, turned into a vCPU timeline.
+//!
+//! - One instance per trace (`/sys/kernel/tracing/instances/ocrig-<pid>-<n>`): the global
+//!   buffer and any other tracer (another ocrig, perf, trace-cmd) are left alone.
+//! - `tracing_cpumask` = the run's host CPUs, and no pid filter: every switch on those CPUs is
+//!   kept, so the timeline shows what else ran there ("other", by command name) and idle.
+//! - `trace_clock` = `mono`, the clock of [`mono_ns`] (and of Rust's `Instant` on Linux), so the
+//!   run's start and end line up with the switches.
+//! - Bounded: the per-CPU buffer is [`BUFFER_KB`] with overwrite off, so a long run keeps its
+//!   *first* part (the kernel drops later events and counts them) and the summary says where
+//!   the kept window ends; at most [`MAX_SEGMENTS`] segments go to the side file.
+//! - The instance is removed when the [`SchedTrace`] is dropped (also on error, or when a
+//!   signal drops the run's future); instances left by a killed ocrig are removed at the next
+//!   start ([`remove_stale`]).
+//!
+//! The timeline is written to a side file (compact JSON, [`Timeline`]); the run's record gets
+//! only [`summary`]: the file, its size, whether it was clipped, each guest vCPU's measured
+//! slice lengths and the host scheduler's slice setting next to them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+/// Per-CPU ring buffer. A sched_switch event takes about 68 bytes, so this keeps ~30k switches
+/// per CPU: a 2x run switches a few hundred times a second per CPU (tens of seconds kept).
+pub const BUFFER_KB: u64 = 2048;
+/// Most segments written to one side file (about 30 bytes each in it).
+pub const MAX_SEGMENTS: usize = 200_000;
+const PREFIX: &str = "ocrig-";
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// CLOCK_MONOTONIC now, nanoseconds (the tracefs `mono` clock).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A running trace; dropping it removes its instance.
+pub struct SchedTrace {
+    dir: PathBuf,
+    cpus: Vec<usize>,
+    /// Per guest, per vCPU: host thread ids.
+    guests: Vec<Vec<i32>>,
+    started_ns: u64,
+    /// Orchestrator CPU spent setting it up, ns.
+    cost_ns: u64,
+}
+
+/// Why a host cannot be traced, in words for the record; `None` when it can.
+fn why_not_traceable(root: &Path) -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("tracing the host scheduler needs root (tracefs instances)".into());
+    }
+    if !root.join("instances").is_dir() {
+        return Some(format!(
+            "tracefs is not mounted at {} (as root: mount -t tracefs nodev {})",
+            root.display(),
+            root.display()
+        ));
+    }
+    if !root.join("events/sched/sched_switch").is_dir() {
+        return Some(format!("{} has no sched:sched_switch event", root.display()));
+    }
+    None
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("writing '{text}' to {}: {e}", path.display()))
+}
+
+/// Removes the instances of ocrig processes that no longer exist (a killed sweep's).
+pub fn remove_stale(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root.join("instances")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+impl SchedTrace {
+    /// Starts tracing every switch on `cpus`; `guests[g][v]` is the host thread of guest g's
+    /// vCPU v. Err: why this host cannot be traced (the record's `unavailable`).
+    pub fn start(cpus: &[usize], guests: &[Vec<i32>]) -> Result<Self, String> {
+        Self::start_at(Path::new(TRACEFS), cpus, guests)
+    }
+
+    fn start_at(root: &Path, cpus: &[usize], guests: &[Vec<i32>]) -> Result<Self, String> {
+        let cpu0 = super::probe::process_cpu_ns();
+        if let Some(why) = why_not_traceable(root) {
+            return Err(why);
+        }
+        if cpus.is_empty() || cpus.iter().any(|&c| c >= 1024) {
+            return Err(format!("no host CPU set to trace ({cpus:?})"));
+        }
+        remove_stale(root);
+        let name = format!(
+            "{PREFIX}{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = root.join("instances").join(name);
+        std::fs::create_dir(&dir)
+            .map_err(|e| format!("creating the trace instance {}: {e}", dir.display()))?;
+        // From here on, Drop removes the instance whatever fails.
+        let mut trace = Self {
+            dir,
+            cpus: cpus.to_vec(),
+            guests: guests.to_vec(),
+            started_ns: 0,
+            cost_ns: 0,
+        };
+        let d = &trace.dir;
+        write(&d.join("tracing_on"), "0")?;
+        write(&d.join("trace_clock"), "mono")?;
+        write(&d.join("options/overwrite"), "0")?;
+        write(&d.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
+        write(&d.join("tracing_cpumask"), &cpumask(cpus))?;
+        write(&d.join("events/sched/sched_switch/enable"), "1")?;
+        trace.started_ns = mono_ns();
+        write(&d.join("tracing_on"), "1")?;
+        trace.cost_ns = super::probe::process_cpu_ns().saturating_sub(cpu0);
+        Ok(trace)
+    }
+
+    /// Stops the trace, writes the timeline to `file` and returns the record's summary.
+    /// `run` is the measured window (mono ns: the first go signal, the last guest's end).
+    pub fn finish(self, run: (u64, u64), file: &Path) -> Value {
+        let cpu0 = super::probe::process_cpu_ns();
+        let stopped_ns = mono_ns();
+        let read = write(&self.dir.join("tracing_on"), "0").and_then(|()| {
+            std::fs::read_to_string(self.dir.join("trace"))
+                .map_err(|e| format!("reading {}/trace: {e}", self.dir.display()))
+        });
+        let dropped: u64 = self
+            .cpus
+            .iter()
+            .filter_map(|c| std::fs::read_to_string(self.dir.join(format!("per_cpu/cpu{c}/stats"))).ok())
+            .map(|s| stat_field(&s, "dropped events") + stat_field(&s, "overrun"))
+            .sum();
+        let text = match read {
+            Ok(t) => t,
+            Err(e) => return json!({ "unavailable": e }),
+        };
+        let switches = parse(&text);
+        let mut tl = timeline(
+            &switches,
+            &self.cpus,
+            &self.guests,
+            (self.started_ns, stopped_ns),
+            run,
+        );
+        tl.dropped_events = dropped;
+        drop(text);
+        let written = write_gz(&tl, file);
+        let cost_ms = (self.cost_ns + super::probe::process_cpu_ns().saturating_sub(cpu0)) as f64 / 1e6;
+        match written {
+            Ok(bytes) => summary(&tl, file, bytes, cost_ms),
+            Err(e) => json!({ "unavailable": format!("the timeline could not be kept: {e}") }),
+        }
+    }
+}
+
+/// Writes the timeline as gzip'd JSON (about a quarter of the plain size); returns its bytes.
+fn write_gz(tl: &Timeline, file: &Path) -> Result<usize, String> {
+    use std::io::Write;
+    let json = serde_json::to_vec(tl).map_err(|e| e.to_string())?;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&json).map_err(|e| e.to_string())?;
+    let bytes = gz.finish().map_err(|e| e.to_string())?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(file, &bytes).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    Ok(bytes.len())
+}
+
+/// Reads a timeline side file ([`SchedTrace::finish`] writes it gzip'd).
+pub fn read_timeline(file: &Path) -> Result<Timeline, String> {
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    serde_json::from_reader(std::io::BufReader::new(flate2::read::GzDecoder::new(f)))
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
+impl Drop for SchedTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("tracing_on"), "0");
+        let _ = std::fs::write(self.dir.join("events/sched/sched_switch/enable"), "0");
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            tracing::warn!("removing the trace instance {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// The hex `tracing_cpumask` of a CPU set, in the kernel's comma-separated 32-bit words.
+fn cpumask(cpus: &[usize]) -> String {
+    let words = cpus.iter().max().map_or(1, |m| m / 32 + 1);
+    let mut w = vec![0u32; words];
+    for &c in cpus {
+        w[c / 32] |= 1 << (c % 32);
+    }
+    w.iter()
+        .rev()
+        .map(|x| format!("{x:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn stat_field(stats: &str, key: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.trim_start_matches(':').trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One `sched_switch` line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Switch {
+    pub cpu: usize,
+    pub ns: u64,
+    pub prev_pid: i32,
+    pub prev_comm: String,
+    /// `R` (preempted, still runnable), `S` (slept), `D`, ... with `+` for preempted in the kernel.
+    pub prev_state: String,
+    pub next_pid: i32,
+    pub next_comm: String,
+}
+
+/// Parses the text `trace` of a tracefs instance: every `sched_switch` line, in order. Other
+/// lines (comments, other events) are skipped. Command names may hold spaces (`CPU 0/TCG`).
+pub fn parse(text: &str) -> Vec<Switch> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Switch> {
+    let (head, body) = line.split_once(": sched_switch: ")?;
+    // head: "<task>-<pid> [CPU] flags TIMESTAMP" (flags absent without irq-info).
+    let mut words = head.split_whitespace().rev();
+    let ts = words.next()?;
+    let cpu = words.find_map(|w| w.strip_prefix('[')?.strip_suffix(']')?.parse::<usize>().ok())?;
+    let (secs, frac) = ts.split_once('.')?;
+    let frac_ns = format!("{frac:0<9}");
+    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + frac_ns.get(..9)?.parse::<u64>().ok()?;
+    let (prev, next) = body.split_once(" ==> ")?;
+    let field = |s: &str, key: &str, until: &str| -> Option<String> {
+        let at = s.rfind(key)? + key.len();
+        let rest = &s[at..];
+        Some(match rest.find(until) {
+            Some(end) if !until.is_empty() => rest[..end].to_string(),
+            _ => rest.to_string(),
+        })
+    };
+    Some(Switch {
+        cpu,
+        ns,
+        prev_pid: field(prev, " prev_pid=", " ")?.parse().ok()?,
+        prev_comm: field(prev, "prev_comm=", " prev_pid=")?,
+        prev_state: field(prev, " prev_state=", "")?.trim().to_string(),
+        next_pid: field(next, " next_pid=", " ")?.parse().ok()?,
+        next_comm: field(next, "next_comm=", " next_pid=")?,
+    })
+}
+
+/// Who ran in a segment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Who {
+    Vcpu { guest: u32, vcpu: u32 },
+    Other { comm: String },
+    Idle,
+}
+
+/// The side file of one run. Times are µs from the run's start (the go signal), so a segment
+/// is three small integers and an index into `who`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The clock the times come from.
+    pub clock: String,
+    /// The run's start on that clock, ns.
+    pub run_start_mono_ns: u64,
+    /// The run's end, µs from its start.
+    pub run_end_us: i64,
+    /// What was traced, µs from the run's start.
+    pub traced_from_us: i64,
+    pub traced_to_us: i64,
+    pub cpus: Vec<usize>,
+    pub who: Vec<Who>,
+    /// `[cpu, start µs, end µs, who index]`.
+    pub segments: Vec<[i64; 4]>,
+    /// Events the kernel dropped (buffer full): the trace stops short of `traced_to_us`.
+    pub dropped_events: u64,
+    /// Why the timeline is shorter than the trace, if it is.
+    pub clipped: Option<String>,
+}
+
+impl Timeline {
+    /// Segment durations per guest vCPU, ms, within the run, in time order.
+    pub fn vcpu_slices_ms(&self) -> BTreeMap<(u32, u32), Vec<f64>> {
+        let mut out: BTreeMap<(u32, u32), Vec<f64>> = BTreeMap::new();
+        for s in &self.segments {
+            // Only whole slices inside the run: the ends cut the first and last.
+            if let Who::Vcpu { guest, vcpu } = self.who[s[3] as usize]
+                && s[1] >= 0
+                && s[2] <= self.run_end_us
+                && s[1] > self.traced_from_us
+                && s[2] < self.traced_to_us
+            {
+                out.entry((guest, vcpu))
+                    .or_default()
+                    .push((s[2] - s[1]) as f64 / 1e3);
+            }
+        }
+        out
+    }
+
+    /// Turn lengths per guest vCPU, ms: a turn on a CPU runs from the moment the vCPU takes
+    /// it over from another vCPU to the moment another vCPU gets it, the host's own short
+    /// threads in between included (QEMU's main loop wakes every millisecond or so and
+    /// splits a vCPU's time into several segments; the scheduler's slice is the turn). Only
+    /// turns wholly inside the run count.
+    pub fn vcpu_turns_ms(&self) -> BTreeMap<(u32, u32), Vec<f64>> {
+        let mut out: BTreeMap<(u32, u32), Vec<f64>> = BTreeMap::new();
+        let mut current: BTreeMap<i64, ((u32, u32), i64)> = BTreeMap::new();
+        for s in &self.segments {
+            let Who::Vcpu { guest, vcpu } = self.who[s[3] as usize] else {
+                continue;
+            };
+            match current.get(&s[0]) {
+                Some(&(owner, _)) if owner == (guest, vcpu) => {}
+                previous => {
+                    if let Some(&(owner, since)) = previous
+                        && since >= 0
+                        && s[1] <= self.run_end_us
+                    {
+                        out.entry(owner).or_default().push((s[1] - since) as f64 / 1e3);
+                    }
+                    // A turn that began before the first switch seen on this CPU is not whole.
+                    let since = if s[1] <= self.traced_from_us { -1 } else { s[1] };
+                    current.insert(s[0], ((guest, vcpu), since));
+                }
+            }
+        }
+        out
+    }
+
+    /// Per CPU, the shares of the run each kind of thread had: guest vCPUs, idle, and the
+    /// other threads by command name (the largest few), so a crowded CPU says who crowded it.
+    pub fn cpu_shares(&self) -> BTreeMap<usize, Value> {
+        let mut time: BTreeMap<usize, BTreeMap<String, i64>> = BTreeMap::new();
+        let (lo, hi) = (
+            0i64.max(self.traced_from_us),
+            self.run_end_us.min(self.traced_to_us),
+        );
+        for s in &self.segments {
+            let d = s[2].min(hi) - s[1].max(lo);
+            if d <= 0 {
+                continue;
+            }
+            let key = match &self.who[s[3] as usize] {
+                Who::Vcpu { .. } => "vcpus".to_string(),
+                Who::Idle => "idle".to_string(),
+                Who::Other { comm } => comm.clone(),
+            };
+            *time.entry(s[0] as usize).or_default().entry(key).or_default() += d;
+        }
+        let span = (hi - lo).max(1) as f64;
+        time.into_iter()
+            .map(|(cpu, t)| {
+                let share = |k: &str| t.get(k).map_or(0.0, |&d| d as f64 / span);
+                let mut others: Vec<(&String, &i64)> =
+                    t.iter().filter(|(k, _)| *k != "vcpus" && *k != "idle").collect();
+                others.sort_by_key(|(_, d)| std::cmp::Reverse(**d));
+                let other: i64 = others.iter().map(|(_, d)| **d).sum();
+                let top: Vec<Value> = others
+                    .iter()
+                    .take(3)
+                    .map(|(k, d)| json!([k, **d as f64 / span]))
+                    .collect();
+                (
+                    cpu,
+                    json!({ "vcpus": share("vcpus"), "idle": share("idle"),
+                            "other": other as f64 / span, "top_other": top }),
+                )
+            })
+            .collect()
+    }
+
+    /// Per CPU, the guest vCPUs in the order they held it within the run, with repeats
+    /// collapsed (other threads in between ignored): `[A, B, A, B]` is alternation.
+    pub fn vcpu_turns(&self) -> BTreeMap<usize, Vec<(u32, u32)>> {
+        let mut out: BTreeMap<usize, Vec<(u32, u32)>> = BTreeMap::new();
+        for s in &self.segments {
+            if let Who::Vcpu { guest, vcpu } = self.who[s[3] as usize]
+                && s[2] > 0
+                && s[1] < self.run_end_us
+            {
+                let turns = out.entry(s[0] as usize).or_default();
+                if turns.last() != Some(&(guest, vcpu)) {
+                    turns.push((guest, vcpu));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Builds the timeline of `cpus` from the switches: each switch ends the segment of the thread
+/// it switches out and starts one of the thread it switches in. The first segment on a CPU
+/// starts when the trace did, the last ends when it stopped (or where the kept events end).
+pub fn timeline(
+    switches: &[Switch],
+    cpus: &[usize],
+    guests: &[Vec<i32>],
+    traced: (u64, u64),
+    run: (u64, u64),
+) -> Timeline {
+    let vcpu_of: BTreeMap<i32, (u32, u32)> = guests
+        .iter()
+        .enumerate()
+        .flat_map(|(g, tids)| {
+            tids.iter()
+                .enumerate()
+                .map(move |(v, &t)| (t, (g as u32, v as u32)))
+        })
+        .collect();
+    let us = |ns: u64| (ns as i64 - run.0 as i64).div_euclid(1000);
+    let mut who: Vec<Who> = Vec::new();
+    let mut index = |w: Who| -> i64 {
+        match who.iter().position(|x| *x == w) {
+            Some(i) => i as i64,
+            None => {
+                who.push(w);
+                (who.len() - 1) as i64
+            }
+        }
+    };
+    let classify = |pid: i32, comm: &str| match vcpu_of.get(&pid) {
+        Some(&(guest, vcpu)) => Who::Vcpu { guest, vcpu },
+        None if pid == 0 => Who::Idle,
+        None => Who::Other {
+            comm: comm.to_string(),
+        },
+    };
+    // Per CPU: who runs since when (unknown before the CPU's first switch: its prev_pid ran).
+    let mut current: BTreeMap<usize, (u64, i32, String)> = BTreeMap::new();
+    let mut segments = Vec::new();
+    let mut clipped = None;
+    let mut last_ns = traced.0;
+    for sw in switches.iter().filter(|s| cpus.contains(&s.cpu)) {
+        if segments.len() >= MAX_SEGMENTS {
+            clipped = Some(format!(
+                "kept the first {MAX_SEGMENTS} segments (up to {:.3} s into the run)",
+                us(sw.ns) as f64 / 1e6
+            ));
+            break;
+        }
+        last_ns = last_ns.max(sw.ns);
+        let (since, pid, comm) = current
+            .remove(&sw.cpu)
+            .unwrap_or_else(|| (traced.0, sw.prev_pid, sw.prev_comm.clone()));
+        let w = index(classify(pid, &comm));
+        segments.push([sw.cpu as i64, us(since), us(sw.ns), w]);
+        current.insert(sw.cpu, (sw.ns, sw.next_pid, sw.next_comm.clone()));
+    }
+    let end = if clipped.is_some() { last_ns } else { traced.1 };
+    for (cpu, (since, pid, comm)) in current {
+        let w = index(classify(pid, &comm));
+        segments.push([cpu as i64, us(since), us(end.max(since)), w]);
+    }
+    segments.sort_by_key(|s| (s[1], s[0]));
+    Timeline {
+        clock: "mono".into(),
+        run_start_mono_ns: run.0,
+        run_end_us: us(run.1),
+        traced_from_us: us(traced.0),
+        traced_to_us: us(end),
+        cpus: cpus.to_vec(),
+        who,
+        segments,
+        dropped_events: 0,
+        clipped,
+    }
+}
+
+/// The p-th quantile (0..=1) of sorted values, nearest rank.
+fn quantile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    Some(sorted[i])
+}
+
+/// What the run's record gets: where the timeline is and what it measured.
+pub fn summary(tl: &Timeline, file: &Path, bytes: usize, cost_ms: f64) -> Value {
+    let mut turns_ms = tl.vcpu_turns_ms();
+    let slices: Vec<Value> = tl
+        .vcpu_slices_ms()
+        .into_iter()
+        .map(|((guest, vcpu), mut ms)| {
+            ms.sort_by(f64::total_cmp);
+            let mut turns = turns_ms.remove(&(guest, vcpu)).unwrap_or_default();
+            turns.sort_by(f64::total_cmp);
+            json!({
+                "guest": guest, "vcpu": vcpu,
+                "segments": ms.len(), "segment_p50_ms": quantile(&ms, 0.5), "segment_p90_ms": quantile(&ms, 0.9),
+                "turns": turns.len(), "turn_p50_ms": quantile(&turns, 0.5), "turn_p90_ms": quantile(&turns, 0.9),
+            })
+        })
+        .collect();
+    let turns: BTreeMap<String, usize> = tl
+        .vcpu_turns()
+        .into_iter()
+        .map(|(cpu, t)| (cpu.to_string(), t.len().saturating_sub(1)))
+        .collect();
+    let clipped = match (&tl.clipped, tl.dropped_events) {
+        (Some(why), _) => Some(why.clone()),
+        (None, 0) => None,
+        (None, n) => Some(format!(
+            "the trace buffer ({BUFFER_KB} KiB per CPU) filled: {n} later events dropped, \
+             the timeline ends {:.3} s into the run",
+            tl.traced_to_us as f64 / 1e6
+        )),
+    };
+    json!({
+        "path": file,
+        "segments": tl.segments.len(),
+        "bytes": bytes,
+        "clipped": clipped,
+        "vcpu_slices": slices,
+        "vcpu_handovers_per_cpu": turns,
+        "cpu_shares": tl.cpu_shares().into_iter().map(|(c, v)| (c.to_string(), v)).collect::<serde_json::Map<_, _>>(),
+        "host_slice": host_slice_setting(),
+        "cost_cpu_ms": cost_ms,
+    })
+}
+
+/// The host scheduler's slice setting, read where this kernel keeps it, or null with why.
+pub fn host_slice_setting() -> Value {
+    let hz = hz();
+    let candidates = [
+        ("base_slice_ns", "/sys/kernel/debug/sched/base_slice_ns"),
+        ("min_granularity_ns", "/sys/kernel/debug/sched/min_granularity_ns"),
+        ("min_granularity_ns", "/proc/sys/kernel/sched_min_granularity_ns"),
+    ];
+    let mut why = Vec::new();
+    for (name, path) in candidates {
+        match std::fs::read_to_string(path) {
+            Ok(t) => {
+                if let Ok(ns) = t.trim().parse::<u64>() {
+                    return json!({ "name": name, "ns": ns, "from": path, "hz": hz });
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => why.push(format!("{path}: {e}")),
+        }
+    }
+    if why.is_empty() {
+        why.push(if Path::new("/sys/kernel/debug/sched").is_dir() {
+            "no base_slice_ns or min_granularity_ns in /sys/kernel/debug/sched".into()
+        } else {
+            "debugfs is not mounted at /sys/kernel/debug (base_slice_ns lives there)".into()
+        });
+    }
+    json!({
+        "name": "base_slice_ns", "ns": null, "unavailable": why.join("; "), "hz": hz,
+        "kernel_default_ns": default_slice_ns(),
+        "kernel_default_rule": "not read from this host: the kernel's default, 0.75 ms × (1 + log2(min(online CPUs, 8))) \
+            (base_slice_ns since 6.6, min_granularity_ns before), unless someone changed it",
+    })
+}
+
+/// The kernel's default slice for this host's CPU count (`sysctl_sched_base_slice`, formerly
+/// `sysctl_sched_min_granularity`: 0.75 ms scaled by 1 + ilog2(min(CPUs, 8))).
+fn default_slice_ns() -> u64 {
+    let cpus = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    750_000 * (1 + cpus.ilog2() as u64)
+}
+
+/// The kernel's CONFIG_HZ (its tick decides when a slice that ran out is noticed), from
+/// /proc/config.gz or /boot/config-<release>; null when neither says.
+fn hz() -> Option<u64> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let text = std::fs::read_to_string(format!("/boot/config-{}", release.trim()))
+        .ok()
+        .or_else(|| {
+            let gz = std::fs::File::open("/proc/config.gz").ok()?;
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut s).ok()?;
+            Some(s)
+        })?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ=")?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXCERPT: &str = include_str!("testdata/sched_switch_2x.txt");
+
+    #[test]
+    fn the_default_slice_grows_with_the_log_of_the_cpus() {
+        let d = default_slice_ns();
+        assert!([750_000, 1_500_000, 2_250_000, 3_000_000].contains(&d), "{d}");
+        let s = host_slice_setting();
+        assert!(
+            s["ns"].as_u64().is_some() || s["unavailable"].as_str().is_some(),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn cpumask_words() {
+        assert_eq!(cpumask(&[0, 1]), "00000003");
+        assert_eq!(cpumask(&[33]), "00000002,00000000");
+    }
+
+    #[test]
+    fn parses_lines_with_spaces_in_command_names() {
+        let l = "       CPU 0/TCG-20311   [001] d..2.  9949.456880: sched_switch: prev_comm=CPU 0/TCG prev_pid=20311 prev_prio=120 prev_state=R ==> next_comm=CPU 0/TCG next_pid=20400 next_prio=120";
+        let s = parse_line(l).unwrap();
+        assert_eq!(
+            s,
+            Switch {
+                cpu: 1,
+                ns: 9_949_456_880_000,
+                prev_pid: 20311,
+                prev_comm: "CPU 0/TCG".into(),
+                prev_state: "R".into(),
+                next_pid: 20400,
+                next_comm: "CPU 0/TCG".into()
+            }
+        );
+        assert!(parse_line("# tracer: nop").is_none());
+    }
+
+    /// A real excerpt: 2x on this machine's 2 CPUs, four 1-vCPU TCG guests (threads 27066 and
+    /// 27071 pinned to CPU 0, 27067 and 27070 to CPU 1), and a compiler of another user on CPU 0.
+    #[test]
+    fn a_real_2x_trace_becomes_a_timeline_that_tiles_each_cpu() {
+        let switches = parse(EXCERPT);
+        let lines = EXCERPT.lines().filter(|l| l.contains(": sched_switch: ")).count();
+        assert_eq!(switches.len(), lines);
+        assert!(switches.windows(2).all(|w| w[0].ns <= w[1].ns));
+        let guests = vec![vec![27066], vec![27067], vec![27071], vec![27070]];
+        let first = switches[0].ns;
+        let last = switches.last().unwrap().ns;
+        // The run: 10 ms after the first switch to 10 ms before the last.
+        let run = (first + 10_000_000, last - 10_000_000);
+        let tl = timeline(&switches, &[0, 1], &guests, (first - 1000, last + 1000), run);
+        assert_eq!(
+            tl.segments.len(),
+            lines + 2,
+            "one segment per switch, plus each CPU's last"
+        );
+        for cpu in [0, 1] {
+            let mine: Vec<&[i64; 4]> = tl.segments.iter().filter(|s| s[0] == cpu).collect();
+            // Contiguous: each segment starts where the previous one ended, from trace start to stop.
+            assert_eq!(mine[0][1], tl.traced_from_us);
+            assert_eq!(mine.last().unwrap()[2], tl.traced_to_us);
+            assert!(mine.windows(2).all(|w| w[0][2] == w[1][1]), "cpu {cpu}");
+        }
+        // CPU 1: guests 1 and 3 take turns, many times; neither shows up on CPU 0.
+        let turns = tl.vcpu_turns();
+        let on1 = &turns[&1];
+        assert!(on1.iter().all(|g| *g == (1, 0) || *g == (3, 0)), "{on1:?}");
+        assert!(on1.len() > 20, "{on1:?}");
+        assert!(turns[&0].iter().all(|g| *g == (0, 0) || *g == (2, 0)));
+        assert!(tl.who.contains(&Who::Other {
+            comm: "qemu-system-x86".into()
+        }));
+        // Physical: every stint and every turn is shorter than the run and longer than 0.
+        let slices = tl.vcpu_slices_ms();
+        let turns = tl.vcpu_turns_ms();
+        for (g, ms) in slices.iter().chain(turns.iter()) {
+            assert!(ms.iter().all(|&m| m > 0.0 && m < 100.0), "{g:?} {ms:?}");
+        }
+        let t1: f64 = turns[&(1, 0)].iter().sum::<f64>() / turns[&(1, 0)].len() as f64;
+        let s1: f64 = slices[&(1, 0)].iter().sum::<f64>() / slices[&(1, 0)].len() as f64;
+        assert!(t1 >= s1, "a turn holds one or more stints: {t1} {s1}");
+        let shares = tl.cpu_shares();
+        for cpu in [0, 1] {
+            let s = &shares[&cpu];
+            let total =
+                s["vcpus"].as_f64().unwrap() + s["idle"].as_f64().unwrap() + s["other"].as_f64().unwrap();
+            assert!(
+                (total - 1.0).abs() < 1e-9,
+                "the run's time is all accounted for: {s}"
+            );
+        }
+        assert_eq!(
+            shares[&0]["top_other"][0][0], "rustc",
+            "the compiler crowding CPU 0"
+        );
+        let sum = summary(&tl, Path::new("/x.json"), 1, 0.0);
+        assert_eq!(sum["segments"], tl.segments.len());
+        assert!(
+            sum["vcpu_slices"][1]["turn_p50_ms"].as_f64().unwrap() > 0.1,
+            "{sum}"
+        );
+        // Compact: the side file stays small per segment, and reads back as written.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.json.gz");
+        let bytes = write_gz(&tl, &file).unwrap();
+        assert!(bytes < 15 * tl.segments.len() + 1000, "{bytes}");
+        assert_eq!(read_timeline(&file).unwrap(), tl);
+        assert!(
+            !tl.who.contains(&Who::Other { comm: String::new() }),
+            "every thread named"
+        );
+    }
+
+    #[test]
+    fn an_instance_is_removed_when_the_trace_is_dropped() {
+        let root = Path::new(TRACEFS);
+        match SchedTrace::start(&[0], &[vec![]]) {
+            Ok(t) => {
+                let dir = t.dir.clone();
+                assert!(dir.is_dir());
+                drop(t);
+                assert!(!dir.exists(), "{} left behind", dir.display());
+            }
+            // Not traceable here (not root, no tracefs): the reason names what is missing.
+            Err(why) => assert!(why_not_traceable(root).is_some_and(|w| w == why), "{why}"),
+        }
+    }
+}
