@@ -430,10 +430,11 @@ pub(crate) fn finish(
         tracing::warn!("writing reports: {e:#}");
     }
     eprintln!(
-        "ocrig: {} runs ok, {} failed ({} failed attempts); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
+        "ocrig: {} runs ok, {} failed ({} failed attempts); {} warm-up(s); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
         totals.runs_ok,
         totals.runs_failed,
         totals.attempts_failed,
+        totals.warm_ups,
         totals.boots,
         wall_s,
         prep_s,
