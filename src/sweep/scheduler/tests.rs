@@ -786,3 +786,57 @@ async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
     each_run_counted_once(&records, 8, 2);
     assert_eq!(progress.position(), p.measured_runs());
 }
+
+/// The stopping rule decides once per cell, by the pooled results: at the first slot whose
+/// earlier slots all have a journaled attempt and whose results meet the rule. A result that
+/// comes in later (a slot another host had in flight) does not undo the decision, and a slot
+/// still being made elsewhere keeps the later ones running (more runs, never too few).
+#[test]
+fn a_cells_stopping_rule_decides_once_on_the_pooled_results() {
+    let p = plan("runs: {min: 4, max: 12, target_cv: 0.05}\n");
+    let (group, cell) = (&p.boots[0], &p.boots[0].cells[0]);
+    let rec = |run: u32, guest: u32, value: f64| -> RunRecord {
+        serde_json::from_value(serde_json::json!({
+            "variant": cell.variant, "level": 1.0, "workload": cell.workload.id, "run": run,
+            "warmup": false, "guest": guest, "guests": 2, "ok": true, "attempt": 1,
+            "attempt_records": 2, "metrics": {METRIC: value}, "argv": [], "timings": {},
+            "finished_at": "t", "host": if run % 2 == 0 { "h0" } else { "h1" },
+        }))
+        .unwrap()
+    };
+    let slots = |values: &[(u32, f64)]| -> Vec<RunRecord> {
+        values
+            .iter()
+            .flat_map(|&(r, v)| [rec(r, 0, v), rec(r, 1, v)])
+            .collect()
+    };
+    let next = |records: &[RunRecord], run: u32| {
+        let settled = settle(records);
+        match next_run(&settled, records, &p.baseline, group, cell, run, false) {
+            Next::Done => "done",
+            Next::Enough => "enough",
+            Next::Run => "run",
+        }
+    };
+    // Slots 0-3 steady; slot 4, made by the other host while slot 3 was in flight, is far off.
+    let decided = slots(&[(0, 100.0), (1, 101.0), (2, 99.0), (3, 100.0), (4, 300.0)]);
+    assert_eq!(
+        next(&decided, 5),
+        "enough",
+        "decided at slot 4, not undone by slot 4's result"
+    );
+    let all: Vec<f64> = (0..5).map(|r| [100.0, 101.0, 99.0, 100.0, 300.0][r]).collect();
+    assert!(
+        !enough_runs(cell, 5, &all, None),
+        "judged on slots 0-4 alone, the rule would run on"
+    );
+    // A resume agrees: nothing left of this cell; the 12 slots left are the other variant's.
+    assert_eq!(work_left(&p, &decided), 12);
+    // Slot 3 still being made on the other host: its result could change the verdict.
+    let in_flight = slots(&[(0, 100.0), (1, 101.0), (2, 99.0), (4, 100.0)]);
+    assert_eq!(next(&in_flight, 3), "run");
+    assert_eq!(next(&in_flight, 5), "run", "never too few");
+    // Noisy slots 0-3: no decision at 4; the rule judges again at each later slot.
+    let noisy = slots(&[(0, 50.0), (1, 150.0), (2, 50.0), (3, 150.0)]);
+    assert_eq!(next(&noisy, 4), "run");
+}
