@@ -107,6 +107,22 @@ async fn sweep(hosts: &[SweepHost], mocks: &Mocks, previous: Vec<RunRecord>, dir
     }
 }
 
+/// The measured slots (variant, run) with a valid result.
+fn finished_slots(records: &[RunRecord]) -> BTreeSet<(String, u32)> {
+    settle(records)
+        .counted(records)
+        .filter(|r| !r.warmup)
+        .map(|r| (r.variant.clone(), r.run))
+        .collect()
+}
+
+/// Whether `new` makes no measured run of a slot in `done`.
+fn redoes_nothing(done: &BTreeSet<(String, u32)>, new: &[RunRecord]) -> bool {
+    new.iter()
+        .filter(|r| !r.warmup)
+        .all(|r| !done.contains(&(r.variant.clone(), r.run)))
+}
+
 /// Each measured slot (variant, run) of both variants has exactly one valid result.
 fn each_slot_counted_once(records: &[RunRecord], runs: u32) {
     let s = settle(records);
@@ -271,12 +287,7 @@ async fn a_resume_after_a_crash_mid_group_warms_its_fresh_guests_and_redoes_noth
             }
         }
         let before = read_records(dir.path());
-        let s = settle(&before);
-        let done_before: BTreeSet<(String, u32)> = s
-            .counted(&before)
-            .filter(|r| !r.warmup)
-            .map(|r| (r.variant.clone(), r.run))
-            .collect();
+        let done_before = finished_slots(&before);
         assert!(done_before.len() >= 2, "{}", brief(&before));
         assert!(
             done_before.len() < 8,
@@ -290,9 +301,7 @@ async fn a_resume_after_a_crash_mid_group_warms_its_fresh_guests_and_redoes_noth
         let all = o.records;
         let new = &all[before.len()..];
         assert!(
-            new.iter()
-                .filter(|r| !r.warmup)
-                .all(|r| !done_before.contains(&(r.variant.clone(), r.run))),
+            redoes_nothing(&done_before, new),
             "the resume redid a finished run:\n{}",
             brief(new)
         );
@@ -367,24 +376,13 @@ async fn a_failed_append_on_either_host_stops_every_host_and_keeps_every_finishe
         assert!(runs.iter().all(|&r| r <= 8), "{runs:?}");
         let before = read_records(dir.path());
         assert!(!before.is_empty());
-        let s = settle(&before);
-        let done_before: BTreeSet<(String, u32)> = s
-            .counted(&before)
-            .filter(|r| !r.warmup)
-            .map(|r| (r.variant.clone(), r.run))
-            .collect();
+        let done_before = finished_slots(&before);
         assert!(done_before.len() >= 2, "{}", brief(&before));
         // Once the disk has room again: the resume finishes exactly what is left.
         let o = sweep(&hs, &Mocks::new(vec![]), before.clone(), dir.path()).await;
         o.outcome.unwrap();
         let new = &o.records[before.len()..];
-        assert!(
-            new.iter()
-                .filter(|r| !r.warmup)
-                .all(|r| !done_before.contains(&(r.variant.clone(), r.run))),
-            "{}",
-            brief(new)
-        );
+        assert!(redoes_nothing(&done_before, new), "{}", brief(new));
         each_slot_counted_once(&o.records, 8);
         warmed_once_per_set_before_measuring(&o.records, 2);
     }
