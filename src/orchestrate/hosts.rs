@@ -91,11 +91,13 @@ pub fn run(
         validate(&mine, &facts)?;
         preflight::check_kernels(&mine)?;
         let plan = Plan::build(&mine.scenario, &facts.allowed_cpus, seed)?;
-        hosts.push(Host {
-            label: label_of(&uri),
-            backend,
-            plan,
-        });
+        // Every record names its host, and a guest set is known by its host: two entries
+        // that are the same host (split by CPUs) get labels of their own.
+        let mut label = label_of(&uri);
+        if hosts.iter().any(|h: &Host| h.label == label) {
+            label = format!("{label} #{}", hosts.len() + 1);
+        }
+        hosts.push(Host { label, backend, plan });
     }
     anyhow::ensure!(
         !hosts.is_empty(),
