@@ -800,7 +800,7 @@ fn a_cells_stopping_rule_decides_once_on_the_pooled_results() {
             "variant": cell.variant, "level": 1.0, "workload": cell.workload.id, "run": run,
             "warmup": false, "guest": guest, "guests": 2, "ok": true, "attempt": 1,
             "attempt_records": 2, "metrics": {METRIC: value}, "argv": [], "timings": {},
-            "finished_at": "t", "host": if run % 2 == 0 { "h0" } else { "h1" },
+            "finished_at": "t", "host": if run.is_multiple_of(2) { "h0" } else { "h1" },
         }))
         .unwrap()
     };
