@@ -1,9 +1,12 @@
-//! The scheduler: plan → attempts → records. It decides which run comes next (round after
-//! round across the cells of a boot group), retries failed attempts on fresh workers, stops a
-//! cell at its CV target, and journals every attempt — talking only to an [`Executor`].
+//! The scheduler of one host's share of a sweep (all of it, on a sweep's one host): plan →
+//! attempts → records. It decides which run comes next (round after round across the cells of
+//! a boot group), warms every fresh guest set before its first measured run, retries failed
+//! attempts on fresh workers, stops a cell once its stopping rule is met on the results pooled
+//! over every host, and journals every attempt — talking only to an [`Executor`].
 //!
-//! Accounting holds by construction: what is done, the CV samples and what a resume skips all
-//! come from [`accounting::settle`] over the journaled records, the same rule the reports use.
+//! Accounting holds by construction: what is done, the stopping rule's samples, which warm-ups
+//! a guest set has had and what a resume skips all come from [`accounting::settle`] over the
+//! journaled records, the same rule the reports use.
 
 use std::time::Instant;
 
