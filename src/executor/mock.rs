@@ -55,6 +55,11 @@ pub struct Script {
     pub hang_at: Option<(u32, tokio::sync::mpsc::UnboundedSender<()>)>,
     /// The headline value of guest 0 in a run call, from its argv (default: 100).
     pub value: Option<ValueFn>,
+    /// Called with the run call's number as each run call starts (to break something then).
+    pub on_run: Option<Box<dyn Fn(u32) + Send>>,
+    /// Yield to the runtime once per run call, so the schedulers of several hosts interleave
+    /// run by run as real ones do (a mock run otherwise never waits).
+    pub interleave: bool,
 }
 
 /// Everything the mock was asked, for the test to check.
@@ -110,6 +115,12 @@ impl Executor for MockExecutor {
             calls.runs.push((bring_up, request.argv.clone()));
             calls.runs.len() as u32
         };
+        if let Some(f) = &self.script.on_run {
+            f(n);
+        }
+        if self.script.interleave {
+            tokio::task::yield_now().await;
+        }
         if let Some((at, tx)) = &self.script.hang_at
             && *at == n
         {

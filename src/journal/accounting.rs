@@ -9,6 +9,11 @@
 //! never makes, but a hand-merged journal might hold) is a duplicate and does not count.
 //! Journals of older ocrig versions carry no `superseded` or `attempt_records`: there, an
 //! attempt counts when guest 0's record and every other record of it are `ok`.
+//!
+//! A warm-up is never a sample. It is made once on every freshly brought-up guest set (after
+//! every boot of a group, on every host), so a warm-up's run is keyed by its guest set too
+//! ([`GuestSet`]): each set's warm-up counts once, as that set's warm-up, and two sets' warm-ups
+//! are neither duplicates nor attempts of one another.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +28,30 @@ pub struct RunKey {
     pub workload: String,
     pub warmup: bool,
     pub run: u32,
+    /// For a warm-up: the guest set it warmed. Warm-ups are made once per freshly brought-up
+    /// guest set (on every host), so each set's warm-up is a run of its own; None for measured
+    /// runs, and for warm-ups of journals that record no slot.
+    pub guest_set: Option<GuestSet>,
+}
+
+/// One freshly brought-up set of guests: the host (None: the sweep's one host), the boot
+/// group, and which bring-up of it (numbered on across resumes, so a set is never met twice).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GuestSet {
+    pub host: Option<String>,
+    pub boot: u32,
+    pub bring_up: u32,
+}
+
+impl GuestSet {
+    /// The guest set a record ran on, if the record says.
+    pub fn of(r: &RunRecord) -> Option<Self> {
+        r.slot.map(|s| Self {
+            host: r.host.clone(),
+            boot: s.boot,
+            bring_up: s.bring_up,
+        })
+    }
 }
 
 impl RunKey {
@@ -33,11 +62,23 @@ impl RunKey {
             workload: workload.to_string(),
             warmup,
             run,
+            guest_set: None,
+        }
+    }
+
+    /// Warm-up `run` of a cell on guest set `set`.
+    pub fn warm_up(variant: &str, level: f64, workload: &str, run: u32, set: GuestSet) -> Self {
+        Self {
+            guest_set: Some(set),
+            ..Self::new(variant, level, workload, true, run)
         }
     }
 
     pub fn of(r: &RunRecord) -> Self {
-        Self::new(&r.variant, r.level, &r.workload, r.warmup, r.run)
+        match (r.warmup, GuestSet::of(r)) {
+            (true, Some(set)) => Self::warm_up(&r.variant, r.level, &r.workload, r.run, set),
+            _ => Self::new(&r.variant, r.level, &r.workload, r.warmup, r.run),
+        }
     }
 }
 
@@ -283,6 +324,48 @@ mod tests {
         assert!(!s.counts(0));
         assert_eq!(s.failed_runs("v", 1.0, "w"), 1);
         assert!(s.samples(&records, &CELL, "m", 0..10).is_empty());
+    }
+
+    #[test]
+    fn each_guest_sets_warm_up_is_a_run_of_its_own() {
+        let warm = |host: Option<&str>, bring_up: u32| {
+            let mut r = rec(0, 0, 1, true, Some(1));
+            r.warmup = true;
+            r.host = host.map(str::to_string);
+            r.slot = Some(crate::journal::Slot {
+                boot: 0,
+                bring_up,
+                seq: 0,
+            });
+            r
+        };
+        // Host a's first and second guest sets, host b's first, then a's first again (a hand-
+        // merged journal): only the last is a duplicate.
+        let records = vec![
+            warm(Some("a"), 1),
+            warm(Some("a"), 2),
+            warm(Some("b"), 1),
+            warm(Some("a"), 1),
+        ];
+        let s = settle(&records);
+        assert_eq!(
+            (0..4).map(|i| s.standing(i)).collect::<Vec<_>>(),
+            [
+                Some(Standing::Counted),
+                Some(Standing::Counted),
+                Some(Standing::Counted),
+                Some(Standing::Duplicate)
+            ]
+        );
+        let set = GuestSet {
+            host: Some("b".into()),
+            boot: 0,
+            bring_up: 1,
+        };
+        assert!(s.has_valid_result(&RunKey::warm_up("v", 1.0, "w", 0, set)));
+        // Never a sample, and never a measured run without a result.
+        assert!(s.samples(&records, &CELL, "m", 0..10).is_empty());
+        assert_eq!(s.runs_without_result().count(), 0);
     }
 
     #[test]

@@ -1,18 +1,15 @@
-//! `ocrig run` over several interchangeable libvirt hosts (`host.hosts`): every host gets the
-//! same plan (its own CPUs), run slot `r` of every cell goes to host `r mod H`, one scheduler per
-//! host runs its share at the same time, and all of them journal into one journal, each record
-//! naming its host. A host that cannot be reached any more ends its scheduler; once the others
-//! are done, the runs still without a valid result are spread over the hosts left (or, with
-//! none left, wait for `--resume`). Resuming continues on whichever hosts answer.
+//! `ocrig run` over several interchangeable libvirt hosts (`host.hosts`): the preflight of every
+//! host (reachable, big enough, the same guest counts and accelerator), their CPU claims, and
+//! then the one sweep loop ([`super::sweep`]) with one labelled host each. Resuming continues
+//! on whichever hosts answer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
-
-use futures::future::try_join_all;
 
 use super::BadInput;
 use super::claims::{self, Claim};
 use super::run::{self as single, RunArgs};
+use super::sweep::{SweepHost, sweep_hosts as sweep, until_signal};
 use super::{preflight, results_dir};
 use crate::backend::Backend as _;
 use crate::backend::libvirt::LibvirtBackend;
@@ -20,10 +17,10 @@ use crate::backend::owned::RunOwnership;
 use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::scenario::Loaded;
 use crate::scenario::validate::{HostFacts, validate};
-use crate::sweep::journal::{RunRecord, RunsOn};
+use crate::sweep::journal::RunsOn;
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
-use crate::sweep::scheduler::{self, HostLost, HostShare, PhaseTotals, SharedJournal};
+use crate::sweep::scheduler::SharedJournal;
 
 /// One host, checked and planned.
 struct Host {
@@ -94,11 +91,13 @@ pub fn run(
         validate(&mine, &facts)?;
         preflight::check_kernels(&mine)?;
         let plan = Plan::build(&mine.scenario, &facts.allowed_cpus, seed)?;
-        hosts.push(Host {
-            label: label_of(&uri),
-            backend,
-            plan,
-        });
+        // Every record names its host, and a guest set is known by its host: two entries
+        // that are the same host (split by CPUs) get labels of their own.
+        let mut label = label_of(&uri);
+        if hosts.iter().any(|h: &Host| h.label == label) {
+            label = format!("{label} #{}", hosts.len() + 1);
+        }
+        hosts.push(Host { label, backend, plan });
     }
     anyhow::ensure!(
         !hosts.is_empty(),
@@ -219,7 +218,7 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let progress = Progress::new(plan0.total_runs(), args.quiet);
+    let progress = Progress::new(plan0.measured_runs(), args.quiet);
     let run_id = results_dir::run_id();
     // One run id per host: the guests of two hosts that are one libvirtd must not share names,
     // and each id is owned (so no reaper takes their domains for orphans).
@@ -227,132 +226,46 @@ pub fn run(
     for k in 0..hosts.len() {
         owners.push(RunOwnership::claim(&format!("{run_id}h{k}"), &results_dir)?);
     }
-    // Every host's scheduler appends here and reads the others' records from here.
-    let journal = Mutex::new(SharedJournal {
-        writer: journal,
-        records: previous.map(|p| p.records().to_vec()).unwrap_or_default(),
-    });
-    let pooled = |j: &Mutex<SharedJournal>| -> Vec<RunRecord> {
-        j.lock().unwrap_or_else(|e| e.into_inner()).records.clone()
+    let journal = SharedJournal::new(
+        journal,
+        previous.map(|p| p.records().to_vec()).unwrap_or_default(),
+    );
+    let sweep_hosts: Vec<SweepHost> = hosts
+        .iter()
+        .map(|h| SweepHost {
+            label: Some(h.label.clone()),
+            plan: h.plan.clone(),
+        })
+        .collect();
+    let exec_for = |h: usize| {
+        let host = &hosts[h];
+        VmExecutor::new(VmConfig {
+            backend: Arc::clone(&host.backend) as Arc<dyn crate::backend::Backend>,
+            accel,
+            images: images.clone(),
+            uploads: uploads.clone(),
+            guests_dir: results_dir.join("guests").join(format!("host{h}")),
+            run_id: format!("{run_id}h{h}"),
+            host_cpus: host.plan.host_cpus.clone(),
+            vcpus: host.plan.vcpus,
+            memory_mib: host.plan.memory_mib,
+            scratch_disk_mib: host.plan.scratch_disk_mib,
+            guest_start: host.plan.guest_start,
+            timeouts: host.plan.timeouts.clone(),
+        })
     };
-    let mut records = pooled(&journal);
-
     let rt = tokio::runtime::Runtime::new()?;
-    let mut totals = PhaseTotals::default();
-    let mut alive: Vec<usize> = (0..hosts.len()).collect();
-    let mut pass = 0;
-    let outcome: anyhow::Result<()> = rt.block_on(async {
-        loop {
-            pass += 1;
-            let n = alive.len();
-            let jobs = alive.iter().enumerate().map(|(k, &h)| {
-                let host = &hosts[h];
-                let exec = VmExecutor::new(VmConfig {
-                    backend: Arc::clone(&host.backend) as Arc<dyn crate::backend::Backend>,
-                    accel,
-                    images: images.clone(),
-                    uploads: uploads.clone(),
-                    guests_dir: results_dir.join("guests").join(format!("host{h}")),
-                    run_id: format!("{run_id}h{h}"),
-                    host_cpus: host.plan.host_cpus.clone(),
-                    vcpus: host.plan.vcpus,
-                    memory_mib: host.plan.memory_mib,
-                    scratch_disk_mib: host.plan.scratch_disk_mib,
-                    guest_start: host.plan.guest_start,
-                    timeouts: host.plan.timeouts.clone(),
-                });
-                let share = HostShare {
-                    label: host.label.clone(),
-                    index: k,
-                    of: n,
-                };
-                let previous = records.clone();
-                let (journal, progress) = (&journal, &progress);
-                async move {
-                    let r = scheduler::run_with(
-                        &host.plan,
-                        exec,
-                        scheduler::Journal::Shared(journal),
-                        previous,
-                        progress,
-                        Some(share),
-                    )
-                    .await;
-                    // A lost host ends only its share; anything else (a journal append that
-                    // failed above all) ends every host's scheduler at once: try_join_all drops
-                    // the other futures, and with them their executors and guests.
-                    match r {
-                        Err(e) if !e.is::<HostLost>() => {
-                            Err(e.context(format!("the sweep on host {}", host.label)))
-                        }
-                        r => Ok((h, r)),
-                    }
-                }
-            });
-            let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-            let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            let results = tokio::select! {
-                r = try_join_all(jobs) => single::stopped(r, &results_dir)?,
-                _ = sigint.recv() => return Err(super::Interrupted { signal: "SIGINT", code: 130 }.into()),
-                _ = sigterm.recv() => return Err(super::Interrupted { signal: "SIGTERM", code: 143 }.into()),
-            };
-            let mut lost = Vec::new();
-            for (h, r) in results {
-                match r {
-                    Ok(t) => add(&mut totals, &t),
-                    Err(e) => match e.downcast_ref::<HostLost>() {
-                        Some(l) => {
-                            progress.println(&format!("ocrig: {l}"));
-                            lost.push(h);
-                        }
-                        None => return Err(e),
-                    },
-                }
-            }
-            records = pooled(&journal);
-            if lost.is_empty() {
-                return Ok(());
-            }
-            alive.retain(|h| !lost.contains(h));
-            let settled = crate::sweep::accounting::settle(&records);
-            let done = settled.counted(&records).filter(|r| !r.warmup && r.guest == 0).count();
-            if alive.is_empty() {
-                anyhow::bail!(
-                    "every host was lost; {done} finished runs are in the journal. Continue with `ocrig run --resume {}` \
-                     once a host answers",
-                    results_dir.display()
-                );
-            }
-            let msg = format!(
-                "ocrig: pass {pass}: {done} finished runs kept; the unfinished runs of {} go to {}",
-                lost.iter().map(|&h| hosts[h].label.as_str()).collect::<Vec<_>>().join(", "),
-                alive.iter().map(|&h| hosts[h].label.as_str()).collect::<Vec<_>>().join(", ")
-            );
-            progress.println(&msg);
-            tracing::warn!("{msg}");
-        }
-    });
+    let outcome = rt.block_on(until_signal(sweep(
+        &sweep_hosts,
+        exec_for,
+        &journal,
+        &progress,
+        &results_dir,
+    )));
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
     progress.finish();
-    if let Err(e) = &outcome {
-        tracing::error!("sweep stopped: {e:#}");
-    }
-    outcome?;
+    let totals = single::stopped(outcome, &results_dir)?;
     drop(claims);
     drop(owners);
     single::finish(&results_dir, &plan0, resumed, t0, prep_s, &totals)
-}
-
-fn add(t: &mut PhaseTotals, o: &PhaseTotals) {
-    t.boot_s += o.boot_s;
-    t.deploy_s += o.deploy_s;
-    t.run_s += o.run_s;
-    t.measured_s += o.measured_s;
-    t.teardown_s += o.teardown_s;
-    t.groups += o.groups;
-    t.boots += o.boots;
-    t.runs_ok += o.runs_ok;
-    t.runs_failed += o.runs_failed;
-    t.attempts_failed += o.attempts_failed;
-    t.max_start_skew_us = t.max_start_skew_us.max(o.max_start_skew_us);
 }

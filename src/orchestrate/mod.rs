@@ -9,6 +9,7 @@ mod results_dir;
 mod results_lock;
 mod resume;
 pub mod run;
+mod sweep;
 
 /// Input the user must fix (scenario, arguments). Exit status 2; nothing was booted.
 #[derive(Debug, thiserror::Error)]

@@ -7,24 +7,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use tokio::signal::unix::{SignalKind, signal};
 
 use super::results_lock::ResultsLock;
-use super::{BadInput, Interrupted, SweepIncomplete, claims, preflight, results_dir, resume};
+use super::sweep::{SweepHost, sweep_hosts, until_signal};
+use super::{BadInput, SweepIncomplete, claims, preflight, results_dir, resume};
 use crate::backend::Backend;
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::owned::{self, RunOwnership};
 use crate::backend::qemu::QemuBackend;
-use crate::executor::Executor;
 use crate::executor::host::HostExecutor;
 use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::scenario::validate::{HostFacts, validate};
 use crate::scenario::{BackendKind, ScenarioErrors, load};
 use crate::sweep::accounting;
-use crate::sweep::journal::{JournalWriteFailed, JournalWriter, ResumeNote, RunRecord, RunsOn};
+use crate::sweep::journal::{JournalWriteFailed, ResumeNote, RunRecord, RunsOn};
 use crate::sweep::plan::Plan;
 use crate::sweep::progress::Progress;
-use crate::sweep::scheduler::{self, PhaseTotals};
+use crate::sweep::scheduler::{self, PhaseTotals, SharedJournal};
 
 pub struct RunArgs {
     pub scenario: Option<PathBuf>,
@@ -199,7 +198,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(p) = previous {
         say_kept(p);
     }
-    let (results_dir, mut journal, _new_lock) = results_dir::open_results(
+    let (results_dir, journal, _new_lock) = results_dir::open_results(
         &args.results,
         previous,
         note,
@@ -233,34 +232,42 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     );
 
     let run_id = results_dir::run_id();
-    let progress = Progress::new(plan.total_runs(), args.quiet);
+    let progress = Progress::new(plan.measured_runs(), args.quiet);
     let _ownership = RunOwnership::claim(&run_id, &results_dir)?;
+    // The sweep's one host: the case H = 1 of a sweep over several hosts.
+    let hosts = [SweepHost {
+        label: None,
+        plan: plan.clone(),
+    }];
+    let journal = SharedJournal::new(journal, previous_records);
     let rt = tokio::runtime::Runtime::new()?;
     let outcome = rt.block_on(async {
         match backend {
             Some(backend) => {
-                let exec = VmExecutor::new(VmConfig {
-                    backend,
-                    accel: accel.accel,
-                    images,
-                    uploads,
-                    guests_dir: results_dir.join("guests"),
-                    run_id,
-                    host_cpus: plan.host_cpus.clone(),
-                    vcpus: plan.vcpus,
-                    memory_mib: plan.memory_mib,
-                    scratch_disk_mib: plan.scratch_disk_mib,
-                    guest_start: plan.guest_start,
-                    timeouts: plan.timeouts.clone(),
-                });
-                sweep_until_signal(&plan, exec, &mut journal, previous_records, &progress).await
+                let exec_for = |_| {
+                    VmExecutor::new(VmConfig {
+                        backend: Arc::clone(&backend),
+                        accel: accel.accel,
+                        images: images.clone(),
+                        uploads: uploads.clone(),
+                        guests_dir: results_dir.join("guests"),
+                        run_id: run_id.clone(),
+                        host_cpus: plan.host_cpus.clone(),
+                        vcpus: plan.vcpus,
+                        memory_mib: plan.memory_mib,
+                        scratch_disk_mib: plan.scratch_disk_mib,
+                        guest_start: plan.guest_start,
+                        timeouts: plan.timeouts.clone(),
+                    })
+                };
+                until_signal(sweep_hosts(&hosts, exec_for, &journal, &progress, &results_dir)).await
             }
             None => {
-                let exec = HostExecutor {
+                let exec_for = |_| HostExecutor {
                     payload: payload.clone(),
                     host_cpus: plan.host_cpus.clone(),
                 };
-                sweep_until_signal(&plan, exec, &mut journal, previous_records, &progress).await
+                until_signal(sweep_hosts(&hosts, exec_for, &journal, &progress, &results_dir)).await
             }
         }
     });
@@ -333,7 +340,8 @@ fn finished_already(
     Ok(true)
 }
 
-fn counted_runs(records: &[RunRecord]) -> usize {
+/// Measured runs with a valid result among `records`, by the one accounting rule.
+pub(crate) fn counted_runs(records: &[RunRecord]) -> usize {
     accounting::settle(records)
         .counted(records)
         .filter(|r| !r.warmup && r.guest == 0)
@@ -388,24 +396,6 @@ pub(crate) fn resume_note(
     }))
 }
 
-/// Runs the scheduler until it is done or a signal arrives. Dropping the sweep future (on a
-/// signal) drops the executor, and with it every live guest, which kills it.
-pub(super) async fn sweep_until_signal<E: Executor>(
-    plan: &Plan,
-    exec: E,
-    journal: &mut JournalWriter,
-    previous: Vec<RunRecord>,
-    progress: &Progress,
-) -> anyhow::Result<PhaseTotals> {
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = scheduler::run(plan, exec, journal, previous, progress) => r,
-        _ = sigint.recv() => Err(Interrupted { signal: "SIGINT", code: 130 }.into()),
-        _ = sigterm.recv() => Err(Interrupted { signal: "SIGTERM", code: 143 }.into()),
-    }
-}
-
 /// Timings, reports and the closing line of a sweep that ran to its end; [`SweepIncomplete`]
 /// when some of `plan`'s run slots have no valid result.
 pub(crate) fn finish(
@@ -440,10 +430,11 @@ pub(crate) fn finish(
         tracing::warn!("writing reports: {e:#}");
     }
     eprintln!(
-        "ocrig: {} runs ok, {} failed ({} failed attempts); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
+        "ocrig: {} runs ok, {} failed ({} failed attempts); {} warm-up(s); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
         totals.runs_ok,
         totals.runs_failed,
         totals.attempts_failed,
+        totals.warm_ups,
         totals.boots,
         wall_s,
         prep_s,

@@ -187,6 +187,16 @@ impl Plan {
             .sum()
     }
 
+    /// Measured run slots of the plan: what the progress bar counts (warm-ups are made once per
+    /// fresh guest set on every host, so their number is not known beforehand).
+    pub fn measured_runs(&self) -> u64 {
+        self.boots
+            .iter()
+            .flat_map(|g| &g.cells)
+            .map(|c| c.max_runs as u64)
+            .sum()
+    }
+
     /// The plan's boot groups as the journal header records them.
     pub fn boot_infos(&self) -> Vec<crate::sweep::journal::BootInfo> {
         self.boots

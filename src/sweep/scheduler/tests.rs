@@ -31,6 +31,18 @@ fn plan(extra: &str) -> Plan {
     Plan::build(&scenario(extra), &[0, 1], 1).unwrap()
 }
 
+/// The sweep on its one host, journaling through `journal` after the resumed `previous`.
+async fn run<E: Executor>(
+    plan: &Plan,
+    exec: E,
+    journal: JournalWriter,
+    previous: Vec<RunRecord>,
+    progress: &Progress,
+) -> anyhow::Result<PhaseTotals> {
+    let journal = SharedJournal::new(journal, previous);
+    run_with(plan, exec, &journal, progress, HostShare::only()).await
+}
+
 struct Outcome {
     records: Vec<RunRecord>,
     totals: PhaseTotals,
@@ -42,15 +54,15 @@ struct Outcome {
 async fn sweep(plan: &Plan, script: Script, previous: Vec<RunRecord>, dir: &std::path::Path) -> Outcome {
     let exec = MockExecutor::new(METRIC, script);
     let calls = exec.calls.clone();
-    let progress = Progress::new(plan.total_runs(), true);
-    let mut journal = JournalWriter::open(dir).unwrap();
-    let totals = run(plan, exec, &mut journal, previous, &progress).await.unwrap();
+    let progress = Progress::new(plan.measured_runs(), true);
+    let journal = JournalWriter::open(dir).unwrap();
+    let totals = run(plan, exec, journal, previous, &progress).await.unwrap();
     Outcome {
         records: read_records(dir),
         totals,
         calls: calls.lock().unwrap().clone(),
         progress: progress.position(),
-        total: plan.total_runs(),
+        total: plan.measured_runs(),
     }
 }
 
@@ -134,9 +146,15 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
         .map(|r| r.slot.unwrap().seq)
         .collect();
     assert_eq!(seqs, (0..8).collect::<Vec<_>>(), "the order is journaled");
+    // Warm-ups are never counted as runs; 2 were made, on the one guest set.
     assert_eq!(
-        (o.totals.runs_ok, o.totals.runs_failed, o.totals.boots),
-        (8, 0, 1)
+        (
+            o.totals.runs_ok,
+            o.totals.runs_failed,
+            o.totals.boots,
+            o.totals.warm_ups
+        ),
+        (6, 0, 1, 2)
     );
     assert_eq!(o.progress, o.total);
     assert!(
@@ -299,7 +317,8 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
     };
     assert_eq!(s.samples(&o.records, &cell, METRIC, 0..2).len(), 2);
     assert_eq!(o.progress, o.total);
-    assert_eq!((o.totals.runs_failed, o.totals.boots), (3, 2));
+    // Measured runs given up: 2 (warm-ups are never counted as runs).
+    assert_eq!((o.totals.runs_failed, o.totals.boots), (2, 2));
 }
 
 #[tokio::test]
@@ -357,11 +376,11 @@ async fn an_interrupted_sweep_resumes_without_redoing_or_double_counting() {
     };
     {
         let exec = MockExecutor::new(METRIC, script);
-        let progress = Progress::new(p.total_runs(), true);
-        let mut journal = JournalWriter::open(dir.path()).unwrap();
+        let progress = Progress::new(p.measured_runs(), true);
+        let journal = JournalWriter::open(dir.path()).unwrap();
         // As a signal does: the sweep future is dropped mid-run.
         tokio::select! {
-            _ = run(&p, exec, &mut journal, vec![], &progress) => panic!("the sweep should hang"),
+            _ = run(&p, exec, journal, vec![], &progress) => panic!("the sweep should hang"),
             _ = rx.recv() => {}
         }
     }
@@ -667,11 +686,9 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
             .collect();
         assert_eq!(done_before.len(), 5, "cut at {cut}: all but the last run count");
         let exec = MockExecutor::new(METRIC, Script::default());
-        let progress = Progress::new(p.total_runs(), true);
-        let mut journal = JournalWriter::open(dir.path()).unwrap();
-        run(&p, exec, &mut journal, before.clone(), &progress)
-            .await
-            .unwrap();
+        let progress = Progress::new(p.measured_runs(), true);
+        let journal = JournalWriter::open(dir.path()).unwrap();
+        run(&p, exec, journal, before.clone(), &progress).await.unwrap();
         let after = crate::sweep::journal::Journal::read(dir.path()).unwrap().runs;
         let new = &after[before.len()..];
         assert!(
@@ -682,7 +699,7 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         );
         assert_eq!(new.len(), 2, "cut at {cut}: only the torn attempt is made again");
         each_run_counted_once(&after, 3, 2);
-        assert_eq!(progress.position(), p.total_runs());
+        assert_eq!(progress.position(), p.measured_runs());
     }
 }
 
@@ -715,11 +732,8 @@ async fn slots_without_a_result_are_counted_and_a_resume_fills_them() {
 async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("runs: {min: 4, max: 8, target_cv: 0.05}\n");
-    let pool = std::sync::Mutex::new(SharedJournal {
-        writer: JournalWriter::open(dir.path()).unwrap(),
-        records: Vec::new(),
-    });
-    let progress = Progress::new(p.total_runs(), true);
+    let pool = SharedJournal::new(JournalWriter::open(dir.path()).unwrap(), Vec::new());
+    let progress = Progress::new(p.measured_runs(), true);
     let host = |index: usize, noisy: bool| {
         let script = Script {
             value: Some(Box::new(move |n, _| {
@@ -734,14 +748,13 @@ async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
         run_with(
             &p,
             MockExecutor::new(METRIC, script),
-            Journal::Shared(&pool),
-            vec![],
+            &pool,
             &progress,
-            Some(HostShare {
-                label: format!("h{index}"),
+            HostShare {
+                label: Some(format!("h{index}")),
                 index,
                 of: 2,
-            }),
+            },
         )
     };
     let (a, b) = futures::join!(host(0, false), host(1, true));
@@ -771,5 +784,59 @@ async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
         brief(&records)
     );
     each_run_counted_once(&records, 8, 2);
-    assert_eq!(progress.position(), p.total_runs());
+    assert_eq!(progress.position(), p.measured_runs());
+}
+
+/// The stopping rule decides once per cell, by the pooled results: at the first slot whose
+/// earlier slots all have a journaled attempt and whose results meet the rule. A result that
+/// comes in later (a slot another host had in flight) does not undo the decision, and a slot
+/// still being made elsewhere keeps the later ones running (more runs, never too few).
+#[test]
+fn a_cells_stopping_rule_decides_once_on_the_pooled_results() {
+    let p = plan("runs: {min: 4, max: 12, target_cv: 0.05}\n");
+    let (group, cell) = (&p.boots[0], &p.boots[0].cells[0]);
+    let rec = |run: u32, guest: u32, value: f64| -> RunRecord {
+        serde_json::from_value(serde_json::json!({
+            "variant": cell.variant, "level": 1.0, "workload": cell.workload.id, "run": run,
+            "warmup": false, "guest": guest, "guests": 2, "ok": true, "attempt": 1,
+            "attempt_records": 2, "metrics": {METRIC: value}, "argv": [], "timings": {},
+            "finished_at": "t", "host": if run.is_multiple_of(2) { "h0" } else { "h1" },
+        }))
+        .unwrap()
+    };
+    let slots = |values: &[(u32, f64)]| -> Vec<RunRecord> {
+        values
+            .iter()
+            .flat_map(|&(r, v)| [rec(r, 0, v), rec(r, 1, v)])
+            .collect()
+    };
+    let next = |records: &[RunRecord], run: u32| {
+        let settled = settle(records);
+        match next_run(&settled, records, &p.baseline, group, cell, run, false) {
+            Next::Done => "done",
+            Next::Enough => "enough",
+            Next::Run => "run",
+        }
+    };
+    // Slots 0-3 steady; slot 4, made by the other host while slot 3 was in flight, is far off.
+    let decided = slots(&[(0, 100.0), (1, 101.0), (2, 99.0), (3, 100.0), (4, 300.0)]);
+    assert_eq!(
+        next(&decided, 5),
+        "enough",
+        "decided at slot 4, not undone by slot 4's result"
+    );
+    let all: Vec<f64> = (0..5).map(|r| [100.0, 101.0, 99.0, 100.0, 300.0][r]).collect();
+    assert!(
+        !enough_runs(cell, 5, &all, None),
+        "judged on slots 0-4 alone, the rule would run on"
+    );
+    // A resume agrees: nothing left of this cell; the 12 slots left are the other variant's.
+    assert_eq!(work_left(&p, &decided), 12);
+    // Slot 3 still being made on the other host: its result could change the verdict.
+    let in_flight = slots(&[(0, 100.0), (1, 101.0), (2, 99.0), (4, 100.0)]);
+    assert_eq!(next(&in_flight, 3), "run");
+    assert_eq!(next(&in_flight, 5), "run", "never too few");
+    // Noisy slots 0-3: no decision at 4; the rule judges again at each later slot.
+    let noisy = slots(&[(0, 50.0), (1, 150.0), (2, 50.0), (3, 150.0)]);
+    assert_eq!(next(&noisy, 4), "run");
 }
