@@ -86,6 +86,14 @@ pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_dr
     Check::at_most("calibration_drift", drift, max_drift, detail)
 }
 
+/// Parses a positive fraction (a drift bound such as `--max-calibration-drift`).
+pub fn positive_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
+        _ => Err(format!("{s:?} is not a positive fraction (e.g. 0.05 for 5 %)")),
+    }
+}
+
 /// The CPU clock of the calling thread, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
