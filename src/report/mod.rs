@@ -8,6 +8,7 @@ pub mod flame;
 pub mod hosts;
 pub mod html;
 pub mod json;
+pub mod kernel_symbols;
 pub mod kernels;
 pub mod markdown;
 pub mod plot;
@@ -99,7 +100,8 @@ pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
 /// Renders `journal` in `format`.
 pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
     let text = format.exporter().render(&model(journal, opts))?;
-    Ok(with_hosts(text, journal, format, opts))
+    let text = with_hosts(text, journal, format, opts);
+    kernel_symbols::append(text, format, journal, &kernel_symbols::of_journal(journal))
 }
 
 /// A text report of a sweep over several hosts ends with the hosts' agreement per cell.
@@ -141,6 +143,7 @@ pub fn write_all(journal: &Journal, dir: &Path) -> anyhow::Result<Vec<PathBuf>> 
 /// [`write_all`] with explicit options.
 pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> anyhow::Result<Vec<PathBuf>> {
     let model = model(journal, opts);
+    let symbols = kernel_symbols::of_journal(journal);
     [Format::Md, Format::Csv, Format::Json, Format::Html]
         .into_iter()
         .map(|format| {
@@ -150,6 +153,7 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
                 .render(&model)
                 .with_context(|| format!("rendering {format:?} report"))?;
             let text = with_hosts(text, journal, format, opts);
+            let text = kernel_symbols::append(text, format, journal, &symbols)?;
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Ok(path)
         })

@@ -1,0 +1,398 @@
+//! The guest kernel's top symbols per cell in every main report format (text, Markdown, CSV,
+//! JSON, HTML), from the runs' stored profiles ([`crate::stats::kernel_symbols`]); in HTML also
+//! the cell's flame graph and its differential one against the baseline ([`super::flame`]).
+//!
+//! A section is added to what an exporter rendered (so the exporters and the model stay as
+//! they are): nothing at all when no counted run carries a profile.
+
+use crate::stats::kernel_symbols::{self as ks, CellSymbols, TOP};
+use crate::sweep::accounting::settle;
+use crate::sweep::journal::Journal;
+
+use super::Format;
+
+/// The cells of `journal` with a kernel profile, each run counted once by the one rule.
+pub fn of_journal(journal: &Journal) -> Vec<CellSymbols> {
+    ks::aggregate(settle(&journal.runs).counted(&journal.runs))
+}
+
+/// `native_safe_halt 36.8%, memset_erms 13.1%, …`: a cell's top symbols in words.
+fn top_words(c: &CellSymbols, sep: &str) -> String {
+    c.top(TOP)
+        .iter()
+        .map(|s| format!("{} {:.1}%", s.symbol, s.share * 100.0))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// One table per workload, as rows: `variant | oc | runs | samples | top kernel symbols`.
+fn rows_by_workload(cells: &[CellSymbols], sep: &str) -> Vec<(String, Vec<Vec<String>>)> {
+    let mut out: Vec<(String, Vec<Vec<String>>)> = Vec::new();
+    for c in cells {
+        let i = match out.iter().position(|(w, _)| *w == c.workload) {
+            Some(i) => i,
+            None => {
+                let head = [
+                    "variant",
+                    "oc",
+                    "runs",
+                    "samples",
+                    "top kernel symbols (self samples, share of all)",
+                ];
+                out.push((c.workload.clone(), vec![head.map(String::from).to_vec()]));
+                out.len() - 1
+            }
+        };
+        out[i].1.push(vec![
+            c.variant.clone(),
+            super::fmt_level(c.level),
+            c.runs.to_string(),
+            c.samples.to_string(),
+            top_words(c, sep),
+        ]);
+    }
+    out
+}
+
+const INTRO: &str = "Guest kernel profiles: the busiest symbols per cell by self samples (leaf frame), as a share of \
+                     all samples of the cell's counted runs; [user] = samples in user space";
+
+/// `text` (what `format`'s exporter rendered for `journal`) with the kernel-symbol section.
+pub fn append(
+    text: String,
+    format: Format,
+    journal: &Journal,
+    cells: &[CellSymbols],
+) -> anyhow::Result<String> {
+    if cells.is_empty() {
+        return Ok(text);
+    }
+    Ok(match format {
+        Format::Table => {
+            let mut text = text;
+            text.push_str(&format!("\n{INTRO}.\n"));
+            for (wl, rows) in rows_by_workload(cells, ", ") {
+                text.push_str(&format!(
+                    "{wl}: top kernel symbols\n{}",
+                    super::table::ascii_table(&rows)
+                ));
+            }
+            text
+        }
+        Format::Md => {
+            let mut text = text;
+            text.push_str(&format!("\n## Guest kernel profiles\n\n{INTRO}.\n"));
+            for (wl, rows) in rows_by_workload(cells, ", ") {
+                text.push_str(&format!("\n### {wl}: top kernel symbols\n\n"));
+                text.push_str(&super::markdown::pipe_table(&rows));
+            }
+            text
+        }
+        Format::Csv => with_csv_columns(&text, cells),
+        Format::Json => with_json_field(text, cells)?,
+        Format::Html => with_html_section(text, journal, cells)?,
+    })
+}
+
+/// Columns appended to every CSV row: the cell's profiled runs, samples, and top symbols as
+/// `symbol=share` pairs separated by `;` (empty on rows without a profile and on geomean rows).
+pub const CSV_COLUMNS: [&str; 3] = [
+    "kernel_profile_runs",
+    "kernel_profile_samples",
+    "kernel_top_symbols",
+];
+
+/// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
+/// and the rest of the text after it.
+fn csv_record(text: &str) -> (Vec<String>, &str) {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, ch)) = chars.next() {
+        let field = fields.last_mut().expect("one field at least");
+        match (quoted, ch) {
+            (true, '"') if chars.peek().is_some_and(|(_, c)| *c == '"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => fields.push(String::new()),
+            (false, '\n') => return (fields, &text[i + 1..]),
+            (false, '\r') => {}
+            (false, c) => field.push(c),
+        }
+    }
+    (fields, "")
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The rendered CSV with [`CSV_COLUMNS`] appended, matched to its `cell` rows by workload,
+/// variant and level (read from the header, whatever other columns the exporter writes).
+fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
+    let (names, mut rest) = csv_record(text);
+    let col = |n: &str| names.iter().position(|c| c == n);
+    let (Some(kind), Some(workload), Some(variant), Some(level)) =
+        (col("kind"), col("workload"), col("variant"), col("level"))
+    else {
+        return text.to_string();
+    };
+    let head = &text[..text.len() - rest.len()];
+    let mut out = format!(
+        "{},{}\n",
+        head.trim_end_matches(['\n', '\r']),
+        CSV_COLUMNS.join(",")
+    );
+    while !rest.is_empty() {
+        let (fields, after) = csv_record(rest);
+        let raw = rest[..rest.len() - after.len()].trim_end_matches(['\n', '\r']);
+        let get = |i: usize| fields.get(i).map_or("", String::as_str);
+        let cell = cells.iter().find(|c| {
+            get(kind) == "cell"
+                && c.workload == get(workload)
+                && c.variant == get(variant)
+                && get(level).parse::<f64>().is_ok_and(|l| l == c.level)
+        });
+        let extra = match cell {
+            Some(c) => [
+                c.runs.to_string(),
+                c.samples.to_string(),
+                csv_field(
+                    &c.top(TOP)
+                        .iter()
+                        .map(|s| format!("{}={:.4}", s.symbol, s.share))
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                ),
+            ],
+            None => Default::default(),
+        };
+        out.push_str(&format!("{raw},{}\n", extra.join(",")));
+        rest = after;
+    }
+    out
+}
+
+/// One cell in the JSON report: where, how many runs and samples, the events sampled, and the
+/// top symbols with their samples and share.
+#[derive(serde::Serialize)]
+struct JsonCell<'a> {
+    workload: &'a str,
+    variant: &'a str,
+    level: f64,
+    runs: usize,
+    samples: u64,
+    events: &'a [String],
+    top: Vec<ks::SymbolShare>,
+}
+
+/// The pretty-printed model with a top-level `kernel_symbols` array added as its last field
+/// (inserted as text, so the model's own fields keep their order and numbers).
+fn with_json_field(text: String, cells: &[CellSymbols]) -> anyhow::Result<String> {
+    let items: Vec<JsonCell> = cells
+        .iter()
+        .map(|c| JsonCell {
+            workload: &c.workload,
+            variant: &c.variant,
+            level: c.level,
+            runs: c.runs,
+            samples: c.samples,
+            events: &c.events,
+            top: c.top(TOP),
+        })
+        .collect();
+    let value = serde_json::to_string_pretty(&items)?.replace('\n', "\n  ");
+    let body = text.trim_end();
+    let Some(inner) = body.strip_suffix('}') else {
+        anyhow::bail!("the JSON report is not an object");
+    };
+    let inner = inner.trim_end();
+    let sep = if inner.ends_with('{') { "" } else { "," };
+    Ok(format!("{inner}{sep}\n  \"kernel_symbols\": {value}\n}}\n"))
+}
+
+/// The HTML report with a section before `</body>`: per workload the table of top symbols,
+/// then per cell its flame graph and, for a non-baseline variant, the differential one against
+/// the baseline at that level (both collapsed, drawn by inferno).
+fn with_html_section(text: String, journal: &Journal, cells: &[CellSymbols]) -> anyhow::Result<String> {
+    use super::html::{escape, html_table};
+    let mut s = format!(
+        "<section>\n<h2>Guest kernel profiles</h2>\n<p class=\"notes\">{}.</p>\n",
+        escape(INTRO)
+    );
+    for (wl, rows) in rows_by_workload(cells, ", ") {
+        s.push_str(&format!(
+            "<h3>{}: top kernel symbols</h3>\n<div class=\"wide\">\n",
+            escape(&wl)
+        ));
+        s.push_str(&html_table(&rows, None));
+        s.push_str("</div>\n");
+    }
+    let profiles = super::flame::cells(journal);
+    let baseline = &journal.header.baseline;
+    let inline = |svg: String| svg.find("<svg").map_or(String::new(), |i| svg[i..].to_string());
+    for c in &profiles {
+        let title = format!(
+            "{} · {} · {}x ({} runs, {} samples)",
+            c.workload, c.variant, c.level, c.runs, c.samples
+        );
+        s.push_str(&format!(
+            "<details class=\"flame\"><summary>flame graph: {}</summary>\n{}\n</details>\n",
+            escape(&title),
+            inline(super::flame::flame_svg(c, &title)?)
+        ));
+        if &c.variant != baseline
+            && let Some(b) = profiles
+                .iter()
+                .find(|b| &b.variant == baseline && b.workload == c.workload && b.level == c.level)
+        {
+            let title = format!(
+                "{} · {} vs {} · {}x (red: more than {baseline}, blue: less)",
+                c.workload, c.variant, baseline, c.level
+            );
+            s.push_str(&format!(
+                "<details class=\"flame\"><summary>differential flame graph: {}</summary>\n{}\n</details>\n",
+                escape(&title),
+                inline(super::flame::diff_svg(b, c, &title)?)
+            ));
+        }
+    }
+    s.push_str("</section>\n");
+    Ok(match text.rfind("</body>") {
+        Some(i) => format!("{}{s}{}", &text[..i], &text[i..]),
+        None => text + &s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{ReportOptions, render};
+    use crate::stats::kernel_symbols::tests::profiled;
+
+    /// The demo journal plus profiled sysfs-mutex runs of both variants at 2x.
+    fn journal() -> Journal {
+        let mut j = crate::stats::cells::tests::journal();
+        j.header.workloads.insert(
+            "sysfs-mutex".into(),
+            serde_json::from_value(
+                serde_json::json!({"command": "sysfs-mutex", "metric": "ops_per_sec", "better": "higher"}),
+            )
+            .unwrap(),
+        );
+        j.header.levels.push(2.0);
+        for (run, (v, slow)) in [("base", 30), ("patched", 70), ("base", 20), ("patched", 80)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut r = profiled(
+                v,
+                2.0,
+                &[
+                    ("entry;kernfs;__mutex_lock_slowpath", slow),
+                    ("entry;do_idle;native_safe_halt", 100 - slow),
+                ],
+                0,
+            );
+            r.run = run as u32 / 2;
+            r.metrics.insert("ops_per_sec".into(), 1000.0 + run as f64);
+            j.runs.push(r);
+        }
+        j
+    }
+
+    fn rendered(format: Format) -> String {
+        render(&journal(), format, &ReportOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn every_main_format_names_the_top_symbols_of_each_profiled_cell() {
+        let cells = of_journal(&journal());
+        assert_eq!(cells.len(), 2);
+        let base = cells.iter().find(|c| c.variant == "base").unwrap();
+        assert_eq!((base.runs, base.samples), (2, 200));
+        assert_eq!(base.top(1)[0].symbol, "native_safe_halt");
+        for format in [Format::Table, Format::Md, Format::Html] {
+            let text = rendered(format);
+            assert!(text.contains("top kernel symbols"), "{format:?}");
+            assert!(
+                text.contains("native_safe_halt 75.0%"),
+                "{format:?}: base's halt share"
+            );
+            assert!(
+                text.contains("__mutex_lock_slowpath 75.0%"),
+                "{format:?}: patched's slow path share"
+            );
+        }
+        // JSON: the model's own fields still parse, and the cells are there with their numbers.
+        let json = rendered(Format::Json);
+        let back: crate::stats::cells::Model = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, crate::report::model(&journal(), &ReportOptions::default()));
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let ks = v["kernel_symbols"].as_array().unwrap();
+        assert_eq!(ks.len(), 2);
+        let patched = ks.iter().find(|c| c["variant"] == "patched").unwrap();
+        assert_eq!(patched["top"][0]["symbol"], "__mutex_lock_slowpath");
+        assert_eq!(patched["top"][0]["samples"], 150);
+        assert_eq!(patched["top"][0]["share"], 0.75);
+        assert_eq!(patched["events"][0], "cpu-clock");
+        // CSV: three more columns; filled on the profiled cells' rows only.
+        let csv = rendered(Format::Csv);
+        let mut rest = csv.as_str();
+        let (head, after) = csv_record(rest);
+        rest = after;
+        assert_eq!(&head[head.len() - 3..], CSV_COLUMNS);
+        let at = |n: &str| head.iter().position(|h| h == n).unwrap();
+        let mut profiled_rows = 0;
+        while !rest.is_empty() {
+            let (row, after) = csv_record(rest);
+            rest = after;
+            assert_eq!(row.len(), head.len(), "{row:?}");
+            let top = &row[at("kernel_top_symbols")];
+            if row[at("workload")] == "sysfs-mutex" && row[at("kind")] == "cell" && row[at("level")] == "2" {
+                profiled_rows += 1;
+                assert_eq!(row[at("kernel_profile_samples")], "200");
+                assert!(
+                    top.starts_with("native_safe_halt=0.7500;")
+                        || top.starts_with("__mutex_lock_slowpath=0.7500;"),
+                    "{top}"
+                );
+            } else {
+                assert!(top.is_empty(), "{row:?}");
+            }
+        }
+        assert_eq!(profiled_rows, 2);
+        // HTML: a flame graph per cell and the patched cell's differential one.
+        let html = rendered(Format::Html);
+        assert_eq!(html.matches("<details class=\"flame\">").count(), 3);
+        assert!(html.contains("differential flame graph: sysfs-mutex · patched vs base · 2x"));
+        assert!(html.trim_end().ends_with("</html>"));
+    }
+
+    #[test]
+    fn reports_without_profiles_are_unchanged() {
+        let plain = crate::stats::cells::tests::journal();
+        for format in [Format::Table, Format::Md, Format::Csv, Format::Json, Format::Html] {
+            let text = render(&plain, format, &ReportOptions::default()).unwrap();
+            assert!(
+                !text.contains("kernel symbols") && !text.contains("kernel_top_symbols"),
+                "{format:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn csv_records_keep_quoted_commas_quotes_and_newlines() {
+        let (r, rest) = csv_record("a,\"b,c\",\"say \"\"hi\"\"\",\"x\ny\"\nnext");
+        assert_eq!(r, ["a", "b,c", "say \"hi\"", "x\ny"]);
+        assert_eq!(rest, "next");
+    }
+}
