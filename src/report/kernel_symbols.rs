@@ -209,14 +209,19 @@ fn with_json_field(text: String, cells: &[CellSymbols]) -> anyhow::Result<String
             top: c.top(TOP),
         })
         .collect();
-    let value = serde_json::to_string_pretty(&items)?.replace('\n', "\n  ");
+    insert_json_field(text, "kernel_symbols", &items)
+}
+
+/// `text` (a pretty-printed JSON object) with `"key": value` added as its last field.
+fn insert_json_field(text: String, key: &str, value: &impl serde::Serialize) -> anyhow::Result<String> {
+    let value = serde_json::to_string_pretty(value)?.replace('\n', "\n  ");
     let body = text.trim_end();
     let Some(inner) = body.strip_suffix('}') else {
         anyhow::bail!("the JSON report is not an object");
     };
     let inner = inner.trim_end();
     let sep = if inner.ends_with('{') { "" } else { "," };
-    Ok(format!("{inner}{sep}\n  \"kernel_symbols\": {value}\n}}\n"))
+    Ok(format!("{inner}{sep}\n  \"{key}\": {value}\n}}\n"))
 }
 
 /// The HTML report with a section before `</body>`: per workload the table of top symbols,
@@ -269,6 +274,206 @@ fn with_html_section(text: String, journal: &Journal, cells: &[CellSymbols]) -> 
     Ok(match text.rfind("</body>") {
         Some(i) => format!("{}{s}{}", &text[..i], &text[i..]),
         None => text + &s,
+    })
+}
+
+/// The variant pairs `ocrig compare` sets against each other in the merged journal: each B-side
+/// variant with the A-side variant of the same name (the sides' single variants when each has
+/// one). `a_side`/`b_side` are the names the merge gave the sides.
+pub fn compare_pairs(merged: &Journal, a_side: &str, b_side: &str) -> Vec<(String, String)> {
+    let (a_side, b_side) = if a_side == b_side {
+        (format!("{a_side} (A)"), format!("{b_side} (B)"))
+    } else {
+        (a_side.to_string(), b_side.to_string())
+    };
+    let suffix = |v: &str, side: &str| -> Option<String> {
+        if v == side {
+            Some(String::new())
+        } else {
+            v.strip_prefix(side)?.strip_prefix('/').map(str::to_string)
+        }
+    };
+    let vs = &merged.header.variants;
+    vs.iter()
+        .filter_map(|b| {
+            let tail = suffix(b, &b_side)?;
+            let a = vs
+                .iter()
+                .find(|a| suffix(a, &a_side).as_deref() == Some(tail.as_str()))?;
+            Some((a.clone(), b.clone()))
+        })
+        .collect()
+}
+
+/// One symbol's share on both sides of a comparison.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ShareChange {
+    pub symbol: String,
+    pub a_share: f64,
+    pub b_share: f64,
+}
+
+impl ShareChange {
+    /// Percentage points, B − A.
+    pub fn change_pp(&self) -> f64 {
+        (self.b_share - self.a_share) * 100.0
+    }
+}
+
+/// The `n` symbols whose self-sample share changed most from `a` to `b` (by size of the change,
+/// ties by name): where the time of one kernel went relative to the other's.
+pub fn changes(a: &CellSymbols, b: &CellSymbols, n: usize) -> Vec<ShareChange> {
+    let share = |c: &CellSymbols, s: &str| {
+        c.self_samples.get(s).copied().unwrap_or(0) as f64 / c.samples.max(1) as f64
+    };
+    let symbols: std::collections::BTreeSet<&String> =
+        a.self_samples.keys().chain(b.self_samples.keys()).collect();
+    let mut v: Vec<ShareChange> = symbols
+        .into_iter()
+        .map(|s| ShareChange {
+            symbol: s.clone(),
+            a_share: share(a, s),
+            b_share: share(b, s),
+        })
+        .collect();
+    v.sort_by(|x, y| {
+        y.change_pp()
+            .abs()
+            .total_cmp(&x.change_pp().abs())
+            .then(x.symbol.cmp(&y.symbol))
+    });
+    v.truncate(n);
+    v
+}
+
+/// `ocrig compare`'s own part: for each pair of [`compare_pairs`] at each level both sides
+/// profiled, the symbols whose share changed most (text, Markdown, JSON `kernel_symbol_changes`,
+/// HTML), and in HTML the differential flame graph of B against A (red: more samples in B)
+/// where the generic section has not drawn it already (it draws each variant against the
+/// merged baseline, A's). The CSV keeps its per-cell columns only.
+pub fn append_compare(
+    text: String,
+    format: Format,
+    merged: &Journal,
+    pairs: &[(String, String)],
+) -> anyhow::Result<String> {
+    let cells = of_journal(merged);
+    let mut found = Vec::new();
+    for (a, b) in pairs {
+        for cb in cells.iter().filter(|c| &c.variant == b) {
+            if let Some(ca) = cells
+                .iter()
+                .find(|c| &c.variant == a && c.workload == cb.workload && c.level == cb.level)
+            {
+                found.push((ca, cb, changes(ca, cb, TOP)));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(text);
+    }
+    let rows = |words: &dyn Fn(&str) -> String| -> Vec<(String, Vec<Vec<String>>)> {
+        found
+            .iter()
+            .map(|(ca, cb, ch)| {
+                let title = format!(
+                    "{}: {} against {} at {}",
+                    ca.workload,
+                    cb.variant,
+                    ca.variant,
+                    super::fmt_level(ca.level)
+                );
+                let mut r = vec![vec![
+                    "symbol".to_string(),
+                    ca.variant.clone(),
+                    cb.variant.clone(),
+                    "change".into(),
+                ]];
+                for c in ch {
+                    r.push(vec![
+                        words(&c.symbol),
+                        format!("{:.1}%", c.a_share * 100.0),
+                        format!("{:.1}%", c.b_share * 100.0),
+                        format!("{:+.1} pp", c.change_pp()),
+                    ]);
+                }
+                (title, r)
+            })
+            .collect()
+    };
+    const WHAT: &str = "Guest kernel profiles compared: the symbols whose share of self samples changed most (pp = percentage points)";
+    Ok(match format {
+        Format::Table => {
+            let mut text = text;
+            text.push_str(&format!("\n{WHAT}.\n"));
+            for (title, r) in rows(&|s| s.to_string()) {
+                text.push_str(&format!("{title}\n{}", super::table::ascii_table(&r)));
+            }
+            text
+        }
+        Format::Md => {
+            let mut text = text;
+            text.push_str(&format!("\n## Guest kernel profiles compared\n\n{WHAT}.\n"));
+            for (title, r) in rows(&|s| format!("`{s}`")) {
+                text.push_str(&format!("\n### {title}\n\n{}", super::markdown::pipe_table(&r)));
+            }
+            text
+        }
+        Format::Csv => text,
+        Format::Json => {
+            #[derive(serde::Serialize)]
+            struct Pair<'a> {
+                workload: &'a str,
+                level: f64,
+                a: &'a str,
+                b: &'a str,
+                symbols: &'a [ShareChange],
+            }
+            let items: Vec<Pair> = found
+                .iter()
+                .map(|(ca, cb, ch)| Pair {
+                    workload: &ca.workload,
+                    level: ca.level,
+                    a: &ca.variant,
+                    b: &cb.variant,
+                    symbols: ch,
+                })
+                .collect();
+            insert_json_field(text, "kernel_symbol_changes", &items)?
+        }
+        Format::Html => {
+            use super::html::{escape, html_table};
+            let profiles = super::flame::cells(merged);
+            let profile = |c: &CellSymbols| {
+                profiles
+                    .iter()
+                    .find(|p| p.variant == c.variant && p.workload == c.workload && p.level == c.level)
+            };
+            let mut s = format!(
+                "<section>\n<h2>Guest kernel profiles compared</h2>\n<p class=\"notes\">{}.</p>\n",
+                escape(WHAT)
+            );
+            for ((title, r), (ca, cb, _)) in rows(&|s| s.to_string()).into_iter().zip(&found) {
+                s.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
+                s.push_str(&html_table(&r, None));
+                if ca.variant != merged.header.baseline
+                    && let (Some(pa), Some(pb)) = (profile(ca), profile(cb))
+                {
+                    let t = format!("{title} (red: more than {}, blue: less)", ca.variant);
+                    let svg = super::flame::diff_svg(pa, pb, &t)?;
+                    let svg = svg.find("<svg").map_or(String::new(), |i| svg[i..].to_string());
+                    s.push_str(&format!(
+                        "<details class=\"flame\"><summary>differential flame graph: {}</summary>\n{svg}\n</details>\n",
+                        escape(&t)
+                    ));
+                }
+            }
+            s.push_str("</section>\n");
+            match text.rfind("</body>") {
+                Some(i) => format!("{}{s}{}", &text[..i], &text[i..]),
+                None => text + &s,
+            }
+        }
     })
 }
 
@@ -375,6 +580,75 @@ mod tests {
         assert_eq!(html.matches("<details class=\"flame\">").count(), 3);
         assert!(html.contains("differential flame graph: sysfs-mutex · patched vs base · 2x"));
         assert!(html.trim_end().ends_with("</html>"));
+    }
+
+    /// `ocrig compare A B` of two results of the same matrix whose kernels spend their time
+    /// differently: B's slow path takes 40 points more of each cell.
+    #[test]
+    fn compare_sets_each_variant_against_its_namesake_with_changes_and_a_differential_graph() {
+        let a = journal();
+        let mut b = journal();
+        for r in b.runs.iter_mut().filter(|r| r.workload == "sysfs-mutex") {
+            let p = r.payload.as_mut().unwrap();
+            let folded = &mut p.detail.get_mut("kernel").unwrap()["profile"]["folded"];
+            let slow = folded[0][1].as_u64().unwrap();
+            *folded = serde_json::json!([
+                ["entry;kernfs;__mutex_lock_slowpath", (slow + 40).min(100)],
+                ["entry;do_idle;native_safe_halt", 100 - (slow + 40).min(100)]
+            ]);
+        }
+        let opts = ReportOptions {
+            compare_names: Some(("old".into(), "new".into())),
+            ..Default::default()
+        };
+        let merged = crate::report::merge(&a, &b, "old", "new").unwrap();
+        let pairs = compare_pairs(&merged, "old", "new");
+        assert_eq!(
+            pairs,
+            [
+                ("old/base".to_string(), "new/base".to_string()),
+                ("old/patched".into(), "new/patched".into())
+            ]
+        );
+        let text = crate::report::compare(&a, &b, Format::Table, &opts).unwrap();
+        assert!(
+            text.contains("sysfs-mutex: new/base against old/base at 2x"),
+            "{text}"
+        );
+        // old/base: slow path 25 % (30 and 20 of 100); new/base: 65 % (70 and 60).
+        assert!(
+            text.contains("25.0%") && text.contains("65.0%") && text.contains("+40.0 pp"),
+            "{text}"
+        );
+        let html = crate::report::compare(&a, &b, Format::Html, &opts).unwrap();
+        // The namesake pair that is not against the merged baseline gets its own differential.
+        assert!(
+            html.contains("differential flame graph: sysfs-mutex: new/patched against old/patched at 2x"),
+            "compare's own differential"
+        );
+        assert!(
+            !html.contains("differential flame graph: sysfs-mutex: new/base against old/base"),
+            "drawn once"
+        );
+        assert!(html.contains("differential flame graph: sysfs-mutex · new/base vs old/base · 2x"));
+        let json = crate::report::compare(&a, &b, Format::Json, &opts).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let ch = v["kernel_symbol_changes"].as_array().unwrap();
+        assert_eq!(ch.len(), 2);
+        assert_eq!(ch[0]["symbols"][0]["symbol"], "__mutex_lock_slowpath");
+        assert!((ch[0]["symbols"][0]["b_share"].as_f64().unwrap() - 0.65).abs() < 1e-12);
+        // Single-variant sides pair with each other.
+        let one = |j: &Journal| {
+            let mut j = j.clone();
+            j.runs.retain(|r| r.variant == "base");
+            j.header.variants = vec!["base".into()];
+            j
+        };
+        let merged = crate::report::merge(&one(&a), &one(&b), "old", "new").unwrap();
+        assert_eq!(
+            compare_pairs(&merged, "old", "new"),
+            [("old".to_string(), "new".to_string())]
+        );
     }
 
     #[test]

@@ -172,7 +172,10 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
 /// each journal has a single, different one, else `A` and `B`. See [`merge`].
 pub fn compare(a: &Journal, b: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
     let (an, bn) = opts.compare_names.clone().unwrap_or_else(|| default_names(a, b));
-    render(&merge(a, b, &an, &bn)?, format, opts)
+    let merged = merge(a, b, &an, &bn)?;
+    let text = render(&merged, format, opts)?;
+    let pairs = kernel_symbols::compare_pairs(&merged, &an, &bn);
+    kernel_symbols::append_compare(text, format, &merged, &pairs)
 }
 
 fn default_names(a: &Journal, b: &Journal) -> (String, String) {
