@@ -651,6 +651,108 @@ mod tests {
         );
     }
 
+    /// The HTML report's flame graphs as a user sees them: Debian's headless Chromium loads the
+    /// report, a script opens every collapsed graph and reports each drawn frame's name, width
+    /// and colour.
+    #[test]
+    fn the_html_reports_flame_graphs_draw_their_frames_in_chromium() {
+        let tmp = tempfile::tempdir().unwrap();
+        let page = tmp.path().join("report.html");
+        let check = r#"<script>
+window.addEventListener('load', () => {
+  document.querySelectorAll('details.flame').forEach(d => d.open = true);
+  const graphs = [...document.querySelectorAll('details.flame')].map(d => {
+    const svg = d.querySelector('svg');
+    const frames = [...svg.querySelectorAll('g')].filter(g => g.querySelector(':scope > title') && g.querySelector(':scope > rect'))
+      .map(g => ({name: g.querySelector(':scope > title').textContent.split(' (')[0],
+                  width: g.querySelector(':scope > rect').getBoundingClientRect().width,
+                  fill: g.querySelector(':scope > rect').getAttribute('fill')}));
+    return {summary: d.querySelector('summary').textContent, frames};
+  });
+  const out = document.createElement('pre');
+  out.id = 'ocrig-check';
+  out.textContent = JSON.stringify(graphs);
+  document.body.appendChild(out);
+});
+</script>"#;
+        let html = rendered(Format::Html).replace("</body>", &format!("{check}</body>"));
+        std::fs::write(&page, html).unwrap();
+        let out = std::process::Command::new("/usr/bin/chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+            .args([
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ])
+            .args(["--window-size=1300,900", "--virtual-time-budget=5000"])
+            .arg(format!(
+                "--user-data-dir={}",
+                tmp.path().join("profile").display()
+            ))
+            .arg("--dump-dom")
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("Debian's chromium (scripts/setup installs it)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let json = dom
+            .split("<pre id=\"ocrig-check\">")
+            .nth(1)
+            .and_then(|s| s.split("</pre>").next())
+            .expect("the checking script ran");
+        let graphs: serde_json::Value =
+            serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
+        let graphs = graphs.as_array().unwrap();
+        assert_eq!(graphs.len(), 3, "two cells and one differential");
+        for g in graphs {
+            let frames = g["frames"].as_array().unwrap();
+            let all = frames
+                .iter()
+                .find(|f| f["name"] == "all")
+                .expect("the root frame");
+            assert!(all["width"].as_f64().unwrap() > 1000.0, "{g}");
+            for name in [
+                "entry",
+                "kernfs",
+                "__mutex_lock_slowpath",
+                "do_idle",
+                "native_safe_halt",
+            ] {
+                let f = frames
+                    .iter()
+                    .find(|f| f["name"] == name)
+                    .unwrap_or_else(|| panic!("{name} not drawn: {g}"));
+                assert!(f["width"].as_f64().unwrap() > 1.0, "{f}");
+            }
+        }
+        // patched spends 75 % in the slow path against base's 25 %: red in the differential.
+        let diff = graphs
+            .iter()
+            .find(|g| g["summary"].as_str().unwrap().starts_with("differential"))
+            .unwrap();
+        let fill = |n: &str| {
+            diff["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["name"] == n)
+                .unwrap()["fill"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            fill("__mutex_lock_slowpath").starts_with("rgb(255,"),
+            "{}",
+            fill("__mutex_lock_slowpath")
+        );
+        assert!(
+            fill("native_safe_halt").ends_with(",255)"),
+            "{}",
+            fill("native_safe_halt")
+        );
+    }
+
     #[test]
     fn reports_without_profiles_are_unchanged() {
         let plain = crate::stats::cells::tests::journal();
