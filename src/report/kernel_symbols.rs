@@ -127,14 +127,6 @@ fn csv_record(text: &str) -> (Vec<String>, &str) {
     (fields, "")
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 /// The rendered CSV with [`CSV_COLUMNS`] appended, matched to its `cell` rows by workload,
 /// variant and level (read from the header, whatever other columns the exporter writes).
 fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
@@ -165,7 +157,7 @@ fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
             Some(c) => [
                 c.runs.to_string(),
                 c.samples.to_string(),
-                csv_field(
+                super::csv::field(
                     &c.top(TOP)
                         .iter()
                         .map(|s| format!("{}={:.4}", s.symbol, s.share))

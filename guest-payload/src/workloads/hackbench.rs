@@ -115,14 +115,9 @@ unsafe impl ZeroValid for Slot {}
 /// The slots of every task, in memory that forked children share.
 type SharedSlots = SharedArray<Slot>;
 
+/// CLOCK_MONOTONIC, async-signal-safe (read in forked children).
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the struct; async-signal-safe (used in forked children).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::checks::monotonic_ns()
 }
 
 fn errno() -> i32 {
