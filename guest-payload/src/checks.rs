@@ -86,6 +86,14 @@ pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_dr
     Check::at_most("calibration_drift", drift, max_drift, detail)
 }
 
+/// Parses a positive fraction (a drift bound such as `--max-calibration-drift`).
+pub fn positive_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
+        _ => Err(format!("{s:?} is not a positive fraction (e.g. 0.05 for 5 %)")),
+    }
+}
+
 /// The CPU clock of the calling thread, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
@@ -94,6 +102,87 @@ pub fn thread_cpu_ns() -> u64 {
         libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of a run (forked workers'
+/// windows are compared with each other and with the coordinator's). Async-signal-safe.
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime writes one timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
+
+/// Whose CPU time [`rusage_cpu_ns`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RusageOf {
+    /// This process, every thread (live and ended) included.
+    Process,
+    /// This process's children that have been waited for.
+    ReapedChildren,
+}
+
+impl RusageOf {
+    /// The kernel's account for the tasks of a run whose tasks are threads (`Process`) or
+    /// forked processes (`ReapedChildren`).
+    pub fn for_tasks(threads: bool) -> Self {
+        if threads {
+            Self::Process
+        } else {
+            Self::ReapedChildren
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Process => "getrusage(RUSAGE_SELF): the whole process, start-up included",
+            Self::ReapedChildren => {
+                "getrusage(RUSAGE_CHILDREN): every reaped task process, start-up included"
+            }
+        }
+    }
+}
+
+/// User + system CPU time the kernel charged to `who`, in nanoseconds (microsecond resolution).
+pub fn rusage_cpu_ns(who: RusageOf) -> u64 {
+    let who = match who {
+        RusageOf::Process => libc::RUSAGE_SELF,
+        RusageOf::ReapedChildren => libc::RUSAGE_CHILDREN,
+    };
+    // SAFETY: getrusage writes one rusage; both `who` values always exist.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut ru);
+        ru
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
+/// Slack of [`window_cpu_within_rusage`] on top of [`TOLERANCE`]: getrusage's microsecond
+/// resolution summed over many tasks.
+const RUSAGE_SLACK_NS: f64 = 1e6;
+
+/// The CPU the tasks' own clocks counted inside the window cannot exceed what the kernel
+/// charged them in all (an independent account of the same CPU: getrusage, which also counts
+/// everything outside the window).
+pub fn window_cpu_within_rusage(window_cpu_ns: u64, rusage_cpu_ns: u64, source: RusageOf) -> Check {
+    let bound = rusage_cpu_ns as f64 * TOLERANCE + RUSAGE_SLACK_NS;
+    let detail = format!(
+        "{:.4} CPU-s counted inside the window by the tasks' own CPU clocks, {} the {:.4} CPU-s the kernel charged \
+         them in all ({}; x{TOLERANCE} + 1 ms)",
+        window_cpu_ns as f64 / 1e9,
+        if window_cpu_ns as f64 <= bound {
+            "within"
+        } else {
+            "more than"
+        },
+        rusage_cpu_ns as f64 / 1e9,
+        source.describe()
+    );
+    Check::at_most("window_cpu_within_rusage", window_cpu_ns as f64, bound, detail)
 }
 
 /// The stderr lines for the failed checks (empty when all passed).
@@ -135,6 +224,31 @@ mod tests {
                 .starts_with("ocrig-payload: check failed: calibration_drift: calibration drifted 31.4 %")
         );
         assert!(!Check::equal("messages", 9, 10, "x".into()).ok);
+    }
+
+    #[test]
+    fn the_kernels_account_bounds_the_window_and_says_whose_it_is() {
+        let before = rusage_cpu_ns(RusageOf::Process);
+        let t0 = thread_cpu_ns();
+        crate::busywork::spin_iters(20_000_000);
+        let window = thread_cpu_ns() - t0;
+        let charged = rusage_cpu_ns(RusageOf::Process) - before;
+        let c = window_cpu_within_rusage(window, charged, RusageOf::Process);
+        assert!(c.ok, "{c:?}");
+        let bad = window_cpu_within_rusage(50_000_000, 20_000_000, RusageOf::ReapedChildren);
+        assert!(
+            !bad.ok && bad.bound == Some(20_000_000.0 * TOLERANCE + 1e6),
+            "{bad:?}"
+        );
+        assert!(
+            bad.detail.contains("0.0500 CPU-s")
+                && bad.detail.contains("more than the 0.0200")
+                && bad.detail.contains("RUSAGE_CHILDREN"),
+            "{}",
+            bad.detail
+        );
+        assert_eq!(RusageOf::for_tasks(true), RusageOf::Process);
+        assert!(monotonic_ns() > 0);
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             "--acquire trylock-first",
         ),
         (&["ebizzy", "--rng", "lcg"], "--rng"),
+        (&["mutex", "--max-calibration-drift", "0"], "positive fraction"),
         (&["futexlock", "--mode", "sometimes"], "sometimes"),
         (
             &["sysfs-mutex", "--root", "/nonexistent/ocrig-root"],
@@ -59,4 +60,51 @@ fn a_tiny_run_prints_one_json_report() {
     assert_eq!(v["workload"], "hackbench");
     assert_eq!(v["messages_received"], 2 * 2 * 5);
     assert!(v["metrics"]["time_s"].as_f64().unwrap() > 0.0);
+}
+
+/// The payload's contract for a run that breaks its own check, on the mutex workload's
+/// calibrated work: the whole report on stdout, then exit 3 and one stderr line per failed
+/// check naming it. A drift bound of 1e-12 is broken by any two calibrations that differ at
+/// all; two that agree to the nanosecond are retried (the chance of three is negligible).
+#[test]
+fn a_broken_calibration_bound_exits_3_naming_the_check() {
+    for attempt in 0..3 {
+        let out = payload(&[
+            "mutex",
+            "--algo",
+            "tas",
+            "--threads",
+            "2",
+            "--num",
+            "1",
+            "--locks",
+            "2000",
+            "--loops",
+            "0",
+            "--work-inside",
+            "200",
+            "--max-calibration-drift",
+            "1e-12",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the whole report");
+        let drift = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "calibration_drift")
+            .expect("a drift check")
+            .clone();
+        if drift["value"].as_f64() == Some(0.0) && attempt < 2 {
+            continue;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert_eq!(drift["ok"], false, "{drift}");
+        assert!(
+            stderr.contains("ocrig-payload: check failed: calibration_drift: calibration drifted"),
+            "{stderr}"
+        );
+        assert!(v["calibration"]["ns_per_iter_before"].as_f64().unwrap() > 0.0);
+        return;
+    }
 }

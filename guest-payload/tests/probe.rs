@@ -165,6 +165,28 @@ fn a_profile_samples_the_window_and_folds_kernel_stacks() {
     }
     let p = &k["profile"];
     assert_eq!(p["rate_hz"], 997, "{k}");
+    // Hardware cycles where this machine has a PMU, else cpu-clock with the reason recorded.
+    let event = p["event"].as_str().unwrap();
+    let pmu = std::fs::read_dir("/sys/bus/event_source/devices")
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name() == "cpu" || e.file_name() == "cpu_core")
+        })
+        .unwrap_or(false);
+    if event.starts_with("cycles") {
+        assert!(pmu && p.get("event_fallback").is_none(), "{p}");
+    } else {
+        assert!(event.starts_with("cpu-clock"), "{p}");
+        let why = p["event_fallback"]
+            .as_str()
+            .expect("the reason cycles were not used");
+        assert!(
+            why.contains("hardware cycles") && why.contains("perf_event_open"),
+            "{why}"
+        );
+        // A machine without a PMU (this one's CPUs: a PVM guest, like TCG guests) must fall back.
+        assert!(!pmu || why.contains("failed"), "{why}");
+    }
     let samples = p["samples"].as_u64().unwrap();
     // 0.4 s on at least one CPU at 997 Hz: a few hundred samples (cpu-clock ticks on idle CPUs too).
     assert!(samples >= 100, "{p}");

@@ -17,6 +17,7 @@ pub mod identity;
 mod initramfs;
 mod kernel;
 mod keys;
+pub mod trace_events;
 pub mod tree;
 mod vmlinux;
 
@@ -121,6 +122,11 @@ pub fn ensure(spec: &ImageSpec, cache: &Path) -> Result<Image> {
     build(spec, &plan, cache, &dir, t0).with_context(|| format!("building guest image {}", plan.id))?;
     let mut img =
         load(&dir)?.with_context(|| format!("image {} missing right after its build", dir.display()))?;
+    // The kernel's trace events, read once at build (validation refuses a variant's unknown
+    // `trace_events` from this list without booting); a kernel without them only loses that.
+    if let Err(why) = trace_events::of_image(&img) {
+        tracing::info!("image {}: trace events not known before boot: {why}", img.id);
+    }
     img.built = true;
     img.build_secs = t0.elapsed().as_secs_f64();
     Ok(img)

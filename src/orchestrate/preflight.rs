@@ -146,11 +146,14 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
             }
         }
     }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(ScenarioErrors(errs))
+    if !errs.is_empty() {
+        return Err(ScenarioErrors(errs));
     }
+    // The kernels are known: the trace events their variants switch on must be theirs.
+    for note in crate::scenario::validate::check_trace_events(l)? {
+        eprintln!("ocrig: note: {note}");
+    }
+    Ok(())
 }
 
 /// SHA-256 of a file's bytes (the payload's identity in the journal).

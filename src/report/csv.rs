@@ -67,7 +67,7 @@ pub fn header() -> Vec<String> {
 }
 
 /// Quotes a field if it contains a comma, quote or line break (RFC 4180).
-fn field(s: &str) -> String {
+pub(crate) fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

@@ -75,16 +75,13 @@ pub fn cells(journal: &Journal) -> Vec<CellProfile> {
 
 /// The `n` symbols with the most self samples (leaf frames) and their share of all samples.
 pub fn top_symbols(c: &CellProfile, n: usize) -> Vec<(String, f64)> {
-    let mut leaf: BTreeMap<&str, u64> = BTreeMap::new();
-    for (stack, count) in &c.folded {
-        *leaf.entry(stack.rsplit(';').next().unwrap_or(stack)).or_default() += count;
-    }
-    let mut v: Vec<(&str, u64)> = leaf.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let leaf = crate::stats::kernel_symbols::leaf_samples(c.folded.iter().map(|(s, k)| (s.as_str(), *k)));
+    let mut v: Vec<(String, u64)> = leaf.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let total = c.samples.max(1) as f64;
     v.into_iter()
         .take(n)
-        .map(|(s, k)| (s.to_string(), k as f64 / total))
+        .map(|(s, k)| (s, k as f64 / total))
         .collect()
 }
 

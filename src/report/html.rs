@@ -48,7 +48,7 @@ fn conclusion_class(words: &str) -> &'static str {
 /// An HTML table from text rows (first row is the header). `pct_col` marks the column holding
 /// a signed %improvement, coloured green/red; the `detectable` and `conclusion` columns of a
 /// comparison are shaded by the row's conclusion.
-fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
+pub(crate) fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
     let mut out = String::from("<table>\n");
     let labels = super::label_columns(rows);
     let col = |name: &str| rows.first().and_then(|h| h.iter().position(|c| c == name));

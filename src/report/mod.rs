@@ -8,6 +8,7 @@ pub mod flame;
 pub mod hosts;
 pub mod html;
 pub mod json;
+pub mod kernel_symbols;
 pub mod kernels;
 pub mod markdown;
 pub mod plot;
@@ -100,7 +101,8 @@ pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
 /// Renders `journal` in `format`.
 pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
     let text = format.exporter().render(&model(journal, opts))?;
-    Ok(with_hosts(text, journal, format, opts))
+    let text = with_hosts(text, journal, format, opts);
+    kernel_symbols::append(text, format, journal, &kernel_symbols::of_journal(journal))
 }
 
 /// A text report of a sweep over several hosts ends with the hosts' agreement per cell.
@@ -145,6 +147,7 @@ pub fn write_all(journal: &Journal, dir: &Path) -> anyhow::Result<Vec<PathBuf>> 
 /// [`write_all`] with explicit options.
 pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> anyhow::Result<Vec<PathBuf>> {
     let model = model(journal, opts);
+    let symbols = kernel_symbols::of_journal(journal);
     [Format::Md, Format::Csv, Format::Json, Format::Html]
         .into_iter()
         .map(|format| {
@@ -154,6 +157,7 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
                 .render(&model)
                 .with_context(|| format!("rendering {format:?} report"))?;
             let text = with_hosts(text, journal, format, opts);
+            let text = kernel_symbols::append(text, format, journal, &symbols)?;
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Ok(path)
         })
@@ -172,7 +176,10 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
 /// each journal has a single, different one, else `A` and `B`. See [`merge`].
 pub fn compare(a: &Journal, b: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
     let (an, bn) = opts.compare_names.clone().unwrap_or_else(|| default_names(a, b));
-    render(&merge(a, b, &an, &bn)?, format, opts)
+    let merged = merge(a, b, &an, &bn)?;
+    let text = render(&merged, format, opts)?;
+    let pairs = kernel_symbols::compare_pairs(&merged, &an, &bn);
+    kernel_symbols::append_compare(text, format, &merged, &pairs)
 }
 
 fn default_names(a: &Journal, b: &Journal) -> (String, String) {

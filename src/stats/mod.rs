@@ -6,10 +6,12 @@
 //! - [`power`]: the minimum detectable effect of a comparison (noncentral t, power 0.8).
 //! - [`cells`]: journal records grouped into cells and the comparison model reports render.
 //! - [`explain`]: per-cell telemetry (vCPU wait, guest steal, KVM counters) or why it is missing.
+//! - [`kernel_symbols`]: the guest kernel's busiest symbols per cell, from the runs' profiles.
 
 pub mod cells;
 pub mod compare;
 pub mod explain;
+pub mod kernel_symbols;
 pub mod outliers;
 pub mod power;
 pub mod summary;

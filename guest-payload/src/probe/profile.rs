@@ -1,5 +1,7 @@
-//! A system-wide kernel profile of the measured window: the software `cpu-clock` event on every
-//! CPU (TCG guests have no PMU; it samples on an hrtimer, so it works everywhere), sampling the
+//! A system-wide kernel profile of the measured window: hardware CPU cycles where the machine
+//! has a PMU (KVM guests with a vPMU, e.g. `-cpu host`), else the software `cpu-clock` event on
+//! every CPU (TCG guests have no PMU; it samples on an hrtimer, so it works everywhere; the
+//! report's `event_fallback` says why cycles were not used), sampling the
 //! instruction pointer and the kernel call chain into one ring buffer per CPU. The buffers are
 //! read once, after the window closed (nothing of ours runs during it); what did not fit is
 //! counted as lost. Addresses are symbolised against the guest's own `/proc/kallsyms` and
@@ -12,8 +14,13 @@ use serde::{Deserialize, Serialize};
 
 use super::perf::Attr;
 
+const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+/// `perf_event_attr` bit 10: `sample_period` holds a frequency (the kernel adapts the period in
+/// cycles to it), needed for cycles, whose rate in Hz is unknown.
+const ATTR_FREQ: u64 = 1 << 10;
 const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
 const ATTR_DISABLED: u64 = 1 << 0;
@@ -58,6 +65,10 @@ unsafe impl Send for Ring {}
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Profile {
     pub event: String,
+    /// Why hardware cycles were not sampled (`event` is then cpu-clock): the failed
+    /// perf_event_open and what it means. None when cycles were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_fallback: Option<String>,
     pub rate_hz: u64,
     pub samples: u64,
     /// Samples whose instruction pointer was in the kernel / in user space.
@@ -87,6 +98,70 @@ pub struct Sampler {
     rate_hz: u64,
     rings: Vec<Ring>,
     max_rate: Option<u64>,
+    event: &'static str,
+    event_fallback: Option<String>,
+}
+
+/// The two events a profile samples: hardware cycles at `rate_hz` on average (frequency mode),
+/// or cpu-clock every 1/rate_hz seconds of CPU time.
+fn attr_for(hardware: bool, rate_hz: u64) -> Attr {
+    let common = Attr {
+        size: std::mem::size_of::<Attr>() as u32,
+        sample_type: PERF_SAMPLE_IP | PERF_SAMPLE_CALLCHAIN,
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_CALLCHAIN_USER,
+        ..Attr::default()
+    };
+    if hardware {
+        Attr {
+            kind: PERF_TYPE_HARDWARE,
+            config: PERF_COUNT_HW_CPU_CYCLES,
+            sample_period: rate_hz,
+            flags: common.flags | ATTR_FREQ,
+            ..common
+        }
+    } else {
+        Attr {
+            kind: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_CPU_CLOCK,
+            // cpu-clock counts nanoseconds: the period for rate_hz samples a second.
+            sample_period: 1_000_000_000 / rate_hz,
+            ..common
+        }
+    }
+}
+
+/// One mapped sampler per CPU for `attr`, or the first failure in words.
+fn open_rings(attr: &Attr, cpus: &[usize], what: &str) -> Result<Vec<Ring>, String> {
+    let len = (1 + DATA_PAGES) * page();
+    let mut rings = Vec::new();
+    for &cpu in cpus {
+        let fd = super::perf::open(attr, cpu)
+            .map_err(|e| format!("perf_event_open of {what} sampling on CPU {cpu} failed: {e}"))?;
+        // SAFETY: mapping the event's ring buffer (1 + 2^n pages) shared, read-write so we
+        // can advance data_tail.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: our descriptor.
+            unsafe { libc::close(fd) };
+            return Err(format!("mapping the sample buffer of CPU {cpu} failed: {e}"));
+        }
+        rings.push(Ring {
+            fd,
+            base: base.cast(),
+            len,
+        });
+    }
+    Ok(rings)
 }
 
 fn page() -> usize {
@@ -95,7 +170,8 @@ fn page() -> usize {
 }
 
 impl Sampler {
-    /// Opens one disabled cpu-clock sampler per CPU at `rate_hz` (a fixed period of 1/rate).
+    /// Opens one disabled sampler per CPU at `rate_hz`: hardware cycles (at that frequency on
+    /// average) where every CPU has them, else cpu-clock (a fixed period of 1/rate).
     pub fn open(cpus: &[usize], rate_hz: u64) -> Result<Self, String> {
         let max_rate = max_sample_rate();
         if rate_hz == 0 || max_rate.is_some_and(|m| rate_hz > m) {
@@ -104,49 +180,29 @@ impl Sampler {
                 max_rate.unwrap_or(DEFAULT_MAX_SAMPLE_RATE)
             ));
         }
-        let attr = Attr {
-            kind: PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<Attr>() as u32,
-            config: PERF_COUNT_SW_CPU_CLOCK,
-            // cpu-clock counts nanoseconds: the period for rate_hz samples a second.
-            sample_period: 1_000_000_000 / rate_hz,
-            sample_type: PERF_SAMPLE_IP | PERF_SAMPLE_CALLCHAIN,
-            flags: ATTR_DISABLED | ATTR_EXCLUDE_CALLCHAIN_USER,
-            ..Attr::default()
-        };
-        let len = (1 + DATA_PAGES) * page();
-        let mut rings = Vec::new();
-        for &cpu in cpus {
-            let fd = super::perf::open(&attr, cpu)
-                .map_err(|e| format!("perf_event_open of cpu-clock sampling on CPU {cpu} failed: {e}"))?;
-            // SAFETY: mapping the event's ring buffer (1 + 2^n pages) shared, read-write so we
-            // can advance data_tail.
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd as i32,
-                    0,
-                )
-            };
-            if base == libc::MAP_FAILED {
-                let e = io::Error::last_os_error();
-                // SAFETY: our descriptor.
-                unsafe { libc::close(fd as i32) };
-                return Err(format!("mapping the sample buffer of CPU {cpu} failed: {e}"));
+        // Cycles where there is a PMU; a failure on any CPU drops the ones opened (Ring's drop)
+        // and falls back to cpu-clock everywhere, so one profile has one event.
+        let (rings, event, event_fallback) = match open_rings(
+            &attr_for(true, rate_hz),
+            cpus,
+            "hardware cycles",
+        ) {
+            Ok(rings) => (rings, "cycles (hardware, system-wide)", None),
+            Err(why) => {
+                let rings = open_rings(&attr_for(false, rate_hz), cpus, "cpu-clock")?;
+                let why = format!(
+                    "{why}; so the software cpu-clock event was sampled (hardware cycles need a PMU: TCG has none, a KVM guest \
+                     needs a vPMU, e.g. -cpu host)"
+                );
+                (rings, "cpu-clock (software, system-wide)", Some(why))
             }
-            rings.push(Ring {
-                fd: fd as i32,
-                base: base.cast(),
-                len,
-            });
-        }
+        };
         Ok(Self {
             rate_hz,
             rings,
             max_rate,
+            event,
+            event_fallback,
         })
     }
 
@@ -169,7 +225,8 @@ impl Sampler {
         let t0 = std::time::Instant::now();
         let syms = Kallsyms::read();
         let mut p = Profile {
-            event: "cpu-clock (software, system-wide)".into(),
+            event: self.event.into(),
+            event_fallback: self.event_fallback.clone(),
             rate_hz: self.rate_hz,
             max_sample_rate: self.max_rate,
             ..Profile::default()
@@ -303,5 +360,18 @@ mod tests {
         assert_eq!(fold(&body, &syms), "root_fn;mid_fn;leaf_fn");
         assert_eq!(syms.name(0x10), "[unknown]");
         assert_eq!(std::mem::size_of::<Attr>(), 64);
+    }
+
+    #[test]
+    fn cycles_sample_at_a_frequency_and_cpu_clock_at_a_period() {
+        let hw = attr_for(true, 999);
+        assert_eq!(
+            (hw.kind, hw.config, hw.sample_period),
+            (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, 999)
+        );
+        assert!(hw.flags & ATTR_FREQ != 0 && hw.flags & ATTR_DISABLED != 0);
+        let sw = attr_for(false, 1000);
+        assert_eq!((sw.kind, sw.sample_period), (PERF_TYPE_SOFTWARE, 1_000_000));
+        assert_eq!(sw.flags & ATTR_FREQ, 0);
     }
 }

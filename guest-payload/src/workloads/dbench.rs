@@ -24,6 +24,13 @@
 //! and latencies are for the measured phase only, as dbench resets them when warm-up ends.
 //! dbench's `-t T` measures T seconds after the warm-up and prints the throughput of its last
 //! one-second tick inside them, i.e. over T − 1 seconds: `--seconds T-1` is the same window.
+//!
+//! CPU inside the window: each client reads its own CPU clock (a client process has one
+//! thread) when it first sees the measured phase and when it sees the stop, with the
+//! monotonic time of both. The run checks that those CPU times fit in the span from the first
+//! client's start to the last one's stop on the CPUs allowed (a client notices each phase
+//! change between two operations, so its window can begin and end a little after the
+//! coordinator's), and that they are within what the kernel charged the clients in all.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -139,6 +146,18 @@ pub struct DbenchResult {
     pub open_failures: u64,
     /// ReadX that returned fewer bytes than the loadfile recorded (dbench prints these).
     pub short_reads: u64,
+    /// The clients' CPU time inside their measured windows, ns, and the span those windows
+    /// cover (first client's start to last client's stop), ns.
+    #[serde(default)]
+    pub window_cpu_ns: u64,
+    #[serde(default)]
+    pub window_span_ns: u64,
+    /// What the kernel charged the clients over the whole run, set-up included (getrusage),
+    /// ns, and whose account that is.
+    #[serde(default)]
+    pub kernel_cpu_ns: u64,
+    #[serde(default)]
+    pub kernel_cpu_source: String,
 }
 
 // SAFETY: atomics only, valid at zero.
@@ -310,6 +329,8 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     let (text, name) = load(args)?;
     let loadfile_ops = lf::validate(&text).with_context(|| format!("parsing loadfile {name}"))?;
     let n = args.clients as usize;
+    let kernel_cpu = crate::checks::RusageOf::for_tasks(args.threads);
+    let kernel_cpu0 = crate::checks::rusage_cpu_ns(kernel_cpu);
     let run = Arc::new(Run {
         loadfile_ops,
         text,
@@ -340,7 +361,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         run.gate.close_ready_writer();
     }
     match phases(args, &run) {
-        Ok(p) => report(args, &run, &name, p, handles),
+        Ok(p) => report(args, &run, &name, p, handles, (kernel_cpu, kernel_cpu0)),
         Err(e) => {
             kill_all(&handles);
             run.ctl.get(0).phase.store(STOP, Ordering::Relaxed);
@@ -401,7 +422,15 @@ fn phases(args: &Args, run: &Run) -> anyhow::Result<Phases> {
     })
 }
 
-fn report(args: &Args, run: &Run, name: &str, p: Phases, handles: Vec<Handle>) -> anyhow::Result<Report> {
+/// `kernel_cpu`: whose getrusage account holds the clients, and its value before any started.
+fn report(
+    args: &Args,
+    run: &Run,
+    name: &str,
+    p: Phases,
+    handles: Vec<Handle>,
+    kernel_cpu: (crate::checks::RusageOf, u64),
+) -> anyhow::Result<Report> {
     let mut outcomes = Vec::with_capacity(handles.len());
     let mut first_err = None;
     for h in handles {
@@ -415,6 +444,15 @@ fn report(args: &Args, run: &Run, name: &str, p: Phases, handles: Vec<Handle>) -
     if let Some(e) = first_err {
         return Err(e.context("a dbench client failed"));
     }
+    let kernel_cpu_ns = crate::checks::rusage_cpu_ns(kernel_cpu.0).saturating_sub(kernel_cpu.1);
+    let windows: Vec<&ClientOutcome> = outcomes.iter().filter(|o| o.window_end_ns > 0).collect();
+    let window_span_ns = match (
+        windows.iter().map(|o| o.window_start_ns).min(),
+        windows.iter().map(|o| o.window_end_ns).max(),
+    ) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
     let col = |k: usize| -> Vec<u64> { p.before.iter().zip(&p.after).map(|(a, b)| b[k] - a[k]).collect() };
     let bytes_per_client = col(0);
     let bytes: u64 = bytes_per_client.iter().sum();
@@ -469,12 +507,21 @@ fn report(args: &Args, run: &Run, name: &str, p: Phases, handles: Vec<Handle>) -
         max_latency_ms: max_ns as f64 / 1e6,
         open_failures: outcomes.iter().map(|o| o.open_failures).sum(),
         short_reads: outcomes.iter().map(|o| o.short_reads).sum(),
+        window_cpu_ns: windows.iter().map(|o| o.window_cpu_ns).sum(),
+        window_span_ns,
+        kernel_cpu_ns,
+        kernel_cpu_source: kernel_cpu.0.describe().into(),
     };
-    let checks = vec![ops_per_loadfile_line(&result)];
+    let env = Env::read();
+    let checks = vec![
+        ops_per_loadfile_line(&result),
+        crate::checks::cpu_within_elapsed(result.window_cpu_ns, window_span_ns, env.cpus_allowed),
+        crate::checks::window_cpu_within_rusage(result.window_cpu_ns, kernel_cpu_ns, kernel_cpu.0),
+    ];
     Ok(Report::new(
         "dbench",
         p.measured.as_nanos() as u64,
-        Env::read(),
+        env,
         metrics_of(&result),
         &result,
     )?
@@ -556,6 +603,25 @@ mod tests {
             assert_eq!(r.open_failures, 0);
             assert!(r.warmup_actual_s >= 0.1);
             assert!((report.metrics["mb_per_sec"] - r.bytes as f64 / 1e6 / r.measured_s).abs() < 1e-6);
+            // Every client counted its CPU inside its own window. The windows begin and end an
+            // operation after the coordinator's phase changes (one fsync can take a few hundred
+            // ms on a loaded disk, so their span may be shorter than `measured_s`, and a little
+            // longer), never before the start nor after the clients were collected.
+            assert!(r.window_cpu_ns > 0 && r.kernel_cpu_ns > 0, "{r:?}");
+            let span = r.window_span_ns as f64 / 1e9;
+            assert!(
+                span > 0.0 && span < r.warmup_actual_s + r.measured_s + 1.0,
+                "{span} vs {}",
+                r.measured_s
+            );
+            for name in [
+                "ops_per_loadfile_line",
+                "cpu_within_elapsed",
+                "window_cpu_within_rusage",
+            ] {
+                let c = report.checks.iter().find(|c| c.name == name).unwrap();
+                assert!(c.ok, "{threads}: {c:?}");
+            }
             // Cleanup removed the clients' trees.
             assert!(!dir.join("clients").exists());
             let back: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();

@@ -73,6 +73,12 @@ pub(crate) struct ClientOutcome {
     pub passes: u64,
     pub open_failures: u64,
     pub short_reads: u64,
+    /// The client's own measured window: CLOCK_MONOTONIC when it first saw the measured phase
+    /// and when it saw the stop (both 0 when it never saw the measured phase), and its CPU
+    /// time in between, ns.
+    pub window_start_ns: u64,
+    pub window_end_ns: u64,
+    pub window_cpu_ns: u64,
 }
 
 const FILE_DIRECTORY_FILE: u32 = 0x0001;
@@ -151,6 +157,7 @@ impl Client {
             .collect();
         let mut out = ClientOutcome::default();
         let mut measuring = false;
+        let mut cpu0 = 0;
         'outer: loop {
             for (i, raw) in text.lines().enumerate() {
                 if let Some(pid) = parent {
@@ -159,6 +166,10 @@ impl Client {
                 }
                 let phase = ctl.phase.load(Ordering::Relaxed);
                 if phase == STOP {
+                    if measuring {
+                        out.window_cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
+                        out.window_end_ns = crate::checks::monotonic_ns();
+                    }
                     break 'outer;
                 }
                 let Some(line) = parse_line(i + 1, raw)? else {
@@ -166,6 +177,8 @@ impl Client {
                 };
                 if phase == MEASURE && !measuring {
                     measuring = true;
+                    out.window_start_ns = crate::checks::monotonic_ns();
+                    cpu0 = crate::checks::thread_cpu_ns();
                 }
                 self.lineno = line.lineno;
                 let t = Instant::now();

@@ -16,6 +16,12 @@
 //! forking is safe even when the caller (e.g. the test harness) has other threads.
 //! Each task records its finish time and counts in a shared anonymous mapping, which gives
 //! per-task durations (fairness) and a consistency check on the message counts.
+//!
+//! Each task also reads its own CPU clock once woken and again as it finishes (a forked task is
+//! a one-thread process, so its thread clock is its process clock), so the CPU time inside the
+//! window is known for processes as for threads: the run checks elapsed ≥ that CPU time (plus
+//! the coordinator's) / CPUs, and that it is within what the kernel charged the tasks in all
+//! (getrusage of the reaped children, or of the process for threads).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +30,7 @@ use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
 use super::shm::{SharedArray, ZeroValid};
+use crate::checks::{RusageOf, thread_cpu_ns};
 use crate::env::Env;
 use crate::metrics::Fairness;
 use crate::report::Report;
@@ -76,6 +83,19 @@ pub struct HackbenchResult {
     /// Fairness of receiver finish times (in µs): 1.0 when all receivers finish together.
     pub receiver_fairness: Fairness,
     pub sender_fairness: Fairness,
+    /// CPU time inside the window: every task's (its CPU clock from waking to finishing) plus
+    /// the coordinator thread's (from the wake-up write until the last task was reaped), ns.
+    #[serde(default)]
+    pub window_cpu_ns: u64,
+    /// The tasks' part of `window_cpu_ns`.
+    #[serde(default)]
+    pub tasks_window_cpu_ns: u64,
+    /// What the kernel charged the tasks over the whole run, set-up included (getrusage), ns,
+    /// and whose account that is.
+    #[serde(default)]
+    pub kernel_cpu_ns: u64,
+    #[serde(default)]
+    pub kernel_cpu_source: String,
 }
 
 /// One task's outcome, written by the task itself into shared memory (works across fork).
@@ -85,6 +105,8 @@ struct Slot {
     msgs: AtomicU64,
     bytes: AtomicU64,
     ok: AtomicU64,
+    /// The task's CPU time from waking until it finished, ns.
+    cpu_ns: AtomicU64,
 }
 
 // SAFETY: only atomics, all valid at zero; no pointers.
@@ -93,14 +115,9 @@ unsafe impl ZeroValid for Slot {}
 /// The slots of every task, in memory that forked children share.
 type SharedSlots = SharedArray<Slot>;
 
+/// CLOCK_MONOTONIC, async-signal-safe (read in forked children).
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the struct; async-signal-safe (used in forked children).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::checks::monotonic_ns()
 }
 
 fn errno() -> i32 {
@@ -165,6 +182,7 @@ struct Common {
 /// Receiver: reads `packets` messages of `buf.len()` bytes each.
 fn receiver(c: Common, in_fd: i32, packets: u64, buf: &mut [u8], slot: &Slot) -> Result<(), i32> {
     ready(c.ready_out, c.wakefd)?;
+    let cpu0 = thread_cpu_ns();
     let size = buf.len();
     let mut bytes = 0u64;
     for _ in 0..packets {
@@ -186,6 +204,8 @@ fn receiver(c: Common, in_fd: i32, packets: u64, buf: &mut [u8], slot: &Slot) ->
         }
         bytes += size as u64;
     }
+    slot.cpu_ns
+        .store(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
     slot.finish_ns.store(mono_ns(), Ordering::Relaxed);
     slot.msgs.store(packets, Ordering::Relaxed);
     slot.bytes.store(bytes, Ordering::Relaxed);
@@ -196,6 +216,7 @@ fn receiver(c: Common, in_fd: i32, packets: u64, buf: &mut [u8], slot: &Slot) ->
 /// Sender: `loops` rounds of one message to every receiver fd, in order.
 fn sender(c: Common, out_fds: &[i32], buf: &[u8], slot: &Slot) -> Result<(), i32> {
     ready(c.ready_out, c.wakefd)?;
+    let cpu0 = thread_cpu_ns();
     let size = buf.len();
     let mut msgs = 0u64;
     for _ in 0..c.loops {
@@ -215,6 +236,8 @@ fn sender(c: Common, out_fds: &[i32], buf: &[u8], slot: &Slot) -> Result<(), i32
             msgs += 1;
         }
     }
+    slot.cpu_ns
+        .store(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
     slot.finish_ns.store(mono_ns(), Ordering::Relaxed);
     slot.msgs.store(msgs, Ordering::Relaxed);
     slot.bytes.store(msgs * size as u64, Ordering::Relaxed);
@@ -376,6 +399,8 @@ fn group(
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
     let tasks = args.groups as usize * args.fds as usize * 2;
+    let kernel_cpu = RusageOf::for_tasks(args.threads);
+    let kernel_cpu0 = crate::checks::rusage_cpu_ns(kernel_cpu);
     let slots = SharedSlots::new(tasks)?;
     let readyfds = fdpair(args.pipe)?;
     let wakefds = fdpair(args.pipe)?;
@@ -424,6 +449,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         }
     }
     crate::probe::window_open();
+    let coordinator_cpu0 = thread_cpu_ns();
     let start_ns = mono_ns();
     let start = std::time::Instant::now();
     // SAFETY: one byte from a valid buffer.
@@ -439,7 +465,9 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     }
     let failed = reap(workers);
     let elapsed = start.elapsed();
+    let coordinator_cpu_ns = thread_cpu_ns().saturating_sub(coordinator_cpu0);
     crate::probe::window_close();
+    let kernel_cpu_ns = crate::checks::rusage_cpu_ns(kernel_cpu).saturating_sub(kernel_cpu0);
     for fd in readyfds.into_iter().chain(wakefds).chain(thread_fds) {
         close(fd);
     }
@@ -449,6 +477,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     let mut receiver_finish_ns = Vec::with_capacity(tasks / 2);
     let mut sender_finish_ns = Vec::with_capacity(tasks / 2);
     let (mut sent, mut received, mut bytes_received) = (0u64, 0u64, 0u64);
+    let mut tasks_cpu_ns = 0u64;
     for g in 0..args.groups as usize {
         for i in 0..2 * n {
             let s = slots.get(g * 2 * n + i);
@@ -457,6 +486,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
                 "a hackbench task did not report"
             );
             let fin = s.finish_ns.load(Ordering::Relaxed).saturating_sub(start_ns);
+            tasks_cpu_ns += s.cpu_ns.load(Ordering::Relaxed);
             if i < n {
                 received += s.msgs.load(Ordering::Relaxed);
                 bytes_received += s.bytes.load(Ordering::Relaxed);
@@ -486,12 +516,34 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         sender_fairness: Fairness::of(&us(&sender_finish_ns)),
         receiver_finish_s: receiver_finish_ns.iter().map(|&x| super::secs(x)).collect(),
         sender_finish_s: sender_finish_ns.iter().map(|&x| super::secs(x)).collect(),
+        window_cpu_ns: tasks_cpu_ns + coordinator_cpu_ns,
+        tasks_window_cpu_ns: tasks_cpu_ns,
+        kernel_cpu_ns,
+        kernel_cpu_source: kernel_cpu.describe().into(),
     };
-    let checks = checks_of(&result);
+    let env = Env::read();
+    let mut checks = checks_of(&result);
+    checks.push(crate::checks::cpu_within_elapsed(
+        result.window_cpu_ns,
+        elapsed.as_nanos() as u64,
+        env.cpus_allowed,
+    ));
+    // In thread mode the process's account also holds the coordinator; for processes only the
+    // tasks are the kernel's reaped children.
+    let counted = if args.threads {
+        result.window_cpu_ns
+    } else {
+        result.tasks_window_cpu_ns
+    };
+    checks.push(crate::checks::window_cpu_within_rusage(
+        counted,
+        kernel_cpu_ns,
+        kernel_cpu,
+    ));
     Ok(Report::new(
         "hackbench",
         elapsed.as_nanos() as u64,
-        Env::read(),
+        env,
         metrics_of(&result),
         &result,
     )?
@@ -499,8 +551,8 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
 }
 
 /// Every message sent is received, whole: groups × fds senders each send `loops` messages to
-/// each of the group's fds receivers, `datasize` bytes each. (No CPU-time bound here: the
-/// tasks may be processes, whose CPU inside the window the payload cannot read.)
+/// each of the group's fds receivers, `datasize` bytes each. (The CPU bounds are added by
+/// [`run`], which has the window.)
 fn checks_of(r: &HackbenchResult) -> Vec<crate::checks::Check> {
     use crate::checks::Check;
     let expected = r.messages_expected;
@@ -587,6 +639,12 @@ mod tests {
             assert!(r.receiver_finish_s.iter().all(|&t| t <= r.time_s + 1e-3));
             assert!(r.time_s > 0.0 && report.metrics["time_s"] == r.time_s);
             assert_eq!(r.mode, if threads { "thread" } else { "process" });
+            // CPU inside the window, for processes as for threads, and both CPU checks hold.
+            assert!(r.tasks_window_cpu_ns > 0 && r.window_cpu_ns >= r.tasks_window_cpu_ns);
+            for name in ["cpu_within_elapsed", "window_cpu_within_rusage"] {
+                let c = report.checks.iter().find(|c| c.name == name).unwrap();
+                assert!(c.ok, "{threads} {pipe}: {c:?}");
+            }
         }
     }
 

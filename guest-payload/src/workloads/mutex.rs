@@ -17,15 +17,22 @@
 //!
 //! Additions: `--contended-delay-ns` spins that long before blocking, on the contended path
 //! only (needs `--acquire trylock-first`); `--work-inside` / `--work-outside` add calibrated
-//! work inside the critical section / after it. Each lock also guards its own counter and an
+//! work inside the critical section / after it. That work is calibrated as the `lock`
+//! workload's hold and gap (see [`super::lock`]): up to [`CALIBRATING_WORKERS`] workers each
+//! calibrate themselves before the start gate and again after every worker has finished, the
+//! median before chooses the iteration counts, and the run checks that the calibration did not
+//! drift (`--max-calibration-drift`), that the calibrated work fits in the CPUs and that the
+//! calibrated holds of each lock fit in one CPU-second per second; the JSON's `calibration`
+//! says what was found. Without calibrated work (sysbench's own test) nothing is calibrated
+//! and `calibration` is null with the reason. Each lock also guards its own counter and an
 //! owner-identity cell ([`OwnerCheck`]), both checked. `progress_at_first_finish` records how
 //! far every thread had got when the first thread finished: the fairness of progress under
 //! preemption (equal work per thread otherwise hides it); `jain` is its Jain's index.
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use clap::{Args as ClapArgs, ValueEnum};
@@ -33,8 +40,10 @@ use lock_api::RawMutex;
 use serde::{Deserialize, Serialize};
 
 use super::Rng;
+use super::lock::CALIBRATING_WORKERS;
 use super::start::StartGate;
-use crate::busywork::{iterations_for, spin_iters};
+use crate::busywork::{self, Calibration, spin_iters};
+use crate::checks::{self, Check, TOLERANCE};
 use crate::env::Env;
 use crate::locks::owner::{OwnerCheck, OwnerId};
 use crate::locks::{self, LockInfo, LockVisitor, futex};
@@ -81,9 +90,24 @@ pub struct Args {
     /// --acquire trylock-first), ns.
     #[arg(long, default_value_t = 0)]
     pub contended_delay_ns: u64,
+    /// Largest accepted change of the busy loop's speed between the calibrations before and
+    /// after the run (a fraction), as the `lock` workload's: beyond it the run is not a result
+    /// (exit 3). Only calibrated work (the three options above) is calibrated and checked.
+    #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = checks::positive_fraction)]
+    #[serde(default = "default_drift")]
+    pub max_calibration_drift: f64,
+}
+
+fn default_drift() -> f64 {
+    crate::checks::MAX_CALIBRATION_DRIFT
 }
 
 impl Args {
+    /// True when the run has calibrated busy work to make (and so calibrates).
+    fn has_calibrated_work(&self) -> bool {
+        self.work_inside > 0 || self.work_outside > 0 || self.contended_delay_ns > 0
+    }
+
     /// Checks that the arguments fit together (the parser checks each on its own).
     pub fn check(&self) -> Result<(), String> {
         if self.contended_delay_ns > 0 && self.acquire != Acquire::TrylockFirst {
@@ -134,6 +158,46 @@ pub struct MutexResult {
     pub owner_violations: u64,
     /// Per worker: context switches during its acquisitions.
     pub threads_ctxsw: Vec<Ctxsw>,
+    /// What the calibrated work (`work_inside`, `work_outside`, `contended_delay_ns`) was
+    /// made of; null when there was none, with `calibration_unavailable` saying so.
+    pub calibration: Option<MutexCalibration>,
+    pub calibration_unavailable: Option<String>,
+    /// CPU time of every worker inside the measured window (thread CPU clocks read after the
+    /// gate and as each finished), nanoseconds.
+    pub window_cpu_ns: u64,
+}
+
+/// The calibration of one run's busy work, as the `lock` workload's (`hold` and `gap` there
+/// are `inside` and `outside` here, plus the contended path's `delay`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MutexCalibration {
+    /// Median over the calibrating workers before the gate: chose the iteration counts.
+    pub ns_per_iter_before: f64,
+    /// The same workers' median after every worker had finished (outside the window).
+    pub ns_per_iter_after: f64,
+    pub inside_iters: u64,
+    pub outside_iters: u64,
+    pub delay_iters: u64,
+    /// iterations × ns_per_iter_before (and after): the work actually made, in ns.
+    pub effective_inside_ns: f64,
+    pub effective_inside_ns_after: f64,
+    pub effective_outside_ns: f64,
+    pub effective_outside_ns_after: f64,
+    pub effective_delay_ns: f64,
+    pub effective_delay_ns_after: f64,
+    /// Each calibrating worker's calibration, before and after.
+    pub before: Vec<Calibration>,
+    pub after: Vec<Calibration>,
+}
+
+/// The iteration counts (inside, outside, delay) at `ns_per_iter`, or the argument that
+/// cannot be made.
+fn iteration_counts(args: &Args, ns_per_iter: f64) -> Result<(u64, u64, u64), super::BadInput> {
+    Ok((
+        busywork::iterations("--work-inside", args.work_inside, ns_per_iter)?,
+        busywork::iterations("--work-outside", args.work_outside, ns_per_iter)?,
+        busywork::iterations("--contended-delay-ns", args.contended_delay_ns, ns_per_iter)?,
+    ))
 }
 
 /// One element of the lock array: sysbench's `{ pthread_mutex_t mutex; char pad[256]; }`,
@@ -156,6 +220,13 @@ struct Shared<R> {
     /// Read by every thread on every iteration: kept off `global_var`'s line, which the lock
     /// owners write.
     first_done: Padded<AtomicBool>,
+    /// Iteration counts (inside, outside, delay), stored by the main thread under the start
+    /// gate's mutex.
+    iters: [AtomicU64; 3],
+    /// Set under the gate when the calibrated work cannot be made: the workers leave at once.
+    refused: AtomicBool,
+    /// The calibrating workers' calibrations before the gate.
+    before: Mutex<Vec<Calibration>>,
 }
 
 // SAFETY: each `counter` is only touched while its `lock` is held.
@@ -168,6 +239,21 @@ struct Outcome {
     end: Instant,
     /// Thread CPU time from the gate to `end`.
     cpu_ns: u64,
+    after: Option<Calibration>,
+}
+
+impl Outcome {
+    /// A worker that did nothing (the run was refused under the gate).
+    fn idle(locks: u64) -> Self {
+        Self {
+            contended: 0,
+            at_first_finish: locks,
+            ctxsw: Ctxsw::default(),
+            end: Instant::now(),
+            cpu_ns: 0,
+            after: None,
+        }
+    }
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -195,19 +281,7 @@ struct Params {
     delay: u64,
 }
 
-fn iters(ns: u64) -> u64 {
-    if ns == 0 { 0 } else { iterations_for(ns) }
-}
-
 fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> anyhow::Result<Report> {
-    let p = Params {
-        locks: args.locks,
-        loops: args.loops,
-        trylock_first: args.acquire == Acquire::TrylockFirst,
-        inside: iters(args.work_inside),
-        outside: iters(args.work_outside),
-        delay: iters(args.contended_delay_ns),
-    };
     let shared = Arc::new(Shared::<R> {
         slots: (0..args.num)
             .map(|_| Slot {
@@ -219,38 +293,116 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             .collect(),
         global_var: Padded(AtomicU32::new(0)),
         first_done: Padded(AtomicBool::new(false)),
+        iters: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+        refused: AtomicBool::new(false),
+        before: Mutex::new(Vec::new()),
     });
+    let base = Params {
+        locks: args.locks,
+        loops: args.loops,
+        trylock_first: args.acquire == Acquire::TrylockFirst,
+        inside: 0,
+        outside: 0,
+        delay: 0,
+    };
     let gate = Arc::new(StartGate::new(args.threads as usize));
+    // Every worker parks here once finished, so the after-run calibrations start only when no
+    // worker is measured any more (and none competes with them).
+    let stop_gate = Arc::new(StartGate::new(args.threads as usize));
+    let calibrating = if args.has_calibrated_work() {
+        (args.threads as usize).min(CALIBRATING_WORKERS)
+    } else {
+        0
+    };
     futex::reset_counts();
     let workers: Vec<_> = (0..args.threads)
         .map(|t| {
-            let (shared, gate) = (Arc::clone(&shared), Arc::clone(&gate));
+            let (shared, gate, stop_gate) = (Arc::clone(&shared), Arc::clone(&gate), Arc::clone(&stop_gate));
+            let calibrates = (t as usize) < calibrating;
             std::thread::Builder::new()
                 .name("mutex-worker".into())
                 .spawn(move || {
+                    if calibrates {
+                        let c = busywork::calibrate();
+                        shared.before.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+                    }
                     gate.arrive();
-                    worker(&shared, p, t as OwnerId + 1)
+                    // Relaxed: stored under the gate's mutex, which arrive() took after.
+                    let [inside, outside, delay] = [0, 1, 2].map(|i| shared.iters[i].load(Ordering::Relaxed));
+                    let p = Params {
+                        inside,
+                        outside,
+                        delay,
+                        ..base
+                    };
+                    let mut out = if shared.refused.load(Ordering::Relaxed) {
+                        Outcome::idle(p.locks)
+                    } else {
+                        worker(&shared, p, t as OwnerId + 1)
+                    };
+                    stop_gate.arrive();
+                    out.after = calibrates.then(busywork::calibrate);
+                    out
                 })
         })
         .collect::<Result<_, _>>()?;
-    let start = gate.open();
+    let (start, counts) = gate.open_with(|| {
+        let before = shared.before.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if calibrating == 0 {
+            return Ok(None);
+        }
+        let ns_per_iter = busywork::median_ns_per_iter(&before).unwrap_or(f64::NAN);
+        match iteration_counts(args, ns_per_iter) {
+            Ok(counts) => {
+                for (slot, n) in shared.iters.iter().zip([counts.0, counts.1, counts.2]) {
+                    slot.store(n, Ordering::Relaxed);
+                }
+                Ok(Some((counts, before, ns_per_iter)))
+            }
+            Err(e) => {
+                shared.refused.store(true, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    });
+    stop_gate.open();
+    crate::probe::window_close();
     let outcomes: Vec<Outcome> = workers
         .into_iter()
         .map(|h| h.join().map_err(|_| anyhow::anyhow!("a mutex worker panicked")))
         .collect::<anyhow::Result<_>>()?;
-    crate::probe::window_close();
+    let counts = counts?;
     let (futex, futex_unavailable) = super::futex_counts(info);
     let thread_ns: Vec<u64> = outcomes
         .iter()
         .map(|o| o.end.duration_since(start).as_nanos() as u64)
         .collect();
     let elapsed_ns = thread_ns.iter().copied().max().unwrap_or(0);
+    let calibration = counts.map(|((inside, outside, delay), before, ns_before)| {
+        let after: Vec<Calibration> = outcomes.iter().filter_map(|o| o.after).collect();
+        let ns_after = busywork::median_ns_per_iter(&after).unwrap_or(f64::NAN);
+        MutexCalibration {
+            ns_per_iter_before: ns_before,
+            ns_per_iter_after: ns_after,
+            inside_iters: inside,
+            outside_iters: outside,
+            delay_iters: delay,
+            effective_inside_ns: inside as f64 * ns_before,
+            effective_inside_ns_after: inside as f64 * ns_after,
+            effective_outside_ns: outside as f64 * ns_before,
+            effective_outside_ns_after: outside as f64 * ns_after,
+            effective_delay_ns: delay as f64 * ns_before,
+            effective_delay_ns_after: delay as f64 * ns_after,
+            before,
+            after,
+        }
+    });
 
     // SAFETY: every worker has been joined; nobody touches the counters now.
     let counted: u64 = shared.slots.iter().map(|s| unsafe { *s.counter.get() }).sum();
     let owner_violations: u64 = shared.slots.iter().map(|s| s.owner.violations()).sum();
     let ops_total = args.threads as u64 * args.locks;
-    let contended = p
+    let contended = base
         .trylock_first
         .then(|| outcomes.iter().map(|o| o.contended).sum::<u64>());
     let progress: Vec<u64> = outcomes.iter().map(|o| o.at_first_finish).collect();
@@ -270,7 +422,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         ops_per_sec: ops_total as f64 / secs.max(1e-9),
         contended,
         contention_rate: contended.map(|c| c as f64 / ops_total as f64),
-        contended_unavailable: (!p.trylock_first).then(|| {
+        contended_unavailable: (!base.trylock_first).then(|| {
             "not counted under --acquire lock (sysbench's way); use --acquire trylock-first".to_string()
         }),
         time_fairness: Fairness::of(&thread_ns.iter().map(|&n| n / 1000).collect::<Vec<_>>()),
@@ -282,6 +434,12 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         counted,
         owner_violations,
         threads_ctxsw: outcomes.iter().map(|o| o.ctxsw).collect(),
+        calibration_unavailable: calibration.is_none().then(|| {
+            "no calibrated work asked for (--work-inside, --work-outside and --contended-delay-ns are 0), so nothing was calibrated"
+                .to_string()
+        }),
+        calibration,
+        window_cpu_ns: outcomes.iter().map(|o| o.cpu_ns).sum(),
     };
     anyhow::ensure!(
         owner_violations == 0,
@@ -294,13 +452,74 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         info.name
     );
     let env = Env::read();
-    let window_cpu_ns = outcomes.iter().map(|o| o.cpu_ns).sum();
-    let checks = vec![crate::checks::cpu_within_elapsed(
-        window_cpu_ns,
-        elapsed_ns,
-        env.cpus_allowed,
-    )];
+    let checks = checks_of(&result, elapsed_ns, env.cpus_allowed, args.max_calibration_drift);
     Ok(Report::new("mutex", elapsed_ns, env, metrics_of(&result), &result)?.with_checks(checks))
+}
+
+/// The run's physics: CPU inside the window, and, where there is calibrated work, the lock
+/// workload's three calibration checks. Work is counted at the faster of the two calibrations
+/// (so a bound fails only if it fails under either), and only the calibrated part of it (not
+/// sysbench's empty loop, nor the lock's own cost): the bounds are then lower bounds on the
+/// work done, which makes them safe to hold to the CPUs.
+fn checks_of(r: &MutexResult, elapsed_ns: u64, cpus_allowed: usize, max_drift: f64) -> Vec<Check> {
+    let mut out = vec![checks::cpu_within_elapsed(
+        r.window_cpu_ns,
+        elapsed_ns,
+        cpus_allowed,
+    )];
+    let Some(c) = &r.calibration else {
+        return out;
+    };
+    let per_iter = c.ns_per_iter_before.min(c.ns_per_iter_after);
+    let secs = elapsed_ns.max(1) as f64 / 1e9;
+    let ops_per_sec = r.ops_total as f64 / secs;
+    // The delay is only spent on contended acquisitions (counted under trylock-first, which
+    // the delay requires).
+    let delays_per_sec = r.contended.unwrap_or(0) as f64 / secs;
+    let (inside_s, outside_s, delay_s) = (
+        c.inside_iters as f64 * per_iter / 1e9,
+        c.outside_iters as f64 * per_iter / 1e9,
+        c.delay_iters as f64 * per_iter / 1e9,
+    );
+    let usable = (r.threads as usize).min(cpus_allowed.max(1));
+    let work = ops_per_sec * (inside_s + outside_s) + delays_per_sec * delay_s;
+    out.push(checks::calibration_drift(
+        c.ns_per_iter_before,
+        c.ns_per_iter_after,
+        max_drift,
+    ));
+    out.push(Check::at_most(
+        "work_within_cpus",
+        work,
+        usable as f64 * TOLERANCE,
+        format!(
+            "{ops_per_sec:.0} ops/s x ({:.1} + {:.1}) ns of calibrated work inside + outside, plus {delays_per_sec:.0} \
+             contended/s x {:.1} ns of delay, is {work:.3} CPU-s of work per second, for min({} threads, \
+             {cpus_allowed} CPUs allowed) = {usable} CPUs (x{TOLERANCE})",
+            inside_s * 1e9,
+            outside_s * 1e9,
+            delay_s * 1e9,
+            r.threads
+        ),
+    ));
+    if c.inside_iters > 0 {
+        // Each lock serialises its holders: at most one hold-second per second per lock (and
+        // never more than the CPUs, which `work_within_cpus` already bounds).
+        let holds = ops_per_sec * inside_s;
+        let bound_locks = (r.num as usize).min(usable);
+        out.push(Check::at_most(
+            "holds_serialised",
+            holds,
+            bound_locks as f64 * TOLERANCE,
+            format!(
+                "{ops_per_sec:.0} ops/s x {:.1} ns of calibrated work inside is {holds:.3} s of exclusive hold per second, \
+                 over min(--num {}, {usable} usable CPUs) = {bound_locks} (x{TOLERANCE})",
+                inside_s * 1e9,
+                r.num
+            ),
+        ));
+    }
+    out
 }
 
 fn metrics_of(r: &MutexResult) -> BTreeMap<String, f64> {
@@ -352,13 +571,7 @@ impl SbRand {
 fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
     let mut rng = SbRand::new(me.wrapping_mul(0x51_7CC1_B727_220A).wrapping_add(7));
     let n = shared.slots.len() as u32;
-    let mut out = Outcome {
-        contended: 0,
-        at_first_finish: p.locks,
-        ctxsw: Ctxsw::default(),
-        end: Instant::now(),
-        cpu_ns: 0,
-    };
+    let mut out = Outcome::idle(p.locks);
     let cpu0 = crate::checks::thread_cpu_ns();
     let mut seen_first = false;
     let before = Ctxsw::this_thread();
@@ -416,6 +629,7 @@ mod tests {
             work_inside: 0,
             work_outside: 0,
             contended_delay_ns: 0,
+            max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
         }
     }
 
@@ -442,7 +656,153 @@ mod tests {
             assert_eq!(report.metrics["jain"], r.progress_fairness.jain);
             assert_eq!(r.threads_ctxsw.len(), 2);
             assert!(r.futex.is_some() != r.futex_unavailable.is_some(), "{algo}");
+            // No calibrated work: nothing calibrated, said so, and only the CPU check.
+            assert!(r.calibration.is_none() && r.calibration_unavailable.is_some());
+            let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, ["cpu_within_elapsed"], "{algo}");
         }
+    }
+
+    #[test]
+    fn calibrated_work_is_calibrated_by_the_workers_and_checked() {
+        let mut a = args("tas", 3);
+        a.num = 1;
+        a.locks = 3000;
+        a.work_inside = 300;
+        a.work_outside = 200;
+        a.acquire = Acquire::TrylockFirst;
+        a.contended_delay_ns = 400;
+        // These are about the calibration's bookkeeping; its drift on a shared machine is not.
+        a.max_calibration_drift = 0.6;
+        let report = run(&a).unwrap();
+        let r: MutexResult = report.detail_as().unwrap();
+        assert!(r.calibration_unavailable.is_none());
+        let c = r.calibration.as_ref().expect("a calibration");
+        // Every worker (3 < CALIBRATING_WORKERS) calibrated before the gate and after the stop.
+        assert_eq!((c.before.len(), c.after.len()), (3, 3));
+        assert_eq!(
+            Some(c.ns_per_iter_before),
+            busywork::median_ns_per_iter(&c.before)
+        );
+        assert_eq!(Some(c.ns_per_iter_after), busywork::median_ns_per_iter(&c.after));
+        // The counts are the asked ns at the measured speed, and the effective ns say so.
+        for (iters, ns, eff) in [
+            (c.inside_iters, 300.0, c.effective_inside_ns),
+            (c.outside_iters, 200.0, c.effective_outside_ns),
+            (c.delay_iters, 400.0, c.effective_delay_ns),
+        ] {
+            assert_eq!(iters, (ns / c.ns_per_iter_before).round().max(1.0) as u64);
+            assert!((eff - iters as f64 * c.ns_per_iter_before).abs() < 1e-6);
+            assert!(
+                (eff - ns).abs() <= c.ns_per_iter_before / 2.0 + 1e-9,
+                "{eff} vs {ns}"
+            );
+        }
+        assert!(r.window_cpu_ns > 0);
+        let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cpu_within_elapsed",
+                "calibration_drift",
+                "work_within_cpus",
+                "holds_serialised"
+            ]
+        );
+        // Physics holds whatever the load (load only slows the run down).
+        for c in report.checks.iter().filter(|c| c.name != "calibration_drift") {
+            assert!(c.ok, "{c:?}");
+        }
+        let v: serde_json::Value = serde_json::to_value(&report).unwrap();
+        for field in [
+            "ns_per_iter_before",
+            "ns_per_iter_after",
+            "inside_iters",
+            "effective_delay_ns_after",
+        ] {
+            assert!(
+                v["calibration"].get(field).is_some(),
+                "missing calibration.{field}"
+            );
+        }
+    }
+
+    #[test]
+    fn work_below_one_iteration_is_refused_naming_the_argument() {
+        let mut a = args("tas", 1);
+        a.work_outside = 1;
+        let e = iteration_counts(&a, 2.5).unwrap_err().to_string();
+        assert!(e.contains("--work-outside 1") && e.contains("2.50 ns"), "{e}");
+        a.work_outside = 0;
+        a.contended_delay_ns = 2;
+        let e = iteration_counts(&a, 2.5).unwrap_err().to_string();
+        assert!(e.contains("--contended-delay-ns 2"), "{e}");
+        a.contended_delay_ns = 0;
+        a.work_inside = 25;
+        assert_eq!(iteration_counts(&a, 2.5).unwrap(), (10, 0, 0));
+        // Refused in a whole run too, as bad input: 1 ns is below one iteration wherever an
+        // iteration takes more (every build and CPU measured here: 2-16 ns); a CPU that runs
+        // the loop faster cannot show the refusal with 1 ns, which is the smallest input.
+        if busywork::calibrate().ns_per_iter > 1.5 {
+            a.work_inside = 1;
+            let e = run(&a).unwrap_err();
+            assert!(e.is::<super::super::BadInput>(), "{e}");
+            assert!(e.to_string().contains("--work-inside 1"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_broken_bound_fails_its_check_with_the_numbers() {
+        // The checks alone, on made-up results: 1 lock held 1000 ns by 2M ops/s is 2 s of
+        // exclusive hold per second.
+        let cal = |ns| Calibration {
+            ns_per_iter: ns,
+            min_ns_per_iter: ns,
+            median_ns_per_iter: ns,
+            max_ns_per_iter: ns,
+            trial_iters: 1000,
+            trials: 9,
+        };
+        let report = run(&args("tas", 2)).unwrap();
+        let mut r: MutexResult = report.detail_as().unwrap();
+        r.num = 1;
+        r.ops_total = 2_000_000;
+        r.window_cpu_ns = 1_000_000_000;
+        r.calibration = Some(MutexCalibration {
+            ns_per_iter_before: 1.0,
+            ns_per_iter_after: 1.5,
+            inside_iters: 1000,
+            outside_iters: 0,
+            delay_iters: 0,
+            effective_inside_ns: 1000.0,
+            effective_inside_ns_after: 1500.0,
+            effective_outside_ns: 0.0,
+            effective_outside_ns_after: 0.0,
+            effective_delay_ns: 0.0,
+            effective_delay_ns_after: 0.0,
+            before: vec![cal(1.0)],
+            after: vec![cal(1.5)],
+        });
+        let checks = checks_of(&r, 1_000_000_000, 2, 0.05);
+        let by = |n: &str| by_name(&checks, n);
+        assert!(by("cpu_within_elapsed").ok);
+        let drift = by("calibration_drift");
+        assert!(!drift.ok && drift.detail.contains("50.0 %"), "{drift:?}");
+        let holds = by("holds_serialised");
+        assert!(!holds.ok && holds.value == Some(2.0), "{holds:?}");
+        assert!(
+            holds.detail.contains("min(--num 1, 2 usable CPUs)"),
+            "{}",
+            holds.detail
+        );
+        // 2 s of work per second on 2 threads and 2 CPUs is within the bound.
+        assert!(by("work_within_cpus").ok);
+        r.threads = 1;
+        assert!(!by_name(&checks_of(&r, 1_000_000_000, 2, 0.05), "work_within_cpus").ok);
+    }
+
+    fn by_name(checks: &[Check], name: &str) -> Check {
+        checks.iter().find(|c| c.name == name).unwrap().clone()
     }
 
     #[test]

@@ -1,0 +1,212 @@
+//! The guest kernel's busiest symbols per cell, from the profiles the payload stores per run
+//! (`kernel.profile`, see `ocrig_payload::probe::profile`): self samples (the leaf frame of each
+//! folded stack; user-space samples are `[user]`, stacks beyond the stored ones `[other
+//! stacks]`) as a share of all samples.
+//!
+//! Two steps, so that a streaming reader can keep one small digest per record and merge them
+//! per cell without holding the journal: [`of_record`] reduces one record to its self samples
+//! per symbol (at most the payload's stored stacks, a few hundred entries), and
+//! [`CellSymbols::add`] sums such digests into a cell. [`aggregate`] does both over a set of
+//! (counted) records.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sweep::journal::RunRecord;
+
+/// Symbols the main reports list per cell.
+pub const TOP: usize = 5;
+
+/// Name under which a profile's samples beyond its stored stacks are counted.
+pub const OTHER_STACKS: &str = "[other stacks]";
+
+/// One record's kernel profile reduced to what the reports need.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordSymbols {
+    /// Every sample of the window (kernel, user and those beyond the stored stacks).
+    pub samples: u64,
+    /// The sampled event (`cpu-clock`, `cycles`) and rate, as the payload reported them.
+    pub event: String,
+    pub rate_hz: u64,
+    /// Leaf symbol → self samples.
+    pub self_samples: BTreeMap<String, u64>,
+}
+
+/// Self samples per leaf frame of folded stacks (`root;...;leaf count`).
+pub fn leaf_samples<'a>(folded: impl IntoIterator<Item = (&'a str, u64)>) -> BTreeMap<String, u64> {
+    let mut leaf: BTreeMap<String, u64> = BTreeMap::new();
+    for (stack, n) in folded {
+        let sym = stack.rsplit(';').next().unwrap_or(stack);
+        *leaf.entry(sym.to_string()).or_default() += n;
+    }
+    leaf
+}
+
+/// The self samples of `r`'s kernel profile; None when the record carries none (no payload,
+/// profiling off, or the profile failed: the payload's `kernel.not_measured.profile` says why).
+pub fn of_record(r: &RunRecord) -> Option<RecordSymbols> {
+    let kernel = r.payload.as_ref()?.detail.get("kernel")?;
+    let profile: ocrig_payload::probe::profile::Profile =
+        serde_json::from_value(kernel.get("profile")?.clone()).ok()?;
+    let mut self_samples = leaf_samples(profile.folded.iter().map(|(s, n)| (s.as_str(), *n)));
+    if profile.other_samples > 0 {
+        *self_samples.entry(OTHER_STACKS.into()).or_default() += profile.other_samples;
+    }
+    Some(RecordSymbols {
+        samples: profile.samples,
+        event: profile.event,
+        rate_hz: profile.rate_hz,
+        self_samples,
+    })
+}
+
+/// One symbol's place in a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SymbolShare {
+    pub symbol: String,
+    pub samples: u64,
+    /// samples / all samples of the cell.
+    pub share: f64,
+}
+
+/// The summed profiles of one cell (workload × variant × level).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellSymbols {
+    pub workload: String,
+    pub variant: String,
+    pub level: f64,
+    /// Records whose profile was added.
+    pub runs: usize,
+    pub samples: u64,
+    /// The sampled events seen (normally one), e.g. `cpu-clock`.
+    pub events: Vec<String>,
+    pub self_samples: BTreeMap<String, u64>,
+}
+
+impl CellSymbols {
+    pub fn new(workload: &str, variant: &str, level: f64) -> Self {
+        Self {
+            workload: workload.into(),
+            variant: variant.into(),
+            level,
+            runs: 0,
+            samples: 0,
+            events: Vec::new(),
+            self_samples: BTreeMap::new(),
+        }
+    }
+
+    /// Adds one record's digest.
+    pub fn add(&mut self, r: RecordSymbols) {
+        self.runs += 1;
+        self.samples += r.samples;
+        if !self.events.contains(&r.event) {
+            self.events.push(r.event);
+        }
+        for (sym, n) in r.self_samples {
+            *self.self_samples.entry(sym).or_default() += n;
+        }
+    }
+
+    /// The `n` symbols with the most self samples, busiest first (ties by name).
+    pub fn top(&self, n: usize) -> Vec<SymbolShare> {
+        let mut v: Vec<(&String, u64)> = self.self_samples.iter().map(|(s, k)| (s, *k)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let total = self.samples.max(1) as f64;
+        v.into_iter()
+            .take(n)
+            .map(|(s, k)| SymbolShare {
+                symbol: s.clone(),
+                samples: k,
+                share: k as f64 / total,
+            })
+            .collect()
+    }
+}
+
+/// The cells of `records` that have at least one profile, in order of first appearance. Pass
+/// only the records that count (`settle(..).counted(..)`): every record given is added.
+pub fn aggregate<'a>(records: impl IntoIterator<Item = &'a RunRecord>) -> Vec<CellSymbols> {
+    let mut out: Vec<CellSymbols> = Vec::new();
+    // (workload, variant, level bits) → index into `out`: one lookup per record.
+    let mut index: BTreeMap<(String, String, u64), usize> = BTreeMap::new();
+    for r in records {
+        let Some(digest) = of_record(r) else {
+            continue;
+        };
+        let key = (r.workload.clone(), r.variant.clone(), r.level.to_bits());
+        let i = *index.entry(key).or_insert_with(|| {
+            out.push(CellSymbols::new(&r.workload, &r.variant, r.level));
+            out.len() - 1
+        });
+        out[i].add(digest);
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::stats::cells::tests::record;
+
+    /// A record of `variant` at `level` whose payload carries a kernel profile of `stacks`
+    /// (plus `other` samples beyond them).
+    pub(crate) fn profiled(variant: &str, level: f64, stacks: &[(&str, u64)], other: u64) -> RunRecord {
+        let mut r = record(variant, level, "sysfs-mutex", 0, &[("ops_per_sec", 1.0)]);
+        let samples: u64 = stacks.iter().map(|s| s.1).sum::<u64>() + other;
+        let payload = serde_json::json!({
+            "schema": 2, "workload": "sysfs-mutex", "elapsed_ns": 1_000_000_000u64,
+            "env": serde_json::to_value(ocrig_payload::env::Env::read()).unwrap(),
+            "metrics": {"ops_per_sec": 1.0},
+            "kernel": {
+                "source": "perf", "kernel": "6.1.0", "cpus": [0, 1], "window_ns": 1_000_000_000u64,
+                "window_end": "workers_stopped", "counts": {}, "per_sec": {}, "per_op": {},
+                "ops_field": null, "not_measured": {}, "trace_events": [],
+                "profile": {
+                    "event": "cpu-clock", "rate_hz": 999, "samples": samples,
+                    "kernel_samples": samples, "user_samples": 0, "lost": 0,
+                    "folded": stacks, "other_samples": other, "processing_ns": 1,
+                    "max_sample_rate": 100000,
+                },
+            },
+        });
+        r.payload = Some(serde_json::from_value(payload).unwrap());
+        r
+    }
+
+    #[test]
+    fn a_record_reduces_to_its_leaf_frames_and_a_cell_ranks_them_by_share() {
+        let a = profiled(
+            "base",
+            2.0,
+            &[
+                ("entry;__mutex_lock_slowpath;mutex_spin_on_owner", 30),
+                ("entry;kernfs_iop_permission;__mutex_lock_slowpath", 50),
+                ("[user]", 100),
+            ],
+            20,
+        );
+        let d = of_record(&a).unwrap();
+        assert_eq!(d.samples, 200);
+        assert_eq!(d.self_samples["mutex_spin_on_owner"], 30);
+        assert_eq!(d.self_samples[OTHER_STACKS], 20);
+        // A record without a payload (or without a profile) has no digest.
+        assert!(of_record(&record("base", 2.0, "x", 0, &[])).is_none());
+
+        let b = profiled("base", 2.0, &[("entry;vfs_read;mutex_spin_on_owner", 200)], 0);
+        let other_cell = profiled("base", 1.0, &[("idle", 10)], 0);
+        let cells = aggregate([&a, &other_cell, &b]);
+        assert_eq!(cells.len(), 2);
+        let c = &cells[0];
+        assert_eq!((c.level, c.runs, c.samples), (2.0, 2, 400));
+        assert_eq!(c.events, ["cpu-clock"]);
+        let top = c.top(3);
+        assert_eq!(top[0].symbol, "mutex_spin_on_owner");
+        assert_eq!(top[0].samples, 230);
+        assert!((top[0].share - 230.0 / 400.0).abs() < 1e-12);
+        assert_eq!(top[1].symbol, "[user]");
+        assert_eq!(top[2].symbol, "__mutex_lock_slowpath");
+        assert_eq!(cells[1].top(5).len(), 1);
+    }
+}
