@@ -100,6 +100,22 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
                 "ctxsw_involuntary",
                 "involuntary context switches (preemptions) of the workers",
             ),
+            cond(
+                "stretched_hold_share",
+                "sampled holds longer than the calibrated hold by more than --stretch-threshold-ns / sampled holds (absent with --no-hold-sampling)",
+            ),
+            cond(
+                "stretched_hold_lost_share",
+                "estimated time lost in stretched holds (samples x period) / the run's time",
+            ),
+            cond(
+                "stretched_handover_share",
+                "sampled hand-overs (release to the waiting next owner's entry) longer than --stretch-threshold-ns / sampled hand-overs",
+            ),
+            cond(
+                "stretched_handover_lost_share",
+                "estimated time lost in stretched hand-overs (samples x period) / the run's time",
+            ),
         ],
         inputs: &[],
     },
