@@ -6,10 +6,12 @@
 //! - [`power`]: the minimum detectable effect of a comparison (noncentral t, power 0.8).
 //! - [`cells`]: journal records grouped into cells and the comparison model reports render.
 //! - [`explain`]: per-cell telemetry (vCPU wait, guest steal, KVM counters) or why it is missing.
+//! - [`preemption`]: per-run and per-cell stretched lock holds and hand-overs (lock workloads).
 
 pub mod cells;
 pub mod compare;
 pub mod explain;
 pub mod outliers;
 pub mod power;
+pub mod preemption;
 pub mod summary;
