@@ -1,27 +1,34 @@
-//! Sampled lock holds and hand-overs, timed with the TSC, classified as normal or stretched.
+//! Lock holds and hand-overs timed with the TSC, stretched ones (preemptions) counted, timed
+//! and split into vCPU and guest preemption by sampled context-switch readings.
 //!
 //! Why: a lock that collapses under vCPU overcommit loses its time either to a preempted holder
 //! (the critical section takes a host time slice instead of its calibrated length) or to a
 //! preempted next owner (the lock was handed to a waiter whose vCPU is not running, so it sits
-//! free). This module measures both on a sample of acquisitions, inside the guest, per run.
+//! free). This module measures both inside the guest, per run.
 //!
-//! - Clock: the TSC (`rdtsc`, a few cycles natively, no syscall; guests run on it). Its rate is
+//! - Clock: the TSC (`rdtsc`: a few cycles natively, no syscall; guests run on it). Its rate is
 //!   measured against CLOCK_MONOTONIC before the run and again after it ([`TscCalibration`]);
 //!   a rate that moved by more than [`MAX_TSC_RATE_CHANGE`] makes the figures null with a reason.
-//! - Hold: TSC read right after the lock is owned and again just before the release. Stretched
-//!   when longer than the calibrated hold by more than the threshold.
-//! - Hand-over: every release (while sampling is on) stores its TSC in a cell protected by the
-//!   lock itself; a sampled acquisition that had to wait (its try_lock failed) reads that cell
+//! - Hold: every acquisition reads the TSC right after owning the lock and just before its
+//!   release. Stretched when longer than the calibrated hold by more than the threshold.
+//! - Hand-over: every release stores its TSC in a cell protected by the lock itself; an
+//!   acquisition that had to wait (its try_lock failed; it read the TSC then) reads that cell
 //!   right after owning the lock: hand-over = now − the previous owner's release. Counted only
-//!   when that release came after this thread started waiting (so a waiter was queued when it
-//!   happened); stretched when longer than the threshold.
-//! - Split: on a stretched sample the thread's context-switch counts (getrusage RUSAGE_THREAD)
-//!   are compared with a reading taken before the acquisition attempt. A rise means the guest
-//!   scheduler switched the thread out somewhere in that window (guest preemption, or a sleep for
-//!   sleeping locks); none means the guest never took the CPU from the thread, so the time went
-//!   where the guest cannot see: the host took the vCPU (or, far less likely at this threshold,
-//!   a long interrupt handler ran). Only sampled acquisitions read the counts before, and only
-//!   stretched ones read them after: one syscall per sample, two per stretched one.
+//!   when that release came after the wait began (so a waiter was queued when it happened);
+//!   stretched when longer than the threshold.
+//!   Every hold and hand-over is timed (two TSC reads a cycle, a third on a contended one)
+//!   rather than 1 in 64: stretched ones are rare (0.01-0.3 % under TCG) and long (0.1-30 ms),
+//!   so a 1-in-64 sample sees a handful a run and its ×64 estimate of the time they cost swung
+//!   from 0.1 % to 230 % of the run between runs of one cell (measured, issue 23).
+//! - Sampling (`--hold-sample-rate`, default 1 in 64 acquisitions per thread): what costs a
+//!   syscall. A sampled acquisition reads the thread's context-switch counts (getrusage
+//!   RUSAGE_THREAD) before trying the lock, and records its hold and hand-over lengths in the
+//!   distribution of normal ones. A stretched hold or hand-over reads the counts again and
+//!   compares them with the latest reading (at most one sampling period of acquisitions
+//!   earlier): a rise means the guest scheduler switched the thread out in that window (guest
+//!   preemption, or a sleep for sleeping locks); none means the guest never took the CPU from
+//!   the thread, so the time went where the guest cannot see: the host took the vCPU (or, far
+//!   less likely at this threshold, a long interrupt handler ran).
 
 use std::time::Duration;
 
@@ -34,9 +41,11 @@ use crate::metrics::{Ctxsw, new_latency_histogram};
 /// it the "p99" is one of the few largest samples).
 pub const MIN_SAMPLES_FOR_P99: u64 = 100;
 
-/// 1 in 64 acquisitions: at 1-4 µs per lock cycle under TCG (0.1-0.5 µs natively) a 3 s run
-/// gives 10^4-10^5 samples, and the two clock reads plus one getrusage per sample cost about
-/// 1-3 % of the cycle time (measured: see the issue 23 note).
+/// 1 in 64 acquisitions: one getrusage (about 1 µs natively, a few under TCG) per 64 lock
+/// cycles of 0.4-4 µs is ~1 % of the time, and the split's window (from the latest reading to a
+/// stretched interval) stays within 64 cycles, 25-250 µs, against 20-30 involuntary switches per
+/// thread in a 3 s run (measured in 2-vCPU TCG guests): a switch falls in a window ~0.2 % of the
+/// time, so the split is rarely wrong.
 pub const DEFAULT_SAMPLE_RATE: f64 = 1.0 / 64.0;
 
 /// 50 µs: a guest's timer tick costs 1-10 µs natively and 10-30 µs with a VM exit, an
@@ -130,59 +139,45 @@ impl Settings {
     }
 }
 
-/// What a sampled acquisition noted before trying the lock.
-#[derive(Debug, Clone, Copy)]
-pub struct Before {
-    ticks: u64,
-    ctxsw: Ctxsw,
-}
-
-impl Before {
-    pub fn now() -> Self {
-        Self {
-            ctxsw: Ctxsw::this_thread(),
-            ticks: ticks(),
-        }
-    }
-}
-
-/// One sampled lock cycle, in ticks.
+/// One lock cycle, in ticks.
 #[derive(Debug, Clone, Copy)]
 pub struct Cycle {
-    pub before: Before,
-    /// The try_lock failed.
-    pub waited: bool,
+    /// Read when the try_lock failed; None: it succeeded (no wait, no hand-over).
+    pub wait_began: Option<u64>,
     /// Read right after the lock was owned.
     pub entered: u64,
     /// The previous owner's release, read under the lock (0: none yet).
     pub previous_release: u64,
     /// Read just before this release.
     pub released: u64,
+    /// This acquisition was sampled (its context switches were read before it).
+    pub sampled: bool,
 }
 
-/// Counts of one kind of sample (holds or hand-overs) in one thread or one run.
+/// Counts of one kind of interval (holds or hand-overs) in one thread or one run.
 #[derive(Debug, Clone)]
 pub struct Tally {
-    pub samples: u64,
+    /// Intervals timed.
+    pub timed: u64,
     pub stretched: u64,
-    /// Stretched samples during which the thread's context-switch counts rose.
+    /// Stretched ones during which the thread's context-switch counts rose.
     pub stretched_guest: u64,
-    /// Time beyond the normal length in stretched samples, ns (see [`Stretch::lost_ns_estimate`]).
+    /// Time lost in stretched ones, ns (holds: beyond the calibrated hold; hand-overs: all).
     pub lost_ns: f64,
-    /// Lengths of every sample, ns.
-    pub all: Histogram<u64>,
-    /// Lengths of stretched samples, ns.
+    /// Lengths of the sampled acquisitions' intervals, ns.
+    pub sampled_len: Histogram<u64>,
+    /// Lengths of every stretched one, ns.
     pub stretched_len: Histogram<u64>,
 }
 
 impl Default for Tally {
     fn default() -> Self {
         Self {
-            samples: 0,
+            timed: 0,
             stretched: 0,
             stretched_guest: 0,
             lost_ns: 0.0,
-            all: new_latency_histogram(),
+            sampled_len: new_latency_histogram(),
             stretched_len: new_latency_histogram(),
         }
     }
@@ -190,17 +185,25 @@ impl Default for Tally {
 
 impl Tally {
     fn add(&mut self, other: &Tally) {
-        self.samples += other.samples;
+        self.timed += other.timed;
         self.stretched += other.stretched;
         self.stretched_guest += other.stretched_guest;
         self.lost_ns += other.lost_ns;
         // Same bounds on both sides: adding cannot fail.
-        let _ = self.all.add(&other.all);
+        let _ = self.sampled_len.add(&other.sampled_len);
         let _ = self.stretched_len.add(&other.stretched_len);
+    }
+
+    #[cold]
+    fn stretch(&mut self, len_ns: f64, lost_ns: f64, switched: bool) {
+        self.stretched += 1;
+        self.stretched_guest += u64::from(switched);
+        self.lost_ns += lost_ns;
+        let _ = self.stretched_len.record((len_ns as u64).max(1));
     }
 }
 
-/// One thread's samples.
+/// One thread's counts.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadSamples {
     pub holds: Tally,
@@ -213,85 +216,108 @@ pub struct ThreadSamples {
     pub clock_behind: u64,
 }
 
-/// Per thread: decides which acquisitions are sampled and classifies them.
+/// Per thread: decides which acquisitions are sampled and classifies every cycle.
 pub struct Sampler {
     settings: Settings,
     countdown: u64,
     ns_per_tick: f64,
+    /// A hold longer than this many ticks is stretched (calibrated hold + threshold).
+    hold_limit: u64,
+    calibrated_hold_ticks: f64,
+    /// A hand-over longer than this many ticks is stretched.
+    handover_limit: u64,
+    /// The thread's latest context-switch reading.
+    last_ctxsw: Ctxsw,
     pub out: ThreadSamples,
 }
 
 impl Sampler {
     pub fn new(settings: Settings) -> Self {
+        let ticks_per_ns = settings.tsc_hz / 1e9;
+        let hold = settings.calibrated_hold_ns.max(0.0);
         Self {
             settings,
             countdown: 1,
-            ns_per_tick: 1e9 / settings.tsc_hz,
+            ns_per_tick: 1.0 / ticks_per_ns,
+            hold_limit: ((hold + settings.threshold_ns as f64) * ticks_per_ns) as u64,
+            calibrated_hold_ticks: hold * ticks_per_ns,
+            handover_limit: (settings.threshold_ns as f64 * ticks_per_ns) as u64,
+            last_ctxsw: Ctxsw::this_thread(),
             out: ThreadSamples::default(),
         }
     }
 
-    /// Whether this acquisition is sampled (the first, then one in `every`).
+    /// Whether this acquisition is sampled (the first, then one in `every`); a sampled one
+    /// reads the thread's context switches now, before it tries the lock.
     #[inline(always)]
-    pub fn due(&mut self) -> bool {
+    pub fn begin(&mut self) -> bool {
         self.countdown -= 1;
         if self.countdown == 0 {
             self.countdown = self.settings.every;
+            self.last_ctxsw = Ctxsw::this_thread();
             true
         } else {
             false
         }
     }
 
-    /// Classifies one sampled cycle; reads the thread's context switches again only when the
-    /// hold or the hand-over was stretched.
-    pub fn record(&mut self, c: &Cycle) {
-        let threshold = self.settings.threshold_ns as f64;
-        let hold_ns = c.released.saturating_sub(c.entered) as f64 * self.ns_per_tick;
-        let excess = hold_ns - self.settings.calibrated_hold_ns;
-        let hold_stretched = excess > threshold;
-        let handover_ns = if !c.waited || c.previous_release == 0 {
-            None
-        } else if c.previous_release < c.before.ticks {
-            self.out.not_handed_over += 1;
-            None
-        } else if c.entered < c.previous_release {
-            self.out.clock_behind += 1;
-            None
-        } else {
-            Some((c.entered - c.previous_release) as f64 * self.ns_per_tick)
-        };
-        let handover_stretched = handover_ns.is_some_and(|h| h > threshold);
-        let switched = (hold_stretched || handover_stretched).then(|| {
-            let d = Ctxsw::this_thread().since(c.before.ctxsw);
-            d.voluntary + d.involuntary > 0
-        });
-        let switched = switched.unwrap_or(false);
+    /// Whether the guest switched the thread out since the latest reading (and reads anew).
+    #[cold]
+    fn switched(&mut self) -> bool {
+        let now = Ctxsw::this_thread();
+        let d = now.since(self.last_ctxsw);
+        self.last_ctxsw = now;
+        d.voluntary + d.involuntary > 0
+    }
 
-        let h = &mut self.out.holds;
-        h.samples += 1;
-        let _ = h.all.record((hold_ns as u64).max(1));
+    /// Classifies one cycle: two subtractions and two comparisons unless something was
+    /// stretched or the cycle was sampled.
+    #[inline(always)]
+    pub fn record(&mut self, c: &Cycle) {
+        let hold = c.released.saturating_sub(c.entered);
+        let handover = match c.wait_began {
+            None => None,
+            Some(_) if c.previous_release == 0 => None,
+            Some(began) if c.previous_release < began => {
+                self.out.not_handed_over += 1;
+                None
+            }
+            Some(_) if c.entered < c.previous_release => {
+                self.out.clock_behind += 1;
+                None
+            }
+            Some(_) => Some(c.entered - c.previous_release),
+        };
+        let hold_stretched = hold > self.hold_limit;
+        let handover_stretched = handover.is_some_and(|h| h > self.handover_limit);
+        let switched = (hold_stretched || handover_stretched) && self.switched();
+        let ns = self.ns_per_tick;
+        self.out.holds.timed += 1;
         if hold_stretched {
-            h.stretched += 1;
-            h.stretched_guest += u64::from(switched);
-            h.lost_ns += excess;
-            let _ = h.stretched_len.record((hold_ns as u64).max(1));
+            let lost = (hold as f64 - self.calibrated_hold_ticks) * ns;
+            self.out.holds.stretch(hold as f64 * ns, lost, switched);
         }
-        if let Some(ns) = handover_ns {
+        if c.sampled {
+            let _ = self
+                .out
+                .holds
+                .sampled_len
+                .record(((hold as f64 * ns) as u64).max(1));
+        }
+        if let Some(h) = handover {
             let o = &mut self.out.handovers;
-            o.samples += 1;
-            let _ = o.all.record((ns as u64).max(1));
+            o.timed += 1;
             if handover_stretched {
-                o.stretched += 1;
-                o.stretched_guest += u64::from(switched);
-                o.lost_ns += ns;
-                let _ = o.stretched_len.record((ns as u64).max(1));
+                o.stretch(h as f64 * ns, h as f64 * ns, switched);
+            }
+            if c.sampled {
+                let _ = o.sampled_len.record(((h as f64 * ns) as u64).max(1));
             }
         }
     }
 }
 
-/// Lengths of stretched samples, ns.
+/// Lengths of stretched holds or hand-overs, ns.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Lengths {
     pub count: u64,
@@ -312,45 +338,46 @@ impl Lengths {
     }
 }
 
-/// One kind of sample over a run.
+/// One kind of interval (holds or hand-overs) over a run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Stretch {
-    pub samples: u64,
+    /// Intervals timed (holds: every acquisition; hand-overs: every waited one whose previous
+    /// release came after the wait began).
+    pub timed: u64,
     pub stretched: u64,
-    /// stretched / samples.
+    /// stretched / timed.
     pub stretched_share: f64,
-    /// Σ over stretched samples of the time lost × the sampling period: an estimate of the
-    /// run's total (holds: the length beyond the calibrated hold; hand-overs: the whole
+    /// Time lost in stretched ones (holds: beyond the calibrated hold; hand-overs: the whole
     /// hand-over, the lock sat with no one running in it), ns.
-    pub lost_ns_estimate: f64,
-    /// lost_ns_estimate / the run's elapsed time (the lock is one resource: its holds and
-    /// hand-overs are serial, so this is the share of the run the lock lost to them).
+    pub lost_ns: f64,
+    /// lost_ns / the run's elapsed time (the lock is one resource: its holds and hand-overs are
+    /// serial, so this is the share of the run the lock lost to them).
     pub lost_share: f64,
-    /// Stretched samples during which the guest switched the thread out (guest preemption,
-    /// or a sleep), and those with no switch (the host took the vCPU).
+    /// Stretched ones during which the guest switched the thread out (guest preemption, or a
+    /// sleep), and those with no switch (the host took the vCPU).
     pub stretched_guest: u64,
     pub stretched_vcpu: u64,
-    /// Median length of every sample (normal ones included), ns.
-    pub p50_ns: u64,
-    /// Stretched samples' lengths; null when none was stretched.
+    /// Median length of the sampled acquisitions' intervals (normal ones included), ns; null
+    /// when none was sampled.
+    pub sampled_p50_ns: Option<u64>,
+    pub sampled: u64,
+    /// Stretched ones' lengths; null when none was stretched.
     pub stretched_len: Option<Lengths>,
 }
 
 impl Stretch {
-    fn of(t: &Tally, every: u64, elapsed_ns: u64) -> Option<Self> {
-        (t.samples > 0).then(|| {
-            let lost = t.lost_ns * every as f64;
-            Self {
-                samples: t.samples,
-                stretched: t.stretched,
-                stretched_share: t.stretched as f64 / t.samples as f64,
-                lost_ns_estimate: lost,
-                lost_share: lost / elapsed_ns.max(1) as f64,
-                stretched_guest: t.stretched_guest,
-                stretched_vcpu: t.stretched - t.stretched_guest,
-                p50_ns: t.all.value_at_quantile(0.5),
-                stretched_len: Lengths::of(&t.stretched_len),
-            }
+    fn of(t: &Tally, elapsed_ns: u64) -> Option<Self> {
+        (t.timed > 0).then(|| Self {
+            timed: t.timed,
+            stretched: t.stretched,
+            stretched_share: t.stretched as f64 / t.timed as f64,
+            lost_ns: t.lost_ns,
+            lost_share: t.lost_ns / elapsed_ns.max(1) as f64,
+            stretched_guest: t.stretched_guest,
+            stretched_vcpu: t.stretched - t.stretched_guest,
+            sampled_p50_ns: (!t.sampled_len.is_empty()).then(|| t.sampled_len.value_at_quantile(0.5)),
+            sampled: t.sampled_len.len(),
+            stretched_len: Lengths::of(&t.stretched_len),
         })
     }
 }
@@ -377,9 +404,10 @@ pub struct PreemptionReport {
     pub split: String,
 }
 
-pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches read before the acquisition attempt and, on a stretched sample, after the release: \
-     a rise = guest (the guest switched the thread out or it slept, possibly while waiting rather than holding, so guest is an upper bound); \
-     none = vcpu (the guest kept running the thread, the time went to the host taking the vCPU)";
+pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches (voluntary + involuntary) read after each stretched hold or hand-over and \
+     compared with the thread's latest reading (taken before every sampled acquisition, so at most one sampling period of acquisitions earlier, \
+     or at the previous stretched one): a rise = guest (the guest switched the thread out or it slept somewhere in that window, so guest is an \
+     upper bound); none = vcpu (the guest kept running the thread: the host took the vCPU)";
 
 /// Builds the report from every thread's samples; `elapsed_ns` is the run's window.
 pub fn report(
@@ -408,7 +436,7 @@ pub fn report(
         )
     });
     let every = settings.every;
-    let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, every, elapsed_ns)) {
+    let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, elapsed_ns)) {
         (Some(why), _) => (None, Some(why.clone())),
         (None, Some(s)) => (Some(s), None),
         (None, None) => (
@@ -416,21 +444,20 @@ pub fn report(
             Some("no acquisition was sampled (fewer operations than the sampling period)".into()),
         ),
     };
-    let (handovers, handovers_unavailable) =
-        match (&clock_bad, Stretch::of(&all.handovers, every, elapsed_ns)) {
-            (Some(why), _) => (None, Some(why.clone())),
-            (None, Some(s)) => (Some(s), None),
-            (None, None) => (
-                None,
-                Some("no sampled acquisition waited for a release (no contention, e.g. one thread)".into()),
-            ),
-        };
+    let (handovers, handovers_unavailable) = match (&clock_bad, Stretch::of(&all.handovers, elapsed_ns)) {
+        (Some(why), _) => (None, Some(why.clone())),
+        (None, Some(s)) => (Some(s), None),
+        (None, None) => (
+            None,
+            Some("no acquisition waited for a release (no contention, e.g. one thread)".into()),
+        ),
+    };
     PreemptionReport {
         sample_rate: rate,
         sample_every: every,
         sampling: format!(
-            "1 in {every} acquisitions per thread (the first, then every {every}th), contended or not; hand-overs only from sampled acquisitions whose try_lock failed \
-             and whose previous release came after the wait began; every release stores its TSC while sampling is on"
+            "every hold and every waited hand-over timed with the TSC; 1 in {every} acquisitions per thread (the first, then every {every}th) \
+             reads the thread's context switches before it (the split's window) and records its lengths in sampled_p50_ns"
         ),
         threshold_ns: settings.threshold_ns,
         calibrated_hold_ns: settings.calibrated_hold_ns,
@@ -474,23 +501,20 @@ mod tests {
         }
     }
 
-    fn cycle(before: u64, waited: bool, previous_release: u64, entered: u64, released: u64) -> Cycle {
+    fn cycle(wait_began: Option<u64>, previous_release: u64, entered: u64, released: u64) -> Cycle {
         Cycle {
-            before: Before {
-                ticks: before,
-                ctxsw: Ctxsw::this_thread(),
-            },
-            waited,
+            wait_began,
             entered,
             previous_release,
             released,
+            sampled: true,
         }
     }
 
     #[test]
     fn samples_one_in_every_starting_with_the_first() {
         let mut s = Sampler::new(settings());
-        let due: Vec<bool> = (0..9).map(|_| s.due()).collect();
+        let due: Vec<bool> = (0..9).map(|_| s.begin()).collect();
         assert_eq!(due, [true, false, false, false, true, false, false, false, true]);
         assert_eq!(Settings::every_for(1.0 / 64.0), 64);
         assert_eq!(Settings::every_for(1.0), 1);
@@ -501,20 +525,22 @@ mod tests {
     fn holds_and_handovers_are_classified_against_the_threshold() {
         let mut s = Sampler::new(settings());
         // Normal hold (1.2 µs), normal hand-over (500 ns after a release made while waiting).
-        s.record(&cycle(100, true, 1_000, 1_500, 2_700));
+        s.record(&cycle(Some(100), 1_000, 1_500, 2_700));
         // Stretched hold: 1 µs calibrated + 60 µs; not waited, so no hand-over.
-        s.record(&cycle(10_000, false, 9_000, 10_100, 71_100));
+        s.record(&cycle(None, 9_000, 10_100, 71_100));
+        // Just under the limit: 1 µs + 50 µs is not stretched.
+        s.record(&cycle(None, 9_000, 80_000, 130_999));
         // Stretched hand-over of 80 µs, normal hold.
-        s.record(&cycle(100_000, true, 150_000, 230_000, 231_000));
+        s.record(&cycle(Some(100_000), 150_000, 230_000, 231_000));
         // Waited, but the previous release was before the wait began: no hand-over.
-        s.record(&cycle(300_000, true, 250_000, 300_500, 301_500));
+        s.record(&cycle(Some(300_000), 250_000, 300_500, 301_500));
         // Release later than entry on the TSC: counted as clock behind, no hand-over.
-        s.record(&cycle(400_000, true, 400_900, 400_800, 401_800));
+        s.record(&cycle(Some(400_000), 400_900, 400_800, 401_800));
         let o = &s.out;
-        assert_eq!(o.holds.samples, 5);
+        assert_eq!(o.holds.timed, 6);
         assert_eq!(o.holds.stretched, 1);
         assert!((o.holds.lost_ns - 60_000.0).abs() < 1.0);
-        assert_eq!(o.handovers.samples, 2);
+        assert_eq!(o.handovers.timed, 2);
         assert_eq!(o.handovers.stretched, 1);
         assert!((o.handovers.lost_ns - 80_000.0).abs() < 1.0);
         assert_eq!(o.not_handed_over, 1);
@@ -536,15 +562,15 @@ mod tests {
             tsc.clone(),
         );
         let h = r.holds.unwrap();
-        assert_eq!((h.samples, h.stretched, h.stretched_vcpu), (10, 2, 2));
-        assert!((h.stretched_share - 0.2).abs() < 1e-12);
-        // 2 × 60 µs × period 4 over 10 ms.
-        assert!((h.lost_share - 0.048).abs() < 1e-9, "{h:?}");
+        assert_eq!((h.timed, h.stretched, h.stretched_vcpu), (12, 2, 2));
+        assert!((h.stretched_share - 2.0 / 12.0).abs() < 1e-12);
+        // 2 × 60 µs over 10 ms.
+        assert!((h.lost_share - 0.012).abs() < 1e-9, "{h:?}");
         let len = h.stretched_len.unwrap();
         assert!(len.p99_ns.is_none() && (len.max_ns as f64 - 61_000.0).abs() < 100.0);
         let o = r.handovers.unwrap();
-        assert_eq!((o.samples, o.stretched), (4, 2));
-        assert!((o.lost_share - 0.064).abs() < 1e-9);
+        assert_eq!((o.timed, o.stretched), (4, 2));
+        assert!((o.lost_share - 0.016).abs() < 1e-9);
         assert_eq!(r.not_handed_over, 2);
 
         // A TSC whose rate moved makes both null with the reason.
@@ -562,15 +588,24 @@ mod tests {
         );
         assert!(r.holds.is_none() && r.handovers.is_none());
         assert!(r.holds_unavailable.unwrap().contains("TSC rate moved"));
-        // No waited sample: hand-overs null with a reason, holds measured.
+        // No waited acquisition: hand-overs null with a reason, holds measured.
         let mut one = Sampler::new(settings());
-        one.record(&cycle(0, false, 0, 10, 1_010));
+        one.record(&cycle(None, 0, 10, 1_010));
         let r = report(&settings(), 0.25, &[one.out], 10_000_000, tsc.clone(), tsc);
         assert!(r.holds.is_some() && r.handovers.is_none());
-        assert!(
-            r.handovers_unavailable
-                .unwrap()
-                .contains("no sampled acquisition waited")
-        );
+        assert!(r.handovers_unavailable.unwrap().contains("no acquisition waited"));
+    }
+
+    /// A thread that sleeps between its latest reading and a stretched hold: counted as guest.
+    #[test]
+    fn a_switch_since_the_latest_reading_makes_a_stretched_hold_guest() {
+        let mut s = Sampler::new(settings());
+        assert!(s.begin());
+        std::thread::sleep(Duration::from_millis(2));
+        s.record(&cycle(None, 0, 1_000, 100_000));
+        assert_eq!((s.out.holds.stretched, s.out.holds.stretched_guest), (1, 1));
+        // The stretched one read the counts anew: the next, with no switch between, is vCPU.
+        s.record(&cycle(None, 0, 200_000, 300_000));
+        assert_eq!((s.out.holds.stretched, s.out.holds.stretched_guest), (2, 1));
     }
 }

@@ -1,7 +1,8 @@
-//! Preempted lock holds and hand-overs, per run and per cell, from the lock payload's sampled
-//! `preemption` object (see `ocrig_payload::preempt_sample`): the share of sampled holds that
-//! were stretched (a holder preempted), of sampled hand-overs that were stretched (the lock
-//! handed to a waiter that was not running), and the time lost to each as a share of the run.
+//! Preempted lock holds and hand-overs, per run and per cell, from the lock payload's
+//! `preemption` object (see `ocrig_payload::preempt_sample`): the share of holds that were
+//! stretched (a holder preempted), of hand-overs that were stretched (the lock handed to a
+//! waiter that was not running), the time lost to each as a share of the run, and which share
+//! of the stretched ones the guest did not see (the host took the vCPU).
 //!
 //! Two pure steps so a caller that streams the journal can keep only the small per-run digest:
 //! [`of_record`] reduces one record, [`aggregate`] folds a cell's digests. A workload without a
@@ -18,15 +19,15 @@ use ocrig_payload::preempt_sample::{PreemptionReport, Stretch};
 /// One run's figures, each a value or why it is missing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPreemption {
-    /// Stretched / sampled holds.
+    /// Stretched / timed holds.
     pub stretched_holds: Result<f64, String>,
-    /// Estimated time lost in stretched holds / the run's time.
+    /// Time lost in stretched holds / the run's time.
     pub hold_lost: Result<f64, String>,
     /// Of the stretched holds, the share with no guest context switch (the host took the vCPU).
     pub holds_vcpu: Result<f64, String>,
-    /// Stretched / sampled hand-overs.
+    /// Stretched / timed hand-overs.
     pub stretched_handovers: Result<f64, String>,
-    /// Estimated time lost in stretched hand-overs / the run's time.
+    /// Time lost in stretched hand-overs / the run's time.
     pub handover_lost: Result<f64, String>,
     /// Of the stretched hand-overs, the share with no guest context switch.
     pub handovers_vcpu: Result<f64, String>,
@@ -134,23 +135,23 @@ pub fn aggregate(runs: impl IntoIterator<Item = RunPreemption>) -> Option<CellPr
 }
 
 /// What the report columns mean.
-pub const NOTE: &str = "stretched hold / hand-over: share of sampled lock holds longer than the calibrated hold by more than the \
-     threshold (holder preempted), and of sampled hand-overs (a release to the waiting next owner's first instruction) longer than it \
-     (waiter preempted); hold / hand-over loss: their estimated time (sampled x sampling period) as a share of the run; mean per run";
+pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer than the calibrated hold by more than the \
+     threshold (holder preempted), and of hand-overs (a release to the waiting next owner's first instruction) longer than it \
+     (waiter preempted), all timed with the guest's TSC; hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run";
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
-    /// A lock payload report's `preemption` object (holds: 1000 samples, `h` stretched, 4 of them
-    /// with a guest switch; hand-overs: 500 samples, `o` stretched, none with one).
+    /// A lock payload report's `preemption` object (holds: 1000 timed, `h` stretched, 4 of them
+    /// with a guest switch; hand-overs: 500 timed, `o` stretched, none with one).
     pub(crate) fn preemption_json(h: u64, o: u64, lost_h: f64, lost_o: f64) -> serde_json::Value {
         let tsc = serde_json::json!({"hz": 2.0e9, "window_ns": 20_000_000, "read_spread_ns": 100});
         let stretch = |n: u64, s: u64, guest: u64, lost: f64| {
             serde_json::json!({
-                "samples": n, "stretched": s, "stretched_share": s as f64 / n as f64,
-                "lost_ns_estimate": lost * 3e9, "lost_share": lost,
-                "stretched_guest": guest, "stretched_vcpu": s - guest, "p50_ns": 300,
+                "timed": n, "stretched": s, "stretched_share": s as f64 / n as f64,
+                "lost_ns": lost * 3e9, "lost_share": lost,
+                "stretched_guest": guest, "stretched_vcpu": s - guest, "sampled_p50_ns": 300, "sampled": n / 64,
                 "stretched_len": if s == 0 { serde_json::Value::Null } else {
                     serde_json::json!({"count": s, "p50_ns": 2_000_000, "p99_ns": null, "max_ns": 4_000_000})
                 },
@@ -233,11 +234,11 @@ pub(crate) mod tests {
         // One thread: holds measured, hand-overs null with the payload's reason.
         let mut one = preemption_json(0, 0, 0.0, 0.0);
         one["handovers"] = serde_json::Value::Null;
-        one["handovers_unavailable"] = "no sampled acquisition waited".into();
+        one["handovers_unavailable"] = "no acquisition waited".into();
         let mut r = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
         with_payload(&mut r, serde_json::json!({"preemption": one}));
         let p = of_record(&r).unwrap();
         assert_eq!(p.stretched_holds, Ok(0.0));
-        assert_eq!(p.stretched_handovers, Err("no sampled acquisition waited".into()));
+        assert_eq!(p.stretched_handovers, Err("no acquisition waited".into()));
     }
 }

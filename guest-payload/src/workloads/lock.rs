@@ -21,12 +21,13 @@
 //! second within the CPUs the threads can use, exclusive holds per second within one, and the
 //! calibration unchanged (within 5 %) over the run.
 //!
-//! Preempted holds and hand-overs ([`crate::preempt_sample`]): one in `--hold-sample-rate`⁻¹
-//! acquisitions per thread reads the TSC right after owning the lock and just before releasing
-//! it, and every release (while sampling is on) stores its TSC in a cell the lock protects, so a
-//! sampled acquisition that waited knows when the lock was handed to it. These are the only
-//! clock reads inside a critical section: a TSC read is a few cycles natively (no syscall, unlike
-//! the CLOCK_MONOTONIC reads above), and `--no-hold-sampling` takes them all out.
+//! Preempted holds and hand-overs ([`crate::preempt_sample`]): every acquisition reads the TSC
+//! right after owning the lock and just before releasing it, and every release stores its TSC in
+//! a cell the lock protects, so an acquisition that waited knows when the lock was handed to it;
+//! one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
+//! critical section). These TSC reads are the only clock reads inside a critical section: a few
+//! cycles natively (no syscall, unlike the CLOCK_MONOTONIC reads above), and
+//! `--no-hold-sampling` takes them all out.
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -46,7 +47,7 @@ use crate::env::Env;
 use crate::locks::owner::{OwnerCheck, OwnerId};
 use crate::locks::{self, LockInfo, LockVisitor, futex};
 use crate::metrics::{Ctxsw, Fairness, Latency, new_latency_histogram};
-use crate::preempt_sample::{self, Before, Cycle, PreemptionReport, Sampler, Settings, TscCalibration};
+use crate::preempt_sample::{self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration};
 use crate::report::Report;
 
 /// One in this many contended acquisitions (per thread, starting with the first) is timed.
@@ -84,8 +85,10 @@ pub struct Args {
     /// shared), and say so: the holds then took that much longer or shorter than asked.
     #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = positive_fraction)]
     pub max_calibration_drift: f64,
-    /// Share of acquisitions (per thread) whose hold and hand-over are timed with the TSC, in
-    /// (0, 1]; the period used is 1 / rate rounded. See `--no-hold-sampling` to switch it off.
+    /// Share of acquisitions (per thread), in (0, 1], that read the thread's context switches
+    /// before trying the lock (the window that splits stretched holds and hand-overs into guest
+    /// and vCPU preemption) and record their lengths; every hold is timed regardless. The
+    /// period used is 1 / rate rounded. `--no-hold-sampling` switches it all off.
     #[arg(long, default_value_t = preempt_sample::DEFAULT_SAMPLE_RATE, value_parser = sample_rate,
           allow_negative_numbers = true)]
     #[serde(default = "default_sample_rate")]
@@ -96,8 +99,8 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     #[serde(default = "default_threshold")]
     pub stretch_threshold_ns: u64,
-    /// No hold/hand-over sampling: no TSC read at all inside critical sections (the report's
-    /// `preemption` is then null, with the reason). For measuring the sampling's cost.
+    /// No hold/hand-over timing or sampling: no TSC read at all inside critical sections (the
+    /// report's `preemption` is then null, with the reason). For measuring their cost.
     #[arg(long)]
     #[serde(default)]
     pub no_hold_sampling: bool,
@@ -407,7 +410,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     };
     let preemption_unavailable = preemption
         .is_none()
-        .then(|| "hold/hand-over sampling switched off (--no-hold-sampling)".to_string());
+        .then(|| "hold/hand-over timing switched off (--no-hold-sampling)".to_string());
     let result = LockResult {
         algo: args.algo.clone(),
         threads: args.threads,
@@ -574,31 +577,35 @@ fn worker<R: RawMutex>(
     };
     let lock = &shared.lock.0;
     let protected = &shared.protected.0;
-    let sampling = sampler.is_some();
+    let timing = sampler.is_some();
     let cpu0 = checks::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !shared.stop.0.load(Ordering::Relaxed) {
         // A preemption anywhere below only lengthens the interval it falls in: before the
-        // try_lock it is outside every figure; between lock() and `entered` it is a stretched
-        // hand-over (the lock was ours and no one ran in it); between `entered` and `released`
-        // a stretched hold; between `released` and the unlock store it is counted as part of the
-        // next owner's hand-over (a window of a few instructions).
-        let sampled = sampler.as_mut().is_some_and(|s| s.due()).then(Before::now);
-        let (waited, sample) = if lock.try_lock() {
-            (false, None)
+        // try_lock, or between the failed try_lock and `began`, it is outside every figure;
+        // between `began` and lock() returning it is waiting (outside too, unless the lock was
+        // handed to this thread meanwhile: then it is the hand-over's); between lock() and
+        // `entered` a stretched hand-over (the lock was ours and no one ran in it); between
+        // `entered` and `released` a stretched hold; between `released` and the unlock store it
+        // counts in the next owner's hand-over (a window of a few instructions).
+        let sampled = sampler.as_mut().is_some_and(|s| s.begin());
+        let (wait_began, sample) = if lock.try_lock() {
+            (None, None)
         } else {
             out.contended += 1;
             let t0 = (out.contended % LATENCY_SAMPLE_EVERY == 1 % LATENCY_SAMPLE_EVERY).then(Instant::now);
+            let began = if timing { preempt_sample::ticks() } else { 0 };
             lock.lock();
-            (true, t0)
+            (Some(began), t0)
         };
-        let (entered, previous_release) = match sampled {
+        let (entered, previous_release) = if timing {
             // SAFETY: read under the lock (the cell's writers all hold it).
-            Some(_) => (preempt_sample::ticks(), unsafe { *protected.release_ticks.get() }),
-            None => (0, 0),
+            (preempt_sample::ticks(), unsafe { *protected.release_ticks.get() })
+        } else {
+            (0, 0)
         };
         critical(protected, me, hold_iters);
-        let released = if sampling {
+        let released = if timing {
             let t = preempt_sample::ticks();
             // SAFETY: still under the lock.
             unsafe { *protected.release_ticks.get() = t };
@@ -608,13 +615,13 @@ fn worker<R: RawMutex>(
         };
         // SAFETY: this thread acquired the lock above.
         unsafe { lock.unlock() };
-        if let (Some(s), Some(before)) = (sampler.as_mut(), sampled) {
+        if let Some(s) = sampler.as_mut() {
             s.record(&Cycle {
-                before,
-                waited,
+                wait_began,
                 entered,
                 previous_release,
                 released,
+                sampled,
             });
         }
         if let Some(t0) = sample {
@@ -749,20 +756,26 @@ mod tests {
         assert_eq!(p.sample_every, 64);
         // The TSC calibration is recorded, before and after, and agrees with itself.
         assert!(p.tsc_before.hz > 1e6 && (p.tsc_after.hz / p.tsc_before.hz - 1.0).abs() < 0.1);
-        let h = p.holds.as_ref().expect("holds sampled");
-        // The first acquisition, then one in 64, per thread.
+        let h = p.holds.as_ref().expect("holds timed");
+        // Every acquisition is timed; the first, then one in 64, per thread, is sampled.
+        assert_eq!(h.timed, r.ops_total);
         let expected: u64 = r.ops_per_thread.iter().map(|o| o.div_ceil(64)).sum();
-        assert_eq!(h.samples, expected);
-        assert!(h.stretched <= h.samples && h.stretched_guest + h.stretched_vcpu == h.stretched);
+        assert_eq!(h.sampled, expected);
+        assert!(h.stretched <= h.timed && h.stretched_guest + h.stretched_vcpu == h.stretched);
         // A normal sampled hold is the calibrated hold plus a few reads: never 100x it.
+        let p50 = h.sampled_p50_ns.unwrap() as f64;
         assert!(
-            (h.p50_ns as f64) < 100.0 * p.calibrated_hold_ns.max(1_000.0),
+            p50 < 100.0 * p.calibrated_hold_ns.max(1_000.0),
             "{h:?} vs {}",
             p.calibrated_hold_ns
         );
+        // Stretched time is at least the threshold per stretched hold, and within the run.
+        assert!(h.lost_ns >= h.stretched as f64 * p.threshold_ns as f64);
+        assert!(h.lost_share <= 1.0 + 1e-9, "{h:?}");
         assert_eq!(report.metrics["stretched_hold_share"], h.stretched_share);
         if let Some(o) = &p.handovers {
-            assert!(o.samples <= h.samples && o.stretched <= o.samples);
+            // Hand-overs only to acquisitions that waited.
+            assert!(o.timed <= r.contended && o.stretched <= o.timed);
             assert_eq!(report.metrics["stretched_handover_lost_share"], o.lost_share);
         }
         // Physics still holds with sampling on.
