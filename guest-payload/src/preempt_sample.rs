@@ -545,8 +545,9 @@ mod tests {
         assert!((o.handovers.lost_ns - 80_000.0).abs() < 1.0);
         assert_eq!(o.not_handed_over, 1);
         assert_eq!(o.clock_behind, 1);
-        // The thread was not switched out during this test's few µs: both count as vCPU.
-        assert_eq!(o.holds.stretched_guest + o.handovers.stretched_guest, 0);
+        // Only stretched ones are split (whether this thread was switched out meanwhile
+        // depends on the machine's load; `a_switch_since_...` makes one happen).
+        assert!(o.holds.stretched_guest <= 1 && o.handovers.stretched_guest <= 1);
 
         let tsc = TscCalibration {
             hz: 1e9,
@@ -562,7 +563,8 @@ mod tests {
             tsc.clone(),
         );
         let h = r.holds.unwrap();
-        assert_eq!((h.timed, h.stretched, h.stretched_vcpu), (12, 2, 2));
+        assert_eq!((h.timed, h.stretched), (12, 2));
+        assert_eq!(h.stretched_vcpu + h.stretched_guest, 2);
         assert!((h.stretched_share - 2.0 / 12.0).abs() < 1e-12);
         // 2 × 60 µs over 10 ms.
         assert!((h.lost_share - 0.012).abs() < 1e-9, "{h:?}");
