@@ -208,9 +208,11 @@ impl Tally {
 pub struct ThreadSamples {
     pub holds: Tally,
     pub handovers: Tally,
-    /// Waited acquisitions whose previous release came before the wait began (the lock was
-    /// released and taken by someone else between; e.g. a weak CAS failing spuriously): no
-    /// hand-over to this thread happened while it was queued, so none is counted.
+    /// Waited acquisitions whose previous release came before the TSC read that marks the
+    /// wait's start (just after the failed try_lock): the owner released in those few
+    /// instructions (the common case, so these hand-overs were short), or the lock was released
+    /// and retaken before it. Not counted as hand-overs: the release cannot be shown to have
+    /// found this thread waiting.
     pub not_handed_over: u64,
     /// Hand-overs whose release read later on the TSC than the entry (TSCs of two CPUs apart).
     pub clock_behind: u64,
