@@ -100,6 +100,22 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
                 "ctxsw_involuntary",
                 "involuntary context switches (preemptions) of the workers",
             ),
+            cond(
+                "stretched_hold_share",
+                "holds longer than the calibrated hold by more than --stretch-threshold-ns / holds (absent with --no-hold-sampling)",
+            ),
+            cond(
+                "stretched_hold_lost_share",
+                "time lost in stretched holds (beyond the calibrated hold) / the run's time",
+            ),
+            cond(
+                "stretched_handover_share",
+                "hand-overs (release to the waiting next owner's entry) longer than --stretch-threshold-ns / hand-overs",
+            ),
+            cond(
+                "stretched_handover_lost_share",
+                "time lost in stretched hand-overs / the run's time",
+            ),
         ],
         inputs: &[],
     },

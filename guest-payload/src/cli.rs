@@ -140,6 +140,8 @@ mod tests {
     #[test]
     fn validates_known_and_rejects_bad_arguments() {
         assert!(v(&["lock", "--algo", "tas", "--threads", "2"]).is_ok());
+        assert!(v(&["lock", "--hold-sample-rate", "1", "--stretch-threshold-ns", "1"]).is_ok());
+        assert!(v(&["lock", "--no-hold-sampling"]).is_ok());
         let e = v(&["lock", "--threads", "0"]).unwrap_err().to_string();
         assert!(e.contains("threads"), "{e}");
         let e = v(&["lock", "--algo", "bogus"]).unwrap_err().to_string();
@@ -219,6 +221,11 @@ mod tests {
             ),
             (&["sysfs-mutex", "--root", ""], "empty path"),
             (&["sysfs-mutex", "--tasks-per-cpu", "0"], "tasks-per-cpu"),
+            (&["lock", "--hold-sample-rate", "0"], "hold-sample-rate"),
+            (&["lock", "--hold-sample-rate", "1.5"], "hold-sample-rate"),
+            (&["lock", "--hold-sample-rate", "nan"], "hold-sample-rate"),
+            (&["lock", "--stretch-threshold-ns", "0"], "stretch-threshold-ns"),
+            (&["lock", "--stretch-threshold-ns", "-5"], "stretch-threshold-ns"),
         ] {
             let e = v(bad).expect_err(&format!("{bad:?} accepted")).to_string();
             assert!(e.contains(needle), "{bad:?}: {e}");

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod env;
 pub mod locks;
 pub mod metrics;
+pub mod preempt_sample;
 pub mod probe;
 pub mod report;
 pub mod workloads;

@@ -57,13 +57,46 @@ pub const COLUMNS: [&str; 41] = [
     "kvm_note",
 ];
 
+/// Stretched lock holds and hand-overs (`stats::preemption`), after the KVM counters; empty for
+/// workloads without a lock, the note saying why a lock cell has none.
+pub const PREEMPTION_COLUMNS: [&str; 7] = [
+    "stretched_hold_share",
+    "hold_lost_share",
+    "stretched_hold_vcpu_share",
+    "stretched_handover_share",
+    "handover_lost_share",
+    "stretched_handover_vcpu_share",
+    "preemption_note",
+];
+
 /// Every column name, in order.
 pub fn header() -> Vec<String> {
     COLUMNS
         .iter()
         .map(|c| c.to_string())
         .chain(KVM_COLUMNS.iter().map(|(k, _)| format!("kvm_{k}")))
+        .chain(PREEMPTION_COLUMNS.iter().map(|c| c.to_string()))
         .collect()
+}
+
+fn preemption_fields(c: &Cell) -> Vec<String> {
+    let Some(p) = &c.preemption else {
+        return vec![String::new(); PREEMPTION_COLUMNS.len()];
+    };
+    let note = [&p.stretched_holds, &p.stretched_handovers]
+        .iter()
+        .filter_map(|m| m.unavailable.as_ref())
+        .next()
+        .cloned();
+    vec![
+        num(p.stretched_holds.mean()),
+        num(p.hold_lost.mean()),
+        num(p.holds_vcpu.mean()),
+        num(p.stretched_handovers.mean()),
+        num(p.handover_lost.mean()),
+        num(p.handovers_vcpu.mean()),
+        text(note.as_ref()),
+    ]
 }
 
 /// Quotes a field if it contains a comma, quote or line break (RFC 4180).
@@ -147,6 +180,7 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
             .iter()
             .map(|(k, _)| num(c.kvm.counters.get(*k).copied())),
     );
+    r.extend(preemption_fields(c));
     r
 }
 
@@ -313,5 +347,65 @@ mod tests {
             "",
             "the baseline's own row compares with nothing"
         );
+    }
+
+    #[test]
+    fn lock_cells_carry_stretched_holds_and_handovers_and_other_workloads_none() {
+        use crate::stats::preemption::tests::{preemption_json, with_payload};
+        let mut j = journal();
+        for r in j.runs.iter_mut().filter(|r| r.workload == "lock-ticket") {
+            // 1x: 20 % of hand-overs stretched, losing 40 % of the run; 0.5x: 1 % / 1 %.
+            let (o, lost) = if r.level < 1.0 { (5, 0.01) } else { (100, 0.4) };
+            with_payload(
+                r,
+                serde_json::json!({"preemption": preemption_json(10, o, 0.1, lost), "preemption_unavailable": null}),
+            );
+        }
+        let text = render(&j, Format::Csv, &ReportOptions::default()).unwrap();
+        let rows = parse(&text);
+        let head = header();
+        assert!(rows.iter().all(|r| r.len() == head.len()), "ragged rows");
+        let col = |name: &str| head.iter().position(|c| c == name).unwrap();
+        let lock_1x = rows
+            .iter()
+            .find(|r| {
+                r[col("workload")] == "lock-ticket" && r[col("level")] == "1" && r[col("kind")] == "cell"
+            })
+            .unwrap();
+        assert!((lock_1x[col("stretched_hold_share")].parse::<f64>().unwrap() - 0.01).abs() < 1e-12);
+        assert!((lock_1x[col("stretched_handover_share")].parse::<f64>().unwrap() - 0.2).abs() < 1e-12);
+        assert!((lock_1x[col("handover_lost_share")].parse::<f64>().unwrap() - 0.4).abs() < 1e-12);
+        assert_eq!(
+            lock_1x[col("stretched_handover_vcpu_share")]
+                .parse::<f64>()
+                .unwrap(),
+            1.0
+        );
+        assert_eq!(lock_1x[col("preemption_note")], "");
+        let hb = rows.iter().find(|r| r[col("workload")] == "hackbench").unwrap();
+        assert_eq!(hb[col("stretched_hold_share")], "");
+
+        // The text table: four columns right after the vCPU wait columns, for the lock only.
+        let m = crate::report::model(&j, &ReportOptions::default());
+        let lock = m.workloads.iter().find(|w| w.workload == "lock-ticket").unwrap();
+        let t = crate::report::cell_rows(lock);
+        assert_eq!(t[0][7..11], crate::report::PREEMPTION_COLUMNS.map(String::from));
+        let row_1x = t.iter().find(|r| r[0] == "base" && r[1] == "1x").unwrap();
+        assert_eq!(row_1x[9..11], ["20.00%", "40.00%"]);
+        let hb = m.workloads.iter().find(|w| w.workload == "hackbench").unwrap();
+        assert!(
+            !crate::report::cell_rows(hb)[0]
+                .iter()
+                .any(|h| h.contains("stretched"))
+        );
+        // JSON carries the cell's figures; a cell without a lock has no `preemption` at all.
+        let v: serde_json::Value =
+            serde_json::from_str(&render(&j, Format::Json, &ReportOptions::default()).unwrap()).unwrap();
+        let cells = |w: usize| v["workloads"][w]["series"][0]["cells"][1].clone();
+        assert!(cells(0).get("preemption").is_none());
+        let mean = cells(1)["preemption"]["stretched_handovers"]["summary"]["mean"]
+            .as_f64()
+            .unwrap();
+        assert!((mean - 0.2).abs() < 1e-12, "{mean}");
     }
 }

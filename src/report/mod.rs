@@ -573,6 +573,7 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     let jain = has(&|c| c.jain.is_some());
     let ctxsw = has(&|c| c.ctxsw_voluntary.is_some() || c.ctxsw_involuntary.is_some());
     let others = has(&|c| c.other_guests.is_some());
+    let preempted = has(&|c| c.preemption.is_some());
     let mut head: Vec<String> = [
         "variant",
         "oc",
@@ -584,6 +585,9 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
     ]
     .map(String::from)
     .to_vec();
+    if preempted {
+        head.extend(PREEMPTION_COLUMNS.map(String::from));
+    }
     let optional = [
         (contention, "contention"),
         (jain, "jain"),
@@ -610,6 +614,9 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
                 fmt_share(c.guest_steal.mean()),
                 fmt_share(c.host_other.mean()),
             ];
+            if preempted {
+                row.extend(preemption_cells(c));
+            }
             if contention {
                 row.push(fmt_frac(c.contention_rate));
             }
@@ -627,6 +634,33 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
         }
     }
     rows
+}
+
+/// The stretched hold / hand-over columns of the cell table (lock workloads; see
+/// `stats::preemption`), placed right after the vCPU wait they explain.
+pub const PREEMPTION_COLUMNS: [&str; 4] = [
+    "stretched hold",
+    "hold loss",
+    "stretched hand-over",
+    "hand-over loss",
+];
+
+/// A cell's [`PREEMPTION_COLUMNS`]: shares as percentages (two decimals: 1 % is the line between
+/// alone and preempted), `-` when not measured.
+fn preemption_cells(c: &Cell) -> [String; 4] {
+    let pct = |m: &crate::stats::explain::Measured| {
+        m.mean()
+            .map_or_else(|| "-".into(), |x| format!("{:.2}%", x * 100.0))
+    };
+    match &c.preemption {
+        Some(p) => [
+            pct(&p.stretched_holds),
+            pct(&p.hold_lost),
+            pct(&p.stretched_handovers),
+            pct(&p.handover_lost),
+        ],
+        None => ["-".into(), "-".into(), "-".into(), "-".into()],
+    }
 }
 
 /// KVM counters shown per cell (mean per run of guest 0's VM), with their column names
@@ -691,6 +725,25 @@ pub fn telemetry_notes(wl: &WorkloadModel) -> Vec<String> {
             .filter_map(|c| c.host_other.unavailable.as_ref())
             .collect(),
     ));
+    let preemption: Vec<&crate::stats::preemption::CellPreemption> =
+        cells.iter().filter_map(|c| c.preemption.as_ref()).collect();
+    if !preemption.is_empty() {
+        notes.push(crate::stats::preemption::NOTE.into());
+        notes.extend(reasons(
+            "stretched hold",
+            preemption
+                .iter()
+                .filter_map(|p| p.stretched_holds.unavailable.as_ref())
+                .collect(),
+        ));
+        notes.extend(reasons(
+            "stretched hand-over",
+            preemption
+                .iter()
+                .filter_map(|p| p.stretched_handovers.unavailable.as_ref())
+                .collect(),
+        ));
+    }
     if cells.iter().any(|c| c.ctxsw_voluntary.is_some()) {
         notes.push(
             "cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run"

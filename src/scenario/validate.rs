@@ -342,7 +342,8 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             };
             let argv = expand::payload_argv(&w, &unprobed);
             if let Err(e) = ocrig_payload::cli::validate(&argv) {
-                let (path, msg) = payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty());
+                let (path, msg) =
+                    payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty(), &v.args);
                 err(&path, msg);
                 continue;
             }
@@ -662,8 +663,9 @@ fn payload_error_location(
     e: &clap::Error,
     workload: usize,
     argv: &[String],
-    _variant: usize,
-    _implicit: bool,
+    variant: usize,
+    implicit: bool,
+    variant_args: &std::collections::BTreeMap<String, crate::scenario::model::ArgValue>,
 ) -> (Vec<Seg>, String) {
     use clap::error::{ContextKind, ContextValue};
     let mut path = vec![key("workloads"), Seg::Index(workload)];
@@ -673,8 +675,25 @@ fn payload_error_location(
     };
     if let Some(flag) = arg.as_deref().and_then(|a| a.strip_prefix("--")) {
         let name = flag.split([' ', '=', '<']).next().unwrap_or(flag).to_string();
-        path.push(key("args"));
-        path.push(Seg::Key(name));
+        // A variant's arguments override the workload's (expand::payload_argv): a value the
+        // variant gave is located in the variant, under the key as written there.
+        let in_variant = variant_args
+            .keys()
+            .find(|k| !implicit && k.replace('_', "-") == name);
+        match in_variant {
+            Some(k) => {
+                path = vec![
+                    key("variants"),
+                    Seg::Index(variant),
+                    key("args"),
+                    Seg::Key(k.clone()),
+                ]
+            }
+            None => {
+                path.push(key("args"));
+                path.push(Seg::Key(name));
+            }
+        }
     } else if matches!(e.kind(), clap::error::ErrorKind::InvalidSubcommand) {
         path.push(key("command"));
     } else {
@@ -745,6 +764,29 @@ mod tests {
         let e = validate(&l, &facts()).unwrap_err();
         assert_eq!(e.0[0].field, "workloads[0].command", "{e}");
         assert_eq!(e.0[0].line, Some(4));
+    }
+
+    #[test]
+    fn a_sampling_rate_outside_0_1_or_a_threshold_not_above_0_is_refused_at_its_field() {
+        for (arg, value, field) in [
+            ("hold-sample-rate", "0", "hold-sample-rate"),
+            ("hold-sample-rate", "1.5", "hold-sample-rate"),
+            ("stretch-threshold-ns", "0", "stretch-threshold-ns"),
+            ("stretch-threshold-ns", "-1", "stretch-threshold-ns"),
+        ] {
+            let (_d, l) = loaded(&format!(
+                "name: x\nlevels: [1]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{{arg}: {value}}}}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n"
+            ));
+            let e = validate(&l, &facts()).unwrap_err();
+            assert_eq!(e.0.len(), 1, "{e}");
+            assert_eq!(e.0[0].field, format!("variants[1].args.{field}"), "{e}");
+            assert_eq!(e.0[0].line, Some(5), "{e}");
+            assert!(e.to_string().contains(&format!("--{arg}")), "{e}");
+        }
+        let (_d, l) = loaded(
+            "name: x\nlevels: [1]\nworkloads:\n  - command: lock\n    metric: stretched_handover_share\n    args: {hold-sample-rate: 1, stretch-threshold-ns: 20000}\n",
+        );
+        validate(&l, &facts()).unwrap();
     }
 
     #[test]

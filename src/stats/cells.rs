@@ -133,6 +133,9 @@ pub struct Cell {
     /// Guest 0's VM's KVM counters, mean per run.
     #[serde(default)]
     pub kvm: explain::KvmCell,
+    /// Stretched lock holds and hand-overs (lock workloads only; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<super::preemption::CellPreemption>,
 }
 
 /// One primary result: its run index and value.
@@ -375,6 +378,9 @@ fn cell(
         ctxsw_voluntary: metric_mean(CTXSW_VOLUNTARY_METRIC),
         ctxsw_involuntary: metric_mean(CTXSW_INVOLUNTARY_METRIC),
         kvm: explain::kvm_cell(primary(records, variant, level), ctx),
+        preemption: super::preemption::aggregate(
+            primary(records, variant, level).filter_map(super::preemption::of_record),
+        ),
     }
 }
 

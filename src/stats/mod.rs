@@ -7,6 +7,7 @@
 //! - [`cells`]: journal records grouped into cells and the comparison model reports render.
 //! - [`explain`]: per-cell telemetry (vCPU wait, guest steal, KVM counters) or why it is missing.
 //! - [`kernel_symbols`]: the guest kernel's busiest symbols per cell, from the runs' profiles.
+//! - [`preemption`]: per-run and per-cell stretched lock holds and hand-overs (lock workloads).
 
 pub mod cells;
 pub mod compare;
@@ -14,4 +15,5 @@ pub mod explain;
 pub mod kernel_symbols;
 pub mod outliers;
 pub mod power;
+pub mod preemption;
 pub mod summary;

@@ -20,6 +20,14 @@
 //! ([`crate::checks`]): CPU time inside the window within elapsed × CPUs, calibrated work per
 //! second within the CPUs the threads can use, exclusive holds per second within one, and the
 //! calibration unchanged (within 5 %) over the run.
+//!
+//! Preempted holds and hand-overs ([`crate::preempt_sample`]): every acquisition reads the TSC
+//! right after owning the lock and just before releasing it, and every release stores its TSC in
+//! a cell the lock protects, so an acquisition that waited knows when the lock was handed to it;
+//! one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
+//! critical section). These TSC reads are the only clock reads inside a critical section: a few
+//! cycles natively (no syscall, unlike the CLOCK_MONOTONIC reads above), and
+//! `--no-hold-sampling` takes them all out.
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -39,6 +47,7 @@ use crate::env::Env;
 use crate::locks::owner::{OwnerCheck, OwnerId};
 use crate::locks::{self, LockInfo, LockVisitor, futex};
 use crate::metrics::{Ctxsw, Fairness, Latency, new_latency_histogram};
+use crate::preempt_sample::{self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration};
 use crate::report::Report;
 
 /// One in this many contended acquisitions (per thread, starting with the first) is timed.
@@ -76,6 +85,44 @@ pub struct Args {
     /// shared), and say so: the holds then took that much longer or shorter than asked.
     #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = positive_fraction)]
     pub max_calibration_drift: f64,
+    /// Share of acquisitions (per thread), in (0, 1], that read the thread's context switches
+    /// before trying the lock (the window that splits stretched holds and hand-overs into guest
+    /// and vCPU preemption) and record their lengths; every hold is timed regardless. The
+    /// period used is 1 / rate rounded. `--no-hold-sampling` switches it all off.
+    #[arg(long, default_value_t = preempt_sample::DEFAULT_SAMPLE_RATE, value_parser = sample_rate,
+          allow_negative_numbers = true)]
+    #[serde(default = "default_sample_rate")]
+    pub hold_sample_rate: f64,
+    /// A sampled hold longer than the calibrated hold by more than this, or a sampled hand-over
+    /// longer than this, is stretched (a preemption), in nanoseconds.
+    #[arg(long, default_value_t = preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS,
+          value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    #[serde(default = "default_threshold")]
+    pub stretch_threshold_ns: u64,
+    /// No hold/hand-over timing or sampling: no TSC read at all inside critical sections (the
+    /// report's `preemption` is then null, with the reason). For measuring their cost.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_hold_sampling: bool,
+}
+
+fn default_sample_rate() -> f64 {
+    preempt_sample::DEFAULT_SAMPLE_RATE
+}
+
+fn default_threshold() -> u64 {
+    preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS
+}
+
+/// A sampling rate: a share of acquisitions in (0, 1] (0 would sample nothing; use
+/// `--no-hold-sampling` to say that).
+fn sample_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "{s:?} is not a sampling rate in (0, 1] (e.g. 0.015625 for 1 in 64; --no-hold-sampling switches sampling off)"
+        )),
+    }
 }
 
 fn positive_fraction(s: &str) -> Result<f64, String> {
@@ -129,6 +176,10 @@ pub struct LockResult {
     /// CPU time of every worker inside the measured window (thread CPU clocks read after the
     /// gate and at the stop), nanoseconds.
     pub window_cpu_ns: u64,
+    /// Sampled holds and hand-overs, stretched ones (preemptions) among them; null when
+    /// sampling was off, with `preemption_unavailable` saying so.
+    pub preemption: Option<PreemptionReport>,
+    pub preemption_unavailable: Option<String>,
 }
 
 /// The calibration of one run's busy work.
@@ -157,6 +208,11 @@ struct Padded<T>(T);
 struct Protected {
     owner: OwnerCheck,
     data: UnsafeCell<[u64; 6]>,
+    /// The TSC of the last release (0: none yet, or sampling off). Written by the owner just
+    /// before its unlock and read by the next owner right after its lock: the lock's own
+    /// release/acquire orders the two, so it needs no atomic (and it shares the line the owner
+    /// already has).
+    release_ticks: UnsafeCell<u64>,
 }
 
 struct Shared<R: RawMutex> {
@@ -168,6 +224,8 @@ struct Shared<R: RawMutex> {
     gap_iters: AtomicU64,
     /// The calibrating workers' calibrations before the gate.
     before: Mutex<Vec<Calibration>>,
+    /// The calibrated hold in ns (f64 bits), stored with the iteration counts.
+    calibrated_hold_ns: AtomicU64,
 }
 
 // SAFETY: `protected.data` is only accessed while `lock` is held.
@@ -181,6 +239,7 @@ struct ThreadOutcome {
     ctxsw: Ctxsw,
     window_cpu_ns: u64,
     after: Option<Calibration>,
+    samples: Option<preempt_sample::ThreadSamples>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -211,11 +270,22 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         protected: Padded(Protected {
             owner: OwnerCheck::new(),
             data: UnsafeCell::new([0; 6]),
+            release_ticks: UnsafeCell::new(0),
         }),
         stop: Padded(AtomicBool::new(false)),
         hold_iters: AtomicU64::new(0),
         gap_iters: AtomicU64::new(0),
         before: Mutex::new(Vec::new()),
+        calibrated_hold_ns: AtomicU64::new(0),
+    });
+    // Measured before any worker starts (they would load the CPU it measures on).
+    let tsc_before =
+        (!args.no_hold_sampling).then(|| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
+    let sampling = tsc_before.as_ref().map(|t| Settings {
+        every: Settings::every_for(args.hold_sample_rate),
+        threshold_ns: args.stretch_threshold_ns,
+        calibrated_hold_ns: f64::NAN, // known after the calibration, set by each worker
+        tsc_hz: t.hz,
     });
     let gate = Arc::new(StartGate::new(args.threads as usize));
     // The same kind of gate at the end: the main thread stamps the end (and so every worker's
@@ -239,7 +309,15 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
                     // Relaxed: stored under the gate's mutex, which arrive() took after.
                     let hold = shared.hold_iters.load(Ordering::Relaxed);
                     let gap = shared.gap_iters.load(Ordering::Relaxed);
-                    let mut out = worker(&shared, t as OwnerId + 1, hold, gap);
+                    let sampler = sampling.map(|s| {
+                        Sampler::new(Settings {
+                            calibrated_hold_ns: f64::from_bits(
+                                shared.calibrated_hold_ns.load(Ordering::Relaxed),
+                            ),
+                            ..s
+                        })
+                    });
+                    let mut out = worker(&shared, t as OwnerId + 1, hold, gap, sampler);
                     stop_gate.arrive();
                     out.after = calibrates.then(busywork::calibrate);
                     out
@@ -255,6 +333,10 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             Ok((hold, gap)) => {
                 shared.hold_iters.store(*hold, Ordering::Relaxed);
                 shared.gap_iters.store(*gap, Ordering::Relaxed);
+                let calibrated_hold = *hold as f64 * ns_per_iter;
+                shared
+                    .calibrated_hold_ns
+                    .store(calibrated_hold.to_bits(), Ordering::Relaxed);
             }
             // Refused: the workers leave at once (0 operations) and the run fails below.
             Err(_) => shared.stop.0.store(true, Ordering::Relaxed),
@@ -273,6 +355,9 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         .map(|h| h.join().map_err(|_| anyhow::anyhow!("a lock worker panicked")))
         .collect::<anyhow::Result<_>>()?;
     let ((hold_iters, gap_iters), before, ns_before) = counts?;
+    let tsc_after = tsc_before
+        .as_ref()
+        .map(|_| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
     // Every counted operation lies inside the window: each worker was parked at the stop gate.
     let elapsed = end.saturating_duration_since(start);
     let (futex, futex_unavailable) = super::futex_counts(info);
@@ -307,6 +392,25 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let acquire_latency =
         (!cycle.is_empty()).then(|| Latency::of(&cycle).minus(calibration.effective_hold_ns.round() as u64));
     let acquire_latency_samples = cycle.len();
+    let thread_samples: Vec<preempt_sample::ThreadSamples> =
+        outcomes.iter().filter_map(|o| o.samples.clone()).collect();
+    let preemption = match (sampling, tsc_before, tsc_after) {
+        (Some(s), Some(before), Some(after)) => Some(preempt_sample::report(
+            &Settings {
+                calibrated_hold_ns: calibration.effective_hold_ns,
+                ..s
+            },
+            args.hold_sample_rate,
+            &thread_samples,
+            elapsed.as_nanos() as u64,
+            before,
+            after,
+        )),
+        _ => None,
+    };
+    let preemption_unavailable = preemption
+        .is_none()
+        .then(|| "hold/hand-over timing switched off (--no-hold-sampling)".to_string());
     let result = LockResult {
         algo: args.algo.clone(),
         threads: args.threads,
@@ -340,6 +444,8 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         threads_ctxsw: outcomes.iter().map(|o| o.ctxsw).collect(),
         window_cpu_ns: outcomes.iter().map(|o| o.window_cpu_ns).sum(),
         calibration,
+        preemption,
+        preemption_unavailable,
     };
     anyhow::ensure!(
         result.owner_violations == 0,
@@ -427,6 +533,14 @@ fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
         m.insert("futex_wakes".into(), f.wakes as f64);
     }
     Ctxsw::insert_metrics(&r.threads_ctxsw, &mut m);
+    if let Some(p) = &r.preemption {
+        for (name, s) in [("hold", &p.holds), ("handover", &p.handovers)] {
+            if let Some(s) = s {
+                m.insert(format!("stretched_{name}_share"), s.stretched_share);
+                m.insert(format!("stretched_{name}_lost_share"), s.lost_share);
+            }
+        }
+    }
     m
 }
 
@@ -445,7 +559,13 @@ fn critical(p: &Protected, me: OwnerId, hold_iters: u64) {
     p.owner.leave(me);
 }
 
-fn worker<R: RawMutex>(shared: &Shared<R>, me: OwnerId, hold_iters: u64, gap_iters: u64) -> ThreadOutcome {
+fn worker<R: RawMutex>(
+    shared: &Shared<R>,
+    me: OwnerId,
+    hold_iters: u64,
+    gap_iters: u64,
+    mut sampler: Option<Sampler>,
+) -> ThreadOutcome {
     let mut out = ThreadOutcome {
         ops: 0,
         contended: 0,
@@ -453,22 +573,57 @@ fn worker<R: RawMutex>(shared: &Shared<R>, me: OwnerId, hold_iters: u64, gap_ite
         ctxsw: Ctxsw::default(),
         window_cpu_ns: 0,
         after: None,
+        samples: None,
     };
     let lock = &shared.lock.0;
+    let protected = &shared.protected.0;
+    let timing = sampler.is_some();
     let cpu0 = checks::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !shared.stop.0.load(Ordering::Relaxed) {
-        let sample = if lock.try_lock() {
-            None
+        // A preemption anywhere below only lengthens the interval it falls in: before the
+        // try_lock, or between the failed try_lock and `began`, it is outside every figure;
+        // between `began` and lock() returning it is waiting (outside too, unless the lock was
+        // handed to this thread meanwhile: then it is the hand-over's); between lock() and
+        // `entered` a stretched hand-over (the lock was ours and no one ran in it); between
+        // `entered` and `released` a stretched hold; between `released` and the unlock store it
+        // counts in the next owner's hand-over (a window of a few instructions).
+        let sampled = sampler.as_mut().is_some_and(|s| s.begin());
+        let (wait_began, sample) = if lock.try_lock() {
+            (None, None)
         } else {
             out.contended += 1;
             let t0 = (out.contended % LATENCY_SAMPLE_EVERY == 1 % LATENCY_SAMPLE_EVERY).then(Instant::now);
+            let began = if timing { preempt_sample::ticks() } else { 0 };
             lock.lock();
-            t0
+            (Some(began), t0)
         };
-        critical(&shared.protected.0, me, hold_iters);
+        let (entered, previous_release) = if timing {
+            // SAFETY: read under the lock (the cell's writers all hold it).
+            (preempt_sample::ticks(), unsafe { *protected.release_ticks.get() })
+        } else {
+            (0, 0)
+        };
+        critical(protected, me, hold_iters);
+        let released = if timing {
+            let t = preempt_sample::ticks();
+            // SAFETY: still under the lock.
+            unsafe { *protected.release_ticks.get() = t };
+            t
+        } else {
+            0
+        };
         // SAFETY: this thread acquired the lock above.
         unsafe { lock.unlock() };
+        if let Some(s) = sampler.as_mut() {
+            s.record(&Cycle {
+                wait_began,
+                entered,
+                previous_release,
+                released,
+                sampled,
+            });
+        }
         if let Some(t0) = sample {
             let _ = out.cycle.record((t0.elapsed().as_nanos() as u64).max(1));
         }
@@ -477,6 +632,7 @@ fn worker<R: RawMutex>(shared: &Shared<R>, me: OwnerId, hold_iters: u64, gap_ite
     }
     out.ctxsw = Ctxsw::this_thread().since(before);
     out.window_cpu_ns = checks::thread_cpu_ns().saturating_sub(cpu0);
+    out.samples = sampler.map(|s| s.out);
     out
 }
 
@@ -492,6 +648,9 @@ mod tests {
             hold_ns: 100,
             gap_ns: 100,
             max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
+            hold_sample_rate: preempt_sample::DEFAULT_SAMPLE_RATE,
+            stretch_threshold_ns: preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS,
+            no_hold_sampling: false,
         }
     }
 
@@ -586,6 +745,90 @@ mod tests {
         a.hold_ns = 2000;
         let e = bench::<NoLock>(&a, &INFO).unwrap_err().to_string();
         assert!(e.contains("'nolock'") && e.contains("owner-identity"), "{e}");
+    }
+
+    #[test]
+    fn sampled_holds_and_handovers_are_reported_and_sampling_switches_off() {
+        let report = run(&args("ticket", 2)).unwrap();
+        let r: LockResult = report.detail_as().unwrap();
+        let p = r.preemption.as_ref().expect("sampling is on by default");
+        assert!(r.preemption_unavailable.is_none());
+        assert_eq!(p.sample_every, 64);
+        // The TSC calibration is recorded, before and after, and agrees with itself.
+        assert!(p.tsc_before.hz > 1e6 && (p.tsc_after.hz / p.tsc_before.hz - 1.0).abs() < 0.1);
+        let h = p.holds.as_ref().expect("holds timed");
+        // Every acquisition is timed; the first, then one in 64, per thread, is sampled.
+        assert_eq!(h.timed, r.ops_total);
+        let expected: u64 = r.ops_per_thread.iter().map(|o| o.div_ceil(64)).sum();
+        assert_eq!(h.sampled, expected);
+        assert!(h.stretched <= h.timed && h.stretched_guest + h.stretched_vcpu == h.stretched);
+        // A normal sampled hold is the calibrated hold plus a few reads: never 100x it.
+        let p50 = h.sampled_p50_ns.unwrap() as f64;
+        assert!(
+            p50 < 100.0 * p.calibrated_hold_ns.max(1_000.0),
+            "{h:?} vs {}",
+            p.calibrated_hold_ns
+        );
+        // Stretched time is at least the threshold per stretched hold, and within the run.
+        assert!(h.lost_ns >= h.stretched as f64 * p.threshold_ns as f64);
+        assert!(h.lost_share <= 1.0 + 1e-9, "{h:?}");
+        assert_eq!(report.metrics["stretched_hold_share"], h.stretched_share);
+        if let Some(o) = &p.handovers {
+            // Hand-overs only to acquisitions that waited.
+            assert!(o.timed <= r.contended && o.stretched <= o.timed);
+            assert_eq!(report.metrics["stretched_handover_lost_share"], o.lost_share);
+        }
+        // Physics still holds with sampling on.
+        assert!(
+            report
+                .checks
+                .iter()
+                .find(|c| c.name == "holds_serialised")
+                .unwrap()
+                .ok
+        );
+
+        let mut off = args("ticket", 2);
+        off.no_hold_sampling = true;
+        let report = run(&off).unwrap();
+        let r: LockResult = report.detail_as().unwrap();
+        assert!(r.preemption.is_none());
+        assert!(r.preemption_unavailable.unwrap().contains("--no-hold-sampling"));
+        assert!(!report.metrics.contains_key("stretched_hold_share"));
+        // Null, not absent: a lock report always says whether it sampled.
+        let v = serde_json::to_value(&report).unwrap();
+        assert!(v.get("preemption").is_some_and(|p| p.is_null()));
+    }
+
+    /// Two spinning threads squeezed onto one CPU: the kernel preempts holders (the waiter then
+    /// spins through its slice), so stretched holds appear, and the thread's own involuntary
+    /// switch count says the scheduler it runs under did it.
+    #[test]
+    fn holders_preempted_by_the_scheduler_are_stretched_and_counted_as_guest() {
+        let outcome = std::thread::spawn(|| {
+            // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread (pid 0); the
+            // workers it spawns inherit the mask.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                let cpu = libc::sched_getcpu().max(0) as usize;
+                libc::CPU_SET(cpu, &mut set);
+                assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+            }
+            let mut a = args("tas", 2);
+            a.duration_ms = 400;
+            a.hold_ns = 5_000;
+            a.hold_sample_rate = 1.0;
+            run(&a).unwrap()
+        })
+        .join()
+        .unwrap();
+        let r: LockResult = outcome.detail_as().unwrap();
+        let h = r.preemption.unwrap().holds.unwrap();
+        assert!(h.stretched >= 1, "{h:?}");
+        assert!(h.stretched_guest >= 1, "{h:?}");
+        assert!(h.lost_share > 0.0 && h.lost_share <= 1.5, "{h:?}");
+        let len = h.stretched_len.unwrap();
+        assert!(len.max_ns >= len.p50_ns && len.p50_ns > 50_000, "{len:?}");
     }
 
     #[test]

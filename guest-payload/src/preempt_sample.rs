@@ -1,0 +1,615 @@
+//! Lock holds and hand-overs timed with the TSC, stretched ones (preemptions) counted, timed
+//! and split into vCPU and guest preemption by sampled context-switch readings.
+//!
+//! Why: a lock that collapses under vCPU overcommit loses its time either to a preempted holder
+//! (the critical section takes a host time slice instead of its calibrated length) or to a
+//! preempted next owner (the lock was handed to a waiter whose vCPU is not running, so it sits
+//! free). This module measures both inside the guest, per run.
+//!
+//! - Clock: the TSC (`rdtsc`: a few cycles natively, no syscall; guests run on it). Its rate is
+//!   measured against CLOCK_MONOTONIC before the run and again after it ([`TscCalibration`]);
+//!   a rate that moved by more than [`MAX_TSC_RATE_CHANGE`] makes the figures null with a reason.
+//! - Hold: every acquisition reads the TSC right after owning the lock and just before its
+//!   release. Stretched when longer than the calibrated hold by more than the threshold.
+//! - Hand-over: every release stores its TSC in a cell protected by the lock itself; an
+//!   acquisition that had to wait (its try_lock failed; it read the TSC then) reads that cell
+//!   right after owning the lock: hand-over = now − the previous owner's release. Counted only
+//!   when that release came after the wait began (so a waiter was queued when it happened);
+//!   stretched when longer than the threshold.
+//!   Every hold and hand-over is timed (two TSC reads a cycle, a third on a contended one)
+//!   rather than 1 in 64: stretched ones are rare (0.01-0.3 % under TCG) and long (0.1-30 ms),
+//!   so a 1-in-64 sample sees a handful a run and its ×64 estimate of the time they cost swung
+//!   from 0.1 % to 230 % of the run between runs of one cell (measured, issue 23).
+//! - Sampling (`--hold-sample-rate`, default 1 in 64 acquisitions per thread): what costs a
+//!   syscall. A sampled acquisition reads the thread's context-switch counts (getrusage
+//!   RUSAGE_THREAD) before trying the lock, and records its hold and hand-over lengths in the
+//!   distribution of normal ones. A stretched hold or hand-over reads the counts again and
+//!   compares them with the latest reading (at most one sampling period of acquisitions
+//!   earlier): a rise means the guest scheduler switched the thread out in that window (guest
+//!   preemption, or a sleep for sleeping locks); none means the guest never took the CPU from
+//!   the thread, so the time went where the guest cannot see: the host took the vCPU (or, far
+//!   less likely at this threshold, a long interrupt handler ran).
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::{Ctxsw, new_latency_histogram};
+
+/// Fewest stretched samples from which a 99th percentile of their lengths is reported (below
+/// it the "p99" is one of the few largest samples).
+pub const MIN_SAMPLES_FOR_P99: u64 = 100;
+
+/// 1 in 64 acquisitions: one getrusage (about 1 µs natively, a few under TCG) per 64 lock
+/// cycles of 0.4-4 µs is ~1 % of the time, and the split's window (from the latest reading to a
+/// stretched interval) stays within 64 cycles, 25-250 µs, against 20-30 involuntary switches per
+/// thread in a 3 s run (measured in 2-vCPU TCG guests): a switch falls in a window ~0.2 % of the
+/// time, so the split is rarely wrong.
+pub const DEFAULT_SAMPLE_RATE: f64 = 1.0 / 64.0;
+
+/// 50 µs: a guest's timer tick costs 1-10 µs natively and 10-30 µs with a VM exit, an
+/// interrupt under TCG tens of µs; a host preemption costs a host time slice (0.75-3 ms with
+/// CFS/EEVDF defaults). 50 µs sits above the first and well below the second, so a stretched
+/// sample is a preemption, not noise.
+pub const DEFAULT_STRETCH_THRESHOLD_NS: u64 = 50_000;
+
+/// Largest accepted change of the TSC rate (against CLOCK_MONOTONIC) between the calibrations
+/// before and after the run.
+pub const MAX_TSC_RATE_CHANGE: f64 = 0.02;
+
+/// How long each TSC calibration sleeps between its two readings.
+pub const TSC_CALIBRATION_WINDOW: Duration = Duration::from_millis(20);
+
+/// The clock's current tick count.
+#[inline(always)]
+pub fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions on x86-64 (user mode may read it unless CR4.TSD,
+        // which Linux does not set by default). Not serialising: it may run a few dozen cycles
+        // early or late, nothing against a threshold of tens of µs.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        monotonic_ns()
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A measurement of the TSC's rate against CLOCK_MONOTONIC.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TscCalibration {
+    /// Ticks per second.
+    pub hz: f64,
+    /// CLOCK_MONOTONIC time between the two readings, ns.
+    pub window_ns: u64,
+    /// Sum of the two monotonic-clock pairs' spreads around their TSC reads, ns: the rate is
+    /// known to about this / `window_ns`.
+    pub read_spread_ns: u64,
+}
+
+impl TscCalibration {
+    /// Reads (monotonic, TSC, monotonic), sleeps `window`, reads again.
+    pub fn measure(window: Duration) -> Self {
+        let read = || {
+            let a = monotonic_ns();
+            let t = ticks();
+            let b = monotonic_ns();
+            (a, t, b)
+        };
+        let (a0, t0, b0) = read();
+        std::thread::sleep(window);
+        let (a1, t1, b1) = read();
+        let mid = |a: u64, b: u64| a / 2 + b / 2;
+        let window_ns = mid(a1, b1).saturating_sub(mid(a0, b0)).max(1);
+        Self {
+            hz: t1.wrapping_sub(t0) as f64 * 1e9 / window_ns as f64,
+            window_ns,
+            read_spread_ns: (b0 - a0) + (b1 - a1),
+        }
+    }
+}
+
+/// The sampler's settings (from the lock workload's arguments).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// One acquisition in this many (per thread) is sampled.
+    pub every: u64,
+    pub threshold_ns: u64,
+    /// The calibrated hold (hold iterations × ns per iteration), ns.
+    pub calibrated_hold_ns: f64,
+    pub tsc_hz: f64,
+}
+
+impl Settings {
+    /// The sampling period for a rate in (0, 1]: the nearest whole period.
+    pub fn every_for(rate: f64) -> u64 {
+        (1.0 / rate).round().max(1.0) as u64
+    }
+}
+
+/// One lock cycle, in ticks.
+#[derive(Debug, Clone, Copy)]
+pub struct Cycle {
+    /// Read when the try_lock failed; None: it succeeded (no wait, no hand-over).
+    pub wait_began: Option<u64>,
+    /// Read right after the lock was owned.
+    pub entered: u64,
+    /// The previous owner's release, read under the lock (0: none yet).
+    pub previous_release: u64,
+    /// Read just before this release.
+    pub released: u64,
+    /// This acquisition was sampled (its context switches were read before it).
+    pub sampled: bool,
+}
+
+/// Counts of one kind of interval (holds or hand-overs) in one thread or one run.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    /// Intervals timed.
+    pub timed: u64,
+    pub stretched: u64,
+    /// Stretched ones during which the thread's context-switch counts rose.
+    pub stretched_guest: u64,
+    /// Time lost in stretched ones, ns (holds: beyond the calibrated hold; hand-overs: all).
+    pub lost_ns: f64,
+    /// Lengths of the sampled acquisitions' intervals, ns.
+    pub sampled_len: Histogram<u64>,
+    /// Lengths of every stretched one, ns.
+    pub stretched_len: Histogram<u64>,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self {
+            timed: 0,
+            stretched: 0,
+            stretched_guest: 0,
+            lost_ns: 0.0,
+            sampled_len: new_latency_histogram(),
+            stretched_len: new_latency_histogram(),
+        }
+    }
+}
+
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        self.timed += other.timed;
+        self.stretched += other.stretched;
+        self.stretched_guest += other.stretched_guest;
+        self.lost_ns += other.lost_ns;
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.sampled_len.add(&other.sampled_len);
+        let _ = self.stretched_len.add(&other.stretched_len);
+    }
+
+    #[cold]
+    fn stretch(&mut self, len_ns: f64, lost_ns: f64, switched: bool) {
+        self.stretched += 1;
+        self.stretched_guest += u64::from(switched);
+        self.lost_ns += lost_ns;
+        let _ = self.stretched_len.record((len_ns as u64).max(1));
+    }
+}
+
+/// One thread's counts.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadSamples {
+    pub holds: Tally,
+    pub handovers: Tally,
+    /// Waited acquisitions whose previous release came before the TSC read that marks the
+    /// wait's start (just after the failed try_lock): the owner released in those few
+    /// instructions (the common case, so these hand-overs were short), or the lock was released
+    /// and retaken before it. Not counted as hand-overs: the release cannot be shown to have
+    /// found this thread waiting.
+    pub not_handed_over: u64,
+    /// Hand-overs whose release read later on the TSC than the entry (TSCs of two CPUs apart).
+    pub clock_behind: u64,
+}
+
+/// Per thread: decides which acquisitions are sampled and classifies every cycle.
+pub struct Sampler {
+    settings: Settings,
+    countdown: u64,
+    ns_per_tick: f64,
+    /// A hold longer than this many ticks is stretched (calibrated hold + threshold).
+    hold_limit: u64,
+    calibrated_hold_ticks: f64,
+    /// A hand-over longer than this many ticks is stretched.
+    handover_limit: u64,
+    /// The thread's latest context-switch reading.
+    last_ctxsw: Ctxsw,
+    pub out: ThreadSamples,
+}
+
+impl Sampler {
+    pub fn new(settings: Settings) -> Self {
+        let ticks_per_ns = settings.tsc_hz / 1e9;
+        let hold = settings.calibrated_hold_ns.max(0.0);
+        Self {
+            settings,
+            countdown: 1,
+            ns_per_tick: 1.0 / ticks_per_ns,
+            hold_limit: ((hold + settings.threshold_ns as f64) * ticks_per_ns) as u64,
+            calibrated_hold_ticks: hold * ticks_per_ns,
+            handover_limit: (settings.threshold_ns as f64 * ticks_per_ns) as u64,
+            last_ctxsw: Ctxsw::this_thread(),
+            out: ThreadSamples::default(),
+        }
+    }
+
+    /// Whether this acquisition is sampled (the first, then one in `every`); a sampled one
+    /// reads the thread's context switches now, before it tries the lock.
+    #[inline(always)]
+    pub fn begin(&mut self) -> bool {
+        self.countdown -= 1;
+        if self.countdown == 0 {
+            self.countdown = self.settings.every;
+            self.last_ctxsw = Ctxsw::this_thread();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the guest switched the thread out since the latest reading (and reads anew).
+    #[cold]
+    fn switched(&mut self) -> bool {
+        let now = Ctxsw::this_thread();
+        let d = now.since(self.last_ctxsw);
+        self.last_ctxsw = now;
+        d.voluntary + d.involuntary > 0
+    }
+
+    /// Classifies one cycle: two subtractions and two comparisons unless something was
+    /// stretched or the cycle was sampled.
+    #[inline(always)]
+    pub fn record(&mut self, c: &Cycle) {
+        let hold = c.released.saturating_sub(c.entered);
+        let handover = match c.wait_began {
+            None => None,
+            Some(_) if c.previous_release == 0 => None,
+            Some(began) if c.previous_release < began => {
+                self.out.not_handed_over += 1;
+                None
+            }
+            Some(_) if c.entered < c.previous_release => {
+                self.out.clock_behind += 1;
+                None
+            }
+            Some(_) => Some(c.entered - c.previous_release),
+        };
+        let hold_stretched = hold > self.hold_limit;
+        let handover_stretched = handover.is_some_and(|h| h > self.handover_limit);
+        let switched = (hold_stretched || handover_stretched) && self.switched();
+        let ns = self.ns_per_tick;
+        self.out.holds.timed += 1;
+        if hold_stretched {
+            let lost = (hold as f64 - self.calibrated_hold_ticks) * ns;
+            self.out.holds.stretch(hold as f64 * ns, lost, switched);
+        }
+        if c.sampled {
+            let _ = self
+                .out
+                .holds
+                .sampled_len
+                .record(((hold as f64 * ns) as u64).max(1));
+        }
+        if let Some(h) = handover {
+            let o = &mut self.out.handovers;
+            o.timed += 1;
+            if handover_stretched {
+                o.stretch(h as f64 * ns, h as f64 * ns, switched);
+            }
+            if c.sampled {
+                let _ = o.sampled_len.record(((h as f64 * ns) as u64).max(1));
+            }
+        }
+    }
+}
+
+/// Lengths of stretched holds or hand-overs, ns.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Lengths {
+    pub count: u64,
+    pub p50_ns: u64,
+    /// Only from at least [`MIN_SAMPLES_FOR_P99`] stretched samples (else null).
+    pub p99_ns: Option<u64>,
+    pub max_ns: u64,
+}
+
+impl Lengths {
+    fn of(h: &Histogram<u64>) -> Option<Self> {
+        (!h.is_empty()).then(|| Self {
+            count: h.len(),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: (h.len() >= MIN_SAMPLES_FOR_P99).then(|| h.value_at_quantile(0.99)),
+            max_ns: h.max(),
+        })
+    }
+}
+
+/// One kind of interval (holds or hand-overs) over a run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Stretch {
+    /// Intervals timed (holds: every acquisition; hand-overs: every waited one whose previous
+    /// release came after the wait began).
+    pub timed: u64,
+    pub stretched: u64,
+    /// stretched / timed.
+    pub stretched_share: f64,
+    /// Time lost in stretched ones (holds: beyond the calibrated hold; hand-overs: the whole
+    /// hand-over, the lock sat with no one running in it), ns.
+    pub lost_ns: f64,
+    /// lost_ns / the run's elapsed time (the lock is one resource: its holds and hand-overs are
+    /// serial, so this is the share of the run the lock lost to them).
+    pub lost_share: f64,
+    /// Stretched ones during which the guest switched the thread out (guest preemption, or a
+    /// sleep), and those with no switch (the host took the vCPU).
+    pub stretched_guest: u64,
+    pub stretched_vcpu: u64,
+    /// Median length of the sampled acquisitions' intervals (normal ones included), ns; null
+    /// when none was sampled.
+    pub sampled_p50_ns: Option<u64>,
+    pub sampled: u64,
+    /// Stretched ones' lengths; null when none was stretched.
+    pub stretched_len: Option<Lengths>,
+}
+
+impl Stretch {
+    fn of(t: &Tally, elapsed_ns: u64) -> Option<Self> {
+        (t.timed > 0).then(|| Self {
+            timed: t.timed,
+            stretched: t.stretched,
+            stretched_share: t.stretched as f64 / t.timed as f64,
+            lost_ns: t.lost_ns,
+            lost_share: t.lost_ns / elapsed_ns.max(1) as f64,
+            stretched_guest: t.stretched_guest,
+            stretched_vcpu: t.stretched - t.stretched_guest,
+            sampled_p50_ns: (!t.sampled_len.is_empty()).then(|| t.sampled_len.value_at_quantile(0.5)),
+            sampled: t.sampled_len.len(),
+            stretched_len: Lengths::of(&t.stretched_len),
+        })
+    }
+}
+
+/// The `preemption` object of a lock report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PreemptionReport {
+    /// The requested share of acquisitions sampled, and the period used (1 / rate, rounded).
+    pub sample_rate: f64,
+    pub sample_every: u64,
+    pub sampling: String,
+    pub threshold_ns: u64,
+    /// What a hold is compared with: the calibrated hold, ns.
+    pub calibrated_hold_ns: f64,
+    pub tsc_before: TscCalibration,
+    pub tsc_after: TscCalibration,
+    pub holds: Option<Stretch>,
+    pub holds_unavailable: Option<String>,
+    pub handovers: Option<Stretch>,
+    pub handovers_unavailable: Option<String>,
+    pub not_handed_over: u64,
+    pub clock_behind: u64,
+    /// How stretched samples were split into guest and vCPU preemption.
+    pub split: String,
+}
+
+pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches (voluntary + involuntary) read after each stretched hold or hand-over and \
+     compared with the thread's latest reading (taken before every sampled acquisition, so at most one sampling period of acquisitions earlier, \
+     or at the previous stretched one): a rise = guest (the guest switched the thread out or it slept somewhere in that window, so guest is an \
+     upper bound); none = vcpu (the guest kept running the thread: the host took the vCPU)";
+
+/// Builds the report from every thread's samples; `elapsed_ns` is the run's window.
+pub fn report(
+    settings: &Settings,
+    rate: f64,
+    threads: &[ThreadSamples],
+    elapsed_ns: u64,
+    tsc_before: TscCalibration,
+    tsc_after: TscCalibration,
+) -> PreemptionReport {
+    let mut all = ThreadSamples::default();
+    for t in threads {
+        all.holds.add(&t.holds);
+        all.handovers.add(&t.handovers);
+        all.not_handed_over += t.not_handed_over;
+        all.clock_behind += t.clock_behind;
+    }
+    let change = tsc_after.hz / tsc_before.hz - 1.0;
+    let clock_bad = (!change.is_finite() || change.abs() > MAX_TSC_RATE_CHANGE).then(|| {
+        format!(
+            "the TSC rate moved {:+.1} % against CLOCK_MONOTONIC over the run ({:.0} -> {:.0} Hz; at most {:.0} % accepted)",
+            change * 100.0,
+            tsc_before.hz,
+            tsc_after.hz,
+            MAX_TSC_RATE_CHANGE * 100.0
+        )
+    });
+    let every = settings.every;
+    let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, elapsed_ns)) {
+        (Some(why), _) => (None, Some(why.clone())),
+        (None, Some(s)) => (Some(s), None),
+        (None, None) => (
+            None,
+            Some("no acquisition was sampled (fewer operations than the sampling period)".into()),
+        ),
+    };
+    let (handovers, handovers_unavailable) = match (&clock_bad, Stretch::of(&all.handovers, elapsed_ns)) {
+        (Some(why), _) => (None, Some(why.clone())),
+        (None, Some(s)) => (Some(s), None),
+        (None, None) => (
+            None,
+            Some("no acquisition waited for a release (no contention, e.g. one thread)".into()),
+        ),
+    };
+    PreemptionReport {
+        sample_rate: rate,
+        sample_every: every,
+        sampling: format!(
+            "every hold and every waited hand-over timed with the TSC; 1 in {every} acquisitions per thread (the first, then every {every}th) \
+             reads the thread's context switches before it (the split's window) and records its lengths in sampled_p50_ns"
+        ),
+        threshold_ns: settings.threshold_ns,
+        calibrated_hold_ns: settings.calibrated_hold_ns,
+        tsc_before,
+        tsc_after,
+        holds,
+        holds_unavailable,
+        handovers,
+        handovers_unavailable,
+        not_handed_over: all.not_handed_over,
+        clock_behind: all.clock_behind,
+        split: SPLIT_METHOD.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tsc_rate_agrees_with_the_monotonic_clock() {
+        let a = TscCalibration::measure(Duration::from_millis(20));
+        let b = TscCalibration::measure(Duration::from_millis(20));
+        assert!(a.hz > 1e6, "{a:?}");
+        assert!((b.hz / a.hz - 1.0).abs() < 0.05, "{a:?} {b:?}");
+        // A 20 ms sleep measured through the TSC lands near 20 ms of CLOCK_MONOTONIC.
+        let t0 = ticks();
+        let m0 = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(20));
+        let secs = (ticks() - t0) as f64 / a.hz;
+        let mono = (monotonic_ns() - m0) as f64 / 1e9;
+        assert!((secs / mono - 1.0).abs() < 0.05, "{secs} vs {mono}");
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            every: 4,
+            threshold_ns: 50_000,
+            calibrated_hold_ns: 1_000.0,
+            tsc_hz: 1e9, // one tick = one ns, for readable cases
+        }
+    }
+
+    fn cycle(wait_began: Option<u64>, previous_release: u64, entered: u64, released: u64) -> Cycle {
+        Cycle {
+            wait_began,
+            entered,
+            previous_release,
+            released,
+            sampled: true,
+        }
+    }
+
+    #[test]
+    fn samples_one_in_every_starting_with_the_first() {
+        let mut s = Sampler::new(settings());
+        let due: Vec<bool> = (0..9).map(|_| s.begin()).collect();
+        assert_eq!(due, [true, false, false, false, true, false, false, false, true]);
+        assert_eq!(Settings::every_for(1.0 / 64.0), 64);
+        assert_eq!(Settings::every_for(1.0), 1);
+        assert_eq!(Settings::every_for(0.3), 3);
+    }
+
+    #[test]
+    fn holds_and_handovers_are_classified_against_the_threshold() {
+        let mut s = Sampler::new(settings());
+        // Normal hold (1.2 µs), normal hand-over (500 ns after a release made while waiting).
+        s.record(&cycle(Some(100), 1_000, 1_500, 2_700));
+        // Stretched hold: 1 µs calibrated + 60 µs; not waited, so no hand-over.
+        s.record(&cycle(None, 9_000, 10_100, 71_100));
+        // Just under the limit: 1 µs + 50 µs is not stretched.
+        s.record(&cycle(None, 9_000, 80_000, 130_999));
+        // Stretched hand-over of 80 µs, normal hold.
+        s.record(&cycle(Some(100_000), 150_000, 230_000, 231_000));
+        // Waited, but the previous release was before the wait began: no hand-over.
+        s.record(&cycle(Some(300_000), 250_000, 300_500, 301_500));
+        // Release later than entry on the TSC: counted as clock behind, no hand-over.
+        s.record(&cycle(Some(400_000), 400_900, 400_800, 401_800));
+        let o = &s.out;
+        assert_eq!(o.holds.timed, 6);
+        assert_eq!(o.holds.stretched, 1);
+        assert!((o.holds.lost_ns - 60_000.0).abs() < 1.0);
+        assert_eq!(o.handovers.timed, 2);
+        assert_eq!(o.handovers.stretched, 1);
+        assert!((o.handovers.lost_ns - 80_000.0).abs() < 1.0);
+        assert_eq!(o.not_handed_over, 1);
+        assert_eq!(o.clock_behind, 1);
+        // Only stretched ones are split (whether this thread was switched out meanwhile
+        // depends on the machine's load; `a_switch_since_...` makes one happen).
+        assert!(o.holds.stretched_guest <= 1 && o.handovers.stretched_guest <= 1);
+
+        let tsc = TscCalibration {
+            hz: 1e9,
+            window_ns: 1,
+            read_spread_ns: 0,
+        };
+        let r = report(
+            &settings(),
+            0.25,
+            &[o.clone(), o.clone()],
+            10_000_000,
+            tsc.clone(),
+            tsc.clone(),
+        );
+        let h = r.holds.unwrap();
+        assert_eq!((h.timed, h.stretched), (12, 2));
+        assert_eq!(h.stretched_vcpu + h.stretched_guest, 2);
+        assert!((h.stretched_share - 2.0 / 12.0).abs() < 1e-12);
+        // 2 × 60 µs over 10 ms.
+        assert!((h.lost_share - 0.012).abs() < 1e-9, "{h:?}");
+        let len = h.stretched_len.unwrap();
+        assert!(len.p99_ns.is_none() && (len.max_ns as f64 - 61_000.0).abs() < 100.0);
+        let o = r.handovers.unwrap();
+        assert_eq!((o.timed, o.stretched), (4, 2));
+        assert!((o.lost_share - 0.016).abs() < 1e-9);
+        assert_eq!(r.not_handed_over, 2);
+
+        // A TSC whose rate moved makes both null with the reason.
+        let moved = TscCalibration {
+            hz: 1.1e9,
+            ..tsc.clone()
+        };
+        let r = report(
+            &settings(),
+            0.25,
+            &[s.out.clone()],
+            10_000_000,
+            tsc.clone(),
+            moved,
+        );
+        assert!(r.holds.is_none() && r.handovers.is_none());
+        assert!(r.holds_unavailable.unwrap().contains("TSC rate moved"));
+        // No waited acquisition: hand-overs null with a reason, holds measured.
+        let mut one = Sampler::new(settings());
+        one.record(&cycle(None, 0, 10, 1_010));
+        let r = report(&settings(), 0.25, &[one.out], 10_000_000, tsc.clone(), tsc);
+        assert!(r.holds.is_some() && r.handovers.is_none());
+        assert!(r.handovers_unavailable.unwrap().contains("no acquisition waited"));
+    }
+
+    /// A thread that sleeps between its latest reading and a stretched hold: counted as guest.
+    #[test]
+    fn a_switch_since_the_latest_reading_makes_a_stretched_hold_guest() {
+        let mut s = Sampler::new(settings());
+        assert!(s.begin());
+        std::thread::sleep(Duration::from_millis(2));
+        s.record(&cycle(None, 0, 1_000, 100_000));
+        assert_eq!((s.out.holds.stretched, s.out.holds.stretched_guest), (1, 1));
+        // The stretched one read the counts anew: the next, with no switch between, is vCPU.
+        s.record(&cycle(None, 0, 200_000, 300_000));
+        assert_eq!((s.out.holds.stretched, s.out.holds.stretched_guest), (2, 1));
+    }
+}

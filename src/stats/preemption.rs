@@ -1,0 +1,244 @@
+//! Preempted lock holds and hand-overs, per run and per cell, from the lock payload's
+//! `preemption` object (see `ocrig_payload::preempt_sample`): the share of holds that were
+//! stretched (a holder preempted), of hand-overs that were stretched (the lock handed to a
+//! waiter that was not running), the time lost to each as a share of the run, and which share
+//! of the stretched ones the guest did not see (the host took the vCPU).
+//!
+//! Two pure steps so a caller that streams the journal can keep only the small per-run digest:
+//! [`of_record`] reduces one record, [`aggregate`] folds a cell's digests. A workload without a
+//! lock has no `preemption` field, so [`of_record`] gives `None` and the cell's columns are
+//! absent; a lock run that did not measure a figure gives the payload's reason, never 0.
+
+use serde::{Deserialize, Serialize};
+
+use super::explain::Measured;
+use super::summary::summarize;
+use crate::journal::RunRecord;
+use ocrig_payload::preempt_sample::{PreemptionReport, Stretch};
+
+/// One run's figures, each a value or why it is missing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunPreemption {
+    /// Stretched / timed holds.
+    pub stretched_holds: Result<f64, String>,
+    /// Time lost in stretched holds / the run's time.
+    pub hold_lost: Result<f64, String>,
+    /// Of the stretched holds, the share with no guest context switch (the host took the vCPU).
+    pub holds_vcpu: Result<f64, String>,
+    /// Stretched / timed hand-overs.
+    pub stretched_handovers: Result<f64, String>,
+    /// Time lost in stretched hand-overs / the run's time.
+    pub handover_lost: Result<f64, String>,
+    /// Of the stretched hand-overs, the share with no guest context switch.
+    pub handovers_vcpu: Result<f64, String>,
+}
+
+/// The run's figures; `None` when its report has no `preemption` field (a workload without a
+/// lock, a failed run, or a payload older than the sampler).
+pub fn of_record(r: &RunRecord) -> Option<RunPreemption> {
+    let detail = &r.payload.as_ref()?.detail;
+    let value = detail.get("preemption")?;
+    let all = |why: String| RunPreemption {
+        stretched_holds: Err(why.clone()),
+        hold_lost: Err(why.clone()),
+        holds_vcpu: Err(why.clone()),
+        stretched_handovers: Err(why.clone()),
+        handover_lost: Err(why.clone()),
+        handovers_vcpu: Err(why),
+    };
+    if value.is_null() {
+        let why = detail
+            .get("preemption_unavailable")
+            .and_then(|w| w.as_str())
+            .unwrap_or("not reported by the payload");
+        return Some(all(why.to_string()));
+    }
+    let p: PreemptionReport = match serde_json::from_value(value.clone()) {
+        Ok(p) => p,
+        Err(e) => return Some(all(format!("unreadable preemption report: {e}"))),
+    };
+    let side = |s: &Option<Stretch>, why: &Option<String>| {
+        let why = why
+            .clone()
+            .unwrap_or_else(|| "not reported by the payload".into());
+        match s {
+            Some(s) => (
+                Ok(s.stretched_share),
+                Ok(s.lost_share),
+                if s.stretched == 0 {
+                    Err("no stretched sample to split".to_string())
+                } else {
+                    Ok(s.stretched_vcpu as f64 / s.stretched as f64)
+                },
+            ),
+            None => (Err(why.clone()), Err(why.clone()), Err(why)),
+        }
+    };
+    let (stretched_holds, hold_lost, holds_vcpu) = side(&p.holds, &p.holds_unavailable);
+    let (stretched_handovers, handover_lost, handovers_vcpu) = side(&p.handovers, &p.handovers_unavailable);
+    Some(RunPreemption {
+        stretched_holds,
+        hold_lost,
+        holds_vcpu,
+        stretched_handovers,
+        handover_lost,
+        handovers_vcpu,
+    })
+}
+
+/// A cell's figures: each a [`Measured`] over its runs (mean per run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CellPreemption {
+    pub stretched_holds: Measured,
+    pub hold_lost: Measured,
+    pub holds_vcpu: Measured,
+    pub stretched_handovers: Measured,
+    pub handover_lost: Measured,
+    pub handovers_vcpu: Measured,
+}
+
+fn measured<'a>(runs: impl Iterator<Item = &'a Result<f64, String>>) -> Measured {
+    let mut samples = Vec::new();
+    let mut reason = None;
+    for r in runs {
+        match r {
+            Ok(v) => samples.push(*v),
+            Err(e) => {
+                reason.get_or_insert_with(|| e.clone());
+            }
+        }
+    }
+    Measured {
+        summary: summarize(&samples),
+        unavailable: samples
+            .is_empty()
+            .then(|| reason.unwrap_or_else(|| "no valid runs".into())),
+        samples,
+    }
+}
+
+/// Folds a cell's per-run figures (its valid primary runs, in run order); `None` when no run
+/// had any (the cell's workload has no lock).
+pub fn aggregate(runs: impl IntoIterator<Item = RunPreemption>) -> Option<CellPreemption> {
+    let runs: Vec<RunPreemption> = runs.into_iter().collect();
+    if runs.is_empty() {
+        return None;
+    }
+    Some(CellPreemption {
+        stretched_holds: measured(runs.iter().map(|r| &r.stretched_holds)),
+        hold_lost: measured(runs.iter().map(|r| &r.hold_lost)),
+        holds_vcpu: measured(runs.iter().map(|r| &r.holds_vcpu)),
+        stretched_handovers: measured(runs.iter().map(|r| &r.stretched_handovers)),
+        handover_lost: measured(runs.iter().map(|r| &r.handover_lost)),
+        handovers_vcpu: measured(runs.iter().map(|r| &r.handovers_vcpu)),
+    })
+}
+
+/// What the report columns mean.
+pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer than the calibrated hold by more than the \
+     threshold (holder preempted), and of hand-overs (a release to the waiting next owner's first instruction) longer than it \
+     (waiter preempted), all timed with the guest's TSC; hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run";
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A lock payload report's `preemption` object (holds: 1000 timed, `h` stretched, 4 of them
+    /// with a guest switch; hand-overs: 500 timed, `o` stretched, none with one).
+    pub(crate) fn preemption_json(h: u64, o: u64, lost_h: f64, lost_o: f64) -> serde_json::Value {
+        let tsc = serde_json::json!({"hz": 2.0e9, "window_ns": 20_000_000, "read_spread_ns": 100});
+        let stretch = |n: u64, s: u64, guest: u64, lost: f64| {
+            serde_json::json!({
+                "timed": n, "stretched": s, "stretched_share": s as f64 / n as f64,
+                "lost_ns": lost * 3e9, "lost_share": lost,
+                "stretched_guest": guest, "stretched_vcpu": s - guest, "sampled_p50_ns": 300, "sampled": n / 64,
+                "stretched_len": if s == 0 { serde_json::Value::Null } else {
+                    serde_json::json!({"count": s, "p50_ns": 2_000_000, "p99_ns": null, "max_ns": 4_000_000})
+                },
+            })
+        };
+        serde_json::json!({
+            "sample_rate": 0.015625, "sample_every": 64, "sampling": "1 in 64", "threshold_ns": 50000,
+            "calibrated_hold_ns": 200.0, "tsc_before": tsc, "tsc_after": tsc,
+            "holds": stretch(1000, h, h.min(4), lost_h), "holds_unavailable": null,
+            "handovers": stretch(500, o, 0, lost_o), "handovers_unavailable": null,
+            "not_handed_over": 0, "clock_behind": 0, "split": "test",
+        })
+    }
+
+    /// Puts a payload report with these detail fields on `r`.
+    pub(crate) fn with_payload(r: &mut RunRecord, detail: serde_json::Value) {
+        let mut v = serde_json::json!({
+            "schema": 2, "workload": "lock", "elapsed_ns": 3_000_000_000u64,
+            "env": {"kernel": "6.1", "cpus": 2, "cpus_allowed": 2, "clocksource": "tsc", "hypervisor": null, "cmdline": ""},
+            "metrics": {},
+        });
+        for (k, x) in detail.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        r.payload = Some(serde_json::from_value(v).expect("payload report fixture"));
+    }
+
+    fn lock_record(h: u64, o: u64) -> RunRecord {
+        let mut r = crate::stats::cells::tests::record("v", 2.0, "lock", 0, &[("ops_per_sec", 1.0)]);
+        with_payload(
+            &mut r,
+            serde_json::json!({"preemption": preemption_json(h, o, 0.1, 0.4), "preemption_unavailable": null}),
+        );
+        r
+    }
+
+    #[test]
+    fn a_run_reduces_to_its_shares_and_a_cell_to_their_means() {
+        let p = of_record(&lock_record(10, 100)).unwrap();
+        assert_eq!(p.stretched_holds, Ok(0.01));
+        assert_eq!(p.hold_lost, Ok(0.1));
+        assert_eq!(p.holds_vcpu, Ok(0.6));
+        assert_eq!(p.stretched_handovers, Ok(0.2));
+        assert_eq!(p.handover_lost, Ok(0.4));
+        assert_eq!(p.handovers_vcpu, Ok(1.0));
+        let q = of_record(&lock_record(30, 0)).unwrap();
+        assert_eq!(q.handovers_vcpu, Err("no stretched sample to split".into()));
+        let c = aggregate([p, q]).unwrap();
+        assert!((c.stretched_holds.mean().unwrap() - 0.02).abs() < 1e-12);
+        assert_eq!(c.stretched_holds.samples.len(), 2);
+        assert!((c.stretched_handovers.mean().unwrap() - 0.1).abs() < 1e-12);
+        // One run could split its hand-overs: the mean is over that one.
+        assert_eq!(c.handovers_vcpu.samples, [1.0]);
+    }
+
+    #[test]
+    fn absent_for_workloads_without_a_lock_and_reasons_for_unmeasured_figures() {
+        let mut hb = crate::stats::cells::tests::record("v", 1.0, "hb", 0, &[("time_s", 1.0)]);
+        assert_eq!(of_record(&hb), None);
+        with_payload(&mut hb, serde_json::json!({"groups": 2}));
+        assert_eq!(of_record(&hb), None);
+        assert_eq!(aggregate(std::iter::empty()), None);
+
+        let mut off = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
+        with_payload(
+            &mut off,
+            serde_json::json!({"preemption": null, "preemption_unavailable": "switched off (--no-hold-sampling)"}),
+        );
+        let p = of_record(&off).unwrap();
+        assert!(
+            p.stretched_holds
+                .clone()
+                .unwrap_err()
+                .contains("--no-hold-sampling")
+        );
+        let c = aggregate([p]).unwrap();
+        assert_eq!(c.hold_lost.mean(), None);
+        assert!(c.hold_lost.unavailable.unwrap().contains("--no-hold-sampling"));
+
+        // One thread: holds measured, hand-overs null with the payload's reason.
+        let mut one = preemption_json(0, 0, 0.0, 0.0);
+        one["handovers"] = serde_json::Value::Null;
+        one["handovers_unavailable"] = "no acquisition waited".into();
+        let mut r = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
+        with_payload(&mut r, serde_json::json!({"preemption": one}));
+        let p = of_record(&r).unwrap();
+        assert_eq!(p.stretched_holds, Ok(0.0));
+        assert_eq!(p.stretched_handovers, Err("no acquisition waited".into()));
+    }
+}
