@@ -16,6 +16,7 @@ use crate::backend::Guest;
 use crate::guest::ssh::{GatedCommand, GuestSsh};
 use crate::host::Accel;
 use crate::payload_bin;
+use crate::telemetry::orchestrator::{RunCost, SelfSnapshot};
 use crate::telemetry::probe::{ProbeTarget, RunProbe};
 
 /// The line a gated payload prints on stderr when it waits for its go signal.
@@ -85,6 +86,7 @@ pub async fn gated_run(
     limits: Limits,
 ) -> RunOutcome {
     let mut results: Vec<Option<WorkerRun>> = (0..workers).map(|_| None).collect();
+    let self_before = SelfSnapshot::take();
 
     // 1. Start the payload in every guest that runs something; each reports ready.
     let starts = participants.iter().filter_map(|p| {
@@ -195,10 +197,24 @@ pub async fn gated_run(
             w.telemetry = m;
         }
     }
+    let mut host = telemetry.shared;
+    let guest_cpu_ms = host
+        .get("telemetry_cost")
+        .and_then(|c| c.get("run_cpu_ms"))
+        .and_then(serde_json::Value::as_f64);
+    let running = participants.iter().filter(|p| p.argv.is_some()).count();
+    let cost = RunCost::between(
+        &self_before,
+        &SelfSnapshot::take(),
+        running,
+        participants.len(),
+        guest_cpu_ms,
+    );
+    host.insert("orchestrator".into(), serde_json::json!(cost));
     RunOutcome {
         workers: results,
         start_skew_us,
-        host: telemetry.shared,
+        host,
     }
 }
 

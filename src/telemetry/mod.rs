@@ -5,5 +5,6 @@
 
 pub mod cpu_stat;
 pub mod kvm;
+pub mod orchestrator;
 pub mod probe;
 pub mod vcpu;
