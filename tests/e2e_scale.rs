@@ -43,15 +43,27 @@ timeouts:
 ";
 
 fn journal(results: &Path) -> (std::path::PathBuf, Vec<Value>) {
-    let dir = std::fs::read_dir(results).unwrap().next().unwrap().unwrap().path();
+    let dir = std::fs::read_dir(results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect();
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
     (dir, lines)
 }
 
 /// QEMU processes whose command line names `dir` (their work directories are under it).
 fn qemus_under(dir: &Path) -> Vec<String> {
-    let out = Command::new("pgrep").args(["-a", "-f"]).arg(dir).output().unwrap();
+    let out = Command::new("pgrep")
+        .args(["-a", "-f"])
+        .arg(dir)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.contains("qemu"))
@@ -92,7 +104,10 @@ fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
         let x = &r["extra"];
         assert!(r["metrics"]["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
         // Each guest's telemetry came back.
-        assert!(x["vcpu_sched"]["vcpus"][0]["run_s"].as_f64().unwrap() > 0.0, "{x}");
+        assert!(
+            x["vcpu_sched"]["vcpus"][0]["run_s"].as_f64().unwrap() > 0.0,
+            "{x}"
+        );
         assert!(x["guest_stat"].is_object(), "{}", x["guest_stat"]);
         // One gated start for all eight, within 2 ms.
         let skew = x["start_skew_us"].as_f64().unwrap();
@@ -108,11 +123,18 @@ fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
         // its 128 MiB of guest RAM plus QEMU.
         let m = &x["group"]["guest_memory"];
         assert_eq!(m["guests"], 8, "{m}");
-        let (pss, rss) = (m["pss_mib_mean"].as_f64().unwrap(), m["rss_mib_mean"].as_f64().unwrap());
+        let (pss, rss) = (
+            m["pss_mib_mean"].as_f64().unwrap(),
+            m["rss_mib_mean"].as_f64().unwrap(),
+        );
         assert!(pss > 0.0 && pss <= rss && pss < 128.0 + 150.0, "{m}");
     }
     // Torn down: no QEMU of this sweep is left.
-    assert!(qemus_under(tmp.path()).is_empty(), "{:?}", qemus_under(tmp.path()));
+    assert!(
+        qemus_under(tmp.path()).is_empty(),
+        "{:?}",
+        qemus_under(tmp.path())
+    );
     assert!(dir.join("journal.jsonl").is_file());
 }
 
@@ -140,7 +162,9 @@ fn a_level_that_does_not_fit_is_refused_with_its_arithmetic_and_nothing_boots() 
     assert!(err.contains(&format!("{}:", scenario.display())), "{err}");
     assert!(err.contains("guest.memory_mib"), "{err}");
     assert!(
-        err.contains("12x × 2 CPUs / 1 vCPU = 24 guests × (65536 MiB + 150 MiB QEMU) = 1576464 MiB = 1540 GiB >"),
+        err.contains(
+            "12x × 2 CPUs / 1 vCPU = 24 guests × (65536 MiB + 150 MiB QEMU) = 1576464 MiB = 1540 GiB >"
+        ),
         "{err}"
     );
     assert!(!results.exists(), "a results directory was made for bad input");

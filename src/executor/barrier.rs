@@ -339,7 +339,11 @@ mod tests {
         let cmd = cmd
             .replace(payload_bin::GUEST_PATH, "sh -c 'echo \"{report}\"; exit 3' --")
             .replace("--go-stdin list", "");
-        let out = std::process::Command::new("sh").arg("-c").arg(&cmd).output().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(3), "{cmd}");
         let text = String::from_utf8(out.stdout).unwrap();
         let (head, rest) = text.split_once(&format!("{STAT_END}\n")).unwrap();

@@ -293,7 +293,12 @@ async fn boot_all(cfg: &VmConfig, specs: &[GuestSpec], image: &Image) -> (Vec<Li
     use crate::scenario::validate::{fd_limits, start_concurrency};
     let fd_headroom = fd_limits().map(|f| f.soft.saturating_sub(f.open));
     let bound = start_concurrency(cfg.host_cpus.len(), specs.len(), fd_headroom);
-    tracing::info!("starting {} guests, at most {} at once: {}", specs.len(), bound.at_once, bound.why);
+    tracing::info!(
+        "starting {} guests, at most {} at once: {}",
+        specs.len(),
+        bound.at_once,
+        bound.why
+    );
     let permits = Arc::new(tokio::sync::Semaphore::new(bound.at_once.max(1)));
     let creds = Credentials {
         user: "root".into(),
@@ -566,7 +571,10 @@ fn guest_memory(live: &[Live]) -> Value {
     let mut read = Vec::new();
     let mut why_not = Vec::new();
     for l in live {
-        let pid = l.vcpu_tids.first().and_then(|&t| crate::telemetry::vcpu::process_of(t));
+        let pid = l
+            .vcpu_tids
+            .first()
+            .and_then(|&t| crate::telemetry::vcpu::process_of(t));
         match pid.map(ProcessMemory::of_pid) {
             Some(Ok(m)) => read.push(m),
             Some(Err(e)) => why_not.push(format!("{}: {e}", l.guest.name())),
@@ -574,7 +582,10 @@ fn guest_memory(live: &[Live]) -> Value {
         }
     }
     if read.is_empty() {
-        return json!(format!("not measured: {}", why_not.first().map_or("no guests", String::as_str)));
+        return json!(format!(
+            "not measured: {}",
+            why_not.first().map_or("no guests", String::as_str)
+        ));
     }
     let n = read.len() as f64;
     let sum = |f: fn(&ProcessMemory) -> f64| read.iter().map(f).sum::<f64>();

@@ -204,7 +204,8 @@ impl GatedCommand {
     pub fn wait(self) -> anyhow::Result<ExecOutput> {
         let mut out = finish(self.ch, &self.command)?;
         out.stderr.insert_str(0, &self.early);
-        out.stdout.insert_str(0, &String::from_utf8_lossy(&self.stdout_head));
+        out.stdout
+            .insert_str(0, &String::from_utf8_lossy(&self.stdout_head));
         Ok(out)
     }
 }

@@ -128,7 +128,10 @@ pub fn fit_problems(level: f64, vcpus: u32, memory_mib: u32, host: &FitHost) -> 
     let exact = level * host.cpus as f64 / vcpus.max(1) as f64;
     let guests = exact.round().max(0.0) as u64;
     let vcpu_word = if vcpus == 1 { "vCPU" } else { "vCPUs" };
-    let head = format!("{level}x × {} CPUs / {vcpus} {vcpu_word} = {guests} guests", host.cpus);
+    let head = format!(
+        "{level}x × {} CPUs / {vcpus} {vcpu_word} = {guests} guests",
+        host.cpus
+    );
     let per_guest = memory_mib as u64 + QEMU_OVERHEAD_MIB;
     let need = guests * per_guest;
     if need > host.mem_available_mib {
@@ -195,7 +198,8 @@ pub fn start_concurrency(cpus: usize, guests: usize, fd_headroom: Option<u64>) -
         let by_fd = (room / FDS_PER_GUEST).max(1) as usize;
         if by_fd < at_once {
             at_once = by_fd;
-            why = format!("{why}, but only {room} more files may be opened ({FDS_PER_GUEST} a guest): {by_fd}");
+            why =
+                format!("{why}, but only {room} more files may be opened ({FDS_PER_GUEST} a guest): {by_fd}");
         }
     }
     if guests <= at_once {
@@ -817,14 +821,19 @@ mod tests {
         let p = fit_problems(2.5, 1, 234, &h);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(
-            p[0].1.contains("480 guests × 8 files + 64 + 10 open now = 3914 > hard limit 2048"),
+            p[0].1
+                .contains("480 guests × 8 files + 64 + 10 open now = 3914 > hard limit 2048"),
             "{}",
             p[0].1
         );
         h.fds = None;
         h.ephemeral_ports = Some(600);
         let p = fit_problems(2.5, 1, 234, &h);
-        assert!(p[0].1.contains("= 480 > 300 (half of the 600 ports"), "{}", p[0].1);
+        assert!(
+            p[0].1.contains("= 480 > 300 (half of the 600 ports"),
+            "{}",
+            p[0].1
+        );
     }
 
     #[test]

@@ -86,9 +86,8 @@ pub struct ProcessMemory {
 impl ProcessMemory {
     /// Parses `/proc/<pid>/smaps_rollup`.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let kib = |name: &str| {
-            status_field(text, name).ok_or_else(|| format!("smaps_rollup has no {name} line"))
-        };
+        let kib =
+            |name: &str| status_field(text, name).ok_or_else(|| format!("smaps_rollup has no {name} line"));
         Ok(Self {
             rss_mib: kib("Rss:")? as f64 / 1024.0,
             pss_mib: kib("Pss:")? as f64 / 1024.0,
@@ -152,6 +151,9 @@ mod tests {
         assert!(after.open_fds.unwrap() >= before.open_fds.unwrap() + 10);
         assert!(c.threads.unwrap() >= 1 && c.rss_mib.unwrap() > 0.0);
         drop(files);
-        assert_eq!(RunCost::between(&before, &after, 0, 0, Some(0.0)).share_of_guest_cpu, None);
+        assert_eq!(
+            RunCost::between(&before, &after, 0, 0, Some(0.0)).share_of_guest_cpu,
+            None
+        );
     }
 }
