@@ -191,13 +191,18 @@ impl GatedCommand {
         }
     }
 
-    /// Sends the go line; returns the instant it was written.
+    /// Sends the go line; returns the instant it was written. Stdin stays open: the caller
+    /// closes it with [`GatedCommand::end_stdin`] once every guest has its go, so releasing N
+    /// guests costs N packets, not 2N.
     pub fn go(&mut self) -> anyhow::Result<Instant> {
         self.ch.write_all(b"go\n")?;
         self.ch.flush()?;
-        let at = Instant::now();
-        self.ch.send_eof()?;
-        Ok(at)
+        Ok(Instant::now())
+    }
+
+    /// Closes the command's stdin (after its go line).
+    pub fn end_stdin(&mut self) -> anyhow::Result<()> {
+        Ok(self.ch.send_eof()?)
     }
 
     /// Waits for the command to finish (the session's timeout bounds each read).
