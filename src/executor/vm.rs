@@ -142,6 +142,11 @@ impl Executor for VmExecutor {
             return Err(e);
         }
         let kernel = kernel_facts(&self.live, self.collect_limit()).await;
+        let memory = if local {
+            guest_memory(&self.live)
+        } else {
+            json!("not measured: the guests' QEMU processes are on another host")
+        };
         let start: Vec<Value> = self
             .live
             .iter()
@@ -156,6 +161,7 @@ impl Executor for VmExecutor {
                 "why": placed.why,
             },
             "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel, "start": start,
+            "guest_memory": memory,
         });
         self.placed = Some(placed);
         Ok(BroughtUp {
@@ -303,7 +309,16 @@ fn make_scratch_disk(workdir: &Path, name: &str, mib: u32) -> anyhow::Result<Pat
 /// Boots every guest in parallel and waits until each answers SSH. Returns the guests that
 /// came up, and the first error if any did not (the caller tears the rest down).
 async fn boot_all(cfg: &VmConfig, specs: &[GuestSpec], image: &Image) -> (Vec<Live>, Option<anyhow::Error>) {
-    let deadline = Instant::now() + Duration::from_secs(cfg.timeouts.boot_s);
+    use crate::scenario::validate::{fd_limits, start_concurrency};
+    let fd_headroom = fd_limits().map(|f| f.soft.saturating_sub(f.open));
+    let bound = start_concurrency(cfg.host_cpus.len(), specs.len(), fd_headroom);
+    tracing::info!(
+        "starting {} guests, at most {} at once: {}",
+        specs.len(),
+        bound.at_once,
+        bound.why
+    );
+    let permits = Arc::new(tokio::sync::Semaphore::new(bound.at_once.max(1)));
     let creds = Credentials {
         user: "root".into(),
         private_key: image.client_key.clone(),
@@ -312,7 +327,12 @@ async fn boot_all(cfg: &VmConfig, specs: &[GuestSpec], image: &Image) -> (Vec<Li
     let boots = specs.iter().enumerate().map(|(i, spec)| {
         let creds = creds.clone();
         let backend = Arc::clone(&cfg.backend);
+        let permits = Arc::clone(&permits);
         async move {
+            // Held from QEMU's start to the SSH login: the part that takes host CPU. Each
+            // guest's boot deadline runs from its own start.
+            let _permit = permits.acquire_owned().await?;
+            let deadline = Instant::now() + Duration::from_secs(cfg.timeouts.boot_s);
             let mut guest = backend.boot(spec).await?;
             let console = guest.console_log();
             let addr = guest.ssh_addr();
@@ -559,6 +579,46 @@ async fn deploy_all(live: &[Live], uploads: &[Prepared], deploy_s: u64) -> anyho
         r??;
     }
     Ok(())
+}
+
+/// What the group's QEMU processes take of host memory once up and deployed, summed and
+/// averaged over guests (a few numbers, whatever the guest count: the group facts go into
+/// every record). PSS divides a page shared by clones among them; private dirty is what each
+/// clone wrote for itself.
+fn guest_memory(live: &[Live]) -> Value {
+    use crate::telemetry::orchestrator::ProcessMemory;
+    let mut read = Vec::new();
+    let mut why_not = Vec::new();
+    for l in live {
+        let pid = l
+            .vcpu_tids
+            .first()
+            .and_then(|&t| crate::telemetry::vcpu::process_of(t));
+        match pid.map(ProcessMemory::of_pid) {
+            Some(Ok(m)) => read.push(m),
+            Some(Err(e)) => why_not.push(format!("{}: {e}", l.guest.name())),
+            None => why_not.push(format!("{}: QEMU process unknown", l.guest.name())),
+        }
+    }
+    if read.is_empty() {
+        return json!(format!(
+            "not measured: {}",
+            why_not.first().map_or("no guests", String::as_str)
+        ));
+    }
+    let n = read.len() as f64;
+    let sum = |f: fn(&ProcessMemory) -> f64| read.iter().map(f).sum::<f64>();
+    let max = |f: fn(&ProcessMemory) -> f64| read.iter().map(f).fold(0.0, f64::max);
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    json!({
+        "guests": read.len(),
+        "pss_mib_mean": r1(sum(|m| m.pss_mib) / n),
+        "pss_mib_max": r1(max(|m| m.pss_mib)),
+        "private_dirty_mib_mean": r1(sum(|m| m.private_dirty_mib) / n),
+        "rss_mib_mean": r1(sum(|m| m.rss_mib) / n),
+        "pss_mib_total": r1(sum(|m| m.pss_mib)),
+        "not_read": (!why_not.is_empty()).then_some(why_not.len()),
+    })
 }
 
 /// What each guest's kernel actually saw: command line, clocksource, and its boot messages

@@ -144,6 +144,7 @@ impl GuestSsh {
                         ch,
                         command: command.to_string(),
                         early,
+                        stdout_head: Vec::new(),
                     });
                 }
                 early.push_str(&line);
@@ -164,24 +165,58 @@ pub struct GatedCommand {
     ch: Channel,
     command: String,
     early: String,
+    /// Stdout read past a marker by [`GatedCommand::stdout_until`], handed back by `wait`.
+    stdout_head: Vec<u8>,
 }
 
 impl GatedCommand {
-    /// Sends the go line; returns the instant it was written.
+    /// Reads stdout up to and including the line `marker` (which the command printed before
+    /// its ready line, so it is already here); returns what came before it.
+    pub fn stdout_until(&mut self, marker: &str) -> anyhow::Result<String> {
+        let needle = format!("{marker}\n");
+        let mut buf = std::mem::take(&mut self.stdout_head);
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(at) = find(&buf, needle.as_bytes()) {
+                self.stdout_head = buf.split_off(at + needle.len());
+                buf.truncate(at);
+                return Ok(String::from_utf8_lossy(&buf).into_owned());
+            }
+            let n = self
+                .ch
+                .read(&mut chunk)
+                .with_context(|| format!("reading the output of `{}` up to {marker}", self.command))?;
+            anyhow::ensure!(n > 0, "`{}` ended its output before {marker}", self.command);
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends the go line; returns the instant it was written. Stdin stays open: the caller
+    /// closes it with [`GatedCommand::end_stdin`] once every guest has its go, so releasing N
+    /// guests costs N packets, not 2N.
     pub fn go(&mut self) -> anyhow::Result<Instant> {
         self.ch.write_all(b"go\n")?;
         self.ch.flush()?;
-        let at = Instant::now();
-        self.ch.send_eof()?;
-        Ok(at)
+        Ok(Instant::now())
+    }
+
+    /// Closes the command's stdin (after its go line).
+    pub fn end_stdin(&mut self) -> anyhow::Result<()> {
+        Ok(self.ch.send_eof()?)
     }
 
     /// Waits for the command to finish (the session's timeout bounds each read).
     pub fn wait(self) -> anyhow::Result<ExecOutput> {
         let mut out = finish(self.ch, &self.command)?;
         out.stderr.insert_str(0, &self.early);
+        out.stdout
+            .insert_str(0, &String::from_utf8_lossy(&self.stdout_head));
         Ok(out)
     }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn finish(mut ch: Channel, command: &str) -> anyhow::Result<ExecOutput> {

@@ -156,6 +156,42 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
     Ok(())
 }
 
+/// Raises the soft open-file limit to what `guests` guests need (up to the hard limit, which
+/// validation checked), saying so; a no-op when the soft limit already suffices.
+fn raise_fd_limit_to(guests: u64) -> Result<Option<String>, String> {
+    use crate::scenario::validate::{FDS_BASE, FDS_PER_GUEST, fd_limits, fds_needed};
+    let Some(fd) = fd_limits() else {
+        return Ok(None);
+    };
+    let need = fds_needed(guests) + fd.open;
+    if need <= fd.soft {
+        return Ok(None);
+    }
+    let to = need.max(fd.soft).min(fd.hard);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(to),
+            maximum: Some(fd.hard),
+        },
+    )
+    .map_err(|e| format!("raising the open-file limit from {} to {to}: {e}", fd.soft))?;
+    Ok(Some(format!(
+        "raised the open-file limit from {} to {to} ({guests} guests × {FDS_PER_GUEST} + {FDS_BASE} + {} open)",
+        fd.soft, fd.open
+    )))
+}
+
+/// The open-file limit raised to what the plan's largest level needs (validation refused a
+/// plan past the hard limit, with the numbers); said on stderr when raised.
+pub(crate) fn raise_fd_limit(plan: &Plan) -> anyhow::Result<()> {
+    let guests = plan.boots.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
+    if let Some(said) = raise_fd_limit_to(guests).map_err(|e| BadInput(format!("preflight: {e}")))? {
+        eprintln!("ocrig: {said}");
+    }
+    Ok(())
+}
+
 /// SHA-256 of a file's bytes (the payload's identity in the journal).
 pub(crate) fn file_sha256(path: &Path) -> anyhow::Result<String> {
     use sha2::{Digest, Sha256};

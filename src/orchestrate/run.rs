@@ -137,6 +137,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         preflight::check_kernels(&loaded)?;
     }
     let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus, seed)?;
+    preflight::raise_fd_limit(&plan)?;
     let mut cpus = match &remote_backend {
         Some(b) => claims::Claim::Remote(claims::claim_remote_cpus(b, &plan.host_cpus, args.wait_for_cpus)?),
         None => claims::Claim::Local(claims::claim_cpus(&plan.host_cpus, args.wait_for_cpus)?),

@@ -78,6 +78,155 @@ pub fn guests_at(level: f64, host_cpus: usize, vcpus: u32) -> Result<u32, String
     Ok(rounded as u32)
 }
 
+/// What the fit of a level's guests is checked against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitHost {
+    /// Host CPUs the sweep uses.
+    pub cpus: usize,
+    pub mem_available_mib: u64,
+    /// This process's open-file limit (soft, hard) and the files it has open; `None` when
+    /// unknown (not checked).
+    pub fds: Option<FdLimits>,
+    /// Loopback ports the kernel hands out for `bind(127.0.0.1:0)` (each guest's SSH forward
+    /// takes one); `None` when unknown.
+    pub ephemeral_ports: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FdLimits {
+    pub soft: u64,
+    pub hard: u64,
+    pub open: u64,
+}
+
+/// Files the orchestrator holds per live guest: measured 3 at 1–24 clones (issue 24: 21 open
+/// with 1 guest, 90 with 24 — the SSH socket, the QMP socket, QEMU's stderr pipe), planned
+/// with room for a libvirt or remote backend's extra connections and for growth.
+pub const FDS_PER_GUEST: u64 = 8;
+/// Files the orchestrator holds besides its guests (journal, log, locks, runtime), with room.
+pub const FDS_BASE: u64 = 64;
+
+/// The files a level of `guests` guests needs open at once.
+pub fn fds_needed(guests: u64) -> u64 {
+    FDS_BASE + guests * FDS_PER_GUEST
+}
+
+/// `8300 MiB`, or `184320 MiB = 180 GiB` when GiB read better.
+fn mib_text(mib: u64) -> String {
+    if mib >= 10 * 1024 {
+        format!("{mib} MiB = {:.0} GiB", mib as f64 / 1024.0)
+    } else {
+        format!("{mib} MiB")
+    }
+}
+
+/// Whether the guests of the largest level fit the host, each refusal with its arithmetic
+/// (`2.5x × 192 CPUs / 1 vCPU = 480 guests × 662 MiB = 310 GiB > 120 GiB available`) and the
+/// scenario field it is about.
+pub fn fit_problems(level: f64, vcpus: u32, memory_mib: u32, host: &FitHost) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let exact = level * host.cpus as f64 / vcpus.max(1) as f64;
+    let guests = exact.round().max(0.0) as u64;
+    let vcpu_word = if vcpus == 1 { "vCPU" } else { "vCPUs" };
+    let head = format!(
+        "{level}x × {} CPUs / {vcpus} {vcpu_word} = {guests} guests",
+        host.cpus
+    );
+    let per_guest = memory_mib as u64 + QEMU_OVERHEAD_MIB;
+    let need = guests * per_guest;
+    if need > host.mem_available_mib {
+        out.push((
+            "memory_mib",
+            format!(
+                "the largest level does not fit in memory: {head} × ({memory_mib} MiB + {QEMU_OVERHEAD_MIB} MiB QEMU) \
+                 = {} > {} available",
+                mib_text(need),
+                mib_text(host.mem_available_mib)
+            ),
+        ));
+    }
+    if let Some(fd) = host.fds {
+        let need = fds_needed(guests) + fd.open;
+        if need > fd.hard {
+            out.push((
+                "vcpus",
+                format!(
+                    "the largest level needs more open files than this process may have: {head} × {FDS_PER_GUEST} files \
+                     + {FDS_BASE} + {} open now = {need} > hard limit {} (RLIMIT_NOFILE; raise it with `ulimit -Hn` \
+                     or /etc/security/limits.conf as root)",
+                    fd.open, fd.hard
+                ),
+            ));
+        }
+    }
+    if let Some(ports) = host.ephemeral_ports {
+        // Half the range: other programs on the host take ports from it too.
+        if guests > ports / 2 {
+            out.push((
+                "vcpus",
+                format!(
+                    "the largest level needs more loopback ports than the host hands out: {head} × 1 SSH forward \
+                     = {guests} > {} (half of the {ports} ports of net.ipv4.ip_local_port_range)",
+                    ports / 2
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// How many guests are started at once, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartBound {
+    pub at_once: usize,
+    pub why: String,
+}
+
+/// Guests started per host CPU at once: a clone's restore, its SSH key exchange and clock
+/// setting take host CPU, and more at once than this only makes each slower (and at 12x on 2
+/// CPUs risks the boot deadline) without making the group ready sooner.
+pub const STARTS_PER_CPU: usize = 2;
+
+/// Start concurrency for `guests` guests on `cpus` host CPUs with room for `fd_headroom`
+/// more open files (`None`: unknown). Memory is not a bound here: every guest of a level is
+/// up at once during its runs anyway, and validation checked that they fit.
+pub fn start_concurrency(cpus: usize, guests: usize, fd_headroom: Option<u64>) -> StartBound {
+    let by_cpu = (cpus * STARTS_PER_CPU).max(2);
+    let mut at_once = by_cpu.min(guests.max(1));
+    let mut why = format!("{STARTS_PER_CPU} per host CPU × {cpus} CPUs = {by_cpu}");
+    if let Some(room) = fd_headroom {
+        let by_fd = (room / FDS_PER_GUEST).max(1) as usize;
+        if by_fd < at_once {
+            at_once = by_fd;
+            why =
+                format!("{why}, but only {room} more files may be opened ({FDS_PER_GUEST} a guest): {by_fd}");
+        }
+    }
+    if guests <= at_once {
+        why = format!("{why}; all {guests} at once");
+    }
+    StartBound { at_once, why }
+}
+
+/// This process's open-file limits and open files, from the kernel.
+pub fn fd_limits() -> Option<FdLimits> {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(FdLimits {
+        soft: lim.current?,
+        hard: lim.maximum?,
+        open,
+    })
+}
+
+/// Ports in net.ipv4.ip_local_port_range.
+pub fn ephemeral_ports() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let (lo, hi) = (it.next()??, it.next()??);
+    Some(hi.saturating_sub(lo) + 1)
+}
+
 /// Longest boot, deploy and telemetry timeouts accepted, seconds (an hour).
 pub const MAX_STEP_TIMEOUT_S: u64 = 3600;
 /// Longest run timeout accepted, seconds (a day).
@@ -219,6 +368,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         err(&[key("levels")], "name at least one overcommit level".into());
     }
     let mut max_guests = 0u32;
+    let mut max_level = 0.0;
     for (i, &level) in s.levels.iter().enumerate() {
         if s.guest.vcpus == 0 {
             break;
@@ -233,21 +383,20 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             continue;
         }
         match guests_at(level, cpus.len(), s.guest.vcpus) {
-            Ok(g) => max_guests = max_guests.max(g),
+            Ok(g) if g > max_guests => (max_guests, max_level) = (g, level),
+            Ok(_) => {}
             Err(m) => err(&[key("levels"), Seg::Index(i)], m),
         }
     }
     if s.host.backend != BackendKind::Host && max_guests > 0 {
-        let need = max_guests as u64 * (s.guest.memory_mib as u64 + QEMU_OVERHEAD_MIB);
-        if need > host.mem_available_mib {
-            err(
-                &[key("guest"), key("memory_mib")],
-                format!(
-                    "the largest level needs {max_guests} guests × ({} MiB + {QEMU_OVERHEAD_MIB} MiB QEMU) = {need} MiB, \
-                     but only {} MiB is available{on}",
-                    s.guest.memory_mib, host.mem_available_mib
-                ),
-            );
+        let fit = FitHost {
+            cpus: cpus.len(),
+            mem_available_mib: host.mem_available_mib,
+            fds: fd_limits(),
+            ephemeral_ports: ephemeral_ports(),
+        };
+        for (field, m) in fit_problems(max_level, s.guest.vcpus, s.guest.memory_mib, &fit) {
+            err(&[key("guest"), key(field)], format!("{m}{on}"));
         }
     }
 
@@ -720,6 +869,82 @@ mod tests {
             mem_available_mib: 8192,
             remote: None,
         }
+    }
+
+    /// A big host of the issue: 192 CPUs, 120 GiB available, the default open-file limits.
+    fn big_host() -> FitHost {
+        FitHost {
+            cpus: 192,
+            mem_available_mib: 120 * 1024,
+            fds: Some(FdLimits {
+                soft: 1024,
+                hard: 1 << 20,
+                open: 10,
+            }),
+            ephemeral_ports: Some(28_232),
+        }
+    }
+
+    #[test]
+    fn a_level_that_does_not_fit_in_memory_is_refused_with_its_arithmetic() {
+        // 2.5x × 192 / 1 = 480 guests of 234 + 150 = 384 MiB: 180 GiB > 120 GiB.
+        let p = fit_problems(2.5, 1, 234, &big_host());
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, "memory_mib");
+        assert!(
+            p[0].1.contains(
+                "2.5x × 192 CPUs / 1 vCPU = 480 guests × (234 MiB + 150 MiB QEMU) = 184320 MiB = 180 GiB > 122880 MiB = 120 GiB available"
+            ),
+            "{}",
+            p[0].1
+        );
+        // 320 guests of the same size fit (120 GiB exactly), and 2-vCPU guests halve the count.
+        assert!(fit_problems(2.5 * 320.0 / 480.0, 1, 234, &big_host()).is_empty());
+        let two = fit_problems(2.5, 2, 234, &big_host());
+        assert!(two.is_empty(), "{two:?}");
+    }
+
+    #[test]
+    fn open_files_and_ports_are_refused_only_past_what_can_be_raised() {
+        let mut h = big_host();
+        h.mem_available_mib = u64::MAX / 2;
+        // 480 guests need 64 + 480 × 8 + 10 = 3914 files: above the soft limit (raised at
+        // preflight), below the hard one: no refusal.
+        assert!(fit_problems(2.5, 1, 234, &h).is_empty());
+        assert_eq!(fds_needed(480), 3904);
+        h.fds = Some(FdLimits {
+            soft: 1024,
+            hard: 2048,
+            open: 10,
+        });
+        let p = fit_problems(2.5, 1, 234, &h);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].1
+                .contains("480 guests × 8 files + 64 + 10 open now = 3914 > hard limit 2048"),
+            "{}",
+            p[0].1
+        );
+        h.fds = None;
+        h.ephemeral_ports = Some(600);
+        let p = fit_problems(2.5, 1, 234, &h);
+        assert!(
+            p[0].1.contains("= 480 > 300 (half of the 600 ports"),
+            "{}",
+            p[0].1
+        );
+    }
+
+    #[test]
+    fn start_concurrency_is_bounded_by_cpus_and_open_files() {
+        let b = start_concurrency(2, 24, Some(10_000));
+        assert_eq!(b.at_once, 4, "{b:?}");
+        assert!(b.why.contains("2 per host CPU × 2 CPUs = 4"), "{}", b.why);
+        assert_eq!(start_concurrency(2, 1, None).at_once, 1);
+        assert!(start_concurrency(2, 3, None).why.contains("all 3 at once"));
+        let b = start_concurrency(192, 480, Some(100));
+        assert_eq!(b.at_once, 12, "{b:?}");
+        assert!(b.why.contains("only 100 more files"), "{}", b.why);
     }
 
     fn loaded(text: &str) -> (tempfile::TempDir, Loaded) {

@@ -5,6 +5,7 @@
 
 pub mod cpu_stat;
 pub mod kvm;
+pub mod orchestrator;
 pub mod probe;
 pub mod sched_trace;
 pub mod vcpu;

@@ -40,6 +40,10 @@ pub struct ProbeTarget<'a> {
     /// False after its run failed: the guest may be stopped, dead, or its SSH session held by
     /// a blocked reader, so nothing is asked of it (only host-side /proc is read).
     pub reachable: bool,
+    /// The guest's /proc/stat as the command that runs the payload already printed it (right
+    /// before its start, right after its end), so it needs no SSH round trip of its own;
+    /// `None`: read it over SSH.
+    pub proc_stat: Option<Result<String, String>>,
 }
 
 /// How long QEMU may take to answer `query-stats`.
@@ -197,9 +201,13 @@ async fn guest_stats(targets: &[ProbeTarget<'_>], collect: Duration) -> Vec<Resu
     let reads = targets.iter().map(|t| {
         let ssh = Arc::clone(&t.ssh);
         let reachable = t.reachable;
+        let printed = t.proc_stat.clone();
         tokio::task::spawn_blocking(move || {
             if !reachable {
                 return Err(UNREACHABLE.to_string());
+            }
+            if let Some(text) = printed {
+                return StatSnapshot::parse(&text?);
             }
             let out = ssh
                 .exec("cat /proc/stat", None, collect)
