@@ -427,7 +427,7 @@ impl<E: Executor> Scheduler<'_, E> {
         self.totals.teardown_s += t.elapsed().as_secs_f64();
     }
 
-    /// Journals one attempt's records together and settles the journal anew.
+    /// Journals one attempt's records together and settles them.
     fn keep(&mut self, mut recs: Vec<RunRecord>) -> anyhow::Result<()> {
         if let Some(share) = &self.share {
             for r in &mut recs {
@@ -437,8 +437,9 @@ impl<E: Executor> Scheduler<'_, E> {
         self.journal.append_all(&recs)?;
         match &self.journal {
             Journal::Own(_) => {
+                // Settled incrementally: the work of this attempt's run, not of the journal.
+                self.settled.extend(&recs);
                 self.records.extend(recs);
-                self.settled = accounting::settle(&self.records);
             }
             Journal::Shared(_) => self.sync(),
         }
@@ -453,9 +454,9 @@ impl<E: Executor> Scheduler<'_, E> {
         };
         let j = j.lock().unwrap_or_else(|e| e.into_inner());
         if j.records.len() > self.records.len() {
-            self.records.extend_from_slice(&j.records[self.records.len()..]);
-            drop(j);
-            self.settled = accounting::settle(&self.records);
+            let new = &j.records[self.records.len()..];
+            self.settled.extend(new);
+            self.records.extend_from_slice(new);
         }
     }
 
