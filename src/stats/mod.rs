@@ -9,6 +9,7 @@
 
 pub mod cells;
 pub mod compare;
+pub mod digest;
 pub mod explain;
 pub mod outliers;
 pub mod power;

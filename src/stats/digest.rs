@@ -1,0 +1,190 @@
+//! A report's compact digest of each journal record: what the statistics read of it (its run,
+//! standing, headline numbers and every figure that explains a cell), taken by [`digest`] as
+//! the record is parsed, so a report of a million records holds a million digests (a few
+//! hundred bytes each), never the records (kilobytes each, with their telemetry).
+//!
+//! A new per-record figure is one more field of [`RunDigest`] and one more call in [`digest`]
+//! of the pure function that computes it from a `&RunRecord`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::explain::{self, HostOtherPart, RecordContext};
+use crate::journal::accounting::{Attempted, Headline};
+use crate::journal::{Journal, RunRecord, SweepHeader};
+
+/// Why a figure was not measured (shared: most records give one of a few reasons).
+pub type Why = Arc<str>;
+/// A per-run figure, or why it was not measured.
+pub type Figure = Result<f64, Why>;
+
+/// What the reports read of one journal record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunDigest {
+    pub variant: Arc<str>,
+    pub level: f64,
+    pub workload: Arc<str>,
+    pub run: u32,
+    pub warmup: bool,
+    pub guest: u32,
+    pub host: Option<Arc<str>>,
+    pub ok: bool,
+    /// Marked superseded (some guest of its attempt failed).
+    pub superseded: bool,
+    pub attempt: u32,
+    pub attempt_records: Option<u32>,
+    /// The payload's own words when it rejected this run by a self-check.
+    pub self_check: Option<Why>,
+    /// The payload's headline numbers (name → value), in name order.
+    pub metrics: Box<[(Arc<str>, f64)]>,
+    /// [`explain::vcpu_wait`].
+    pub vcpu_wait: Figure,
+    /// [`explain::guest_steal`].
+    pub guest_steal: Figure,
+    /// This record's part of its run's [`explain::host_other`].
+    pub host_other: HostOtherPart<Why>,
+    /// [`explain::kvm_counters`].
+    pub kvm: Result<Box<[(Arc<str>, u64)]>, Why>,
+    /// [`explain::pv_words`]: whether the boot facts name guests, and their PV lines.
+    pub pv_words: Option<(bool, Box<[Why]>)>,
+}
+
+/// One copy of each name and reason a parser thread has seen, shared by its digests.
+#[derive(Debug, Default)]
+pub struct Names(HashMap<Box<str>, Arc<str>>);
+
+impl Names {
+    pub fn name(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        // Reasons may carry numbers that differ per record; keep the table bounded.
+        if self.0.len() < 4096 {
+            self.0.insert(Box::from(s), a.clone());
+        }
+        a
+    }
+}
+
+/// The digest of one record: every per-record figure a report shows, computed here by the
+/// functions that compute it from the record.
+pub fn digest(r: &RunRecord, ctx: &RecordContext, names: &mut Names) -> RunDigest {
+    use crate::sweep::records::SELF_CHECK_REASON;
+    let mut why = |e: String| names.name(&e);
+    let vcpu_wait = explain::vcpu_wait(r, ctx).map_err(&mut why);
+    let guest_steal = explain::guest_steal(r, ctx).map_err(&mut why);
+    let host_other = explain::host_other_part(r, ctx).map_err(&mut why);
+    let kvm = explain::kvm_counters(r, ctx).map_err(&mut why);
+    let kvm = kvm.map(|c| c.into_iter().map(|(k, v)| (names.name(&k), v)).collect());
+    let pv_words = explain::pv_words(r).map(|w| (w.guests, w.lines.iter().map(|l| names.name(l)).collect()));
+    RunDigest {
+        variant: names.name(&r.variant),
+        level: r.level,
+        workload: names.name(&r.workload),
+        run: r.run,
+        warmup: r.warmup,
+        guest: r.guest,
+        host: r.host.as_deref().map(|h| names.name(h)),
+        ok: r.ok,
+        superseded: r.superseded.is_some(),
+        attempt: r.attempt,
+        attempt_records: r.attempt_records,
+        self_check: r
+            .error
+            .as_deref()
+            .and_then(|e| e.strip_prefix(SELF_CHECK_REASON))
+            .map(|w| names.name(w)),
+        metrics: r.metrics.iter().map(|(k, v)| (names.name(k), *v)).collect(),
+        vcpu_wait,
+        guest_steal,
+        host_other,
+        kvm,
+        pv_words,
+    }
+}
+
+impl RunDigest {
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics
+            .binary_search_by(|(k, _)| k.as_ref().cmp(name))
+            .ok()
+            .map(|i| self.metrics[i].1)
+    }
+}
+
+impl Attempted for RunDigest {
+    fn variant(&self) -> &str {
+        &self.variant
+    }
+    fn level(&self) -> f64 {
+        self.level
+    }
+    fn workload(&self) -> &str {
+        &self.workload
+    }
+    fn warmup(&self) -> bool {
+        self.warmup
+    }
+    fn run(&self) -> u32 {
+        self.run
+    }
+    fn guest(&self) -> u32 {
+        self.guest
+    }
+    fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    fn finished(&self) -> bool {
+        self.ok && !self.superseded
+    }
+    fn attempt_records(&self) -> Option<u32> {
+        self.attempt_records
+    }
+}
+
+impl Headline for RunDigest {
+    fn metric(&self, name: &str) -> Option<f64> {
+        RunDigest::metric(self, name)
+    }
+}
+
+/// A journal as the reports read it: its header and one digest per record, in journal order.
+#[derive(Debug, Clone)]
+pub struct Digested {
+    pub header: SweepHeader,
+    pub runs: Vec<RunDigest>,
+}
+
+impl Digested {
+    /// Streams the journal at `path` (a results directory or the file), digesting each record
+    /// as it is parsed; `progress`: a bar on stderr once it takes longer than a second.
+    pub fn read(path: &Path, progress: bool) -> anyhow::Result<Self> {
+        let read = crate::journal::read_mapped(path, progress, |h: &SweepHeader, names: &mut Names, r| {
+            digest(&r, &context(h), names)
+        })?;
+        Ok(Self {
+            header: read.header,
+            runs: read.runs,
+        })
+    }
+
+    /// The digests of a journal already in memory.
+    pub fn of(journal: &Journal) -> Self {
+        let ctx = context(&journal.header);
+        let mut names = Names::default();
+        Self {
+            header: journal.header.clone(),
+            runs: journal.runs.iter().map(|r| digest(r, &ctx, &mut names)).collect(),
+        }
+    }
+}
+
+/// What the header says about how the records were made.
+pub fn context(h: &SweepHeader) -> RecordContext<'_> {
+    RecordContext {
+        accel: &h.accel,
+        backend: &h.backend,
+    }
+}
