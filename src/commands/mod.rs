@@ -62,7 +62,11 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             if by_host {
                 journal = crate::report::hosts::split_by_host(&journal);
             }
-            out(&crate::report::render_digested(&journal, format, &Default::default())?)?;
+            out(&crate::report::render_digested(
+                &journal,
+                format,
+                &Default::default(),
+            )?)?;
             Ok(())
         }
         Command::Compare { a, b, format } => {

@@ -264,7 +264,8 @@ impl Settled {
                     .map(|(i, g)| (g, i))
                     .collect();
                 by_guest.sort_by_key(|&(g, _)| g);
-                self.valid.insert(key, by_guest.into_iter().map(|(_, i)| i).collect());
+                self.valid
+                    .insert(key, by_guest.into_iter().map(|(_, i)| i).collect());
             }
             None => {
                 self.valid.remove(&key);

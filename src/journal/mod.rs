@@ -250,6 +250,19 @@ pub struct RunRecord {
     pub finished_at: String,
 }
 
+impl RunRecord {
+    /// The record without what only a reader of the journal needs (payload report, telemetry,
+    /// argv, timings): what the accounting rule and the stopping rule read, for a sweep that
+    /// keeps every record of its journal in memory.
+    pub fn for_accounting(mut self) -> Self {
+        self.payload = None;
+        self.extra = serde_json::Map::new();
+        self.argv = Vec::new();
+        self.timings = BTreeMap::new();
+        self
+    }
+}
+
 /// Appends entries to a journal, fsync'ing each one. Every append lands whole or not at all: a
 /// write that fails is cut back off the file, and once one has failed every later append fails
 /// too (with the first cause), so no scheduler of any host appends after a failed one.
@@ -437,6 +450,16 @@ impl Journal {
     }
 }
 
+/// One journal line. A run record as ocrig writes it (its `type` tag first) is parsed straight
+/// into a [`RunRecord`] (which ignores the tag): serde's internally tagged [`Entry`] would
+/// first buffer the whole line as a generic tree, which costs about as much again.
+fn parse_entry(line: &[u8]) -> serde_json::Result<Entry> {
+    if line.starts_with(br#"{"type":"run","#) {
+        return serde_json::from_slice::<RunRecord>(line).map(|r| Entry::Run(Box::new(r)));
+    }
+    serde_json::from_slice::<Entry>(line)
+}
+
 /// A journal read by [`read_mapped`]: its header, each record as `map` made it, the resume
 /// notes.
 #[derive(Debug)]
@@ -515,7 +538,9 @@ where
             Err(e) => {
                 return Err(bad(
                     line_no,
-                    format!("expected the sweep header of an ocrig journal, found a line that is not one ({e})"),
+                    format!(
+                        "expected the sweep header of an ocrig journal, found a line that is not one ({e})"
+                    ),
                 ));
             }
         }
@@ -562,13 +587,17 @@ where
             if l.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            match serde_json::from_slice::<Entry>(l) {
+            match parse_entry(l) {
                 Ok(Entry::Run(r)) => items.push(Item::Run(map(&header, state, *r))),
                 Ok(Entry::Resume(n)) => items.push(Item::Resume(*n)),
                 // A resumed sweep may re-state its header; the first one stands.
                 Ok(Entry::Sweep(_)) => {}
                 Err(e) => {
-                    malformed = Some((c.first_line + i, format!("malformed journal line: {e}"), i + 1 == lines.len()));
+                    malformed = Some((
+                        c.first_line + i,
+                        format!("malformed journal line: {e}"),
+                        i + 1 == lines.len(),
+                    ));
                     break;
                 }
             }
@@ -692,7 +721,10 @@ where
         }
         // Every parser is done, so the reader is too (or failed).
         let chunks = reader.join().unwrap_or(Ok(0)).map_err(cannot)?;
-        anyhow::ensure!(next == chunks, "journal reader stopped early at chunk {next} of {chunks}");
+        anyhow::ensure!(
+            next == chunks,
+            "journal reader stopped early at chunk {next} of {chunks}"
+        );
         // A malformed last whole line is an older ocrig's torn tail: ignored.
         Ok(())
     });

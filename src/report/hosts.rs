@@ -251,7 +251,8 @@ mod tests {
                 .all(|r| &*r.variant == format!("base@{}", r.host.as_deref().unwrap()))
         );
         // The split journal renders like any other, one row per host.
-        let text = super::super::render_digested(&split, super::super::Format::Md, &Default::default()).unwrap();
+        let text =
+            super::super::render_digested(&split, super::super::Format::Md, &Default::default()).unwrap();
         assert!(text.contains("base@b"), "{text}");
     }
 

@@ -89,6 +89,7 @@ pub trait Exporter {
 }
 
 /// Builds the comparison model of `journal`.
+#[cfg(test)] // reports build it from the digests (model_digested)
 pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
     model_digested(&Digested::of(journal), opts)
 }
@@ -209,7 +210,8 @@ pub fn merge(a: &Digested, b: &Digested, a_name: &str, b_name: &str) -> anyhow::
     };
     let rename = |j: &Digested, side: &str| -> BTreeMap<String, Arc<str>> {
         let mut variants = j.header.variants.clone();
-        let mut seen: std::collections::HashSet<&str> = j.header.variants.iter().map(String::as_str).collect();
+        let mut seen: std::collections::HashSet<&str> =
+            j.header.variants.iter().map(String::as_str).collect();
         for r in &j.runs {
             if seen.insert(&r.variant) {
                 variants.push(r.variant.to_string());
@@ -843,14 +845,18 @@ mod tests {
 
         let mut other = journal();
         other.header.levels = vec![0.5, 2.0];
-        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B").unwrap_err().to_string();
+        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("only in A: [1x]") && e.contains("only in B: [2x]"),
             "{e}"
         );
         let mut other = journal();
         other.header.workloads.remove("hackbench");
-        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B").unwrap_err().to_string();
+        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("different workloads: only in A: [hackbench]"), "{e}");
     }
 

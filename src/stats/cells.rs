@@ -13,7 +13,9 @@ use super::explain::{self, Measured};
 use super::outliers::outlier_indices;
 use super::power::{DEFAULT_POWER, Detectable, min_detectable_effect};
 use super::summary::{Summary, mean, summarize};
-use crate::journal::{Better, Journal};
+use crate::journal::Better;
+#[cfg(test)]
+use crate::journal::Journal;
 #[cfg(test)]
 use crate::journal::RunRecord;
 
@@ -297,9 +299,10 @@ pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> M
             let metric = metric.unwrap_or(&info.metric).to_string();
             let by_cell = grouped.get(id.as_str()).unwrap_or(&no_records);
             let records = |v: usize, l: usize| by_cell.get(&(v, l)).map_or(&[][..], Vec::as_slice);
-            let lock = by_cell.values().flatten().any(|r| {
-                r.metric(CONTENTION_METRIC).is_some() || r.metric(JAIN_METRIC).is_some()
-            });
+            let lock = by_cell
+                .values()
+                .flatten()
+                .any(|r| r.metric(CONTENTION_METRIC).is_some() || r.metric(JAIN_METRIC).is_some());
             let series: Vec<Series> = variants
                 .iter()
                 .enumerate()
@@ -372,7 +375,10 @@ fn metric_values<'a>(records: impl Iterator<Item = &'a RunDigest>, metric: &str)
 /// One cell from its counted records, in journal order.
 fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell {
     let (samples, runs) = metric_values(primary(records), metric);
-    let others = records.iter().copied().filter(|r| r.ok && !r.warmup && r.guest != 0);
+    let others = records
+        .iter()
+        .copied()
+        .filter(|r| r.ok && !r.warmup && r.guest != 0);
     let (other_samples, _) = metric_values(others, metric);
     let metric_mean = |name: &str| mean(&metric_values(primary(records), name).0);
     // Each run's records (one attempt's: only its valid one counts), for the host's share.
@@ -401,11 +407,9 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
         })),
         ctxsw_voluntary: metric_mean(CTXSW_VOLUNTARY_METRIC),
         ctxsw_involuntary: metric_mean(CTXSW_INVOLUNTARY_METRIC),
-        kvm: explain::kvm_cell_of(primary(records).map(|r| {
-            r.kvm
-                .as_ref()
-                .map(|c| c.iter().map(|(k, v)| (k.clone(), *v)))
-        })),
+        kvm: explain::kvm_cell_of(
+            primary(records).map(|r| r.kvm.as_ref().map(|c| c.iter().map(|(k, v)| (k.clone(), *v)))),
+        ),
     }
 }
 

@@ -159,7 +159,8 @@ struct Scheduler<'a, E> {
     journal: Journal<'a>,
     share: Option<HostShare>,
     progress: &'a Progress,
-    /// Every record of the journal: the resumed one's, then this run's.
+    /// Every record of the journal: the resumed one's, then this run's (this run's without
+    /// their telemetry: [`RunRecord::for_accounting`]).
     records: Vec<RunRecord>,
     settled: Settled,
     totals: PhaseTotals,
@@ -439,7 +440,9 @@ impl<E: Executor> Scheduler<'_, E> {
             Journal::Own(_) => {
                 // Settled incrementally: the work of this attempt's run, not of the journal.
                 self.settled.extend(&recs);
-                self.records.extend(recs);
+                // Only what the stopping rule reads: a journal's telemetry is kilobytes a record.
+                self.records
+                    .extend(recs.into_iter().map(RunRecord::for_accounting));
             }
             Journal::Shared(_) => self.sync(),
         }
@@ -456,7 +459,8 @@ impl<E: Executor> Scheduler<'_, E> {
         if j.records.len() > self.records.len() {
             let new = &j.records[self.records.len()..];
             self.settled.extend(new);
-            self.records.extend_from_slice(new);
+            self.records
+                .extend(new.iter().cloned().map(RunRecord::for_accounting));
         }
     }
 
