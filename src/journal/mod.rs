@@ -488,6 +488,21 @@ where
     S: Default,
     F: Fn(&SweepHeader, &mut S, RunRecord) -> T + Sync,
 {
+    read_mapped_in_chunks(path, progress, CHUNK, map)
+}
+
+/// [`read_mapped`] handing parsers `chunk` bytes at a time (tests make it small).
+pub(crate) fn read_mapped_in_chunks<T, S, F>(
+    path: &Path,
+    progress: bool,
+    chunk: usize,
+    map: F,
+) -> anyhow::Result<Mapped<T>>
+where
+    T: Send,
+    S: Default,
+    F: Fn(&SweepHeader, &mut S, RunRecord) -> T + Sync,
+{
     use std::io::BufRead;
     let file_path = if path.is_dir() {
         path.join(JOURNAL_FILE)
@@ -568,7 +583,7 @@ where
     }
     enum Item<T> {
         Run(T),
-        Resume(ResumeNote),
+        Resume(Box<ResumeNote>),
     }
     /// A chunk parsed: its items, and the first malformed line (number, what, whether it was
     /// the chunk's last line).
@@ -589,7 +604,7 @@ where
             }
             match parse_entry(l) {
                 Ok(Entry::Run(r)) => items.push(Item::Run(map(&header, state, *r))),
-                Ok(Entry::Resume(n)) => items.push(Item::Resume(*n)),
+                Ok(Entry::Resume(n)) => items.push(Item::Resume(n)),
                 // A resumed sweep may re-state its header; the first one stands.
                 Ok(Entry::Sweep(_)) => {}
                 Err(e) => {
@@ -644,9 +659,9 @@ where
             let mut carry: Vec<u8> = Vec::new();
             loop {
                 let mut buf = std::mem::take(&mut carry);
-                buf.reserve(CHUNK + (1 << 16));
+                buf.reserve(chunk + (1 << 16));
                 let start = buf.len();
-                buf.resize(start + CHUNK, 0);
+                buf.resize(start + chunk, 0);
                 let mut filled = start;
                 while filled < buf.len() {
                     let n = input.read(&mut buf[filled..])?;
@@ -656,7 +671,7 @@ where
                     filled += n;
                 }
                 buf.truncate(filled);
-                let eof = filled < start + CHUNK;
+                let eof = filled < start + chunk;
                 let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
                     if eof {
                         return Ok(index);
@@ -703,7 +718,7 @@ where
                 for item in p.items {
                     match item {
                         Item::Run(t) => runs.push(t),
-                        Item::Resume(n) => resumes.push(n),
+                        Item::Resume(n) => resumes.push(*n),
                     }
                 }
                 match p.malformed {

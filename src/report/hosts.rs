@@ -248,7 +248,7 @@ mod tests {
             split
                 .runs
                 .iter()
-                .all(|r| &*r.variant == format!("base@{}", r.host.as_deref().unwrap()))
+                .all(|r| *r.variant == format!("base@{}", r.host.as_deref().unwrap()))
         );
         // The split journal renders like any other, one row per host.
         let text =

@@ -18,6 +18,8 @@ use crate::journal::{Journal, RunRecord, SweepHeader};
 pub type Why = Arc<str>;
 /// A per-run figure, or why it was not measured.
 pub type Figure = Result<f64, Why>;
+/// KVM counters (name → count over the run), or why there are none.
+pub type Counters = Result<Box<[(Arc<str>, u64)]>, Why>;
 
 /// What the reports read of one journal record.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +47,7 @@ pub struct RunDigest {
     /// This record's part of its run's [`explain::host_other`].
     pub host_other: HostOtherPart<Why>,
     /// [`explain::kvm_counters`].
-    pub kvm: Result<Box<[(Arc<str>, u64)]>, Why>,
+    pub kvm: Counters,
     /// [`explain::pv_words`]: whether the boot facts name guests, and their PV lines.
     pub pv_words: Option<(bool, Box<[Why]>)>,
 }
@@ -186,5 +188,60 @@ pub fn context(h: &SweepHeader) -> RecordContext<'_> {
     RecordContext {
         accel: &h.accel,
         backend: &h.backend,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Entry, JournalWriter};
+    use crate::stats::cells::{build, build_digested, tests::journal};
+
+    #[test]
+    fn a_streamed_journal_gives_the_model_of_the_journal_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal();
+        let mut w = JournalWriter::open(dir.path()).unwrap();
+        w.append(&Entry::Sweep(Box::new(j.header.clone()))).unwrap();
+        for r in &j.runs {
+            w.append(&Entry::Run(Box::new(r.clone()))).unwrap();
+        }
+        drop(w);
+        let in_memory = build(&j, 0.05, None);
+        // Small chunks: many of them, over every parser thread, must come back in order.
+        for chunk in [1 << 20, 700, 64] {
+            let read =
+                crate::journal::read_mapped_in_chunks(dir.path(), false, chunk, |h, names: &mut Names, r| {
+                    digest(&r, &context(h), names)
+                })
+                .unwrap();
+            assert_eq!(read.runs, Digested::of(&j).runs, "chunk {chunk}");
+            let streamed = Digested {
+                header: read.header,
+                runs: read.runs,
+            };
+            assert_eq!(build_digested(&streamed, 0.05, None), in_memory, "chunk {chunk}");
+        }
+        let streamed = Digested::read(dir.path(), false).unwrap();
+        assert_eq!(build_digested(&streamed, 0.05, None), in_memory);
+        // And the rendered reports are the same text.
+        let opts = crate::report::ReportOptions::default();
+        for format in [crate::report::Format::Table, crate::report::Format::Json] {
+            assert_eq!(
+                crate::report::render_digested(&streamed, format, &opts).unwrap(),
+                crate::report::render(&j, format, &opts).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_digest_holds_a_few_hundred_bytes_not_the_record() {
+        // The stack part of a digest; its heap part is the metric and counter lists (names
+        // shared through `Names`).
+        assert!(
+            std::mem::size_of::<RunDigest>() <= 320,
+            "{}",
+            std::mem::size_of::<RunDigest>()
+        );
     }
 }
