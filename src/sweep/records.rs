@@ -83,9 +83,26 @@ fn own_part(facts: &Value, guest: u32) -> Value {
                 )
             })
     };
+    // `guest_kernel` names no guest: its entries are in the order of `start`'s (both are
+    // made from the live guests in order), so the guest's entry is at its place in `start`.
+    let place = m
+        .get("start")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().position(|e| e["guest"].as_u64() == Some(guest as u64)));
+    let aligned = |v: &Value| {
+        let (a, p) = (v.as_array()?, place?);
+        let starts = m.get("start")?.as_array()?.len();
+        (a.len() == starts).then(|| Value::Array(vec![a[p].clone()]))
+    };
     Value::Object(
         m.iter()
-            .map(|(k, v)| (k.clone(), per_guest(v).unwrap_or_else(|| v.clone())))
+            .map(|(k, v)| {
+                let own = match k.as_str() {
+                    "guest_kernel" => aligned(v),
+                    _ => per_guest(v),
+                };
+                (k.clone(), own.unwrap_or_else(|| v.clone()))
+            })
             .collect(),
     )
 }
@@ -377,8 +394,9 @@ mod tests {
             }))
         };
         let per_guest = |g: u32| json!({"guest": g, "start": {"method": "clone", "n": g}});
+        let kernel = |g: u32| json!({"pv_words": [format!("[0.1] kvm-guest: guest {g}"), "[0.2] PV spinlocks enabled"]});
         let group = json!({"boot_s": 1, "start": [per_guest(0), per_guest(1), per_guest(2)],
-                           "guest_kernel": [{"dmesg": ["[0.1] PV spinlocks enabled"]}]});
+                           "guest_kernel": [kernel(0), kernel(1), kernel(2)]});
         let host_stat = json!({"user": 300, "system": 0, "idle": 100, "steal": 0, "busy_share": 0.75,
                                "per_cpu": [{"cpu": 0, "user": 150}, {"cpu": 1, "user": 150}]});
         let outcome = RunOutcome {
@@ -393,7 +411,7 @@ mod tests {
         for r in &recs[1..] {
             assert_eq!(r.extra["group"]["start"], json!([per_guest(r.guest)]), "{r:?}");
             assert_eq!(r.extra["group"]["boot_s"], 1);
-            assert_eq!(r.extra["group"]["guest_kernel"], group["guest_kernel"]);
+            assert_eq!(r.extra["group"]["guest_kernel"], json!([kernel(r.guest)]));
             assert_eq!(r.extra["host_stat"]["busy_share"], 0.75);
             assert!(r.extra["host_stat"].get("per_cpu").is_none());
             assert_eq!(r.extra[SHARED_ON_GUEST_KEY], 0);
