@@ -155,7 +155,7 @@ pub enum Standing {
 pub struct Settled {
     standing: Vec<Standing>,
     /// Run → indices of its valid attempt's records, by guest.
-    valid: BTreeMap<RunKey, Vec<usize>>,
+    valid: BTreeMap<RunKey, Vec<(u32, usize)>>,
     /// Run → the highest attempt number journaled, and its attempts in journal order.
     runs: BTreeMap<RunKey, RunAttempts>,
     attempts: Vec<Attempt>,
@@ -164,6 +164,8 @@ pub struct Settled {
 #[derive(Debug, Clone, Default)]
 struct RunAttempts {
     last_attempt: u32,
+    /// The attempt that is the run's valid result.
+    valid: Option<usize>,
     /// Indices into [`Settled::attempts`], in order of first record.
     attempts: Vec<usize>,
     /// Attempt number → the attempt now collecting records; a guest seen twice starts a new
@@ -232,11 +234,29 @@ impl Settled {
             }
         };
         let at = &mut self.attempts[a];
+        let was_complete = at.complete();
         at.indices.push(i);
         at.guest_of.push(r.guest());
         at.guests.insert(r.guest());
         at.all_finished &= r.finished();
         at.declared = at.declared.or(r.attempt_records());
+        let complete = at.complete();
+        if complete == was_complete {
+            // Nothing about the run changed but one more record: it stands as its attempt does
+            // (the common case; an attempt changes once, when its last record lands).
+            self.standing[i] = match (complete, run.valid == Some(a)) {
+                (false, _) => Standing::Failed,
+                (true, true) => Standing::Counted,
+                (true, false) => Standing::Duplicate,
+            };
+            if self.standing[i] == Standing::Counted
+                && let Some(v) = self.valid.get_mut(&key)
+            {
+                let at = v.partition_point(|&(g, _)| g <= r.guest());
+                v.insert(at, (r.guest(), i));
+            }
+            return;
+        }
         // The run's valid result: its first complete attempt; any later complete one is a
         // duplicate. Re-decided over this run's attempts only.
         let mut valid: Option<usize> = None;
@@ -254,18 +274,17 @@ impl Settled {
                 valid = Some(a);
             }
         }
+        run.valid = valid;
         match valid {
             Some(a) => {
                 let mut by_guest: Vec<(u32, usize)> = self.attempts[a]
-                    .indices
+                    .guest_of
                     .iter()
                     .copied()
-                    .zip(self.attempts[a].guest_of.iter().copied())
-                    .map(|(i, g)| (g, i))
+                    .zip(self.attempts[a].indices.iter().copied())
                     .collect();
                 by_guest.sort_by_key(|&(g, _)| g);
-                self.valid
-                    .insert(key, by_guest.into_iter().map(|(_, i)| i).collect());
+                self.valid.insert(key, by_guest);
             }
             None => {
                 self.valid.remove(&key);
@@ -287,7 +306,7 @@ impl Settled {
     pub fn valid_result<'a, R>(&self, records: &'a [R], key: &RunKey) -> Option<Vec<&'a R>> {
         self.valid
             .get(key)
-            .map(|ix| ix.iter().map(|&i| &records[i]).collect())
+            .map(|ix| ix.iter().map(|&(_, i)| &records[i]).collect())
     }
 
     pub fn has_valid_result(&self, key: &RunKey) -> bool {
