@@ -57,16 +57,21 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         }),
         Command::Validate { files } => validate::validate(&files),
         Command::Report { dir, format, by_host } => {
-            let mut journal = crate::sweep::journal::Journal::read(&dir)?;
+            // Streamed: each record is digested as it is parsed, never held whole.
+            let mut journal = crate::stats::digest::Digested::read(&dir, true)?;
             if by_host {
                 journal = crate::report::hosts::split_by_host(&journal);
             }
-            out(&crate::report::render(&journal, format, &Default::default())?)?;
+            out(&crate::report::render_digested(
+                &journal,
+                format,
+                &Default::default(),
+            )?)?;
             Ok(())
         }
         Command::Compare { a, b, format } => {
-            let ja = crate::sweep::journal::Journal::read(&a)?;
-            let jb = crate::sweep::journal::Journal::read(&b)?;
+            let ja = crate::stats::digest::Digested::read(&a, true)?;
+            let jb = crate::stats::digest::Digested::read(&b, true)?;
             let name = |p: &std::path::Path| {
                 p.file_name()
                     .map_or("?".into(), |n| n.to_string_lossy().into_owned())
@@ -75,7 +80,15 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 compare_names: Some((name(&a), name(&b))),
                 ..Default::default()
             };
-            eprint!("{}", crate::report::kernels::compare_note(&a, &ja, &b, &jb));
+            // The kernel note reads the headers only.
+            let header_only = |d: &crate::stats::digest::Digested| crate::sweep::journal::Journal {
+                header: d.header.clone(),
+                runs: Vec::new(),
+            };
+            eprint!(
+                "{}",
+                crate::report::kernels::compare_note(&a, &header_only(&ja), &b, &header_only(&jb))
+            );
             out(&crate::report::compare(&ja, &jb, format, &opts)?)?;
             Ok(())
         }

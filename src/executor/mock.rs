@@ -60,6 +60,73 @@ pub struct Script {
     /// Yield to the runtime once per run call, so the schedulers of several hosts interleave
     /// run by run as real ones do (a mock run otherwise never waits).
     pub interleave: bool,
+    /// Answer as a real host of this many CPUs would: every guest's full lock report and
+    /// per-vCPU telemetry, the host's /proc/stat split per CPU (None: the minimal answer).
+    pub realistic_host_cpus: Option<usize>,
+}
+
+/// A lock payload report as the real payload prints it (fields and sizes of a real run's).
+pub fn realistic_report_stdout(metric: &str, value: f64) -> String {
+    json!({
+        "schema": 2, "workload": "lock", "elapsed_ns": 3_304_826_658u64,
+        "env": {"kernel": "6.1.0-57-amd64", "cpus": 1, "cpus_allowed": 1, "clocksource": "tsc",
+                "clocksource_available": ["tsc", "hpet", "acpi_pm"], "hypervisor": "KVMKVMKVM",
+                "cmdline": "tsc_early_khz=2245786 tsc=reliable quiet console=ttyS0 panic=-1"},
+        "metrics": {"acquire_p99_ns": 13223.0, "contended": 42512.0, "contention_rate": 0.80,
+                    "ctxsw_involuntary": 20.0, "ctxsw_voluntary": 0.0, "jain": 0.988,
+                    "max_thread_ops": 29445.0, "min_thread_ops": 23649.0, metric: value, "ops_total": 53094.0},
+        "acquire_latency": {"p50_ns": 2100, "p90_ns": 8000, "p99_ns": 13223, "max_ns": 90000, "samples": 5314},
+        "acquire_latency_sampling": "1 in 8 contended acquisitions (first try_lock failed), per thread; uncontended ones are never timed",
+        "algo": "ticket", "contended": 42512, "contention_rate": 0.80, "duration_ms": 3000,
+        "fairness": {"jain": 0.988, "max": 29445, "min": 23649}, "futex": null,
+        "futex_unavailable": "'ticket' never sleeps in the kernel: it makes no futex calls",
+        "gap_ns": 200, "hold_ns": 200, "lost_updates": 0, "ops_per_sec": value,
+        "ops_per_thread": [29445, 23649], "ops_total": 53094, "owner_violations": 0, "threads": 2,
+        "threads_ctxsw": [{"involuntary": 10, "voluntary": 0}, {"involuntary": 10, "voluntary": 0}],
+    })
+    .to_string()
+}
+
+/// One 1-vCPU guest's telemetry as the run probe journals it.
+fn realistic_telemetry(guest: usize) -> serde_json::Map<String, serde_json::Value> {
+    let wait = 0.3 + (guest % 7) as f64 * 0.05;
+    serde_json::Map::from_iter([
+        (
+            "vcpu_sched".to_string(),
+            json!({"wall_s": 3.3, "mean_wait_share": wait, "mean_runnable_wait_share": wait, "vcpus": [{
+                "vcpu": 0, "tid": 5000 + guest, "run_s": 3.3 * (1.0 - wait), "wait_s": 3.3 * wait,
+                "wait_share": wait, "runnable_wait_share": wait, "timeslices": 672,
+                "voluntary_switches": 143, "involuntary_switches": 529}]}),
+        ),
+        (
+            "guest_stat".to_string(),
+            json!({"user": 190, "system": 5, "idle": 0, "steal": 10, "steal_share": 0.05, "busy_share": 0.95}),
+        ),
+        (
+            "kvm".to_string(),
+            json!({"source": "qmp query-stats", "counters": {"halt_exits": 1000 + guest, "halt_successful_poll": 10,
+                   "directed_yield_attempted": 7, "directed_yield_successful": 3, "preemption_reported": 40,
+                   "preemption_other": 2, "hypercalls": 300}}),
+        ),
+    ])
+}
+
+/// The host's /proc/stat over a run, split per CPU, as the run probe journals it.
+fn realistic_host(cpus: usize) -> serde_json::Map<String, serde_json::Value> {
+    let per_cpu: Vec<_> = (0..cpus)
+        .map(|c| json!({"busy_share": 1.0, "cpu": c, "idle": 0, "steal": 0, "steal_share": 0.0, "system": 15, "user": 315}))
+        .collect();
+    serde_json::Map::from_iter([
+        (
+            "host_stat".to_string(),
+            json!({"busy_share": 1.0, "cpus": (0..cpus).collect::<Vec<_>>(), "idle": 0, "per_cpu": per_cpu,
+                   "steal": 0, "steal_share": 0.0, "system": 15 * cpus, "user": 315 * cpus}),
+        ),
+        (
+            "telemetry_cost".to_string(),
+            json!({"cpu_ms": 0.31, "run_cpu_ms": 160.0, "share": 0.002}),
+        ),
+    ])
 }
 
 /// Everything the mock was asked, for the test to check.
@@ -71,6 +138,9 @@ pub struct Calls {
     pub shut_downs: u32,
     /// Workers up right now.
     pub up: bool,
+    /// When each run call arrived (the mock answers at once: the time between two is what
+    /// the orchestrator spent on one attempt).
+    pub run_started: Vec<std::time::Instant>,
 }
 
 pub struct MockExecutor {
@@ -113,6 +183,7 @@ impl Executor for MockExecutor {
             assert!(calls.up, "mock: a run was started with no workers up");
             let bring_up = calls.bring_ups.len() as u32;
             calls.runs.push((bring_up, request.argv.clone()));
+            calls.run_started.push(std::time::Instant::now());
             calls.runs.len() as u32
         };
         if let Some(f) = &self.script.on_run {
@@ -145,10 +216,22 @@ impl Executor for MockExecutor {
                     (None, Some((_, detail))) => Ok(rejected_by_check(&self.metric, value, detail)),
                     (None, None) => Ok(Finished {
                         status: 0,
-                        stdout: report_stdout(&self.metric, value),
+                        stdout: match self.script.realistic_host_cpus {
+                            Some(_) => realistic_report_stdout(&self.metric, value),
+                            None => report_stdout(&self.metric, value),
+                        },
                         stderr: String::new(),
                     }),
                 };
+                if self.script.realistic_host_cpus.is_some() {
+                    return Some(WorkerRun {
+                        argv,
+                        result,
+                        run_s: Some(3.3),
+                        telemetry: realistic_telemetry(g),
+                        console_tail: Some(format!("mock console of worker {g}")),
+                    });
+                }
                 Some(WorkerRun {
                     argv,
                     result,
@@ -167,7 +250,10 @@ impl Executor for MockExecutor {
         RunOutcome {
             workers,
             start_skew_us: 5.0,
-            host: serde_json::Map::from_iter([("host_stat".to_string(), json!({"busy_share": 1.0}))]),
+            host: match self.script.realistic_host_cpus {
+                Some(cpus) => realistic_host(cpus),
+                None => serde_json::Map::from_iter([("host_stat".to_string(), json!({"busy_share": 1.0}))]),
+            },
         }
     }
 

@@ -19,6 +19,101 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::RunRecord;
 
+/// What the rule reads of one journaled record: the full [`RunRecord`] (the sweep, resume) or
+/// a report's compact digest of it, so both settle by the same code.
+pub trait Attempted {
+    fn variant(&self) -> &str;
+    fn level(&self) -> f64;
+    fn workload(&self) -> &str;
+    fn warmup(&self) -> bool;
+    fn run(&self) -> u32;
+    fn guest(&self) -> u32;
+    fn attempt(&self) -> u32;
+    /// `ok` and not marked superseded.
+    fn finished(&self) -> bool;
+    /// [`RunRecord::attempt_records`].
+    fn attempt_records(&self) -> Option<u32>;
+    /// The guest set it ran on ([`GuestSet::of`]), if the record says.
+    fn guest_set(&self) -> Option<GuestSet>;
+}
+
+impl Attempted for RunRecord {
+    fn variant(&self) -> &str {
+        &self.variant
+    }
+    fn level(&self) -> f64 {
+        self.level
+    }
+    fn workload(&self) -> &str {
+        &self.workload
+    }
+    fn warmup(&self) -> bool {
+        self.warmup
+    }
+    fn run(&self) -> u32 {
+        self.run
+    }
+    fn guest(&self) -> u32 {
+        self.guest
+    }
+    fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    fn finished(&self) -> bool {
+        self.ok && self.superseded.is_none()
+    }
+    fn attempt_records(&self) -> Option<u32> {
+        self.attempt_records
+    }
+    fn guest_set(&self) -> Option<GuestSet> {
+        GuestSet::of(self)
+    }
+}
+
+impl<T: Attempted> Attempted for &T {
+    fn variant(&self) -> &str {
+        (*self).variant()
+    }
+    fn level(&self) -> f64 {
+        (*self).level()
+    }
+    fn workload(&self) -> &str {
+        (*self).workload()
+    }
+    fn warmup(&self) -> bool {
+        (*self).warmup()
+    }
+    fn run(&self) -> u32 {
+        (*self).run()
+    }
+    fn guest(&self) -> u32 {
+        (*self).guest()
+    }
+    fn attempt(&self) -> u32 {
+        (*self).attempt()
+    }
+    fn finished(&self) -> bool {
+        (*self).finished()
+    }
+    fn attempt_records(&self) -> Option<u32> {
+        (*self).attempt_records()
+    }
+    fn guest_set(&self) -> Option<GuestSet> {
+        (*self).guest_set()
+    }
+}
+
+/// A record's headline numbers, for [`Settled::samples`].
+pub trait Headline: Attempted {
+    fn metric(&self, name: &str) -> Option<f64>;
+}
+
+impl Headline for RunRecord {
+    fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics.get(name).copied()
+    }
+}
+
 /// One run: a slot of a cell.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RunKey {
@@ -74,10 +169,10 @@ impl RunKey {
         }
     }
 
-    pub fn of(r: &RunRecord) -> Self {
-        match (r.warmup, GuestSet::of(r)) {
-            (true, Some(set)) => Self::warm_up(&r.variant, r.level, &r.workload, r.run, set),
-            _ => Self::new(&r.variant, r.level, &r.workload, r.warmup, r.run),
+    pub fn of(r: &impl Attempted) -> Self {
+        match (r.warmup(), r.guest_set()) {
+            (true, Some(set)) => Self::warm_up(r.variant(), r.level(), r.workload(), r.run(), set),
+            _ => Self::new(r.variant(), r.level(), r.workload(), r.warmup(), r.run()),
         }
     }
 }
@@ -102,91 +197,150 @@ pub enum Standing {
 }
 
 /// Every record of a journal settled by the rule above. Indices refer to the slice given to
-/// [`settle`].
+/// [`settle`] (or the records given to [`Settled::extend`], in order). Settling is
+/// incremental: taking in one more record costs the work of its own run only, so a sweep
+/// that settles after every attempt stays linear in the journal's length.
 #[derive(Debug, Clone, Default)]
 pub struct Settled {
     standing: Vec<Standing>,
     /// Run → indices of its valid attempt's records, by guest.
-    valid: BTreeMap<RunKey, Vec<usize>>,
-    /// Run → the highest attempt number journaled.
-    last_attempt: BTreeMap<RunKey, u32>,
+    valid: BTreeMap<RunKey, Vec<(u32, usize)>>,
+    /// Run → the highest attempt number journaled, and its attempts in journal order.
+    runs: BTreeMap<RunKey, RunAttempts>,
+    attempts: Vec<Attempt>,
 }
 
-/// Records of one attempt, in journal order.
+#[derive(Debug, Clone, Default)]
+struct RunAttempts {
+    last_attempt: u32,
+    /// The attempt that is the run's valid result.
+    valid: Option<usize>,
+    /// Indices into [`Settled::attempts`], in order of first record.
+    attempts: Vec<usize>,
+    /// Attempt number → the attempt now collecting records; a guest seen twice starts a new
+    /// one (an older ocrig restarted attempt numbers at 1 on resume).
+    open: BTreeMap<u32, usize>,
+}
+
+/// Records of one attempt, in journal order, with what decides whether it is complete.
+#[derive(Debug, Clone)]
 struct Attempt {
-    key: RunKey,
     indices: Vec<usize>,
+    /// The guest of each of `indices`.
+    guest_of: Vec<u32>,
     guests: BTreeSet<u32>,
+    all_finished: bool,
+    /// The first `attempt_records` its records declare.
+    declared: Option<u32>,
 }
 
 impl Attempt {
-    fn complete(&self, records: &[RunRecord]) -> bool {
-        let recs = || self.indices.iter().map(|&i| &records[i]);
-        let all_ok = recs().all(|r| r.ok && r.superseded.is_none());
-        let declared = recs().find_map(|r| r.attempt_records);
-        let whole = match declared {
+    fn complete(&self) -> bool {
+        let whole = match self.declared {
             Some(n) => self.indices.len() == n as usize,
             None => self.guests.contains(&0),
         };
-        all_ok && whole
+        self.all_finished && whole
     }
 }
 
 /// Settles every record: the one place that decides what counts.
-pub fn settle(records: &[RunRecord]) -> Settled {
-    let mut attempts: Vec<Attempt> = Vec::new();
-    // (run, attempt number) → the attempt now collecting records; a guest seen twice starts a
-    // new one (an older ocrig restarted attempt numbers at 1 on resume).
-    let mut open: BTreeMap<(RunKey, u32), usize> = BTreeMap::new();
-    let mut last_attempt: BTreeMap<RunKey, u32> = BTreeMap::new();
-    for (i, r) in records.iter().enumerate() {
-        let key = RunKey::of(r);
-        let last = last_attempt.entry(key.clone()).or_default();
-        *last = (*last).max(r.attempt);
-        let slot = open.get(&(key.clone(), r.attempt)).copied();
-        match slot {
-            Some(a) if !attempts[a].guests.contains(&r.guest) => {
-                attempts[a].indices.push(i);
-                attempts[a].guests.insert(r.guest);
-            }
-            _ => {
-                open.insert((key.clone(), r.attempt), attempts.len());
-                attempts.push(Attempt {
-                    key,
-                    indices: vec![i],
-                    guests: BTreeSet::from([r.guest]),
-                });
-            }
-        }
-    }
-    let mut standing = vec![Standing::Failed; records.len()];
-    let mut valid: BTreeMap<RunKey, Vec<usize>> = BTreeMap::new();
-    for a in &attempts {
-        if !a.complete(records) {
-            continue;
-        }
-        let already = valid.contains_key(&a.key);
-        for &i in &a.indices {
-            standing[i] = if already {
-                Standing::Duplicate
-            } else {
-                Standing::Counted
-            };
-        }
-        if !already {
-            let mut by_guest = a.indices.clone();
-            by_guest.sort_by_key(|&i| records[i].guest);
-            valid.insert(a.key.clone(), by_guest);
-        }
-    }
-    Settled {
-        standing,
-        valid,
-        last_attempt,
-    }
+pub fn settle<R: Attempted>(records: &[R]) -> Settled {
+    let mut s = Settled::default();
+    s.extend(records);
+    s
 }
 
 impl Settled {
+    /// Takes in `more`, the records that follow those already settled in the journal.
+    pub fn extend<R: Attempted>(&mut self, more: &[R]) {
+        for r in more {
+            self.push(r);
+        }
+    }
+
+    /// Takes in the journal's next record; settles its run anew (the work of one run).
+    pub fn push<R: Attempted>(&mut self, r: &R) {
+        let i = self.standing.len();
+        self.standing.push(Standing::Failed);
+        let key = RunKey::of(r);
+        let run = self.runs.entry(key.clone()).or_default();
+        run.last_attempt = run.last_attempt.max(r.attempt());
+        let a = match run.open.get(&r.attempt()).copied() {
+            Some(a) if !self.attempts[a].guests.contains(&r.guest()) => a,
+            _ => {
+                let a = self.attempts.len();
+                self.attempts.push(Attempt {
+                    indices: Vec::new(),
+                    guest_of: Vec::new(),
+                    guests: BTreeSet::new(),
+                    all_finished: true,
+                    declared: None,
+                });
+                run.open.insert(r.attempt(), a);
+                run.attempts.push(a);
+                a
+            }
+        };
+        let at = &mut self.attempts[a];
+        let was_complete = at.complete();
+        at.indices.push(i);
+        at.guest_of.push(r.guest());
+        at.guests.insert(r.guest());
+        at.all_finished &= r.finished();
+        at.declared = at.declared.or(r.attempt_records());
+        let complete = at.complete();
+        if complete == was_complete {
+            // Nothing about the run changed but one more record: it stands as its attempt does
+            // (the common case; an attempt changes once, when its last record lands).
+            self.standing[i] = match (complete, run.valid == Some(a)) {
+                (false, _) => Standing::Failed,
+                (true, true) => Standing::Counted,
+                (true, false) => Standing::Duplicate,
+            };
+            if self.standing[i] == Standing::Counted
+                && let Some(v) = self.valid.get_mut(&key)
+            {
+                let at = v.partition_point(|&(g, _)| g <= r.guest());
+                v.insert(at, (r.guest(), i));
+            }
+            return;
+        }
+        // The run's valid result: its first complete attempt; any later complete one is a
+        // duplicate. Re-decided over this run's attempts only.
+        let mut valid: Option<usize> = None;
+        for &a in &run.attempts {
+            let at = &self.attempts[a];
+            let complete = at.complete();
+            for &j in &at.indices {
+                self.standing[j] = match (complete, valid.is_some()) {
+                    (false, _) => Standing::Failed,
+                    (true, false) => Standing::Counted,
+                    (true, true) => Standing::Duplicate,
+                };
+            }
+            if complete && valid.is_none() {
+                valid = Some(a);
+            }
+        }
+        run.valid = valid;
+        match valid {
+            Some(a) => {
+                let mut by_guest: Vec<(u32, usize)> = self.attempts[a]
+                    .guest_of
+                    .iter()
+                    .copied()
+                    .zip(self.attempts[a].indices.iter().copied())
+                    .collect();
+                by_guest.sort_by_key(|&(g, _)| g);
+                self.valid.insert(key, by_guest);
+            }
+            None => {
+                self.valid.remove(&key);
+            }
+        }
+    }
+
     /// Whether record `index` is part of its run's valid result.
     pub fn counts(&self, index: usize) -> bool {
         self.standing.get(index) == Some(&Standing::Counted)
@@ -198,10 +352,10 @@ impl Settled {
     }
 
     /// The valid result of a run: its counted records by guest (guest 0 first), if it has one.
-    pub fn valid_result<'a>(&self, records: &'a [RunRecord], key: &RunKey) -> Option<Vec<&'a RunRecord>> {
+    pub fn valid_result<'a, R>(&self, records: &'a [R], key: &RunKey) -> Option<Vec<&'a R>> {
         self.valid
             .get(key)
-            .map(|ix| ix.iter().map(|&i| &records[i]).collect())
+            .map(|ix| ix.iter().map(|&(_, i)| &records[i]).collect())
     }
 
     pub fn has_valid_result(&self, key: &RunKey) -> bool {
@@ -209,19 +363,19 @@ impl Settled {
     }
 
     /// The run's primary result: guest 0's record of its valid attempt.
-    pub fn primary<'a>(&self, records: &'a [RunRecord], key: &RunKey) -> Option<&'a RunRecord> {
+    pub fn primary<'a, R: Attempted>(&self, records: &'a [R], key: &RunKey) -> Option<&'a R> {
         self.valid_result(records, key)?
             .into_iter()
-            .find(|r| r.guest == 0)
+            .find(|r| r.guest() == 0)
     }
 
     /// The highest attempt number journaled for a run (0 when it has none).
     pub fn last_attempt(&self, key: &RunKey) -> u32 {
-        self.last_attempt.get(key).copied().unwrap_or(0)
+        self.runs.get(key).map_or(0, |r| r.last_attempt)
     }
 
     /// Every counted record, in journal order.
-    pub fn counted<'a>(&'a self, records: &'a [RunRecord]) -> impl Iterator<Item = &'a RunRecord> + 'a {
+    pub fn counted<'a, R>(&'a self, records: &'a [R]) -> impl Iterator<Item = &'a R> + 'a {
         records
             .iter()
             .enumerate()
@@ -230,8 +384,9 @@ impl Settled {
     }
 
     /// Measured runs of a cell that were attempted but have no valid result.
+    #[cfg(test)] // the per-record form; reports use the digests' one
     pub fn failed_runs(&self, variant: &str, level: f64, workload: &str) -> usize {
-        self.last_attempt
+        self.runs
             .keys()
             .filter(|k| {
                 !k.warmup
@@ -245,7 +400,7 @@ impl Settled {
 
     /// Every measured run that was attempted but has no valid result, in key order.
     pub fn runs_without_result(&self) -> impl Iterator<Item = &RunKey> + '_ {
-        self.last_attempt
+        self.runs
             .keys()
             .filter(|k| !k.warmup && !self.valid.contains_key(*k))
     }
@@ -254,7 +409,7 @@ impl Settled {
     /// `runs`, in run order — the samples the CV stopping rule and the summaries see.
     pub fn samples(
         &self,
-        records: &[RunRecord],
+        records: &[impl Headline],
         cell: &CellKey<'_>,
         metric: &str,
         runs: std::ops::Range<u32>,
@@ -266,7 +421,7 @@ impl Settled {
         let to = RunKey::new(cell.variant, cell.level, cell.workload, false, runs.end - 1);
         self.valid
             .range(from..=to)
-            .filter_map(|(k, _)| self.primary(records, k)?.metrics.get(metric).copied())
+            .filter_map(|(k, _)| self.primary(records, k)?.metric(metric))
             .collect()
     }
 }
@@ -314,6 +469,52 @@ mod tests {
         assert_eq!(s.last_attempt(&key), 2);
         assert_eq!(s.samples(&records, &CELL, "m", 0..10), [10.0]);
         assert_eq!(s.failed_runs("v", 1.0, "w"), 0);
+    }
+
+    #[test]
+    fn settling_record_by_record_gives_what_settling_at_once_gives() {
+        let mut superseded = rec(1, 0, 1, true, Some(2));
+        superseded.superseded = Some("guest 1 failed".into());
+        let records = vec![
+            rec(0, 0, 1, true, Some(2)),
+            superseded,
+            rec(1, 1, 1, false, Some(2)),
+            rec(0, 1, 1, true, Some(2)),
+            rec(1, 0, 2, true, Some(2)),
+            rec(2, 0, 1, true, Some(1)),
+            rec(1, 1, 2, true, Some(2)),
+            rec(2, 0, 2, true, Some(1)),
+            rec(3, 0, 1, true, None),
+        ];
+        let at_once = settle(&records);
+        for split in 0..=records.len() {
+            let mut s = settle(&records[..split]);
+            s.extend(&records[split..]);
+            for i in 0..records.len() {
+                assert_eq!(s.standing(i), at_once.standing(i), "split {split}, record {i}");
+            }
+            assert_eq!(
+                s.samples(&records, &CELL, "m", 0..10),
+                at_once.samples(&records, &CELL, "m", 0..10)
+            );
+        }
+        assert_eq!(
+            (0..records.len())
+                .map(|i| at_once.standing(i).unwrap())
+                .collect::<Vec<_>>(),
+            [
+                Standing::Counted,
+                Standing::Failed,
+                Standing::Failed,
+                Standing::Counted,
+                Standing::Counted,
+                Standing::Counted,
+                Standing::Counted,
+                Standing::Duplicate,
+                // No declared count (an older ocrig): guest 0's record makes it whole.
+                Standing::Counted,
+            ]
+        );
     }
 
     #[test]

@@ -250,6 +250,19 @@ pub struct RunRecord {
     pub finished_at: String,
 }
 
+impl RunRecord {
+    /// The record without what only a reader of the journal needs (payload report, telemetry,
+    /// argv, timings): what the accounting rule and the stopping rule read, for a sweep that
+    /// keeps every record of its journal in memory.
+    pub fn for_accounting(mut self) -> Self {
+        self.payload = None;
+        self.extra = serde_json::Map::new();
+        self.argv = Vec::new();
+        self.timings = BTreeMap::new();
+        self
+    }
+}
+
 /// Appends entries to a journal, fsync'ing each one. Every append lands whole or not at all: a
 /// write that fails is cut back off the file, and once one has failed every later append fails
 /// too (with the first cause), so no scheduler of any host appends after a failed one.
@@ -417,6 +430,7 @@ pub struct Journal {
 }
 
 impl Journal {
+    #[cfg(test)]
     /// Reads `dir/journal.jsonl` (or the file itself if `path` is a file). A torn tail (bytes
     /// after the last newline: a crash mid-write, whatever they hold) is ignored; any other
     /// malformed line is a [`NotAJournal`] error naming its number.
@@ -426,76 +440,317 @@ impl Journal {
 
     /// [`Journal::read`], with every `--resume` note in journal order.
     pub fn read_with_resumes(path: &Path) -> anyhow::Result<(Self, Vec<ResumeNote>)> {
-        let file_path = if path.is_dir() {
-            path.join(JOURNAL_FILE)
-        } else {
-            path.to_path_buf()
-        };
-        let bytes = std::fs::read(&file_path).map_err(|e| {
-            NotAJournal(format!(
-                "{}: cannot read the journal: {e} (expected a results directory of `ocrig run`)",
-                file_path.display()
-            ))
-        })?;
-        let bad = |line: usize, what: String| -> anyhow::Error {
-            NotAJournal(format!("{}:{line}: {what}", file_path.display())).into()
-        };
-        // Only whole lines count: whatever follows the last newline is a torn write.
-        let whole = match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(i) => &bytes[..=i],
-            None => &bytes[..0],
-        };
-        let lines: Vec<&[u8]> = whole.split(|&b| b == b'\n').collect();
-        let last = lines.len().saturating_sub(1); // the empty piece after the final newline
-        let mut header: Option<SweepHeader> = None;
-        let mut runs = Vec::new();
-        let mut resumes = Vec::new();
-        for (i, line) in lines[..last].iter().enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            if header.is_none() {
-                newer_format(line).map_err(|what| bad(i + 1, what))?;
-            }
-            let parsed = std::str::from_utf8(line)
-                .map_err(|e| e.to_string())
-                .and_then(|l| serde_json::from_str::<Entry>(l).map_err(|e| e.to_string()));
-            let entry = match parsed {
-                Ok(e) => e,
-                // The last whole line of an older ocrig's journal may be torn too (it appended
-                // onto a torn tail); a newer journal's header says so before any other line.
-                Err(_) if i + 1 == last && header.is_some() => break,
-                Err(e) if header.is_none() => {
-                    return Err(bad(
-                        i + 1,
-                        format!(
-                            "expected the sweep header of an ocrig journal, found a line that is not one ({e})"
-                        ),
-                    ));
-                }
-                Err(e) => return Err(bad(i + 1, format!("malformed journal line: {e}"))),
-            };
-            match entry {
-                Entry::Sweep(h) if header.is_none() => header = Some(*h),
-                Entry::Sweep(_) => {} // a resumed sweep may re-state its header; the first one stands
-                _ if header.is_none() => {
-                    return Err(bad(
-                        i + 1,
-                        "expected the sweep header as the journal's first line, found a record".into(),
-                    ));
-                }
-                Entry::Run(r) => runs.push(*r),
-                Entry::Resume(n) => resumes.push(*n),
-            }
-        }
-        let header = header.ok_or_else(|| {
-            NotAJournal(format!(
+        let read = read_mapped(path, false, |_: &SweepHeader, _: &mut (), r: RunRecord| r)?;
+        Ok((
+            Self {
+                header: read.header,
+                runs: read.runs,
+            },
+            read.resumes,
+        ))
+    }
+}
+
+/// One journal line. A run record as ocrig writes it (its `type` tag first) is parsed straight
+/// into a [`RunRecord`] (which ignores the tag): serde's internally tagged [`Entry`] would
+/// first buffer the whole line as a generic tree, which costs about as much again.
+fn parse_entry(line: &[u8]) -> serde_json::Result<Entry> {
+    if line.starts_with(br#"{"type":"run","#) {
+        return serde_json::from_slice::<RunRecord>(line).map(|r| Entry::Run(Box::new(r)));
+    }
+    serde_json::from_slice::<Entry>(line)
+}
+
+/// A journal read by [`read_mapped`]: its header, each record as `map` made it, the resume
+/// notes.
+#[derive(Debug)]
+pub struct Mapped<T> {
+    pub header: SweepHeader,
+    pub runs: Vec<T>,
+    pub resumes: Vec<ResumeNote>,
+}
+
+/// Bytes handed to one parser at a time: whole lines, about this much.
+const CHUNK: usize = 4 << 20;
+
+/// Reads a journal (a results directory or the file itself) line by line, turning each run
+/// record into `map(header, state, record)` as soon as it is parsed, so a caller that keeps a
+/// small digest of each record holds only those, never the journal. Lines are parsed on every
+/// CPU (`state` is one per parser thread; results keep journal order). With `progress`, a bar
+/// on stderr tells how far it is once reading has taken longer than a second (indicatif draws
+/// nothing when stderr is not a terminal).
+///
+/// A torn tail (bytes after the last newline: a crash mid-write, whatever they hold) is
+/// ignored, and so is a malformed last whole line (an older ocrig appended onto a torn tail);
+/// any other malformed line is a [`NotAJournal`] error naming its number.
+pub fn read_mapped<T, S, F>(path: &Path, progress: bool, map: F) -> anyhow::Result<Mapped<T>>
+where
+    T: Send,
+    S: Default,
+    F: Fn(&SweepHeader, &mut S, RunRecord) -> T + Sync,
+{
+    read_mapped_in_chunks(path, progress, CHUNK, map)
+}
+
+/// [`read_mapped`] handing parsers `chunk` bytes at a time (tests make it small).
+pub(crate) fn read_mapped_in_chunks<T, S, F>(
+    path: &Path,
+    progress: bool,
+    chunk: usize,
+    map: F,
+) -> anyhow::Result<Mapped<T>>
+where
+    T: Send,
+    S: Default,
+    F: Fn(&SweepHeader, &mut S, RunRecord) -> T + Sync,
+{
+    use std::io::BufRead;
+    let file_path = if path.is_dir() {
+        path.join(JOURNAL_FILE)
+    } else {
+        path.to_path_buf()
+    };
+    let cannot = |e: std::io::Error| {
+        NotAJournal(format!(
+            "{}: cannot read the journal: {e} (expected a results directory of `ocrig run`)",
+            file_path.display()
+        ))
+    };
+    let bad = |line: usize, what: String| -> anyhow::Error {
+        NotAJournal(format!("{}:{line}: {what}", file_path.display())).into()
+    };
+    let file = File::open(&file_path).map_err(cannot)?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut input = std::io::BufReader::with_capacity(1 << 20, file);
+
+    // The header: the first non-blank whole line.
+    let mut line_no = 0usize;
+    let mut consumed = 0u64;
+    let mut line = Vec::new();
+    let header = loop {
+        line.clear();
+        let n = input.read_until(b'\n', &mut line).map_err(cannot)?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            return Err(NotAJournal(format!(
                 "{}: no sweep header line (expected a journal written by `ocrig run`)",
                 file_path.display()
             ))
-        })?;
-        Ok((Self { header, runs }, resumes))
+            .into());
+        }
+        line_no += 1;
+        consumed += n as u64;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        newer_format(&line).map_err(|what| bad(line_no, what))?;
+        match serde_json::from_slice::<Entry>(&line) {
+            Ok(Entry::Sweep(h)) => break *h,
+            Ok(_) => {
+                return Err(bad(
+                    line_no,
+                    "expected the sweep header as the journal's first line, found a record".into(),
+                ));
+            }
+            Err(e) => {
+                return Err(bad(
+                    line_no,
+                    format!(
+                        "expected the sweep header of an ocrig journal, found a line that is not one ({e})"
+                    ),
+                ));
+            }
+        }
+    };
+
+    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::hidden());
+    if progress {
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "reading {msg} [{bar:30}] {bytes}/{total_bytes} ({eta} left)",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(file_path.display().to_string());
     }
+    bar.set_position(consumed);
+    let started = std::time::Instant::now();
+
+    /// Whole lines of the journal, the first one numbered `first_line`.
+    struct Chunk {
+        index: usize,
+        first_line: usize,
+        bytes: Vec<u8>,
+    }
+    enum Item<T> {
+        Run(T),
+        Resume(Box<ResumeNote>),
+    }
+    /// A chunk parsed: its items, and the first malformed line (number, what, whether it was
+    /// the chunk's last line).
+    struct Parsed<T> {
+        index: usize,
+        items: Vec<Item<T>>,
+        bytes: usize,
+        malformed: Option<(usize, String, bool)>,
+    }
+    let parse_chunk = |state: &mut S, c: Chunk| -> Parsed<T> {
+        let mut items = Vec::new();
+        let mut malformed = None;
+        let body = c.bytes.strip_suffix(b"\n").unwrap_or(&c.bytes);
+        let lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match parse_entry(l) {
+                Ok(Entry::Run(r)) => items.push(Item::Run(map(&header, state, *r))),
+                Ok(Entry::Resume(n)) => items.push(Item::Resume(n)),
+                // A resumed sweep may re-state its header; the first one stands.
+                Ok(Entry::Sweep(_)) => {}
+                Err(e) => {
+                    malformed = Some((
+                        c.first_line + i,
+                        format!("malformed journal line: {e}"),
+                        i + 1 == lines.len(),
+                    ));
+                    break;
+                }
+            }
+        }
+        Parsed {
+            index: c.index,
+            items,
+            bytes: c.bytes.len(),
+            malformed,
+        }
+    };
+
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
+    let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<Chunk>(2 * workers);
+    let chunk_rx = std::sync::Mutex::new(chunk_rx);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Parsed<T>>();
+    // Set when the collector stops early (a malformed line): the reader stops reading and the
+    // parsers drain what is queued without parsing it, so every thread ends.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut runs = Vec::new();
+    let mut resumes = Vec::new();
+    let outcome: anyhow::Result<()> = std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (rx, tx, stop) = (&chunk_rx, done_tx.clone(), &stop);
+            let parse_chunk = &parse_chunk;
+            scope.spawn(move || {
+                let mut state = S::default();
+                loop {
+                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok(chunk) = next else { break };
+                    if !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = tx.send(parse_chunk(&mut state, chunk));
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        // The reader: whole lines only, in chunks; what follows the last newline is a torn
+        // write and never parsed.
+        let stop_reading = &stop;
+        let reader = scope.spawn(move || -> std::io::Result<usize> {
+            let mut index = 0;
+            let mut first_line = line_no + 1;
+            let mut carry: Vec<u8> = Vec::new();
+            loop {
+                let mut buf = std::mem::take(&mut carry);
+                buf.reserve(chunk + (1 << 16));
+                let start = buf.len();
+                buf.resize(start + chunk, 0);
+                let mut filled = start;
+                while filled < buf.len() {
+                    let n = input.read(&mut buf[filled..])?;
+                    if n == 0 {
+                        break;
+                    }
+                    filled += n;
+                }
+                buf.truncate(filled);
+                let eof = filled < start + chunk;
+                let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
+                    if eof {
+                        return Ok(index);
+                    }
+                    carry = buf;
+                    continue;
+                };
+                carry = buf[last_nl + 1..].to_vec();
+                buf.truncate(last_nl + 1);
+                let lines = buf.iter().filter(|&&b| b == b'\n').count();
+                let chunk = Chunk {
+                    index,
+                    first_line,
+                    bytes: buf,
+                };
+                index += 1;
+                first_line += lines;
+                if stop_reading.load(std::sync::atomic::Ordering::Relaxed)
+                    || chunk_tx.send(chunk).is_err()
+                    || eof
+                {
+                    return Ok(index);
+                }
+            }
+        });
+        let mut waiting: BTreeMap<usize, Parsed<T>> = BTreeMap::new();
+        let mut next = 0usize;
+        let mut soft: Option<(usize, String)> = None;
+        let fail = |e: anyhow::Error| -> anyhow::Result<()> {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            Err(e)
+        };
+        for parsed in done_rx.iter() {
+            waiting.insert(parsed.index, parsed);
+            while let Some(p) = waiting.remove(&next) {
+                next += 1;
+                if let Some((line, what)) = soft.take() {
+                    // Something followed the malformed line: it was not the last.
+                    if !p.items.is_empty() || p.malformed.is_some() || p.bytes > 0 {
+                        return fail(bad(line, what));
+                    }
+                }
+                consumed += p.bytes as u64;
+                for item in p.items {
+                    match item {
+                        Item::Run(t) => runs.push(t),
+                        Item::Resume(n) => resumes.push(*n),
+                    }
+                }
+                match p.malformed {
+                    Some((line, what, true)) => soft = Some((line, what)),
+                    Some((line, what, false)) => return fail(bad(line, what)),
+                    None => {}
+                }
+                if progress {
+                    if started.elapsed() > std::time::Duration::from_secs(1) && bar.is_hidden() {
+                        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                    }
+                    bar.set_position(consumed);
+                }
+            }
+        }
+        // Every parser is done, so the reader is too (or failed).
+        let chunks = reader.join().unwrap_or(Ok(0)).map_err(cannot)?;
+        anyhow::ensure!(
+            next == chunks,
+            "journal reader stopped early at chunk {next} of {chunks}"
+        );
+        // A malformed last whole line is an older ocrig's torn tail: ignored.
+        Ok(())
+    });
+    bar.finish_and_clear();
+    outcome?;
+    Ok(Mapped {
+        header,
+        runs,
+        resumes,
+    })
 }
 
 #[cfg(test)]

@@ -421,8 +421,9 @@ pub(crate) fn finish(
     };
     std::fs::write(timings_file, serde_json::to_string_pretty(&timings)?)?;
 
-    let j = crate::sweep::journal::Journal::read(results_dir)?;
-    super::out(&crate::report::render(
+    // Streamed into digests: a long sweep's journal may not fit in memory whole.
+    let j = crate::stats::digest::Digested::read(results_dir, false)?;
+    super::out(&crate::report::render_digested(
         &j,
         crate::report::Format::Table,
         &Default::default(),

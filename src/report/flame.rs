@@ -11,10 +11,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use ocrig_payload::probe::KernelView;
 
+use crate::stats::digest::Digested;
 use crate::sweep::accounting::settle;
-use crate::sweep::journal::Journal;
 
 /// One cell's merged profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,41 +29,33 @@ pub struct CellProfile {
 }
 
 /// Every cell with at least one profile, in journal order of first appearance.
-pub fn cells(journal: &Journal) -> Vec<CellProfile> {
+pub fn cells_digested(journal: &Digested) -> Vec<CellProfile> {
     let settled = settle(&journal.runs);
     let mut out: Vec<CellProfile> = Vec::new();
+    // (workload, variant, level bits) → index into `out`: one lookup per record.
+    let mut index: BTreeMap<(&str, &str, u64), usize> = BTreeMap::new();
     for r in settled.counted(&journal.runs) {
-        let Some(profile) = r
-            .payload
-            .as_ref()
-            .and_then(|p| p.detail.get("kernel"))
-            .and_then(|k| serde_json::from_value::<KernelView>(k.clone()).ok())
-            .and_then(|k| k.profile)
-        else {
+        let Some(profile) = r.profile.as_deref() else {
             continue;
         };
-        let i = match out
-            .iter()
-            .position(|c| c.workload == r.workload && c.variant == r.variant && c.level == r.level)
-        {
-            Some(i) => i,
-            None => {
+        let i = *index
+            .entry((&*r.workload, &*r.variant, r.level.to_bits()))
+            .or_insert_with(|| {
                 out.push(CellProfile {
-                    workload: r.workload.clone(),
-                    variant: r.variant.clone(),
+                    workload: r.workload.to_string(),
+                    variant: r.variant.to_string(),
                     level: r.level,
                     runs: 0,
                     samples: 0,
                     folded: BTreeMap::new(),
                 });
                 out.len() - 1
-            }
-        };
+            });
         let c = &mut out[i];
         c.runs += 1;
         c.samples += profile.samples;
-        for (stack, n) in profile.folded {
-            *c.folded.entry(stack).or_default() += n;
+        for (stack, n) in &profile.folded {
+            *c.folded.entry(stack.clone()).or_default() += n;
         }
         if profile.other_samples > 0 {
             *c.folded.entry("[other stacks]".into()).or_default() += profile.other_samples;
@@ -137,8 +128,8 @@ fn file_part(s: &str) -> String {
 /// Writes `flame/<workload>/<level>x-<variant>.svg`, the differential
 /// `<level>x-<variant>-vs-<baseline>.svg` where the baseline has a profile at that level, and
 /// `kernel-profile.md` (top-10 symbols per cell). Nothing when no run has a profile.
-pub fn write(journal: &Journal, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let cells = cells(journal);
+pub fn write(journal: &Digested, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let cells = cells_digested(journal);
     if cells.is_empty() {
         return Ok(Vec::new());
     }

@@ -7,19 +7,30 @@
 use std::collections::BTreeMap;
 
 use crate::stats::compare::welch_t_test;
-use crate::sweep::journal::{Journal, RunRecord};
+use crate::stats::digest::{Digested, RunDigest};
 
 /// The hosts named in the journal's records, in the header's order first.
-pub fn hosts(j: &Journal) -> Vec<String> {
-    let mut out: Vec<String> = j.header.hosts.clone();
+pub fn hosts(j: &Digested) -> Vec<String> {
+    let mut named: Vec<&str> = Vec::new();
     for r in &j.runs {
-        if let Some(h) = &r.host
-            && !out.contains(h)
+        if let Some(h) = r.host.as_deref()
+            && !named.contains(&h)
         {
-            out.push(h.clone());
+            named.push(h);
         }
     }
-    out.retain(|h| j.runs.iter().any(|r| r.host.as_deref() == Some(h)));
+    let mut out: Vec<String> = j
+        .header
+        .hosts
+        .iter()
+        .filter(|h| named.contains(&h.as_str()))
+        .cloned()
+        .collect();
+    for h in named {
+        if !out.iter().any(|o| o == h) {
+            out.push(h.to_string());
+        }
+    }
     out
 }
 
@@ -28,7 +39,7 @@ pub fn hosts(j: &Journal) -> Vec<String> {
 /// is split: a run whose valid result one host made keeps only that result (a host that lost
 /// it, and whose runs another host took over, does not count it as failed), and a run with no
 /// valid result anywhere stays failed on each host that attempted it.
-pub fn split_by_host(j: &Journal) -> Journal {
+pub fn split_by_host(j: &Digested) -> Digested {
     let settled = crate::sweep::accounting::settle(&j.runs);
     let hs = hosts(j);
     let tag = |v: &str, h: Option<&str>| match h {
@@ -53,19 +64,23 @@ pub fn split_by_host(j: &Journal) -> Journal {
         .iter()
         .flat_map(|(v, k)| hs.iter().map(move |h| (format!("{v}@{h}"), k.clone())))
         .collect();
+    let mut tags: BTreeMap<(&str, Option<&str>), std::sync::Arc<str>> = BTreeMap::new();
     let runs = j
         .runs
         .iter()
         .enumerate()
         .filter(|(i, r)| {
-            settled.counts(*i) || !settled.has_valid_result(&crate::sweep::accounting::RunKey::of(r))
+            settled.counts(*i) || !settled.has_valid_result(&crate::sweep::accounting::RunKey::of(*r))
         })
-        .map(|(_, r)| RunRecord {
-            variant: tag(&r.variant, r.host.as_deref()),
+        .map(|(_, r)| RunDigest {
+            variant: tags
+                .entry((&*r.variant, r.host.as_deref()))
+                .or_insert_with(|| tag(&r.variant, r.host.as_deref()).into())
+                .clone(),
             ..r.clone()
         })
         .collect();
-    Journal { header, runs }
+    Digested { header, runs }
 }
 
 /// One cell's results per host, and whether its hosts disagree.
@@ -82,26 +97,26 @@ pub struct Agreement {
 }
 
 /// Every cell's agreement across hosts (cells with a single host are left out).
-pub fn agreement(j: &Journal, alpha: f64) -> Vec<Agreement> {
+pub fn agreement(j: &Digested, alpha: f64) -> Vec<Agreement> {
     let settled = crate::sweep::accounting::settle(&j.runs);
     let mut cells: BTreeMap<(String, String, String), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     for r in settled.counted(&j.runs).filter(|r| !r.warmup && r.guest == 0) {
-        let (Some(h), Some(info)) = (&r.host, j.header.workloads.get(&r.workload)) else {
+        let (Some(h), Some(info)) = (&r.host, j.header.workloads.get(&*r.workload)) else {
             continue;
         };
-        let Some(v) = r.metrics.get(&info.metric) else {
+        let Some(v) = r.metric(&info.metric) else {
             continue;
         };
         cells
             .entry((
-                r.workload.clone(),
-                r.variant.clone(),
+                r.workload.to_string(),
+                r.variant.to_string(),
                 format!("{:020.6}", r.level),
             ))
             .or_default()
-            .entry(h.clone())
+            .entry(h.to_string())
             .or_default()
-            .push(*v);
+            .push(v);
     }
     cells
         .into_iter()
@@ -132,7 +147,7 @@ pub fn agreement(j: &Journal, alpha: f64) -> Vec<Agreement> {
 }
 
 /// The agreement as a Markdown-style text table (empty when the sweep had one host).
-pub fn agreement_text(j: &Journal, alpha: f64) -> String {
+pub fn agreement_text(j: &Digested, alpha: f64) -> String {
     let rows = agreement(j, alpha);
     if rows.is_empty() {
         return String::new();
@@ -174,6 +189,7 @@ pub fn agreement_text(j: &Journal, alpha: f64) -> String {
 mod tests {
     use super::*;
     use crate::sweep::journal::tests::header;
+    use crate::sweep::journal::{Journal, RunRecord};
 
     fn rec(host: &str, run: u32, level: f64, v: f64) -> RunRecord {
         let mut r: RunRecord = serde_json::from_value(serde_json::json!({
@@ -186,7 +202,7 @@ mod tests {
         r
     }
 
-    fn journal(runs: Vec<RunRecord>) -> Journal {
+    fn journal(runs: Vec<RunRecord>) -> Digested {
         let mut h = header();
         h.hosts = vec!["a".into(), "b".into()];
         h.levels = vec![1.0, 2.0];
@@ -197,7 +213,7 @@ mod tests {
             )
             .unwrap(),
         );
-        Journal { header: h, runs }
+        Digested::of(&Journal { header: h, runs })
     }
 
     #[test]
@@ -232,10 +248,11 @@ mod tests {
             split
                 .runs
                 .iter()
-                .all(|r| r.variant == format!("base@{}", r.host.as_deref().unwrap()))
+                .all(|r| *r.variant == format!("base@{}", r.host.as_deref().unwrap()))
         );
         // The split journal renders like any other, one row per host.
-        let text = super::super::render(&split, super::super::Format::Md, &Default::default()).unwrap();
+        let text =
+            super::super::render_digested(&split, super::super::Format::Md, &Default::default()).unwrap();
         assert!(text.contains("base@b"), "{text}");
     }
 
@@ -261,10 +278,10 @@ mod tests {
 
     #[test]
     fn a_single_host_sweep_has_no_agreement_table() {
-        let j = Journal {
+        let j = Digested::of(&Journal {
             header: header(),
             runs: vec![],
-        };
+        });
         assert!(agreement_text(&j, 0.05).is_empty());
         assert!(hosts(&j).is_empty());
     }

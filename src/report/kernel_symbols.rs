@@ -5,15 +5,23 @@
 //! A section is added to what an exporter rendered (so the exporters and the model stay as
 //! they are): nothing at all when no counted run carries a profile.
 
+use crate::stats::digest::Digested;
 use crate::stats::kernel_symbols::{self as ks, CellSymbols, TOP};
 use crate::sweep::accounting::settle;
+#[cfg(test)]
 use crate::sweep::journal::Journal;
 
 use super::Format;
 
 /// The cells of `journal` with a kernel profile, each run counted once by the one rule.
+#[cfg(test)]
 pub fn of_journal(journal: &Journal) -> Vec<CellSymbols> {
-    ks::aggregate(settle(&journal.runs).counted(&journal.runs))
+    of_digested(&Digested::of(journal))
+}
+
+/// [`of_journal`] from a journal's digests.
+pub fn of_digested(journal: &Digested) -> Vec<CellSymbols> {
+    ks::aggregate_digests(settle(&journal.runs).counted(&journal.runs))
 }
 
 /// `native_safe_halt 36.8%, memset_erms 13.1%, …`: a cell's top symbols in words.
@@ -61,7 +69,7 @@ const INTRO: &str = "Guest kernel profiles: the busiest symbols per cell by self
 pub fn append(
     text: String,
     format: Format,
-    journal: &Journal,
+    journal: &Digested,
     cells: &[CellSymbols],
 ) -> anyhow::Result<String> {
     if cells.is_empty() {
@@ -219,7 +227,7 @@ fn insert_json_field(text: String, key: &str, value: &impl serde::Serialize) -> 
 /// The HTML report with a section before `</body>`: per workload the table of top symbols,
 /// then per cell its flame graph and, for a non-baseline variant, the differential one against
 /// the baseline at that level (both collapsed, drawn by inferno).
-fn with_html_section(text: String, journal: &Journal, cells: &[CellSymbols]) -> anyhow::Result<String> {
+fn with_html_section(text: String, journal: &Digested, cells: &[CellSymbols]) -> anyhow::Result<String> {
     use super::html::{escape, html_table};
     let mut s = format!(
         "<section>\n<h2>Guest kernel profiles</h2>\n<p class=\"notes\">{}.</p>\n",
@@ -233,7 +241,7 @@ fn with_html_section(text: String, journal: &Journal, cells: &[CellSymbols]) -> 
         s.push_str(&html_table(&rows, None));
         s.push_str("</div>\n");
     }
-    let profiles = super::flame::cells(journal);
+    let profiles = super::flame::cells_digested(journal);
     let baseline = &journal.header.baseline;
     let inline = |svg: String| svg.find("<svg").map_or(String::new(), |i| svg[i..].to_string());
     for c in &profiles {
@@ -272,7 +280,7 @@ fn with_html_section(text: String, journal: &Journal, cells: &[CellSymbols]) -> 
 /// The variant pairs `ocrig compare` sets against each other in the merged journal: each B-side
 /// variant with the A-side variant of the same name (the sides' single variants when each has
 /// one). `a_side`/`b_side` are the names the merge gave the sides.
-pub fn compare_pairs(merged: &Journal, a_side: &str, b_side: &str) -> Vec<(String, String)> {
+pub fn compare_pairs(merged: &Digested, a_side: &str, b_side: &str) -> Vec<(String, String)> {
     let (a_side, b_side) = if a_side == b_side {
         (format!("{a_side} (A)"), format!("{b_side} (B)"))
     } else {
@@ -346,10 +354,10 @@ pub fn changes(a: &CellSymbols, b: &CellSymbols, n: usize) -> Vec<ShareChange> {
 pub fn append_compare(
     text: String,
     format: Format,
-    merged: &Journal,
+    merged: &Digested,
     pairs: &[(String, String)],
 ) -> anyhow::Result<String> {
-    let cells = of_journal(merged);
+    let cells = of_digested(merged);
     let mut found = Vec::new();
     for (a, b) in pairs {
         for cb in cells.iter().filter(|c| &c.variant == b) {
@@ -435,7 +443,7 @@ pub fn append_compare(
         }
         Format::Html => {
             use super::html::{escape, html_table};
-            let profiles = super::flame::cells(merged);
+            let profiles = super::flame::cells_digested(merged);
             let profile = |c: &CellSymbols| {
                 profiles
                     .iter()
@@ -593,7 +601,7 @@ mod tests {
             compare_names: Some(("old".into(), "new".into())),
             ..Default::default()
         };
-        let merged = crate::report::merge(&a, &b, "old", "new").unwrap();
+        let merged = crate::report::merge(&Digested::of(&a), &Digested::of(&b), "old", "new").unwrap();
         let pairs = compare_pairs(&merged, "old", "new");
         assert_eq!(
             pairs,
@@ -602,7 +610,8 @@ mod tests {
                 ("old/patched".into(), "new/patched".into())
             ]
         );
-        let text = crate::report::compare(&a, &b, Format::Table, &opts).unwrap();
+        let text =
+            crate::report::compare(&Digested::of(&a), &Digested::of(&b), Format::Table, &opts).unwrap();
         assert!(
             text.contains("sysfs-mutex: new/base against old/base at 2x"),
             "{text}"
@@ -612,7 +621,7 @@ mod tests {
             text.contains("25.0%") && text.contains("65.0%") && text.contains("+40.0 pp"),
             "{text}"
         );
-        let html = crate::report::compare(&a, &b, Format::Html, &opts).unwrap();
+        let html = crate::report::compare(&Digested::of(&a), &Digested::of(&b), Format::Html, &opts).unwrap();
         // The namesake pair that is not against the merged baseline gets its own differential.
         assert!(
             html.contains("differential flame graph: sysfs-mutex: new/patched against old/patched at 2x"),
@@ -623,7 +632,7 @@ mod tests {
             "drawn once"
         );
         assert!(html.contains("differential flame graph: sysfs-mutex · new/base vs old/base · 2x"));
-        let json = crate::report::compare(&a, &b, Format::Json, &opts).unwrap();
+        let json = crate::report::compare(&Digested::of(&a), &Digested::of(&b), Format::Json, &opts).unwrap();
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let ch = v["kernel_symbol_changes"].as_array().unwrap();
         assert_eq!(ch.len(), 2);
@@ -636,7 +645,8 @@ mod tests {
             j.header.variants = vec!["base".into()];
             j
         };
-        let merged = crate::report::merge(&one(&a), &one(&b), "old", "new").unwrap();
+        let merged =
+            crate::report::merge(&Digested::of(&one(&a)), &Digested::of(&one(&b)), "old", "new").unwrap();
         assert_eq!(
             compare_pairs(&merged, "old", "new"),
             [("old".to_string(), "new".to_string())]

@@ -17,12 +17,16 @@ pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build};
+use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build_digested};
 use crate::stats::compare::DEFAULT_ALPHA;
-use crate::sweep::journal::{Journal, RunRecord};
+use crate::stats::digest::{Digested, RunDigest};
+#[cfg(test)]
+use crate::sweep::journal::Journal;
+use crate::sweep::journal::SweepHeader;
 
 /// Output format of `ocrig report` / `ocrig compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -89,8 +93,14 @@ pub trait Exporter {
 }
 
 /// Builds the comparison model of `journal`.
+#[cfg(test)] // reports build it from the digests (model_digested)
 pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
-    let mut m = build(journal, opts.alpha, opts.metric.as_deref());
+    model_digested(&Digested::of(journal), opts)
+}
+
+/// [`model`] from a journal's digests.
+pub fn model_digested(journal: &Digested, opts: &ReportOptions) -> Model {
+    let mut m = build_digested(journal, opts.alpha, opts.metric.as_deref());
     // Kernels by release, plus build number and short hash wherever two variants share a
     // release with different files: only identical kernels read as one.
     m.kernels
@@ -98,15 +108,21 @@ pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
     m
 }
 
+#[cfg(test)]
 /// Renders `journal` in `format`.
 pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
-    let text = format.exporter().render(&model(journal, opts))?;
+    render_digested(&Digested::of(journal), format, opts)
+}
+
+/// [`render`] from a journal's digests ([`Digested::read`] streams a journal file into them).
+pub fn render_digested(journal: &Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
+    let text = format.exporter().render(&model_digested(journal, opts))?;
     let text = with_hosts(text, journal, format, opts);
-    kernel_symbols::append(text, format, journal, &kernel_symbols::of_journal(journal))
+    kernel_symbols::append(text, format, journal, &kernel_symbols::of_digested(journal))
 }
 
 /// A text report of a sweep over several hosts ends with the hosts' agreement per cell.
-fn with_hosts(mut text: String, journal: &Journal, format: Format, opts: &ReportOptions) -> String {
+fn with_hosts(mut text: String, journal: &Digested, format: Format, opts: &ReportOptions) -> String {
     if matches!(format, Format::Table | Format::Md) {
         text.push_str(&hosts::agreement_text(journal, opts.alpha));
         text.push_str(&kernel_words_text(journal));
@@ -119,8 +135,11 @@ fn with_hosts(mut text: String, journal: &Journal, format: Format, opts: &Report
 
 /// What each variant's guest kernels said about their PV features (`PV spinlocks …`,
 /// `kvm-guest: …`), so a variant that did not take effect shows; empty without guests.
-pub fn kernel_words_text(journal: &Journal) -> String {
-    let words = crate::stats::explain::kernel_words(journal.runs.iter());
+pub fn kernel_words_text(journal: &Digested) -> String {
+    let words = crate::stats::explain::kernel_words_of(journal.runs.iter().filter_map(|r| {
+        let (guests, lines) = r.pv_words.as_ref()?;
+        Some((&*r.variant, *guests, lines.iter()))
+    }));
     if words.is_empty() {
         return String::new();
     }
@@ -140,14 +159,14 @@ pub fn kernel_words_text(journal: &Journal) -> String {
 
 /// Writes report.md, report.csv, report.json and report.html into `dir` (the results directory),
 /// returning their paths.
-pub fn write_all(journal: &Journal, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn write_all(journal: &Digested, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     write_all_with(journal, dir, &ReportOptions::default())
 }
 
 /// [`write_all`] with explicit options.
-pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> anyhow::Result<Vec<PathBuf>> {
-    let model = model(journal, opts);
-    let symbols = kernel_symbols::of_journal(journal);
+pub fn write_all_with(journal: &Digested, dir: &Path, opts: &ReportOptions) -> anyhow::Result<Vec<PathBuf>> {
+    let model = model_digested(journal, opts);
+    let symbols = kernel_symbols::of_digested(journal);
     [Format::Md, Format::Csv, Format::Json, Format::Html]
         .into_iter()
         .map(|format| {
@@ -174,15 +193,15 @@ pub fn write_all_with(journal: &Journal, dir: &Path, opts: &ReportOptions) -> an
 /// (the mmtests compare-kernels use case). The sides are named by
 /// [`ReportOptions::compare_names`] (e.g. the directories' names), else by their variant when
 /// each journal has a single, different one, else `A` and `B`. See [`merge`].
-pub fn compare(a: &Journal, b: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
+pub fn compare(a: &Digested, b: &Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
     let (an, bn) = opts.compare_names.clone().unwrap_or_else(|| default_names(a, b));
     let merged = merge(a, b, &an, &bn)?;
-    let text = render(&merged, format, opts)?;
+    let text = render_digested(&merged, format, opts)?;
     let pairs = kernel_symbols::compare_pairs(&merged, &an, &bn);
     kernel_symbols::append_compare(text, format, &merged, &pairs)
 }
 
-fn default_names(a: &Journal, b: &Journal) -> (String, String) {
+fn default_names(a: &Digested, b: &Digested) -> (String, String) {
     match (a.header.variants.as_slice(), b.header.variants.as_slice()) {
         ([x], [y]) if x != y => (x.clone(), y.clone()),
         _ => ("A".into(), "B".into()),
@@ -195,32 +214,32 @@ fn default_names(a: &Journal, b: &Journal) -> (String, String) {
 /// variant `name`; one with several contributes `name/variant` for each (A's baseline variant is
 /// the merged baseline). Refuses journals whose levels or workloads (ids, metric, direction)
 /// differ, naming the difference.
-pub fn merge(a: &Journal, b: &Journal, a_name: &str, b_name: &str) -> anyhow::Result<Journal> {
-    check_same_matrix(a, b, a_name, b_name)?;
+pub fn merge(a: &Digested, b: &Digested, a_name: &str, b_name: &str) -> anyhow::Result<Digested> {
+    check_same_matrix(&a.header, &b.header, a_name, b_name)?;
     let (a_name, b_name) = if a_name == b_name {
         (format!("{a_name} (A)"), format!("{b_name} (B)"))
     } else {
         (a_name.to_string(), b_name.to_string())
     };
-    let rename = |j: &Journal, side: &str| -> BTreeMap<String, String> {
+    let rename = |j: &Digested, side: &str| -> BTreeMap<String, Arc<str>> {
         let mut variants = j.header.variants.clone();
+        let mut seen: std::collections::HashSet<&str> =
+            j.header.variants.iter().map(String::as_str).collect();
         for r in &j.runs {
-            if !variants.contains(&r.variant) {
-                variants.push(r.variant.clone());
+            if seen.insert(&r.variant) {
+                variants.push(r.variant.to_string());
             }
         }
         let single = variants.len() <= 1;
         variants
             .into_iter()
             .map(|v| {
-                (
-                    v.clone(),
-                    if single {
-                        side.to_string()
-                    } else {
-                        format!("{side}/{v}")
-                    },
-                )
+                let to = if single {
+                    side.to_string()
+                } else {
+                    format!("{side}/{v}")
+                };
+                (v, Arc::from(to))
             })
             .collect()
     };
@@ -229,28 +248,32 @@ pub fn merge(a: &Journal, b: &Journal, a_name: &str, b_name: &str) -> anyhow::Re
     header.scenario = format!("{} vs {}", a_name, b_name);
     header.baseline = ra
         .get(&a.header.baseline)
-        .cloned()
+        .map(|v| v.to_string())
         .unwrap_or_else(|| a_name.clone());
     let mut variants = vec![header.baseline.clone()];
     for v in ra.values().chain(rb.values()) {
-        if !variants.contains(v) {
-            variants.push(v.clone());
+        if !variants.iter().any(|x| **x == **v) {
+            variants.push(v.to_string());
         }
     }
     header.variants = variants;
-    let kernels = |j: &Journal, map: &BTreeMap<String, String>| -> Vec<(String, String)> {
+    let names = |map: &BTreeMap<String, Arc<str>>| -> BTreeMap<String, String> {
+        map.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+    };
+    let (na, nb) = (names(&ra), names(&rb));
+    let kernels = |j: &Digested, map: &BTreeMap<String, String>| -> Vec<(String, String)> {
         j.header
             .kernels
             .iter()
             .filter_map(|(v, k)| Some((map.get(v)?.clone(), k.clone())))
             .collect()
     };
-    header.kernels = kernels(a, &ra).into_iter().chain(kernels(b, &rb)).collect();
-    header.kernel_identity = kernels::renamed(&a.header.kernel_identity, &ra)
-        .chain(kernels::renamed(&b.header.kernel_identity, &rb))
+    header.kernels = kernels(a, &na).into_iter().chain(kernels(b, &nb)).collect();
+    header.kernel_identity = kernels::renamed(&a.header.kernel_identity, &na)
+        .chain(kernels::renamed(&b.header.kernel_identity, &nb))
         .collect();
-    let relabel = |r: &RunRecord, map: &BTreeMap<String, String>| RunRecord {
-        variant: map[&r.variant].clone(),
+    let relabel = |r: &RunDigest, map: &BTreeMap<String, Arc<str>>| RunDigest {
+        variant: map[&*r.variant].clone(),
         ..r.clone()
     };
     let runs = a
@@ -259,12 +282,12 @@ pub fn merge(a: &Journal, b: &Journal, a_name: &str, b_name: &str) -> anyhow::Re
         .map(|r| relabel(r, &ra))
         .chain(b.runs.iter().map(|r| relabel(r, &rb)))
         .collect();
-    Ok(Journal { header, runs })
+    Ok(Digested { header, runs })
 }
 
-fn check_same_matrix(a: &Journal, b: &Journal, a_name: &str, b_name: &str) -> anyhow::Result<()> {
+fn check_same_matrix(a: &SweepHeader, b: &SweepHeader, a_name: &str, b_name: &str) -> anyhow::Result<()> {
     use crate::stats::cells::same_level;
-    let (la, lb) = (&a.header.levels, &b.header.levels);
+    let (la, lb) = (&a.levels, &b.levels);
     let only = |x: &[f64], y: &[f64]| -> Vec<String> {
         x.iter()
             .filter(|l| !y.iter().any(|m| same_level(**l, *m)))
@@ -279,7 +302,7 @@ fn check_same_matrix(a: &Journal, b: &Journal, a_name: &str, b_name: &str) -> an
             ob.join(", ")
         );
     }
-    let (wa, wb) = (&a.header.workloads, &b.header.workloads);
+    let (wa, wb) = (&a.workloads, &b.workloads);
     let oa: Vec<&str> = wa
         .keys()
         .filter(|k| !wb.contains_key(*k))
@@ -848,7 +871,7 @@ mod tests {
     fn merge_names_sides_and_refuses_other_matrices() {
         let (mut a, b) = (journal(), journal());
         a.header.kernels = BTreeMap::from([("patched".into(), "6.8.0-pv".into())]);
-        let m = merge(&a, &b, "v6.8", "v6.9").unwrap();
+        let m = merge(&Digested::of(&a), &Digested::of(&b), "v6.8", "v6.9").unwrap();
         assert_eq!(
             m.header.kernels,
             BTreeMap::from([("v6.8/patched".into(), "6.8.0-pv".into())])
@@ -863,6 +886,8 @@ mod tests {
         let mut single = journal();
         single.header.variants = vec!["base".into()];
         single.runs.retain(|r| r.variant == "base");
+        let single_j = single;
+        let single = Digested::of(&single_j);
         let m = merge(&single, &single, "old", "new").unwrap();
         assert_eq!(
             (m.header.baseline.as_str(), m.header.variants.clone()),
@@ -876,23 +901,28 @@ mod tests {
         assert!(text.contains("hackbench: new vs old"), "{text}");
         let text = compare(&single, &single, Format::Table, &ReportOptions::default()).unwrap();
         assert!(text.contains("hackbench: B vs A"), "{text}");
-        let mut renamed = single.clone();
+        let mut renamed = single_j.clone();
         renamed.header.variants = vec!["v6.9".into()];
         renamed.header.baseline = "v6.9".into();
         renamed.runs.iter_mut().for_each(|r| r.variant = "v6.9".into());
+        let renamed = Digested::of(&renamed);
         let text = compare(&single, &renamed, Format::Table, &ReportOptions::default()).unwrap();
         assert!(text.contains("hackbench: v6.9 vs base"), "{text}");
 
         let mut other = journal();
         other.header.levels = vec![0.5, 2.0];
-        let e = merge(&a, &other, "A", "B").unwrap_err().to_string();
+        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("only in A: [1x]") && e.contains("only in B: [2x]"),
             "{e}"
         );
         let mut other = journal();
         other.header.workloads.remove("hackbench");
-        let e = merge(&a, &other, "A", "B").unwrap_err().to_string();
+        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("different workloads: only in A: [hackbench]"), "{e}");
     }
 
@@ -979,7 +1009,7 @@ mod tests {
         let same = variants_line(&model(&j, &ReportOptions::default()), code);
         assert_eq!(same, "`base`, `patched` (kernel `6.1.192` for all)");
         // Merged for `ocrig compare`, the identities follow the renamed variants.
-        let m = merge(&j, &j, "A", "B").unwrap();
+        let m = merge(&Digested::of(&j), &Digested::of(&j), "A", "B").unwrap();
         assert_eq!(m.header.kernel_identity.len(), 4);
         assert!(m.header.kernel_identity.contains_key("B/patched"));
     }
@@ -987,7 +1017,7 @@ mod tests {
     #[test]
     fn write_all_writes_four_files() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = write_all(&journal(), dir.path()).unwrap();
+        let paths = write_all(&Digested::of(&journal()), dir.path()).unwrap();
         let names: Vec<String> = paths
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into())

@@ -14,8 +14,8 @@ use plotters::prelude::*;
 
 use super::html::escape;
 use super::plot::{COLORS, draw_legend, tick_formatter};
+use crate::stats::digest::Digested;
 use crate::sweep::accounting::settle;
-use crate::sweep::journal::Journal;
 use crate::telemetry::sched_trace::{Timeline, Who, read_timeline};
 
 const WIDTH: u32 = 860;
@@ -27,7 +27,7 @@ const OTHER: RGBColor = RGBColor(170, 170, 170);
 
 /// `html` with a timeline section before `</body>`, when any run of `journal` has a timeline
 /// (or says why it has none).
-pub fn insert(html: String, journal: &Journal) -> String {
+pub fn insert(html: String, journal: &Digested) -> String {
     let section = section(journal);
     if section.is_empty() {
         return html;
@@ -39,15 +39,15 @@ pub fn insert(html: String, journal: &Journal) -> String {
 }
 
 /// The section: per cell, its first counted run's timeline or the reason there is none.
-pub fn section(journal: &Journal) -> String {
+pub fn section(journal: &Digested) -> String {
     let settled = settle(&journal.runs);
     let mut seen = BTreeMap::new();
     for r in settled.counted(&journal.runs) {
-        let Some(t) = r.extra.get("timeline") else {
+        let Some(t) = r.timeline.as_deref() else {
             continue;
         };
-        let key = (r.workload.clone(), r.variant.clone(), r.level.to_bits());
-        // Every guest's record of a run carries the same timeline: take the cell's first.
+        let key = (r.workload.to_string(), r.variant.to_string(), r.level.to_bits());
+        // The attempt's first record carries its timeline: take the cell's first.
         seen.entry(key).or_insert_with(|| (r.run, t.clone()));
     }
     if seen.is_empty() {

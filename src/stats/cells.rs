@@ -3,16 +3,21 @@
 //! baseline, level by level, plus a geometric-mean row; and per cell what explains its number
 //! (vCPU wait, guest steal, contention, fairness, context switches, KVM counters; [`explain`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::compare::{Welch, geomean_ratio, geometric_mean, improvement_pct, welch_t_test};
-use super::explain::{self, Measured, RecordContext};
+use super::digest::{Digested, RunDigest};
+use super::explain::{self, Measured};
 use super::outliers::outlier_indices;
 use super::power::{DEFAULT_POWER, Detectable, min_detectable_effect};
 use super::summary::{Summary, mean, summarize};
-use crate::journal::{Better, Journal, RunRecord};
+use crate::journal::Better;
+#[cfg(test)]
+use crate::journal::Journal;
+#[cfg(test)]
+use crate::journal::RunRecord;
 
 /// Lock workloads report these; their per-cell means go next to the headline metric.
 pub const CONTENTION_METRIC: &str = "contention_rate";
@@ -56,20 +61,19 @@ pub struct SelfCheckRejections {
 }
 
 /// Counts the attempts of `records` whose payload rejected its own run.
-pub fn self_check_rejections(records: &[RunRecord]) -> SelfCheckRejections {
-    use crate::sweep::records::SELF_CHECK_REASON;
+pub fn self_check_rejections(records: &[RunDigest]) -> SelfCheckRejections {
     let mut attempts = std::collections::BTreeSet::new();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
     for r in records {
-        let Some(why) = r.error.as_deref().and_then(|e| e.strip_prefix(SELF_CHECK_REASON)) else {
+        let Some(why) = r.self_check.as_deref() else {
             continue;
         };
         attempts.insert((crate::sweep::accounting::RunKey::of(r), r.attempt));
-        *reasons.entry(why.to_string()).or_default() += 1;
+        *reasons.entry(why).or_default() += 1;
     }
     SelfCheckRejections {
         attempts: attempts.len(),
-        reasons: reasons.into_iter().collect(),
+        reasons: reasons.into_iter().map(|(w, n)| (w.to_string(), n)).collect(),
     }
 }
 
@@ -231,64 +235,104 @@ pub fn same_level(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(1.0)
 }
 
-fn metric_values<'a>(records: impl Iterator<Item = &'a RunRecord>, metric: &str) -> (Vec<f64>, Vec<u32>) {
-    records
-        .filter_map(|r| r.metrics.get(metric).map(|v| (*v, r.run)))
-        .unzip()
+/// Builds the comparison model. `metric` overrides every workload's headline metric.
+#[cfg(test)] // the per-record form; reports use the digests' one
+pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
+    build_digested(&Digested::of(journal), alpha, metric)
 }
 
-/// Builds the comparison model. `metric` overrides every workload's headline metric.
-pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
+/// [`build`] from a journal's digests ([`Digested::read`] streams a journal into them). Linear
+/// in the records: they are settled once and grouped into their cells in one pass.
+pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> Model {
     let header = &journal.header;
-    let ctx = RecordContext {
-        accel: &header.accel,
-        backend: &header.backend,
-    };
     let baseline = header.baseline.clone();
     let settled = crate::journal::accounting::settle(&journal.runs);
 
     let mut variants = vec![baseline.clone()];
-    let extra = journal.runs.iter().map(|r| &r.variant);
-    for v in header.variants.iter().chain(extra) {
-        if !variants.contains(v) {
-            variants.push(v.clone());
+    let mut seen: HashSet<&str> = HashSet::from([baseline.as_str()]);
+    let extra = journal.runs.iter().map(|r| &*r.variant);
+    for v in header.variants.iter().map(String::as_str).chain(extra) {
+        if seen.insert(v) {
+            variants.push(v.to_string());
         }
     }
-    let mut levels: Vec<f64> = header
+    let distinct: HashSet<u64> = header
         .levels
         .iter()
         .chain(journal.runs.iter().map(|r| &r.level))
-        .copied()
+        .map(|l| l.to_bits())
         .collect();
+    let mut levels: Vec<f64> = distinct.into_iter().map(f64::from_bits).collect();
     levels.sort_by(f64::total_cmp);
     levels.dedup_by(|a, b| same_level(*a, *b));
+    let level_index = |l: f64| levels.iter().position(|&x| same_level(x, l));
+    let variant_index: HashMap<&str, usize> = variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.as_str(), i))
+        .collect();
+
+    // Only the valid result of each run (the sweep's own accounting rule), grouped by
+    // workload → (variant, level) in journal order, in one pass.
+    let mut grouped: HashMap<&str, HashMap<(usize, usize), Vec<&RunDigest>>> = HashMap::new();
+    for r in settled.counted(&journal.runs) {
+        let (Some(&v), Some(l)) = (variant_index.get(&*r.variant), level_index(r.level)) else {
+            continue;
+        };
+        grouped
+            .entry(&*r.workload)
+            .or_default()
+            .entry((v, l))
+            .or_default()
+            .push(r);
+    }
+    // Measured runs without a valid result, by (workload, variant, level bits).
+    let mut failed: HashMap<(&str, &str, u64), usize> = HashMap::new();
+    for k in settled.runs_without_result() {
+        *failed
+            .entry((k.workload.as_str(), k.variant.as_str(), k.level_bits))
+            .or_default() += 1;
+    }
+    let no_records = HashMap::new();
 
     let workloads = header
         .workloads
         .iter()
         .map(|(id, info)| {
             let metric = metric.unwrap_or(&info.metric).to_string();
-            // Only the valid result of each run: the sweep's own accounting rule.
-            let records: Vec<&RunRecord> = settled
-                .counted(&journal.runs)
-                .filter(|r| &r.workload == id)
-                .collect();
-            let lock = records
-                .iter()
-                .any(|r| r.metrics.contains_key(CONTENTION_METRIC) || r.metrics.contains_key(JAIN_METRIC));
+            let by_cell = grouped.get(id.as_str()).unwrap_or(&no_records);
+            let records = |v: usize, l: usize| by_cell.get(&(v, l)).map_or(&[][..], Vec::as_slice);
+            let lock = by_cell
+                .values()
+                .flatten()
+                .any(|r| r.metric(CONTENTION_METRIC).is_some() || r.metric(JAIN_METRIC).is_some());
             let series: Vec<Series> = variants
                 .iter()
-                .map(|v| Series {
+                .enumerate()
+                .map(|(vi, v)| Series {
                     variant: v.clone(),
                     cells: levels
                         .iter()
-                        .map(|&l| cell(&records, v, l, &metric, settled.failed_runs(v, l, id), &ctx))
+                        .enumerate()
+                        .map(|(li, &l)| {
+                            let failed = failed
+                                .get(&(id.as_str(), v.as_str(), l.to_bits()))
+                                .copied()
+                                .unwrap_or(0);
+                            cell(records(vi, li), l, &metric, failed)
+                        })
                         .collect(),
                 })
                 .collect();
-            let comparisons = variants[1..]
-                .iter()
-                .map(|v| compare_variant(&records, &baseline, v, &levels, &metric, info.better, alpha))
+            let comparisons = (1..variants.len())
+                .map(|vi| {
+                    let per_level: Vec<(f64, &[&RunDigest], &[&RunDigest])> = levels
+                        .iter()
+                        .enumerate()
+                        .map(|(li, &l)| (l, records(0, li), records(vi, li)))
+                        .collect();
+                    compare_variant(&variants[vi], &per_level, &metric, info.better, alpha)
+                })
                 .collect();
             WorkloadModel {
                 workload: id.clone(),
@@ -316,39 +360,35 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
     }
 }
 
-fn in_cell<'a>(
-    records: &'a [&'a RunRecord],
-    variant: &'a str,
-    level: f64,
-) -> impl Iterator<Item = &'a RunRecord> {
+/// The valid primary results of a cell (guest 0, measured): the one place that decides which
+/// of its counted records are samples (every statistic and telemetry column goes through it).
+fn primary<'a>(records: &'a [&'a RunDigest]) -> impl Iterator<Item = &'a RunDigest> + 'a {
     records
         .iter()
         .copied()
-        .filter(move |r| r.variant == variant && same_level(r.level, level))
+        .filter(|r| r.ok && !r.warmup && r.guest == 0)
 }
 
-/// The valid primary results of a cell: the one place that decides which records count
-/// (every statistic and every telemetry column of a cell goes through it).
-fn primary<'a>(
-    records: &'a [&'a RunRecord],
-    variant: &'a str,
-    level: f64,
-) -> impl Iterator<Item = &'a RunRecord> {
-    in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest == 0)
+fn metric_values<'a>(records: impl Iterator<Item = &'a RunDigest>, metric: &str) -> (Vec<f64>, Vec<u32>) {
+    records
+        .filter_map(|r| r.metric(metric).map(|v| (v, r.run)))
+        .unzip()
 }
 
-fn cell(
-    records: &[&RunRecord],
-    variant: &str,
-    level: f64,
-    metric: &str,
-    failed: usize,
-    ctx: &RecordContext,
-) -> Cell {
-    let (samples, runs) = metric_values(primary(records, variant, level), metric);
-    let others = in_cell(records, variant, level).filter(|r| r.ok && !r.warmup && r.guest != 0);
+/// One cell from its counted records, in journal order.
+fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell {
+    let (samples, runs) = metric_values(primary(records), metric);
+    let others = records
+        .iter()
+        .copied()
+        .filter(|r| r.ok && !r.warmup && r.guest != 0);
     let (other_samples, _) = metric_values(others, metric);
-    let metric_mean = |name: &str| mean(&metric_values(primary(records, variant, level), name).0);
+    let metric_mean = |name: &str| mean(&metric_values(primary(records), name).0);
+    // Each run's records (one attempt's: only its valid one counts), for the host's share.
+    let mut by_run: HashMap<(u32, bool, u32), Vec<&RunDigest>> = HashMap::new();
+    for r in records {
+        by_run.entry((r.run, r.warmup, r.attempt)).or_default().push(r);
+    }
     Cell {
         level,
         summary: summarize(&samples),
@@ -362,42 +402,35 @@ fn cell(
         contention_rate: metric_mean(CONTENTION_METRIC),
         jain: metric_mean(JAIN_METRIC),
         other_guests: summarize(&other_samples),
-        vcpu_wait: explain::measure(primary(records, variant, level), |r| explain::vcpu_wait(r, ctx)),
-        guest_steal: explain::measure(primary(records, variant, level), |r| explain::guest_steal(r, ctx)),
-        host_other: explain::measure(primary(records, variant, level), |r| {
-            let run: Vec<&RunRecord> = in_cell(records, variant, level)
-                .filter(|o| {
-                    o.workload == r.workload
-                        && o.run == r.run
-                        && o.warmup == r.warmup
-                        && o.attempt == r.attempt
-                })
-                .collect();
-            explain::host_other(&run, ctx)
-        }),
+        vcpu_wait: explain::measure_of(primary(records).map(|r| r.vcpu_wait.clone())),
+        guest_steal: explain::measure_of(primary(records).map(|r| r.guest_steal.clone())),
+        host_other: explain::measure_of(primary(records).map(|r| {
+            let run = &by_run[&(r.run, r.warmup, r.attempt)];
+            explain::host_other_of(run.iter().map(|o| &o.host_other))
+        })),
         ctxsw_voluntary: metric_mean(CTXSW_VOLUNTARY_METRIC),
         ctxsw_involuntary: metric_mean(CTXSW_INVOLUNTARY_METRIC),
-        kvm: explain::kvm_cell(primary(records, variant, level), ctx),
+        kvm: explain::kvm_cell_of(
+            primary(records).map(|r| r.kvm.as_ref().map(|c| c.iter().map(|(k, v)| (k.clone(), *v)))),
+        ),
         preemption: super::preemption::aggregate(
-            primary(records, variant, level).filter_map(super::preemption::of_record),
+            primary(records).filter_map(|r| r.preemption.as_deref().cloned()),
         ),
     }
 }
 
 fn compare_variant(
-    records: &[&RunRecord],
-    baseline: &str,
     variant: &str,
-    levels: &[f64],
+    per_level: &[(f64, &[&RunDigest], &[&RunDigest])],
     metric: &str,
     better: Better,
     alpha: f64,
 ) -> Comparison {
-    let rows: Vec<Row> = levels
+    let rows: Vec<Row> = per_level
         .iter()
-        .map(|&level| {
-            let (b, _) = metric_values(primary(records, baseline, level), metric);
-            let (v, _) = metric_values(primary(records, variant, level), metric);
+        .map(|&(level, base_records, variant_records)| {
+            let (b, _) = metric_values(primary(base_records), metric);
+            let (v, _) = metric_values(primary(variant_records), metric);
             let (base, var) = (summarize(&b), summarize(&v));
             let improvement_pct = match (&base, &var) {
                 (Some(b), Some(v)) => improvement_pct(b.mean, v.mean, better),

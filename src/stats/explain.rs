@@ -44,17 +44,23 @@ impl Measured {
 }
 
 /// Collects `value` over `records`; reasons are kept only when no record measured it.
+#[cfg(test)] // the per-record form; reports use the digests' one
 pub fn measure<'a>(
     records: impl Iterator<Item = &'a RunRecord>,
     value: impl Fn(&RunRecord) -> Result<f64, String>,
 ) -> Measured {
+    measure_of(records.map(value))
+}
+
+/// [`measure`] over figures already taken (a report's digests of its records).
+pub fn measure_of<E: AsRef<str>>(figures: impl Iterator<Item = Result<f64, E>>) -> Measured {
     let mut samples = Vec::new();
-    let mut reason = None;
-    for r in records {
-        match value(r) {
+    let mut reason: Option<String> = None;
+    for f in figures {
+        match f {
             Ok(v) => samples.push(v),
             Err(e) => {
-                reason.get_or_insert(e);
+                reason.get_or_insert_with(|| e.as_ref().to_string());
             }
         }
     }
@@ -93,35 +99,69 @@ pub fn vcpu_wait(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
 /// processes on a shared host, QEMU's own threads, the orchestrator — from the run's host
 /// /proc/stat and every guest's vCPU run time (`run` holds all records of the run). A vCPU
 /// wait share above 1 - 1/L is explained by it.
+#[cfg(test)] // the per-record form; reports use the digests' one
 pub fn host_other(run: &[&RunRecord], ctx: &RecordContext) -> Result<f64, String> {
-    let first = run.first().ok_or("no records")?;
-    let host = match first.extra.get("host_stat") {
-        None => return Err("not recorded".into()),
-        Some(Value::String(why)) => return Err(why.clone()),
-        Some(h) => h,
-    };
-    let ticks = |k: &str| host[k].as_f64().ok_or_else(|| format!("host_stat has no {k}"));
-    let total = ticks("user")? + ticks("system")? + ticks("idle")? + ticks("steal")?;
-    if total <= 0.0 {
-        return Err("not measured: no time elapsed".into());
-    }
-    let busy_s = (ticks("user")? + ticks("system")?) / USER_HZ;
-    let vcpus_s = if ctx.no_guests().is_some() {
-        0.0
-    } else {
-        let mut sum = 0.0;
-        for r in run {
-            let v = r
-                .extra
-                .get("vcpu_sched")
-                .ok_or("not measured: a guest without vCPU telemetry")?;
-            let sched: VcpuSched =
-                serde_json::from_value(v.clone()).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
-            sum += sched.run_s().unwrap_or(0.0);
+    let parts: Vec<HostOtherPart> = run.iter().map(|r| host_other_part(r, ctx)).collect();
+    host_other_of(parts.iter())
+}
+
+/// What one record adds to its run's [`host_other`]: its host /proc/stat (busy and total
+/// seconds; only the run's first record's is read) and its guest's vCPU run time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostOtherPart<E = String> {
+    pub host: Result<(f64, f64), E>,
+    pub vcpus_s: Result<f64, E>,
+}
+
+impl HostOtherPart {
+    /// The same with its reasons mapped (a digest interns them).
+    pub fn map_err<E>(self, f: impl FnMut(String) -> E) -> HostOtherPart<E> {
+        let mut f = f;
+        HostOtherPart {
+            host: self.host.map_err(&mut f),
+            vcpus_s: self.vcpus_s.map_err(f),
         }
-        sum
+    }
+}
+
+pub fn host_other_part(r: &RunRecord, ctx: &RecordContext) -> HostOtherPart {
+    let host = (|| {
+        let host = match r.extra.get("host_stat") {
+            None => return Err("not recorded".to_string()),
+            Some(Value::String(why)) => return Err(why.clone()),
+            Some(h) => h,
+        };
+        let ticks = |k: &str| host[k].as_f64().ok_or_else(|| format!("host_stat has no {k}"));
+        let total = ticks("user")? + ticks("system")? + ticks("idle")? + ticks("steal")?;
+        if total <= 0.0 {
+            return Err("not measured: no time elapsed".into());
+        }
+        Ok(((ticks("user")? + ticks("system")?) / USER_HZ, total / USER_HZ))
+    })();
+    let vcpus_s = if ctx.no_guests().is_some() {
+        Ok(0.0)
+    } else {
+        match r.extra.get("vcpu_sched") {
+            None => Err("not measured: a guest without vCPU telemetry".to_string()),
+            Some(v) => serde_json::from_value::<VcpuSched>(v.clone())
+                .map(|sched| sched.run_s().unwrap_or(0.0))
+                .map_err(|e| format!("unreadable vcpu_sched: {e}")),
+        }
     };
-    Ok(((busy_s - vcpus_s) / (total / USER_HZ)).clamp(0.0, 1.0))
+    HostOtherPart { host, vcpus_s }
+}
+
+/// [`host_other`] from the parts of a run's records, in journal order.
+pub fn host_other_of<'a, E: AsRef<str> + 'a>(
+    mut parts: impl Iterator<Item = &'a HostOtherPart<E>>,
+) -> Result<f64, String> {
+    let first = parts.next().ok_or("no records")?;
+    let (busy_s, total_s) = first.host.as_ref().map_err(|e| e.as_ref().to_string())?;
+    let mut vcpus_s = 0.0;
+    for p in std::iter::once(first).chain(parts) {
+        vcpus_s += p.vcpus_s.as_ref().map_err(|e| e.as_ref().to_string())?;
+    }
+    Ok(((busy_s - vcpus_s) / total_s).clamp(0.0, 1.0))
 }
 
 /// /proc/stat's tick rate.
@@ -198,30 +238,69 @@ pub fn kvm_notes() -> Vec<String> {
 /// The kernel's own words on its PV features per variant (`PV spinlocks …`, `kvm-guest: …`),
 /// from the boot facts of every record's guest: variant → distinct lines, in first-seen order.
 /// A variant's guests that said nothing of the kind get one line saying so.
+#[cfg(test)] // the per-record form; reports use the digests' one
 pub fn kernel_words<'a>(records: impl Iterator<Item = &'a RunRecord>) -> BTreeMap<String, Vec<String>> {
+    let words: Vec<(&str, PvWords)> = records
+        .filter_map(|r| Some((r.variant.as_str(), pv_words(r)?)))
+        .collect();
+    kernel_words_of(words.iter().map(|(v, w)| (*v, w.guests, w.lines.iter())))
+}
+
+/// One record's guests' PV lines (dmesg time stripped), from its boot facts; `None` when the
+/// record carries no guest kernel facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PvWords {
+    /// Whether the facts name any guest.
+    pub guests: bool,
+    pub lines: Vec<String>,
+}
+
+pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
+    let guests = r
+        .extra
+        .get("group")
+        .and_then(|g| g.get("guest_kernel"))
+        .and_then(Value::as_array)?;
+    let mut lines: Vec<String> = Vec::new();
+    for g in guests {
+        // `pv_words` where recorded; older journals: the PV lines of the general dmesg grep.
+        let words = g.get("pv_words").or_else(|| g.get("dmesg"));
+        for l in words.and_then(Value::as_array).into_iter().flatten() {
+            let Some(l) = l.as_str() else { continue };
+            let text = strip_dmesg_time(l);
+            let pv = text.contains("PV spinlocks") || text.contains("kvm-guest:");
+            if pv && !lines.iter().any(|x| x == text) {
+                lines.push(text.to_string());
+            }
+        }
+    }
+    Some(PvWords {
+        guests: !guests.is_empty(),
+        lines,
+    })
+}
+
+/// [`kernel_words`] from each record's (variant, [`PvWords::guests`], lines), in journal order.
+pub fn kernel_words_of<'a, L, S>(
+    records: impl Iterator<Item = (&'a str, bool, L)>,
+) -> BTreeMap<String, Vec<String>>
+where
+    L: Iterator<Item = S>,
+    S: AsRef<str>,
+{
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut seen_guest: BTreeMap<String, bool> = BTreeMap::new();
-    for r in records {
-        let Some(guests) = r
-            .extra
-            .get("group")
-            .and_then(|g| g.get("guest_kernel"))
-            .and_then(Value::as_array)
-        else {
-            continue;
-        };
-        *seen_guest.entry(r.variant.clone()).or_default() |= !guests.is_empty();
-        let lines = out.entry(r.variant.clone()).or_default();
-        for g in guests {
-            // `pv_words` where recorded; older journals: the PV lines of the general dmesg grep.
-            let words = g.get("pv_words").or_else(|| g.get("dmesg"));
-            for l in words.and_then(Value::as_array).into_iter().flatten() {
-                let Some(l) = l.as_str() else { continue };
-                let text = strip_dmesg_time(l);
-                let pv = text.contains("PV spinlocks") || text.contains("kvm-guest:");
-                if pv && !lines.iter().any(|x| x == text) {
-                    lines.push(text.to_string());
-                }
+    for (variant, guests, words) in records {
+        if !seen_guest.contains_key(variant) {
+            seen_guest.insert(variant.to_string(), false);
+            out.insert(variant.to_string(), Vec::new());
+        }
+        *seen_guest.get_mut(variant).expect("inserted") |= guests;
+        let lines = out.get_mut(variant).expect("inserted");
+        for text in words {
+            let text = text.as_ref();
+            if !lines.iter().any(|x| x == text) {
+                lines.push(text.to_string());
             }
         }
     }
@@ -275,19 +354,35 @@ pub struct KvmCell {
     pub not_measured: BTreeMap<String, String>,
 }
 
+#[cfg(test)] // the per-record form; reports use the digests' one
 pub fn kvm_cell<'a>(records: impl Iterator<Item = &'a RunRecord>, ctx: &RecordContext) -> KvmCell {
+    kvm_cell_of(records.map(|r| kvm_counters(r, ctx)))
+}
+
+/// [`kvm_cell`] over counters already read (a report's digests of its records).
+pub fn kvm_cell_of<C, K, E>(per_run: impl Iterator<Item = Result<C, E>>) -> KvmCell
+where
+    C: IntoIterator<Item = (K, u64)>,
+    K: AsRef<str>,
+    E: AsRef<str>,
+{
     let mut sums: BTreeMap<String, f64> = BTreeMap::new();
     let (mut runs, mut reason) = (0, None);
-    for r in records {
-        match kvm_counters(r, ctx) {
+    for c in per_run {
+        match c {
             Ok(c) => {
                 runs += 1;
                 for (k, v) in c {
-                    *sums.entry(k).or_insert(0.0) += v as f64;
+                    match sums.get_mut(k.as_ref()) {
+                        Some(s) => *s += v as f64,
+                        None => {
+                            sums.insert(k.as_ref().to_string(), v as f64);
+                        }
+                    }
                 }
             }
             Err(e) => {
-                reason.get_or_insert(e);
+                reason.get_or_insert_with(|| e.as_ref().to_string());
             }
         }
     }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
 use crate::sweep::journal::RunRecord;
 
 /// Symbols the main reports list per cell.
@@ -43,22 +44,25 @@ pub fn leaf_samples<'a>(folded: impl IntoIterator<Item = (&'a str, u64)>) -> BTr
     leaf
 }
 
+#[cfg(test)]
 /// The self samples of `r`'s kernel profile; None when the record carries none (no payload,
 /// profiling off, or the profile failed: the payload's `kernel.not_measured.profile` says why).
 pub fn of_record(r: &RunRecord) -> Option<RecordSymbols> {
-    let kernel = r.payload.as_ref()?.detail.get("kernel")?;
-    let profile: ocrig_payload::probe::profile::Profile =
-        serde_json::from_value(kernel.get("profile")?.clone()).ok()?;
+    super::digest::profile_of(r).map(|p| of_profile(&p))
+}
+
+/// The self samples of one run's kernel profile.
+pub fn of_profile(profile: &ocrig_payload::probe::profile::Profile) -> RecordSymbols {
     let mut self_samples = leaf_samples(profile.folded.iter().map(|(s, n)| (s.as_str(), *n)));
     if profile.other_samples > 0 {
         *self_samples.entry(OTHER_STACKS.into()).or_default() += profile.other_samples;
     }
-    Some(RecordSymbols {
+    RecordSymbols {
         samples: profile.samples,
-        event: profile.event,
+        event: profile.event.clone(),
         rate_hz: profile.rate_hz,
         self_samples,
-    })
+    }
 }
 
 /// One symbol's place in a cell.
@@ -125,19 +129,36 @@ impl CellSymbols {
     }
 }
 
+#[cfg(test)]
 /// The cells of `records` that have at least one profile, in order of first appearance. Pass
 /// only the records that count (`settle(..).counted(..)`): every record given is added.
 pub fn aggregate<'a>(records: impl IntoIterator<Item = &'a RunRecord>) -> Vec<CellSymbols> {
+    cells_of(
+        records
+            .into_iter()
+            .filter_map(|r| Some((r.workload.as_str(), r.variant.as_str(), r.level, of_record(r)?))),
+    )
+}
+
+/// [`aggregate`] over report digests (pass only the counted ones).
+pub fn aggregate_digests<'a>(
+    runs: impl IntoIterator<Item = &'a super::digest::RunDigest>,
+) -> Vec<CellSymbols> {
+    cells_of(runs.into_iter().filter_map(|d| {
+        let p = d.profile.as_deref()?;
+        Some((&*d.workload, &*d.variant, d.level, of_profile(p)))
+    }))
+}
+
+/// Sums per-record symbols into cells (workload, variant, level), in order of first appearance.
+fn cells_of<'a>(records: impl Iterator<Item = (&'a str, &'a str, f64, RecordSymbols)>) -> Vec<CellSymbols> {
     let mut out: Vec<CellSymbols> = Vec::new();
     // (workload, variant, level bits) → index into `out`: one lookup per record.
     let mut index: BTreeMap<(String, String, u64), usize> = BTreeMap::new();
-    for r in records {
-        let Some(digest) = of_record(r) else {
-            continue;
-        };
-        let key = (r.workload.clone(), r.variant.clone(), r.level.to_bits());
+    for (workload, variant, level, digest) in records {
+        let key = (workload.to_string(), variant.to_string(), level.to_bits());
         let i = *index.entry(key).or_insert_with(|| {
-            out.push(CellSymbols::new(&r.workload, &r.variant, r.level));
+            out.push(CellSymbols::new(workload, variant, level));
             out.len() - 1
         });
         out[i].add(digest);

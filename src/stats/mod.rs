@@ -11,6 +11,7 @@
 
 pub mod cells;
 pub mod compare;
+pub mod digest;
 pub mod explain;
 pub mod kernel_symbols;
 pub mod outliers;

@@ -9,5 +9,7 @@ pub mod order;
 pub mod plan;
 pub mod progress;
 pub mod records;
+#[cfg(test)]
+mod scale_bench;
 pub mod scheduler;
 pub mod stopping;

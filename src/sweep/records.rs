@@ -31,6 +31,7 @@ pub fn attempt_records(
 ) -> Vec<RunRecord> {
     let now = jiff::Timestamp::now().to_string();
     let ran = outcome.workers.iter().flatten().count() as u32;
+    let first = outcome.workers.iter().position(Option::is_some).unwrap_or(0) as u32;
     let mut records: Vec<RunRecord> = outcome
         .workers
         .into_iter()
@@ -41,14 +42,91 @@ pub fn attempt_records(
             rec.attempt_records = Some(ran);
             rec.extra
                 .insert("start_skew_us".into(), json!(outcome.start_skew_us));
-            rec.extra.insert("group".into(), group_facts.clone());
-            rec.extra.extend(outcome.host.clone());
+            if guest == first {
+                rec.extra.insert("group".into(), group_facts.clone());
+                rec.extra.extend(outcome.host.clone());
+            } else {
+                // What every record of the attempt shares is journaled whole once, on its
+                // first record; the others keep their own guest's part of it (at 480 guests the
+                // whole is 480 guests' facts, on each of 480 records).
+                rec.extra.insert("group".into(), own_part(group_facts, guest));
+                rec.extra.extend(
+                    outcome
+                        .host
+                        .iter()
+                        .filter(|(k, _)| !FIRST_RECORD_ONLY.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), without_per_cpu(v))),
+                );
+                rec.extra.insert(SHARED_ON_GUEST_KEY.into(), json!(first));
+            }
             fill(&mut rec, w, &cell.workload.metric);
             rec
         })
         .collect();
     supersede_if_failed(&mut records);
     records
+}
+
+/// Host figures of an attempt that have no per-guest part, journaled on its first record only:
+/// the host scheduler's vCPU timeline summary (every guest's slices, every CPU's shares).
+const FIRST_RECORD_ONLY: &[&str] = &["timeline"];
+
+/// On every record of an attempt but its first: the guest whose record holds the attempt's
+/// shared facts whole (every guest's start facts and pinning, the host's per-CPU split).
+pub const SHARED_ON_GUEST_KEY: &str = "shared_facts_on_guest";
+
+/// `facts` with each per-guest list (objects naming a `guest`) cut to `guest`'s entries.
+fn own_part(facts: &Value, guest: u32) -> Value {
+    let Value::Object(m) = facts else {
+        return facts.clone();
+    };
+    let per_guest = |v: &Value| {
+        v.as_array()
+            .filter(|a| !a.is_empty() && a.iter().all(|e| e.get("guest").is_some_and(Value::is_u64)))
+            .map(|a| {
+                Value::Array(
+                    a.iter()
+                        .filter(|e| e["guest"].as_u64() == Some(guest as u64))
+                        .cloned()
+                        .collect(),
+                )
+            })
+    };
+    // `guest_kernel` names no guest: its entries are in the order of `start`'s (both are
+    // made from the live guests in order), so the guest's entry is at its place in `start`.
+    let place = m
+        .get("start")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().position(|e| e["guest"].as_u64() == Some(guest as u64)));
+    let aligned = |v: &Value| {
+        let (a, p) = (v.as_array()?, place?);
+        let starts = m.get("start")?.as_array()?.len();
+        (a.len() == starts).then(|| Value::Array(vec![a[p].clone()]))
+    };
+    Value::Object(
+        m.iter()
+            .map(|(k, v)| {
+                let own = match k.as_str() {
+                    "guest_kernel" => aligned(v),
+                    _ => per_guest(v),
+                };
+                (k.clone(), own.unwrap_or_else(|| v.clone()))
+            })
+            .collect(),
+    )
+}
+
+/// A host figure without its per-CPU split (`host_stat.per_cpu`), which the first record holds.
+fn without_per_cpu(v: &Value) -> Value {
+    match v {
+        Value::Object(m) if m.contains_key("per_cpu") => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "per_cpu")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        _ => v.clone(),
+    }
 }
 
 /// The single record of a run that could not be attempted at all (its workers could not be
@@ -313,6 +391,55 @@ mod tests {
         assert!(!recs[0].extra.contains_key("console_tail"));
         assert_eq!(recs[0].extra["vcpu_sched"], json!({"wall_s": 1.0}));
         assert_eq!(recs[0].extra["group"], json!({"boot_s": 1}));
+    }
+
+    #[test]
+    fn what_an_attempt_shares_is_journaled_whole_once_and_each_guest_keeps_its_part() {
+        let ok = || {
+            worker(Ok(Finished {
+                status: 0,
+                stdout: report_json(5.0),
+                stderr: String::new(),
+            }))
+        };
+        let per_guest = |g: u32| json!({"guest": g, "start": {"method": "clone", "n": g}});
+        let kernel = |g: u32| json!({"pv_words": [format!("[0.1] kvm-guest: guest {g}"), "[0.2] PV spinlocks enabled"]});
+        let group = json!({"boot_s": 1, "start": [per_guest(0), per_guest(1), per_guest(2)],
+                           "guest_kernel": [kernel(0), kernel(1), kernel(2)]});
+        let host_stat = json!({"user": 300, "system": 0, "idle": 100, "steal": 0, "busy_share": 0.75,
+                               "per_cpu": [{"cpu": 0, "user": 150}, {"cpu": 1, "user": 150}]});
+        let outcome = RunOutcome {
+            workers: vec![ok(), ok(), ok()],
+            start_skew_us: 12.0,
+            host: serde_json::Map::from_iter([("host_stat".to_string(), host_stat.clone())]),
+        };
+        let recs = attempt_records(&cell(), id(), outcome, &group);
+        assert_eq!(recs[0].extra["group"], group);
+        assert_eq!(recs[0].extra["host_stat"], host_stat);
+        assert!(!recs[0].extra.contains_key(SHARED_ON_GUEST_KEY));
+        for r in &recs[1..] {
+            assert_eq!(r.extra["group"]["start"], json!([per_guest(r.guest)]), "{r:?}");
+            assert_eq!(r.extra["group"]["boot_s"], 1);
+            assert_eq!(r.extra["group"]["guest_kernel"], json!([kernel(r.guest)]));
+            assert_eq!(r.extra["host_stat"]["busy_share"], 0.75);
+            assert!(r.extra["host_stat"].get("per_cpu").is_none());
+            assert_eq!(r.extra[SHARED_ON_GUEST_KEY], 0);
+        }
+        // What the reports read of the attempt is the same as from untrimmed records.
+        let ctx = crate::stats::explain::RecordContext {
+            accel: "kvm",
+            backend: "host",
+        };
+        let mut whole = recs.clone();
+        for r in &mut whole {
+            r.extra.insert("group".into(), group.clone());
+            r.extra.insert("host_stat".into(), host_stat.clone());
+        }
+        let refs = |v: &[RunRecord]| crate::stats::explain::host_other(&v.iter().collect::<Vec<_>>(), &ctx);
+        assert_eq!(refs(&recs), refs(&whole));
+        assert!(refs(&recs).is_ok());
+        let words = |v: &[RunRecord]| crate::stats::explain::kernel_words(v.iter());
+        assert_eq!(words(&recs), words(&whole));
     }
 
     #[test]

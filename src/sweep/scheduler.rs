@@ -111,14 +111,18 @@ impl SharedJournal {
     pub fn new(writer: JournalWriter, previous: Vec<RunRecord>) -> std::sync::Mutex<Self> {
         std::sync::Mutex::new(Self {
             writer,
-            records: previous,
+            records: previous.into_iter().map(RunRecord::for_accounting).collect(),
         })
     }
 
+    /// Appends one attempt's records; keeps of them only what the accounting rule and the
+    /// stopping rules read (a journal's telemetry is kilobytes a record, and a sweep may make
+    /// a million).
     fn append_all(&mut self, recs: &[RunRecord]) -> anyhow::Result<()> {
         let entries: Vec<Entry> = recs.iter().cloned().map(|r| Entry::Run(Box::new(r))).collect();
         self.writer.append_all(&entries)?;
-        self.records.extend_from_slice(recs);
+        self.records
+            .extend(recs.iter().cloned().map(RunRecord::for_accounting));
         Ok(())
     }
 }
@@ -169,7 +173,8 @@ struct Scheduler<'a, E> {
     share: HostShare,
     progress: &'a Progress,
     /// Every record of the journal (the resumed one's, this host's and the other hosts'), a
-    /// prefix of the shared journal in journal order.
+    /// prefix of the shared journal in journal order, without their telemetry
+    /// ([`RunRecord::for_accounting`]).
     records: Vec<RunRecord>,
     settled: Settled,
     totals: PhaseTotals,
@@ -513,7 +518,7 @@ impl<E: Executor> Scheduler<'_, E> {
         self.totals.teardown_s += t.elapsed().as_secs_f64();
     }
 
-    /// Journals one attempt's records together and settles the journal anew.
+    /// Journals one attempt's records together and settles them.
     fn keep(&mut self, mut recs: Vec<RunRecord>) -> anyhow::Result<()> {
         for r in &mut recs {
             r.host = self.share.label.clone();
@@ -528,9 +533,10 @@ impl<E: Executor> Scheduler<'_, E> {
     fn sync(&mut self) {
         let j = lock(self.journal);
         if j.records.len() > self.records.len() {
-            self.records.extend_from_slice(&j.records[self.records.len()..]);
-            drop(j);
-            self.settled = accounting::settle(&self.records);
+            let new = &j.records[self.records.len()..];
+            self.settled.extend(new);
+            // Already without telemetry (`SharedJournal::append_all`).
+            self.records.extend_from_slice(new);
         }
     }
 
@@ -640,7 +646,7 @@ pub fn work_left(plan: &Plan, records: &[RunRecord]) -> usize {
 
 /// Measured run slots of `plan` that were attempted but have no valid result: a sweep that ends
 /// with any did not get every result it set out to (exit status 4).
-pub fn slots_without_result(plan: &Plan, records: &[RunRecord]) -> usize {
+pub fn slots_without_result<R: accounting::Attempted>(plan: &Plan, records: &[R]) -> usize {
     let settled = accounting::settle(records);
     let planned: std::collections::BTreeSet<(&str, u64, &str)> = plan
         .boots
