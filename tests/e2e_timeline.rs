@@ -162,8 +162,13 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let rec0 = recs.iter().find(|r| r["guest"] == 0).unwrap();
     assert_eq!(rec0["ok"], true, "{rec0}");
     let summary = &rec0["extra"]["timeline"];
-    // Every guest's record names the same timeline.
-    assert!(recs.iter().all(|r| r["extra"]["timeline"] == *summary));
+    // The attempt's first record holds the timeline; the others say where it is.
+    assert!(summary.is_object(), "{rec0}");
+    assert!(
+        recs.iter()
+            .filter(|r| r["guest"] != 0)
+            .all(|r| r["extra"].get("timeline").is_none() && r["extra"]["shared_facts_on_guest"] == 0)
+    );
 
     let report = Command::new(env!("CARGO_BIN_EXE_ocrig"))
         .args(["report", "--format", "html"])
