@@ -411,10 +411,17 @@ mod tests {
         let outcome = RunOutcome {
             workers: vec![ok(), ok(), ok()],
             start_skew_us: 12.0,
-            host: serde_json::Map::from_iter([("host_stat".to_string(), host_stat.clone())]),
+            host: serde_json::Map::from_iter([
+                ("host_stat".to_string(), host_stat.clone()),
+                (
+                    "timeline".to_string(),
+                    json!({"path": "t.json.gz", "segments": 9}),
+                ),
+            ]),
         };
         let recs = attempt_records(&cell(), id(), outcome, &group);
         assert_eq!(recs[0].extra["group"], group);
+        assert_eq!(recs[0].extra["timeline"]["segments"], 9);
         assert_eq!(recs[0].extra["host_stat"], host_stat);
         assert!(!recs[0].extra.contains_key(SHARED_ON_GUEST_KEY));
         for r in &recs[1..] {
@@ -424,6 +431,10 @@ mod tests {
             assert_eq!(r.extra["host_stat"]["busy_share"], 0.75);
             assert!(r.extra["host_stat"].get("per_cpu").is_none());
             assert_eq!(r.extra[SHARED_ON_GUEST_KEY], 0);
+            assert!(
+                !r.extra.contains_key("timeline"),
+                "the first record holds the timeline"
+            );
         }
         // What the reports read of the attempt is the same as from untrimmed records.
         let ctx = crate::stats::explain::RecordContext {
