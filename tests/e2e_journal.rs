@@ -29,6 +29,11 @@ fn say(msg: impl AsRef<str>) {
 }
 
 /// 2 variants × 2 levels × 1 workload × `runs` runs of a 30 ms lock workload.
+///
+/// Its drift bound is 1.5: these tests check the journal and resume, not calibration, and a
+/// 30 ms native run on this shared core saw its loop speed change 1.9x between the calibrations
+/// before and after it (0.330 -> 0.624 ns/iter, another process on the sibling thread), twice in
+/// a row, which left a slot without a valid result and failed the kill test on calibration.
 fn host_scenario(name: &str, extra: &str) -> String {
     let runs = if extra.contains("runs:") { "" } else { "runs: 3\n" };
     format!(
@@ -41,7 +46,7 @@ variants:
 workloads:
   - name: lock
     command: lock
-    args: {{duration-ms: 30, hold-ns: 200, gap-ns: 200, max-calibration-drift: 0.6}}
+    args: {{duration-ms: 30, hold-ns: 200, gap-ns: 200, max-calibration-drift: 1.5}}
     metric: ops_per_sec
 {runs}{extra}"
     )

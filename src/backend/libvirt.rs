@@ -45,7 +45,8 @@ use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
 use super::boot::BootPlan;
-use super::qemu::{console_path, qemu_identity, qmp_path};
+use super::paths::{console_path, qmp_path};
+use super::qemu::qemu_identity;
 use super::qmp::{Qmp, QmpSlot};
 use super::remote::{self, ConsoleMirror, HostSsh, Tunnel};
 use super::started::Starter;

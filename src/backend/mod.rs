@@ -6,6 +6,7 @@ pub mod boot;
 pub mod isolation;
 pub mod libvirt;
 pub mod owned;
+pub mod paths;
 pub mod qemu;
 pub mod qmp;
 #[cfg(test)]
@@ -50,19 +51,9 @@ impl StartMethod {
     }
 }
 
-/// The kernel in a form QEMU can boot directly (PVH entry of the uncompressed ELF vmlinux),
-/// or why the image has none (then the bzImage in `GuestSpec::kernel` is booted).
-#[derive(Debug, Clone, PartialEq)]
-pub enum FastKernel {
-    Pvh(PathBuf),
-    Unavailable(String),
-}
-
-impl Default for FastKernel {
-    fn default() -> Self {
-        FastKernel::Unavailable("no uncompressed kernel was given".into())
-    }
-}
+/// The kernel in a form QEMU can boot directly: the image's (so `image/` needs nothing of
+/// the backends).
+pub use crate::image::FastKernel;
 
 /// Everything a backend needs to start one guest.
 #[derive(Debug, Clone)]

@@ -12,6 +12,7 @@ use anyhow::Context;
 use tokio::process::{Child, Command};
 
 use super::boot::BootPlan;
+use super::paths::{console_path, pid_path, qmp_path};
 use super::qmp::{Qmp, QmpSlot};
 use super::started::Starter;
 use super::template::{Controlled, Launcher};
@@ -134,26 +135,6 @@ pub fn qemu_identity(binary: &Path) -> String {
         .unwrap_or_else(|| binary.display().to_string());
     let version = crate::host::tool_version(&binary.to_string_lossy(), &["--version"]).unwrap_or_default();
     format!("qemu {stamp} {version}")
-}
-
-pub fn console_path(workdir: &Path, name: &str) -> PathBuf {
-    workdir.join(format!("{name}.console.log"))
-}
-/// The guest's QMP socket: beside its console log, unless that path is too long for a Unix
-/// socket (108 bytes with the NUL, which a deep results directory exceeds); then in a short
-/// per-user directory under the temp dir, where the guest's unique name keeps it apart.
-pub fn qmp_path(workdir: &Path, name: &str) -> PathBuf {
-    let beside = workdir.join(format!("{name}.qmp"));
-    if beside.as_os_str().len() < 100 {
-        return beside;
-    }
-    // SAFETY: getuid has no preconditions.
-    let dir = std::env::temp_dir().join(format!("ocrig-qmp-{}", unsafe { libc::getuid() }));
-    let _ = std::fs::create_dir_all(&dir);
-    dir.join(format!("{name}.qmp"))
-}
-pub fn pid_path(workdir: &Path, name: &str) -> PathBuf {
-    workdir.join(format!("{name}.pid"))
 }
 
 impl Backend for QemuBackend {

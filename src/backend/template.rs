@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::boot::BootPlan;
-use super::qemu::console_path;
+use super::paths::console_path;
 use super::{BoxFut, Guest, GuestSpec, StartMethod};
 use crate::guest::ready::{tail_file, wait_for_marker};
 use crate::host::Accel;

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 
-use super::{BroughtUp, Executor, Finished, RunOutcome, RunRequest, WorkerRun};
+use super::{BroughtUp, Executor, Finished, GroupSpec, RunOutcome, RunRequest, WorkerRun};
 use crate::host::Accel;
-use crate::sweep::plan::BootGroup;
 use crate::telemetry::cpu_stat::{self, StatSnapshot};
 use crate::telemetry::probe::RunProbe;
 
@@ -23,7 +22,7 @@ pub struct HostExecutor {
 }
 
 impl Executor for HostExecutor {
-    async fn bring_up(&mut self, _group: &BootGroup) -> anyhow::Result<BroughtUp> {
+    async fn bring_up(&mut self, _group: &GroupSpec) -> anyhow::Result<BroughtUp> {
         Ok(BroughtUp {
             facts: json!({ "host_cpus": self.host_cpus }),
             boot_s: 0.0,

@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use super::{BroughtUp, Executor, Finished, RunOutcome, RunRequest, WorkerRun};
-use crate::sweep::plan::BootGroup;
+use super::{BroughtUp, Executor, Finished, GroupSpec, RunOutcome, RunRequest, WorkerRun};
 
 /// A payload report on stdout, as the real payload prints it, with one metric.
 pub fn report_stdout(metric: &str, value: f64) -> String {
@@ -160,7 +159,7 @@ impl MockExecutor {
 }
 
 impl Executor for MockExecutor {
-    async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp> {
+    async fn bring_up(&mut self, group: &GroupSpec) -> anyhow::Result<BroughtUp> {
         let mut calls = self.calls.lock().unwrap();
         calls.up = false;
         calls.bring_ups.push(group.variants.clone());

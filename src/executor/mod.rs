@@ -23,7 +23,23 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::sweep::plan::BootGroup;
+use crate::scenario::expand::GuestVariant;
+
+/// What an executor brings up: one boot group's guests as the sweep's plan describes them.
+/// The executor's own description, so it reads nothing of the plan above it
+/// (`sweep::plan::BootGroup::spec` makes one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    /// A directory name for the group's guests (`<level>x-<variant>`), short: QEMU's QMP
+    /// socket lives below it.
+    pub label: String,
+    /// Guests to bring up.
+    pub guests: u32,
+    /// The guest every one of them boots: kernel, command line, CPU model.
+    pub guest: GuestVariant,
+    /// The variants sharing these guests, in scenario order (the first names the image).
+    pub variants: Vec<String>,
+}
 
 /// What bringing a group of workers up produced.
 #[derive(Debug, Clone)]
@@ -92,7 +108,7 @@ pub struct RunOutcome {
 pub trait Executor {
     /// Brings up fresh workers for `group`, first stopping any still up. On error nothing of
     /// the group is left running.
-    async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp>;
+    async fn bring_up(&mut self, group: &GroupSpec) -> anyhow::Result<BroughtUp>;
 
     /// Runs one gated run: every worker with a command starts it and waits; all are released
     /// at one instant; each result (or failure) comes back with its evidence.

@@ -14,14 +14,13 @@ use serde_json::{Value, json};
 
 use super::barrier::{self, Limits, Participant};
 use super::deploy::Prepared;
-use super::{BroughtUp, Executor, RunOutcome, RunRequest};
+use super::{BroughtUp, Executor, GroupSpec, RunOutcome, RunRequest};
 use crate::backend::{Backend, Guest, GuestSpec, StartMethod};
 use crate::guest::ready::{tail_file, wait_for_marker};
 use crate::guest::ssh::{Credentials, GuestSsh};
 use crate::host::Accel;
 use crate::image::Image;
 use crate::scenario::Timeouts;
-use crate::sweep::plan::BootGroup;
 
 /// What the VM executor needs besides the boot group.
 pub struct VmConfig {
@@ -77,8 +76,8 @@ impl VmExecutor {
 
     /// Each boot gets its own directory (`<label>/boot<k>/`), so a retry's console log never
     /// overwrites the one that shows why the previous guests failed.
-    fn next_workdir(&mut self, group: &BootGroup) -> PathBuf {
-        let label = group.label();
+    fn next_workdir(&mut self, group: &GroupSpec) -> PathBuf {
+        let label = group.label.clone();
         let k = self.boots.entry(label.clone()).or_default();
         *k += 1;
         self.cfg.guests_dir.join(label).join(format!("boot{k}"))
@@ -111,7 +110,7 @@ impl VmExecutor {
 }
 
 impl Executor for VmExecutor {
-    async fn bring_up(&mut self, group: &BootGroup) -> anyhow::Result<BroughtUp> {
+    async fn bring_up(&mut self, group: &GroupSpec) -> anyhow::Result<BroughtUp> {
         self.shut_down().await;
         let workdir = self.next_workdir(group);
         self.workdir = Some((workdir.clone(), 0));
@@ -250,7 +249,7 @@ fn timeline_on() -> bool {
 
 fn guest_specs(
     cfg: &VmConfig,
-    group: &BootGroup,
+    group: &GroupSpec,
     image: &Image,
     workdir: &Path,
 ) -> anyhow::Result<Vec<GuestSpec>> {

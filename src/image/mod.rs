@@ -46,6 +46,20 @@ pub const READY_MARKER: &str = "OCRIG-READY";
 /// Printed on the console early in /init, followed by ` kernel=<release> uptime=<s>`.
 pub const BOOT_MARKER: &str = "OCRIG-BOOT";
 
+/// The kernel in a form QEMU can boot directly (PVH entry of the uncompressed ELF vmlinux),
+/// or why the image has none (then the bzImage in `GuestSpec::kernel` is booted).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FastKernel {
+    Pvh(PathBuf),
+    Unavailable(String),
+}
+
+impl Default for FastKernel {
+    fn default() -> Self {
+        FastKernel::Unavailable("no uncompressed kernel was given".into())
+    }
+}
+
 pub enum KernelSource {
     /// A Debian kernel release like "6.1.0-41-amd64", or "default" (what linux-image-amd64 depends on).
     Debian(String),
@@ -90,11 +104,11 @@ pub struct Image {
 }
 
 impl Image {
-    /// The image's fast-boot kernel for a [`crate::backend::GuestSpec`].
-    pub fn fast_kernel(&self) -> crate::backend::FastKernel {
+    /// The image's fast-boot kernel (what a backend boots directly).
+    pub fn fast_kernel(&self) -> FastKernel {
         match (&self.pvh_kernel, &self.pvh_unavailable) {
-            (Some(k), _) => crate::backend::FastKernel::Pvh(k.clone()),
-            (None, why) => crate::backend::FastKernel::Unavailable(
+            (Some(k), _) => FastKernel::Pvh(k.clone()),
+            (None, why) => FastKernel::Unavailable(
                 why.clone()
                     .unwrap_or_else(|| "the image has no uncompressed kernel".into()),
             ),

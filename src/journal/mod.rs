@@ -38,6 +38,10 @@ pub struct JournalWriteFailed {
     pub cause: String,
 }
 
+/// The words every self-check rejection's `error` starts with (the sweep writes them, the
+/// reports count rejections by them).
+pub const SELF_CHECK_REASON: &str = "self-check failed: ";
+
 pub use crate::vocabulary::Better;
 use crate::vocabulary::{GuestSharing, RunOrder};
 

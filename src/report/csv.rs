@@ -7,8 +7,8 @@
 //! measured), contention, Jain, context switches, other guests, KVM counters.
 
 use super::{Exporter, KVM_COLUMNS};
+use crate::journal::Better;
 use crate::stats::cells::{Cell, Comparison, Model, Row, WorkloadModel};
-use crate::sweep::journal::Better;
 
 pub struct CsvExporter;
 

@@ -5,15 +5,15 @@
 //! is normalised to the variant's total, so the colours show shares, not load).
 //!
 //! Read from the journal's payload reports (`kernel.profile.folded`), counting each run once
-//! by [`crate::sweep::accounting::settle`]; cells without profiles are left out.
+//! by [`crate::journal::accounting::settle`]; cells without profiles are left out.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::journal::accounting::settle;
 use crate::stats::digest::Digested;
-use crate::sweep::accounting::settle;
 
 /// One cell's merged profile.
 #[derive(Debug, Clone, PartialEq)]

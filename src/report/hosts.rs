@@ -40,7 +40,7 @@ pub fn hosts(j: &Digested) -> Vec<String> {
 /// it, and whose runs another host took over, does not count it as failed), and a run with no
 /// valid result anywhere stays failed on each host that attempted it.
 pub fn split_by_host(j: &Digested) -> Digested {
-    let settled = crate::sweep::accounting::settle(&j.runs);
+    let settled = crate::journal::accounting::settle(&j.runs);
     let hs = hosts(j);
     let tag = |v: &str, h: Option<&str>| match h {
         Some(h) => format!("{v}@{h}"),
@@ -70,7 +70,7 @@ pub fn split_by_host(j: &Digested) -> Digested {
         .iter()
         .enumerate()
         .filter(|(i, r)| {
-            settled.counts(*i) || !settled.has_valid_result(&crate::sweep::accounting::RunKey::of(*r))
+            settled.counts(*i) || !settled.has_valid_result(&crate::journal::accounting::RunKey::of(*r))
         })
         .map(|(_, r)| RunDigest {
             variant: tags
@@ -98,7 +98,7 @@ pub struct Agreement {
 
 /// Every cell's agreement across hosts (cells with a single host are left out).
 pub fn agreement(j: &Digested, alpha: f64) -> Vec<Agreement> {
-    let settled = crate::sweep::accounting::settle(&j.runs);
+    let settled = crate::journal::accounting::settle(&j.runs);
     let mut cells: BTreeMap<(String, String, String), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     for r in settled.counted(&j.runs).filter(|r| !r.warmup && r.guest == 0) {
         let (Some(h), Some(info)) = (&r.host, j.header.workloads.get(&*r.workload)) else {
@@ -188,8 +188,8 @@ pub fn agreement_text(j: &Digested, alpha: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::journal::tests::header;
-    use crate::sweep::journal::{Journal, RunRecord};
+    use crate::journal::tests::header;
+    use crate::journal::{Journal, RunRecord};
 
     fn rec(host: &str, run: u32, level: f64, v: f64) -> RunRecord {
         let mut r: RunRecord = serde_json::from_value(serde_json::json!({
@@ -266,7 +266,7 @@ mod tests {
         (never.ok, never.metrics) = (false, Default::default());
         let j = journal(vec![rec("a", 0, 1.0, 100.0), lost, taken_over, never]);
         let split = split_by_host(&j);
-        let s = crate::sweep::accounting::settle(&split.runs);
+        let s = crate::journal::accounting::settle(&split.runs);
         assert_eq!(
             s.failed_runs("base@a", 1.0, "lock"),
             1,

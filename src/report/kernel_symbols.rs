@@ -5,11 +5,11 @@
 //! A section is added to what an exporter rendered (so the exporters and the model stay as
 //! they are): nothing at all when no counted run carries a profile.
 
+#[cfg(test)]
+use crate::journal::Journal;
+use crate::journal::accounting::settle;
 use crate::stats::digest::Digested;
 use crate::stats::kernel_symbols::{self as ks, CellSymbols, TOP};
-use crate::sweep::accounting::settle;
-#[cfg(test)]
-use crate::sweep::journal::Journal;
 
 use super::Format;
 

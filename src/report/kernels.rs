@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::image::KernelIdentity;
 use crate::image::identity::{KernelConfig, config_diff, find_config, short};
-use crate::sweep::journal::Journal;
+use crate::journal::Journal;
 
 /// Most changed `CONFIG_` lines listed before "… and N more".
 const MAX_CONFIG_LINES: usize = 12;

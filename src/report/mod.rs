@@ -21,12 +21,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+#[cfg(test)]
+use crate::journal::Journal;
+use crate::journal::SweepHeader;
 use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build_digested};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::stats::digest::{Digested, RunDigest};
-#[cfg(test)]
-use crate::sweep::journal::Journal;
-use crate::sweep::journal::SweepHeader;
 
 /// Output format of `ocrig report` / `ocrig compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -395,7 +395,7 @@ pub fn fmt_frac(x: Option<f64>) -> String {
 
 /// `seconds, lower is better`.
 pub fn describe_metric(wl: &WorkloadModel) -> String {
-    use crate::sweep::journal::Better;
+    use crate::journal::Better;
     let dir = match wl.better {
         Better::Higher => "higher is better",
         Better::Lower => "lower is better",
@@ -955,7 +955,7 @@ mod tests {
         let mut rejected = |run: u32, attempt: u32, guest: u32, why: &str| {
             let mut r = j.runs[0].clone();
             (r.run, r.attempt, r.guest, r.ok) = (run, attempt, guest, false);
-            r.error = Some(format!("{}{why}", crate::sweep::records::SELF_CHECK_REASON));
+            r.error = Some(format!("{}{why}", crate::journal::SELF_CHECK_REASON));
             j.runs.push(r);
         };
         rejected(0, 7, 0, "calibration drifted 31 % during the run");

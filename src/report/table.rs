@@ -199,11 +199,10 @@ lock-ticket: KVM counters of guest 0's VM (mean per run)
         let base: Vec<_> = j.runs.iter().filter(|r| r.variant == "base").cloned().collect();
         j.runs.clear();
         for n in names {
-            j.runs
-                .extend(base.iter().map(|r| crate::sweep::journal::RunRecord {
-                    variant: n.into(),
-                    ..r.clone()
-                }));
+            j.runs.extend(base.iter().map(|r| crate::journal::RunRecord {
+                variant: n.into(),
+                ..r.clone()
+            }));
         }
         let text = render(&j, Format::Table, &ReportOptions::default()).unwrap();
         for line in text.lines() {

@@ -14,8 +14,8 @@ use plotters::prelude::*;
 
 use super::html::escape;
 use super::plot::{COLORS, draw_legend, tick_formatter};
+use crate::journal::accounting::settle;
 use crate::stats::digest::Digested;
-use crate::sweep::accounting::settle;
 use crate::telemetry::sched_trace::{Timeline, Who, read_timeline};
 
 const WIDTH: u32 = 860;

@@ -68,7 +68,7 @@ pub fn self_check_rejections(records: &[RunDigest]) -> SelfCheckRejections {
         let Some(why) = r.self_check.as_deref() else {
             continue;
         };
-        attempts.insert((crate::sweep::accounting::RunKey::of(r), r.attempt));
+        attempts.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
         *reasons.entry(why).or_default() += 1;
     }
     SelfCheckRejections {

@@ -85,7 +85,7 @@ impl Names {
 /// The digest of one record: every per-record figure a report shows, computed here by the
 /// functions that compute it from the record.
 pub fn digest(r: &RunRecord, ctx: &RecordContext, names: &mut Names) -> RunDigest {
-    use crate::sweep::records::SELF_CHECK_REASON;
+    use crate::journal::SELF_CHECK_REASON;
     let mut why = |e: String| names.name(&e);
     let vcpu_wait = explain::vcpu_wait(r, ctx).map_err(&mut why);
     let guest_steal = explain::guest_steal(r, ctx).map_err(&mut why);

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
-use crate::sweep::journal::RunRecord;
+use crate::journal::RunRecord;
 
 /// Symbols the main reports list per cell.
 pub const TOP: usize = 5;

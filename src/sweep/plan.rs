@@ -5,6 +5,7 @@
 //! per level unless the scenario asks for fresh guests per variant: a boot group holds the
 //! cells of every variant that runs in it.
 
+use crate::executor::GroupSpec;
 use crate::scenario::expand::{self, GuestVariant, WorkloadInstance};
 use crate::scenario::validate::{guests_at, host_cpus};
 use crate::scenario::{BackendKind, Background, Scenario, Timeouts};
@@ -30,6 +31,16 @@ impl BootGroup {
         match self.variants.len() {
             1 => format!("{}x-{}", self.level, self.variants[0]),
             n => format!("{}x-{}+{}", self.level, self.variants[0], n - 1),
+        }
+    }
+
+    /// What an executor needs to bring the group's guests up.
+    pub fn spec(&self) -> GroupSpec {
+        GroupSpec {
+            label: self.label(),
+            guests: self.guests,
+            guest: self.guest.clone(),
+            variants: self.variants.clone(),
         }
     }
 }

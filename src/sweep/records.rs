@@ -204,8 +204,7 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
 /// Where a record rejected by the payload's self-checks keeps the failed checks
 /// (`[{"name","ok","value","bound","detail"}]`, or `[{"detail"}]` from stderr alone).
 pub const SELF_CHECKS_KEY: &str = "self_checks_failed";
-/// The words every self-check rejection's `error` starts with (reports count them by it).
-pub const SELF_CHECK_REASON: &str = "self-check failed: ";
+pub use crate::journal::SELF_CHECK_REASON;
 
 /// A run the payload itself rejected: its physics checks did not hold.
 struct Rejected {

@@ -493,7 +493,7 @@ impl<E: Executor> Scheduler<'_, E> {
             group.variants.join("+"),
             group.guests
         ));
-        match self.exec.bring_up(group).await {
+        match self.exec.bring_up(&group.spec()).await {
             Ok(up) => {
                 self.totals.boot_s += up.boot_s;
                 self.totals.deploy_s += up.deploy_s;
