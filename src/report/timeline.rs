@@ -63,13 +63,13 @@ pub fn section(journal: &Digested) -> String {
         let level = f64::from_bits(level);
         let title = format!("{workload}, {variant} at {}, run {run}", super::fmt_level(level));
         out.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
-        if let Some(why) = summary.get("unavailable").and_then(|v| v.as_str()) {
+        if let Some(why) = &summary.unavailable {
             out.push_str(&format!("<p class=\"notes\">no timeline: {}</p>\n", escape(why)));
             continue;
         }
         let loaded = summary
-            .get("path")
-            .and_then(|p| p.as_str())
+            .path
+            .as_deref()
             .ok_or_else(|| "the record names no timeline file".to_string())
             .and_then(|p| read_timeline(std::path::Path::new(p)));
         let tl = match loaded {
@@ -82,10 +82,7 @@ pub fn section(journal: &Digested) -> String {
                 continue;
             }
         };
-        out.push_str(&format!(
-            "<p class=\"notes\">{}</p>\n",
-            escape(&slice_words(&summary))
-        ));
+        out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&summary.words)));
         let whole = (tl.traced_from_us as f64 / 1e3, tl.traced_to_us as f64 / 1e3);
         let zoom = (0.0, ZOOM_MS.min(tl.run_end_us as f64 / 1e3).max(1.0));
         let zoomed = format!("first {:.0} ms of the run", zoom.1);
@@ -103,6 +100,32 @@ pub fn section(journal: &Digested) -> String {
     }
     out.push_str("</section>\n");
     out
+}
+
+/// What the report needs of a run's timeline summary (`extra.timeline`): where the side file
+/// is, or why there is none, and its figures in words. A report digest holds this, not the
+/// summary (kilobytes of JSON values, on every record of a one-guest sweep).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineRef {
+    pub path: Option<String>,
+    pub unavailable: Option<String>,
+    pub words: String,
+}
+
+impl TimelineRef {
+    pub fn of(summary: &serde_json::Value) -> Self {
+        let text = |k: &str| summary.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        let unavailable = text("unavailable");
+        Self {
+            path: text("path"),
+            words: if unavailable.is_some() {
+                String::new()
+            } else {
+                slice_words(summary)
+            },
+            unavailable,
+        }
+    }
 }
 
 /// The measured slices beside the host's setting, in words.

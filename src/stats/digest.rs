@@ -60,8 +60,9 @@ pub struct RunDigest {
     /// The guest kernel's profile of the run (`kernel.profile`), when it was sampled: at most
     /// the payload's stored stacks, so only profiled sweeps pay for it.
     pub profile: Option<Box<ocrig_payload::probe::profile::Profile>>,
-    /// The host's vCPU timeline summary (`extra.timeline`), on the attempt's first record.
-    pub timeline: Option<Box<serde_json::Value>>,
+    /// The host's vCPU timeline (`extra.timeline`, on the attempt's first record), reduced to
+    /// what the report draws from: every record of a one-guest sweep carries one.
+    pub timeline: Option<Box<crate::report::timeline::TimelineRef>>,
 }
 
 /// One copy of each name and reason a parser thread has seen, shared by its digests.
@@ -119,7 +120,10 @@ pub fn digest(r: &RunRecord, ctx: &RecordContext, names: &mut Names) -> RunDiges
         pv_words,
         preemption: super::preemption::of_record(r).map(Box::new),
         profile: profile_of(r).map(Box::new),
-        timeline: r.extra.get("timeline").cloned().map(Box::new),
+        timeline: r
+            .extra
+            .get("timeline")
+            .map(|t| Box::new(crate::report::timeline::TimelineRef::of(t))),
     }
 }
 
