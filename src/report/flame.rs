@@ -179,8 +179,34 @@ pub fn write(journal: &Digested, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Loads `page` in headless Chromium and returns what its checking script left in
+    /// `<pre id="ocrig-check">` (JSON), failing the test if the script did not run.
+    pub(crate) fn checked_in_chromium(page: &std::path::Path, tmp: &std::path::Path) -> serde_json::Value {
+        let out = std::process::Command::new("/usr/bin/chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+            .args([
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ])
+            .args(["--window-size=1300,900", "--virtual-time-budget=5000"])
+            .arg(format!("--user-data-dir={}", tmp.join("profile").display()))
+            .arg("--dump-dom")
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("Debian's chromium (scripts/setup installs it)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let json = dom
+            .split("<pre id=\"ocrig-check\">")
+            .nth(1)
+            .and_then(|s| s.split("</pre>").next())
+            .expect("the checking script ran");
+        serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap()
+    }
 
     fn cell(variant: &str, stacks: &[(&str, u64)]) -> CellProfile {
         CellProfile {
@@ -273,37 +299,7 @@ window.addEventListener('load', () => {
             inline(diff_svg(&base, &other, "diff").unwrap())
         );
         std::fs::write(&page, html).unwrap();
-        let out = std::process::Command::new("/usr/bin/chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-            ])
-            .args([
-                "--disable-component-update",
-                "--disable-sync",
-                "--window-size=1300,900",
-                "--virtual-time-budget=5000",
-            ])
-            .arg(format!(
-                "--user-data-dir={}",
-                tmp.path().join("profile").display()
-            ))
-            .arg("--dump-dom")
-            .arg(format!("file://{}", page.display()))
-            .output()
-            .expect("Debian's chromium (scripts/setup installs it)");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let dom = String::from_utf8_lossy(&out.stdout);
-        let json = dom
-            .split("<pre id=\"ocrig-check\">")
-            .nth(1)
-            .and_then(|s| s.split("</pre>").next())
-            .expect("the checking script ran");
-        let graphs: serde_json::Value =
-            serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
+        let graphs = checked_in_chromium(&page, tmp.path());
         let graphs = graphs.as_array().unwrap();
         assert_eq!(graphs.len(), 2);
         for g in graphs {

@@ -679,31 +679,7 @@ window.addEventListener('load', () => {
 </script>"#;
         let html = rendered(Format::Html).replace("</body>", &format!("{check}</body>"));
         std::fs::write(&page, html).unwrap();
-        let out = std::process::Command::new("/usr/bin/chromium")
-            .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
-            .args([
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ])
-            .args(["--window-size=1300,900", "--virtual-time-budget=5000"])
-            .arg(format!(
-                "--user-data-dir={}",
-                tmp.path().join("profile").display()
-            ))
-            .arg("--dump-dom")
-            .arg(format!("file://{}", page.display()))
-            .output()
-            .expect("Debian's chromium (scripts/setup installs it)");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let dom = String::from_utf8_lossy(&out.stdout);
-        let json = dom
-            .split("<pre id=\"ocrig-check\">")
-            .nth(1)
-            .and_then(|s| s.split("</pre>").next())
-            .expect("the checking script ran");
-        let graphs: serde_json::Value =
-            serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
+        let graphs = crate::report::flame::tests::checked_in_chromium(&page, tmp.path());
         let graphs = graphs.as_array().unwrap();
         assert_eq!(graphs.len(), 3, "two cells and one differential");
         for g in graphs {
