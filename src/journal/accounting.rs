@@ -170,9 +170,10 @@ impl RunKey {
     }
 
     pub fn of(r: &impl Attempted) -> Self {
-        match (r.warmup(), r.guest_set()) {
-            (true, Some(set)) => Self::warm_up(r.variant(), r.level(), r.workload(), r.run(), set),
-            _ => Self::new(r.variant(), r.level(), r.workload(), r.warmup(), r.run()),
+        // Only a warm-up is keyed by its guest set (asked only then: it clones the host name).
+        match r.warmup().then(|| r.guest_set()).flatten() {
+            Some(set) => Self::warm_up(r.variant(), r.level(), r.workload(), r.run(), set),
+            None => Self::new(r.variant(), r.level(), r.workload(), r.warmup(), r.run()),
         }
     }
 }
