@@ -146,18 +146,6 @@ pub fn iterations(arg: &str, ns: u64, ns_per_iter: f64) -> Result<u64, crate::wo
     Ok(((ns as f64) / ns_per_iter).round().max(1.0) as u64)
 }
 
-/// A process-wide calibration for workloads whose busy work is not the subject of a physics
-/// check (sysbench mutex's loops): one [`calibrate`] on first use.
-pub fn iterations_for(ns: u64) -> u64 {
-    static NS_PER_ITER: OnceLock<f64> = OnceLock::new();
-    let per_iter = *NS_PER_ITER.get_or_init(|| calibrate().ns_per_iter);
-    if ns == 0 {
-        0
-    } else {
-        ((ns as f64) / per_iter).round().max(1.0) as u64
-    }
-}
-
 /// The busy loop. Out of line on purpose: every caller runs, and [`calibrate`] measures, this
 /// one copy of the machine code (the call costs a few ns once per hold or gap).
 #[inline(never)]
@@ -178,7 +166,6 @@ mod tests {
         assert_eq!(c.ns_per_iter, c.min_ns_per_iter);
         assert!(c.min_ns_per_iter <= c.median_ns_per_iter && c.median_ns_per_iter <= c.max_ns_per_iter);
         assert!(c.trial_iters >= 1_000 && c.trials == TRIALS);
-        assert!(iterations_for(10_000) >= iterations_for(100));
     }
 
     #[test]

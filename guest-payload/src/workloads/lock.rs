@@ -83,7 +83,7 @@ pub struct Args {
     /// after the run (a fraction): beyond it the run is not a result (exit 3). Widen it only
     /// on a machine whose CPU speed is known to move (a cloud VM whose physical core is
     /// shared), and say so: the holds then took that much longer or shorter than asked.
-    #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = positive_fraction)]
+    #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = crate::checks::positive_fraction)]
     pub max_calibration_drift: f64,
     /// Share of acquisitions (per thread), in (0, 1], that read the thread's context switches
     /// before trying the lock (the window that splits stretched holds and hand-overs into guest
@@ -122,13 +122,6 @@ fn sample_rate(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{s:?} is not a sampling rate in (0, 1] (e.g. 0.015625 for 1 in 64; --no-hold-sampling switches sampling off)"
         )),
-    }
-}
-
-fn positive_fraction(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
-        _ => Err(format!("{s:?} is not a positive fraction (e.g. 0.05 for 5 %)")),
     }
 }
 
