@@ -162,15 +162,14 @@ pub async fn gated_run(
     // 2. Telemetry right before the go signal (the scheduler trace outside the probe's reads).
     //    A guest whose start failed is not asked.
     let trace = host.timeline.map(|_| start_trace(participants, host));
-    let failed_start: Vec<usize> = (0..workers).filter(|&i| results[i].is_some()).collect();
-    let before = |i: usize| {
-        started
-            .iter()
-            .find(|s: &&Started| s.index == i)
-            .map(|s| s.stat_before.clone())
-    };
+    // By worker index, so each guest's lookup is one step (a run may have hundreds).
+    let mut failed: Vec<bool> = (0..workers).map(|i| results[i].is_some()).collect();
+    let mut stat_before: Vec<Option<Result<String, String>>> = vec![None; workers];
+    for s in &started {
+        stat_before[s.index] = Some(s.stat_before.clone());
+    }
     let probe = RunProbe::start(
-        &targets(participants, |i| !failed_start.contains(&i), before),
+        &targets(participants, |i| !failed[i], |i| stat_before[i].clone()),
         host.fs,
         host.cpus,
         host.accel,
@@ -251,11 +250,13 @@ pub async fn gated_run(
     steps.mark();
     // 5. Telemetry right after the last guest finished; a guest whose run failed may be
     //    stopped or hung, so only its host side is read.
-    let mut failed_run = failed_start;
-    failed_run.extend(collected.iter().filter(|c| c.2.is_err()).map(|c| c.0));
-    let after = |i: usize| collected.iter().find(|c| c.0 == i).and_then(|c| c.4.clone());
+    let mut stat_after: Vec<Option<Result<String, String>>> = vec![None; workers];
+    for c in &collected {
+        failed[c.0] |= c.2.is_err();
+        stat_after[c.0] = c.4.clone();
+    }
     let mut telemetry = probe
-        .finish(&targets(participants, |i| !failed_run.contains(&i), after))
+        .finish(&targets(participants, |i| !failed[i], |i| stat_after[i].clone()))
         .await;
     if let (Some(trace), Some(file)) = (trace, host.timeline) {
         let window = run_window(&go_times, collected.iter().filter_map(|c| c.3));
