@@ -252,6 +252,7 @@ pub mod tests {
             workdir: "/w".into(),
             fast_kernel: fast,
             start: StartMethod::Boot,
+            ram: crate::backend::RamBacking::Anonymous,
         }
     }
 

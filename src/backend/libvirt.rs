@@ -1105,6 +1105,7 @@ mod tests {
                 workdir: work.path().into(),
                 fast_kernel: crate::backend::FastKernel::Pvh(img.join("vmlinux")),
                 start: crate::backend::StartMethod::Boot,
+                ram: crate::backend::RamBacking::Anonymous,
             };
             let t0 = std::time::Instant::now();
             let mut g = backend.boot(&spec).await.unwrap();
@@ -1161,6 +1162,7 @@ mod tests {
             workdir: work.path().into(),
             fast_kernel: crate::backend::FastKernel::Pvh(img.join("vmlinux")),
             start: crate::backend::StartMethod::Boot,
+            ram: crate::backend::RamBacking::Anonymous,
         };
         let g = backend.boot(&spec).await.unwrap();
         assert_eq!(list_owned(uri, &spec.name).unwrap().len(), 1);

@@ -74,6 +74,27 @@ pub struct GuestSpec {
     /// The image's PVH-bootable kernel, preferred over `kernel` when QEMU can use it.
     pub fast_kernel: FastKernel,
     pub start: StartMethod,
+    /// Where the guest's RAM lives (set by the template code for templates and clones).
+    pub ram: RamBacking,
+}
+
+/// Where a guest's RAM lives.
+///
+/// A clone restored with its RAM inside the state file gets all of it as its own anonymous
+/// memory (≈140 MiB private per 256 MiB clone, measured). With the template's RAM in a file
+/// instead, every clone maps that file private: the pages it only reads stay the page cache's,
+/// one copy for all clones, and only the pages it writes become its own (copy on write).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RamBacking {
+    /// QEMU's own anonymous memory.
+    #[default]
+    Anonymous,
+    /// A template being built: RAM in this file, mapped shared so that the guest's memory is
+    /// the file, and left out of the saved state (`x-ignore-shared`).
+    TemplateFile(PathBuf),
+    /// A clone: the template's RAM file mapped private (`share=off`), so the file is never
+    /// written and the state loads only devices and the non-RAM blocks.
+    CloneOf(PathBuf),
 }
 
 /// A started guest. Dropping it must kill whatever it started.

@@ -16,7 +16,9 @@ use super::paths::{console_path, pid_path, qmp_path};
 use super::qmp::{Qmp, QmpSlot};
 use super::started::Starter;
 use super::template::{Controlled, Launcher};
-use super::{Backend, BoxFut, Guest, GuestSpec, Liveness, free_loopback_port, pin_thread, process_alive};
+use super::{
+    Backend, BoxFut, Guest, GuestSpec, Liveness, RamBacking, free_loopback_port, pin_thread, process_alive,
+};
 use crate::host::Accel;
 
 pub struct QemuBackend {
@@ -46,7 +48,20 @@ pub fn qemu_args(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Opt
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     push(&["-name", &format!("{},debug-threads=on", spec.name)]);
-    push(&["-machine", "q35"]);
+    match ram_file(spec) {
+        Some((path, share)) => {
+            push(&["-machine", &format!("q35,memory-backend={RAM_ID}")]);
+            push(&[
+                "-object",
+                &format!(
+                    "memory-backend-file,id={RAM_ID},size={}M,mem-path={},share={share}",
+                    spec.memory_mib,
+                    path.display()
+                ),
+            ]);
+        }
+        None => push(&["-machine", "q35"]),
+    }
     match spec.accel {
         // One host thread per vCPU under TCG too, so host oversubscription preempts vCPUs.
         Accel::Tcg => push(&["-accel", "tcg,thread=multi"]),
@@ -101,10 +116,28 @@ pub fn qemu_args(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Opt
         &format!("unix:{},server=on,wait=off", qmp_path(wd, &spec.name).display()),
     ]);
     push(&["-pidfile", &pid_path(wd, &spec.name).to_string_lossy()]);
-    if let Some(state) = incoming {
-        push(&["-incoming", &format!("file:{}", state.display())]);
+    match (incoming, &spec.ram) {
+        // A clone of a template whose RAM is a file loads a stream without RAM: the migration
+        // capability that says so (`x-ignore-shared`) must be set before the stream is read,
+        // which QMP can only do while QEMU waits for `migrate-incoming` (see template.rs).
+        (Some(_), RamBacking::CloneOf(_)) => push(&["-incoming", "defer"]),
+        (Some(state), _) => push(&["-incoming", &format!("file:{}", state.display())]),
+        (None, _) => {}
     }
     a
+}
+
+/// The memory backend's id for a guest whose RAM is a file.
+const RAM_ID: &str = "ocrig-ram";
+
+/// A guest's RAM file and whether QEMU maps it shared (`on`: the template writes its RAM to
+/// the file) or private (`off`: a clone's writes stay its own).
+pub fn ram_file(spec: &GuestSpec) -> Option<(&Path, &'static str)> {
+    match &spec.ram {
+        RamBacking::Anonymous => None,
+        RamBacking::TemplateFile(p) => Some((p, "on")),
+        RamBacking::CloneOf(p) => Some((p, "off")),
+    }
 }
 
 /// The guest-independent part of `qemu_args`: per-guest names, paths and the port masked.
@@ -113,6 +146,8 @@ fn masked_args(spec: &GuestSpec, plan: &BootPlan) -> String {
         name: "NAME".into(),
         workdir: "/WORKDIR".into(),
         scratch_disk: spec.scratch_disk.as_ref().map(|_| "/SCRATCH".into()),
+        // Where RAM lives is the template's own choice, recorded in its format, not an input.
+        ram: RamBacking::Anonymous,
         ..spec.clone()
     };
     qemu_args(&masked, plan, 0, None).join("\n")
@@ -150,6 +185,10 @@ impl Backend for QemuBackend {
 impl Launcher for QemuBackend {
     fn kind(&self) -> &'static str {
         "qemu"
+    }
+
+    fn ram_files(&self) -> bool {
+        true
     }
 
     fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
@@ -367,6 +406,37 @@ mod tests {
         };
         let a = qemu_args(&kvm, &p, 1, None).join(" ");
         assert!(a.contains("-accel kvm") && a.contains("-cpu host,kvm-pv-unhalt=off"));
+    }
+
+    #[test]
+    fn a_template_writes_its_ram_to_a_shared_file_and_a_clone_maps_it_private() {
+        let base = spec(FastKernel::default());
+        let p = plan("/k/vmlinux", None, "x");
+        let plain = qemu_args(&base, &p, 1, None).join(" ");
+        assert!(
+            plain.contains("-machine q35 ") && !plain.contains("memory-backend"),
+            "{plain}"
+        );
+        let template = GuestSpec {
+            ram: RamBacking::TemplateFile("/c/t/ram".into()),
+            ..base.clone()
+        };
+        let a = qemu_args(&template, &p, 1, None).join(" ");
+        assert!(a.contains("-machine q35,memory-backend=ocrig-ram "), "{a}");
+        assert!(
+            a.contains("-object memory-backend-file,id=ocrig-ram,size=512M,mem-path=/c/t/ram,share=on"),
+            "{a}"
+        );
+        let clone = GuestSpec {
+            ram: RamBacking::CloneOf("/c/t/ram".into()),
+            ..base.clone()
+        };
+        let a = qemu_args(&clone, &p, 1, Some(Path::new("/c/t/state"))).join(" ");
+        assert!(a.contains("mem-path=/c/t/ram,share=off"), "{a}");
+        assert!(a.ends_with("-incoming defer"), "{a}");
+        // Where RAM lives is no input of the template key: the template and its clones agree.
+        assert_eq!(masked_args(&template, &p), masked_args(&base, &p));
+        assert_eq!(masked_args(&clone, &p), masked_args(&base, &p));
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn spec(img: &Image, work: &Path, name: &str, vcpus: u32, scratch_mib: u64, star
         workdir: work.into(),
         fast_kernel: img.fast_kernel(),
         start,
+        ram: crate::backend::RamBacking::Anonymous,
     }
 }
 
@@ -230,13 +231,6 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
             .file_name(),
     );
     let (state_sum, scratch_sum) = (sha(&tdir.join("state")), sha(&tdir.join("scratch.img")));
-    // Restored, the guest's wall clock still shows when the template was saved...
-    let stale = c0.wall_offset();
-    assert!(
-        stale < -0.5,
-        "a restored clock should lag the host: {stale:+.3} s"
-    );
-    // ...until the post-ready command sets it.
     c0.post_ready();
     let fixed = c0.wall_offset();
     assert!(
@@ -251,7 +245,21 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
         &img,
     )
     .await;
+    // Restored, the guest's wall clock still shows when the template was saved (seconds ago:
+    // clone 0 ran in between; clone 0 itself is restored a fraction of a second after the
+    // save now that the state holds no RAM)...
+    let stale = c1.wall_offset();
+    assert!(
+        stale < -0.5,
+        "a restored clock should lag the host: {stale:+.3} s"
+    );
+    // ...until the post-ready command sets it.
     c1.post_ready();
+    let fixed = c1.wall_offset();
+    assert!(
+        fixed.abs() < 0.25,
+        "wall clock after the fix-up is {fixed:+.3} s off"
+    );
     let f1 = c1.facts();
     assert_eq!(
         (f1["method"].as_str(), f1["template"].as_str()),
@@ -435,13 +443,23 @@ async fn libvirt_boots_pvh_and_clones() {
 
 /// One lock workload in a booted and a cloned guest of the same shape, alive side by side
 /// (the same level), runs interleaved B C C B ...: the clone measures what the booted guest
-/// measures (Welch p ≥ 0.01, means within the runs' CV). The first run of each is reported
-/// (restored memory is touched for the first time then) and kept out of the comparison, as a
+/// measures, shown by an equivalence test on the pairs of adjacent runs: the 98 % confidence
+/// interval of the mean log ratio clone/booted lies within ±10 % (two one-sided tests at
+/// α = 0.01). Why 10 %: pairs here differ by 2–4 % (CV), so at n = 8 the interval is ±3–4 %
+/// wide and a 5 % margin fails on noise alone; measured ratios (quiet machine) 0.980 and 0.952
+/// with the template's RAM file mapped private, 0.971, 0.979 and 1.007 with RAM loaded from the
+/// state: clones may run ~2 % slower than booted guests, which matters only when comparing
+/// sweeps started differently (every guest of a sweep starts the same way). Pairs, because this machine's speed moves by up to 2x for seconds at a time and
+/// takes both runs of a pair with it (measured: both sides at 1.15M ops/s for a few pairs,
+/// 1.9M otherwise); a test of the two means apart (Welch) called a 2 % gap at CV 1 %
+/// "significant" in about one run in three. The first run of each is reported (restored
+/// memory is touched for the first time then) and kept out of the comparison, as a
 /// scenario's warm-up run would be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clones_measure_what_booted_guests_measure() {
     use crate::stats::compare::welch_t_test;
     use crate::stats::summary::summarize;
+    use statrs::distribution::{ContinuousCDF, StudentsT};
     let _serial = SERIAL.lock().await;
     let img = image();
     let payload = crate::payload_bin::locate().unwrap();
@@ -502,7 +520,7 @@ async fn clones_measure_what_booted_guests_measure() {
     let (first_c, first_b) = (lock_run(&cloned), lock_run(&booted));
     let (mut b, mut c) = (Vec::new(), Vec::new());
     for i in 0..8 {
-        // B C C B B C C B ...: neither side always runs first.
+        // B C C B B C C B ...: neither side always runs first; pair i is iteration i's two runs.
         let order: [bool; 2] = if i % 2 == 0 { [true, false] } else { [false, true] };
         for is_booted in order {
             if is_booted {
@@ -514,39 +532,37 @@ async fn clones_measure_what_booted_guests_measure() {
     }
     let (sb, sc) = (summarize(&b).unwrap(), summarize(&c).unwrap());
     let w = welch_t_test(&b, &c).unwrap();
-    let (cvb, cvc) = (sb.cv.unwrap(), sc.cv.unwrap());
-    let gap = (sb.mean - sc.mean).abs() / sb.mean;
+    let logs: Vec<f64> = b.iter().zip(&c).map(|(b, c)| (c / b).ln()).collect();
+    let n = logs.len() as f64;
+    let mean = logs.iter().sum::<f64>() / n;
+    let sd = (logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let t = StudentsT::new(0.0, 1.0, n - 1.0).unwrap().inverse_cdf(0.99);
+    let (lo, hi) = ((mean - t * sd / n.sqrt()).exp(), (mean + t * sd / n.sqrt()).exp());
     eprintln!("lock ticket 2 threads, 2-vCPU guests, ops/s over 8 interleaved runs each:");
     eprintln!(
         "  booted: mean {:.0} cv {:.3}  first run {:.0} ({:+.1}% of mean)",
         sb.mean,
-        cvb,
+        sb.cv.unwrap(),
         first_b,
         (first_b / sb.mean - 1.0) * 100.0
     );
     eprintln!(
         "  cloned: mean {:.0} cv {:.3}  first run {:.0} ({:+.1}% of mean)",
         sc.mean,
-        cvc,
+        sc.cv.unwrap(),
         first_c,
         (first_c / sc.mean - 1.0) * 100.0
     );
     eprintln!(
-        "  gap {:.2}% of the booted mean, Welch t {:.2} p {:.3}",
-        gap * 100.0,
+        "  clone/booted over adjacent pairs: {:.4}, 98 % CI [{lo:.4}, {hi:.4}]; Welch on the means t {:.2} p {:.3}",
+        mean.exp(),
         w.t,
         w.p
     );
     eprintln!("  booted runs {b:.0?}\n  cloned runs {c:.0?}");
     assert!(
-        w.p >= 0.01,
-        "booted and cloned guests differ significantly (p = {:.4})",
-        w.p
-    );
-    assert!(
-        gap <= cvb.max(cvc),
-        "means {:.0} vs {:.0} differ by more than the runs' CV",
-        sb.mean,
-        sc.mean
+        lo > 0.90 && hi < 1.10,
+        "clones are not shown to measure within 10 % of booted guests: ratio {:.4}, 98 % CI [{lo:.4}, {hi:.4}]",
+        mean.exp()
     );
 }

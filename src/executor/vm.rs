@@ -282,6 +282,7 @@ fn guest_specs(
                 workdir: workdir.to_path_buf(),
                 fast_kernel: image.fast_kernel(),
                 start: cfg.guest_start,
+                ram: crate::backend::RamBacking::Anonymous,
             })
         })
         .collect()
