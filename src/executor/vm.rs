@@ -41,6 +41,8 @@ pub struct VmConfig {
     /// Cold boot or snapshot clone (the backend falls back to a boot, saying why).
     pub guest_start: StartMethod,
     pub timeouts: Timeouts,
+    /// Record the host's vCPU timeline of each run (`host.timeline`).
+    pub timeline: bool,
 }
 
 /// A booted, reachable guest.
@@ -190,7 +192,7 @@ impl Executor for VmExecutor {
         let timeline = self
             .workdir
             .as_mut()
-            .filter(|_| timeline_on())
+            .filter(|_| self.cfg.timeline && timeline_on())
             .map(|(dir, runs)| {
                 *runs += 1;
                 dir.join(format!("timeline-run{runs}.json.gz"))
@@ -241,8 +243,9 @@ impl Executor for VmExecutor {
     }
 }
 
-/// Whether runs record a vCPU timeline: yes unless `OCRIG_TIMELINE=off` (its cost is within
-/// the run-to-run noise, measured in the README's telemetry section).
+/// Whether this invocation lets runs record a vCPU timeline: yes unless `OCRIG_TIMELINE=off`
+/// (the scenario's `host.timeline` decides otherwise; the cost is within the run-to-run noise,
+/// measured in the README's telemetry section).
 fn timeline_on() -> bool {
     std::env::var("OCRIG_TIMELINE").map_or(true, |v| v != "off")
 }

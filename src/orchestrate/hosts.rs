@@ -252,6 +252,7 @@ pub fn run(
             scratch_disk_mib: host.plan.scratch_disk_mib,
             guest_start: host.plan.guest_start,
             timeouts: host.plan.timeouts.clone(),
+            timeline: host.plan.timeline,
         })
     };
     let rt = tokio::runtime::Runtime::new()?;

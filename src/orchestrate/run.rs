@@ -259,6 +259,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
                         scratch_disk_mib: plan.scratch_disk_mib,
                         guest_start: plan.guest_start,
                         timeouts: plan.timeouts.clone(),
+                        timeline: plan.timeline,
                     })
                 };
                 until_signal(sweep_hosts(&hosts, exec_for, &journal, &progress, &results_dir)).await

@@ -142,6 +142,11 @@ pub struct HostSpec {
     /// spread over them. Empty: the one host `libvirt_uri`.
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
+    /// Record each run's vCPU timeline from the host scheduler (default true; `false` turns
+    /// the tracefs instance off, e.g. where its cost matters; `OCRIG_TIMELINE=off` does the
+    /// same for one invocation).
+    #[serde(default)]
+    pub timeline: Option<bool>,
 }
 
 /// One host of a sweep over several hosts.

@@ -84,6 +84,8 @@ pub struct Plan {
     pub scratch_disk_mib: u32,
     /// How guests start (`guest.start`).
     pub guest_start: crate::backend::StartMethod,
+    /// Whether runs record the host's vCPU timeline (`host.timeline`, default true).
+    pub timeline: bool,
     pub background: Background,
     pub timeouts: Timeouts,
     pub schedule: Schedule,
@@ -178,6 +180,7 @@ impl Plan {
             memory_mib: s.guest.memory_mib,
             scratch_disk_mib: s.guest.scratch_disk_mib,
             guest_start: s.guest.start,
+            timeline: s.host.timeline.unwrap_or(true),
             background: s.background,
             timeouts: s.timeouts.clone(),
             schedule: Schedule {
@@ -242,6 +245,18 @@ mod tests {
         assert_eq!(p.total_runs(), 4 * 2 * 4);
         assert_eq!(p.baseline, "base");
         assert_eq!(p.schedule.seed, None);
+    }
+
+    #[test]
+    fn the_vcpu_timeline_is_on_unless_the_scenario_switches_it_off() {
+        let base = "name: p\nlevels: [1.0]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n";
+        assert!(plan(base).timeline);
+        assert!(plan(&format!("host: {{timeline: true}}\n{base}")).timeline);
+        assert!(!plan(&format!("host: {{timeline: false}}\n{base}")).timeline);
+        let bad: Result<Scenario, _> =
+            yaml_serde::from_str(&format!("host: {{timeline: sometimes}}\n{base}"));
+        let e = bad.unwrap_err().to_string();
+        assert!(e.contains("timeline") || e.contains("boolean"), "{e}");
     }
 
     const ARGS_ONLY: &str = "name: p\nlevels: [1.0, 2.0]\nvariants:\n  - {name: ticket, args: {algo: ticket}}\n  - {name: tas, args: {algo: tas}}\n  - {name: nopv, cmdline: nopvspin, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {hold-ns: [200, 2000]}\n";
