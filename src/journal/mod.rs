@@ -697,10 +697,10 @@ where
     bar.set_position(consumed);
     let started = std::time::Instant::now();
 
-    /// Whole lines of the journal, the first one numbered `first_line`.
+    /// Whole lines of the journal (numbered by the collector, from the line counts of the
+    /// chunks before: the reader only finds the last newline).
     struct Chunk {
         index: usize,
-        first_line: usize,
         /// Where its first line starts in the file.
         offset: u64,
         bytes: Vec<u8>,
@@ -709,12 +709,13 @@ where
         Run(T),
         Resume(Box<ResumeNote>),
     }
-    /// A chunk parsed: its items, and the first malformed line (number, what, whether it was
-    /// the chunk's last line).
+    /// A chunk parsed: its items, its lines, and the first malformed line (its index in the
+    /// chunk, what, whether it was the chunk's last line).
     struct Parsed<T> {
         index: usize,
         items: Vec<Item<T>>,
         bytes: usize,
+        lines: usize,
         malformed: Option<(usize, String, bool)>,
     }
     let parse_chunk = |state: &mut S, c: Chunk| -> Parsed<T> {
@@ -735,11 +736,7 @@ where
                 // A resumed sweep may re-state its header; the first one stands.
                 Ok(Line::Sweep) => {}
                 Err(e) => {
-                    malformed = Some((
-                        c.first_line + i,
-                        format!("malformed journal line: {e}"),
-                        i + 1 == lines.len(),
-                    ));
+                    malformed = Some((i, format!("malformed journal line: {e}"), i + 1 == lines.len()));
                     break;
                 }
             }
@@ -748,6 +745,7 @@ where
             index: c.index,
             items,
             bytes: c.bytes.len(),
+            lines: lines.len(),
             malformed,
         }
     };
@@ -783,24 +781,14 @@ where
         let header_bytes = consumed;
         let reader = scope.spawn(move || -> std::io::Result<usize> {
             let mut index = 0;
-            let mut first_line = line_no + 1;
             let mut offset = header_bytes;
             let mut carry: Vec<u8> = Vec::new();
             loop {
                 let mut buf = std::mem::take(&mut carry);
                 buf.reserve(chunk + (1 << 16));
-                let start = buf.len();
-                buf.resize(start + chunk, 0);
-                let mut filled = start;
-                while filled < buf.len() {
-                    let n = input.read(&mut buf[filled..])?;
-                    if n == 0 {
-                        break;
-                    }
-                    filled += n;
-                }
-                buf.truncate(filled);
-                let eof = filled < start + chunk;
+                // Into the buffer's spare room, never zeroed first.
+                let got = (&mut input).take(chunk as u64).read_to_end(&mut buf)?;
+                let eof = got < chunk;
                 let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
                     if eof {
                         return Ok(index);
@@ -810,16 +798,13 @@ where
                 };
                 carry = buf[last_nl + 1..].to_vec();
                 buf.truncate(last_nl + 1);
-                let lines = buf.iter().filter(|&&b| b == b'\n').count();
                 let len = buf.len() as u64;
                 let chunk = Chunk {
                     index,
-                    first_line,
                     offset,
                     bytes: buf,
                 };
                 index += 1;
-                first_line += lines;
                 offset += len;
                 if stop_reading.load(std::sync::atomic::Ordering::Relaxed)
                     || chunk_tx.send(chunk).is_err()
@@ -831,6 +816,7 @@ where
         });
         let mut waiting: BTreeMap<usize, Parsed<T>> = BTreeMap::new();
         let mut next = 0usize;
+        let mut first_line = line_no + 1;
         let mut soft: Option<(usize, String)> = None;
         let fail = |e: anyhow::Error| -> anyhow::Result<()> {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -854,10 +840,11 @@ where
                     }
                 }
                 match p.malformed {
-                    Some((line, what, true)) => soft = Some((line, what)),
-                    Some((line, what, false)) => return fail(bad(line, what)),
+                    Some((i, what, true)) => soft = Some((first_line + i, what)),
+                    Some((i, what, false)) => return fail(bad(first_line + i, what)),
                     None => {}
                 }
+                first_line += p.lines;
                 if progress {
                     if started.elapsed() > std::time::Duration::from_secs(1) && bar.is_hidden() {
                         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());

@@ -26,7 +26,9 @@ use crate::journal::Journal;
 use crate::journal::SweepHeader;
 use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build_digested};
 use crate::stats::compare::DEFAULT_ALPHA;
-use crate::stats::digest::{Digested, RunDigest};
+use crate::stats::digest::Digested;
+#[cfg(test)]
+use crate::stats::digest::RunDigest;
 
 /// Output format of `ocrig report` / `ocrig compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -276,16 +278,23 @@ pub fn merge(a: Digested, b: Digested, a_name: &str, b_name: &str) -> anyhow::Re
     header.kernel_identity = kernels::renamed(&a.header.kernel_identity, &na)
         .chain(kernels::renamed(&b.header.kernel_identity, &nb))
         .collect();
-    let relabel = |mut r: RunDigest, map: &BTreeMap<String, Arc<str>>| {
-        r.variant = map[&*r.variant].clone();
-        r
-    };
     let mut runs = a.runs;
-    runs.reserve_exact(b.runs.len());
     for r in runs.iter_mut() {
         r.variant = ra[&*r.variant].clone();
     }
-    runs.extend(b.runs.into_iter().map(|r| relabel(r, &rb)));
+    // B's digests move over from its end, its room given back as it empties (both journals
+    // of a million records each are most of the memory), then are put back in order.
+    let from = runs.len();
+    let mut b_runs = b.runs;
+    runs.reserve_exact(b_runs.len());
+    while let Some(mut r) = b_runs.pop() {
+        r.variant = rb[&*r.variant].clone();
+        runs.push(r);
+        if b_runs.len().is_multiple_of(1 << 16) {
+            b_runs.shrink_to_fit();
+        }
+    }
+    runs[from..].reverse();
     Ok(Digested { header, runs })
 }
 
@@ -886,6 +895,18 @@ mod tests {
             ["v6.8/base", "v6.8/patched", "v6.9/base", "v6.9/patched"]
         );
         assert_eq!(m.runs.len(), a.runs.len() * 2);
+        // A's records, then B's, each in journal order, renamed.
+        let (da, db) = (Digested::of(&a), Digested::of(&b));
+        let side = |d: &Digested, name: &str| -> Vec<RunDigest> {
+            d.runs
+                .iter()
+                .map(|r| RunDigest {
+                    variant: Arc::from(format!("{name}/{}", r.variant)),
+                    ..r.clone()
+                })
+                .collect()
+        };
+        assert_eq!(m.runs, [side(&da, "v6.8"), side(&db, "v6.9")].concat());
 
         let mut single = journal();
         single.header.variants = vec!["base".into()];
