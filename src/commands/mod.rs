@@ -89,7 +89,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 "{}",
                 crate::report::kernels::compare_note(&a, &header_only(&ja), &b, &header_only(&jb))
             );
-            out(&crate::report::compare(&ja, &jb, format, &opts)?)?;
+            out(&crate::report::compare(ja, jb, format, &opts)?)?;
             Ok(())
         }
         Command::Image {

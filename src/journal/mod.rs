@@ -430,6 +430,8 @@ fn cut_torn_tail(file: &mut File, path: &Path) -> anyhow::Result<u64> {
 #[derive(Debug, Clone)]
 pub struct Journal {
     pub header: SweepHeader,
+    /// Read only by tests: every reader streams the journal ([`read_lines`]).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub runs: Vec<RunRecord>,
 }
 
@@ -439,30 +441,150 @@ impl Journal {
     /// after the last newline: a crash mid-write, whatever they hold) is ignored; any other
     /// malformed line is a [`NotAJournal`] error naming its number.
     pub fn read(path: &Path) -> anyhow::Result<Self> {
-        Ok(Self::read_with_resumes(path)?.0)
-    }
-
-    /// [`Journal::read`], with every `--resume` note in journal order.
-    pub fn read_with_resumes(path: &Path) -> anyhow::Result<(Self, Vec<ResumeNote>)> {
         let read = read_mapped(path, false, |_: &SweepHeader, _: &mut (), r: RunRecord| r)?;
-        Ok((
-            Self {
-                header: read.header,
-                runs: read.runs,
-            },
-            read.resumes,
-        ))
+        Ok(Self {
+            header: read.header,
+            runs: read.runs,
+        })
     }
 }
 
-/// One journal line. A run record as ocrig writes it (its `type` tag first) is parsed straight
-/// into a [`RunRecord`] (which ignores the tag): serde's internally tagged [`Entry`] would
-/// first buffer the whole line as a generic tree, which costs about as much again.
-fn parse_entry(line: &[u8]) -> serde_json::Result<Entry> {
-    if line.starts_with(br#"{"type":"run","#) {
-        return serde_json::from_slice::<RunRecord>(line).map(|r| Entry::Run(Box::new(r)));
+/// How a reader parses a run record's line: the whole [`RunRecord`], or only what it reads
+/// (a report's digest or the accounting rule need a fraction of a record, and skipping the rest
+/// costs a fraction of building it).
+pub trait RunLine: Sized + Send {
+    fn parse(line: &[u8]) -> serde_json::Result<Self>;
+}
+
+impl RunLine for RunRecord {
+    fn parse(line: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(line)
     }
-    serde_json::from_slice::<Entry>(line)
+}
+
+/// A run record's fields other than its payload report and telemetry (`payload` as `P`,
+/// `extra` as `X`), parsed straight from its line; `argv` and `timings` must be there but are
+/// skipped.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "P: Deserialize<'de>, X: Deserialize<'de> + Default"))]
+pub struct RecordHead<P, X> {
+    pub variant: String,
+    pub level: f64,
+    pub workload: String,
+    pub run: u32,
+    pub warmup: bool,
+    pub guest: u32,
+    pub guests: u32,
+    #[serde(default)]
+    pub host: Option<String>,
+    pub ok: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    pub attempt: u32,
+    #[serde(default)]
+    pub superseded: Option<String>,
+    #[serde(default)]
+    pub attempt_records: Option<u32>,
+    #[serde(default)]
+    pub slot: Option<Slot>,
+    pub metrics: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub payload: Option<P>,
+    #[allow(dead_code)] // required in a record; never read here
+    argv: serde::de::IgnoredAny,
+    #[allow(dead_code)]
+    timings: serde::de::IgnoredAny,
+    #[serde(default)]
+    pub extra: X,
+    pub finished_at: String,
+}
+
+impl<P, X> RecordHead<P, X> {
+    /// The record these fields are of, without payload report, argv, timings and telemetry.
+    pub fn record(self) -> RunRecord {
+        RunRecord {
+            variant: self.variant,
+            level: self.level,
+            workload: self.workload,
+            run: self.run,
+            warmup: self.warmup,
+            guest: self.guest,
+            guests: self.guests,
+            host: self.host,
+            ok: self.ok,
+            error: self.error,
+            attempt: self.attempt,
+            superseded: self.superseded,
+            attempt_records: self.attempt_records,
+            slot: self.slot,
+            metrics: self.metrics,
+            payload: None,
+            argv: Vec::new(),
+            timings: BTreeMap::new(),
+            extra: serde_json::Map::new(),
+            finished_at: self.finished_at,
+        }
+    }
+}
+
+/// A record as [`RunRecord::for_accounting`] keeps it, parsed without building what it drops.
+pub struct ForAccounting(pub RunRecord);
+
+impl RunLine for ForAccounting {
+    fn parse(line: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice::<RecordHead<serde::de::IgnoredAny, serde::de::IgnoredAny>>(line)
+            .map(|h| Self(h.record()))
+    }
+}
+
+/// One journal line, its run record parsed as `R`.
+enum Line<R> {
+    Run(R),
+    Resume(Box<ResumeNote>),
+    Sweep,
+}
+
+/// One journal line. A run record as ocrig writes it (its `type` tag first) is parsed straight
+/// into `R` (which ignores the tag): serde's internally tagged [`Entry`] would first buffer the
+/// whole line as a generic tree, which costs about as much again.
+fn parse_entry<R: RunLine>(line: &[u8]) -> serde_json::Result<Line<R>> {
+    if line.starts_with(br#"{"type":"run","#) {
+        return R::parse(line).map(Line::Run);
+    }
+    Ok(match serde_json::from_slice::<Entry>(line)? {
+        Entry::Run(_) => Line::Run(R::parse(line)?),
+        Entry::Resume(n) => Line::Resume(n),
+        Entry::Sweep(_) => Line::Sweep,
+    })
+}
+
+/// The run record whose line starts `offset` bytes into the journal at `path` (a results
+/// directory or the file), read again: a report keeps where a record is, not what only a few
+/// of its records are drawn from.
+pub fn read_record_at(path: &Path, offset: u64) -> anyhow::Result<RunRecord> {
+    use std::io::BufRead;
+    let file_path = journal_file(path);
+    let mut f = File::open(&file_path).with_context(|| format!("opening {}", file_path.display()))?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(f).read_until(b'\n', &mut line)?;
+    match parse_entry::<RunRecord>(&line) {
+        Ok(Line::Run(r)) => Ok(r),
+        Ok(_) => anyhow::bail!("{}: no run record at byte {offset}", file_path.display()),
+        Err(e) => anyhow::bail!(
+            "{}: byte {offset}: malformed journal line: {e}",
+            file_path.display()
+        ),
+    }
+}
+
+/// The journal file of `path`: a results directory's `journal.jsonl`, or `path` itself.
+pub fn journal_file(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join(JOURNAL_FILE)
+    } else {
+        path.to_path_buf()
+    }
 }
 
 /// A journal read by [`read_mapped`]: its header, each record as `map` made it, the resume
@@ -475,7 +597,7 @@ pub struct Mapped<T> {
 }
 
 /// Bytes handed to one parser at a time: whole lines, about this much.
-const CHUNK: usize = 4 << 20;
+pub const CHUNK: usize = 4 << 20;
 
 /// Reads a journal (a results directory or the file itself) line by line, turning each run
 /// record into `map(header, state, record)` as soon as it is parsed, so a caller that keeps a
@@ -487,33 +609,28 @@ const CHUNK: usize = 4 << 20;
 /// A torn tail (bytes after the last newline: a crash mid-write, whatever they hold) is
 /// ignored, and so is a malformed last whole line (an older ocrig appended onto a torn tail);
 /// any other malformed line is a [`NotAJournal`] error naming its number.
+#[cfg(test)] // readers pick what to parse of a record (read_lines)
 pub fn read_mapped<T, S, F>(path: &Path, progress: bool, map: F) -> anyhow::Result<Mapped<T>>
 where
     T: Send,
     S: Default,
     F: Fn(&SweepHeader, &mut S, RunRecord) -> T + Sync,
 {
-    read_mapped_in_chunks(path, progress, CHUNK, map)
+    read_lines(path, progress, CHUNK, |h, s, _, r| map(h, s, r))
 }
 
-/// [`read_mapped`] handing parsers `chunk` bytes at a time (tests make it small).
-pub(crate) fn read_mapped_in_chunks<T, S, F>(
-    path: &Path,
-    progress: bool,
-    chunk: usize,
-    map: F,
-) -> anyhow::Result<Mapped<T>>
+/// [`read_mapped`] with each run record parsed as `R` and `map` told where its line starts in
+/// the file (`map(header, state, offset, record)`; [`read_record_at`] reads it again);
+/// parsers take `chunk` bytes at a time ([`CHUNK`]; tests make it small).
+pub fn read_lines<R, T, S, F>(path: &Path, progress: bool, chunk: usize, map: F) -> anyhow::Result<Mapped<T>>
 where
+    R: RunLine,
     T: Send,
     S: Default,
-    F: Fn(&SweepHeader, &mut S, RunRecord) -> T + Sync,
+    F: Fn(&SweepHeader, &mut S, u64, R) -> T + Sync,
 {
     use std::io::BufRead;
-    let file_path = if path.is_dir() {
-        path.join(JOURNAL_FILE)
-    } else {
-        path.to_path_buf()
-    };
+    let file_path = journal_file(path);
     let cannot = |e: std::io::Error| {
         NotAJournal(format!(
             "{}: cannot read the journal: {e} (expected a results directory of `ocrig run`)",
@@ -580,22 +697,25 @@ where
     bar.set_position(consumed);
     let started = std::time::Instant::now();
 
-    /// Whole lines of the journal, the first one numbered `first_line`.
+    /// Whole lines of the journal (numbered by the collector, from the line counts of the
+    /// chunks before: the reader only finds the last newline).
     struct Chunk {
         index: usize,
-        first_line: usize,
+        /// Where its first line starts in the file.
+        offset: u64,
         bytes: Vec<u8>,
     }
     enum Item<T> {
         Run(T),
         Resume(Box<ResumeNote>),
     }
-    /// A chunk parsed: its items, and the first malformed line (number, what, whether it was
-    /// the chunk's last line).
+    /// A chunk parsed: its items, its lines, and the first malformed line (its index in the
+    /// chunk, what, whether it was the chunk's last line).
     struct Parsed<T> {
         index: usize,
         items: Vec<Item<T>>,
         bytes: usize,
+        lines: usize,
         malformed: Option<(usize, String, bool)>,
     }
     let parse_chunk = |state: &mut S, c: Chunk| -> Parsed<T> {
@@ -603,21 +723,20 @@ where
         let mut malformed = None;
         let body = c.bytes.strip_suffix(b"\n").unwrap_or(&c.bytes);
         let lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
+        let mut at = c.offset;
         for (i, l) in lines.iter().enumerate() {
+            let offset = at;
+            at += l.len() as u64 + 1;
             if l.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            match parse_entry(l) {
-                Ok(Entry::Run(r)) => items.push(Item::Run(map(&header, state, *r))),
-                Ok(Entry::Resume(n)) => items.push(Item::Resume(n)),
+            match parse_entry::<R>(l) {
+                Ok(Line::Run(r)) => items.push(Item::Run(map(&header, state, offset, r))),
+                Ok(Line::Resume(n)) => items.push(Item::Resume(n)),
                 // A resumed sweep may re-state its header; the first one stands.
-                Ok(Entry::Sweep(_)) => {}
+                Ok(Line::Sweep) => {}
                 Err(e) => {
-                    malformed = Some((
-                        c.first_line + i,
-                        format!("malformed journal line: {e}"),
-                        i + 1 == lines.len(),
-                    ));
+                    malformed = Some((i, format!("malformed journal line: {e}"), i + 1 == lines.len()));
                     break;
                 }
             }
@@ -626,6 +745,7 @@ where
             index: c.index,
             items,
             bytes: c.bytes.len(),
+            lines: lines.len(),
             malformed,
         }
     };
@@ -658,25 +778,17 @@ where
         // The reader: whole lines only, in chunks; what follows the last newline is a torn
         // write and never parsed.
         let stop_reading = &stop;
+        let header_bytes = consumed;
         let reader = scope.spawn(move || -> std::io::Result<usize> {
             let mut index = 0;
-            let mut first_line = line_no + 1;
+            let mut offset = header_bytes;
             let mut carry: Vec<u8> = Vec::new();
             loop {
                 let mut buf = std::mem::take(&mut carry);
                 buf.reserve(chunk + (1 << 16));
-                let start = buf.len();
-                buf.resize(start + chunk, 0);
-                let mut filled = start;
-                while filled < buf.len() {
-                    let n = input.read(&mut buf[filled..])?;
-                    if n == 0 {
-                        break;
-                    }
-                    filled += n;
-                }
-                buf.truncate(filled);
-                let eof = filled < start + chunk;
+                // Into the buffer's spare room, never zeroed first.
+                let got = (&mut input).take(chunk as u64).read_to_end(&mut buf)?;
+                let eof = got < chunk;
                 let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
                     if eof {
                         return Ok(index);
@@ -686,14 +798,14 @@ where
                 };
                 carry = buf[last_nl + 1..].to_vec();
                 buf.truncate(last_nl + 1);
-                let lines = buf.iter().filter(|&&b| b == b'\n').count();
+                let len = buf.len() as u64;
                 let chunk = Chunk {
                     index,
-                    first_line,
+                    offset,
                     bytes: buf,
                 };
                 index += 1;
-                first_line += lines;
+                offset += len;
                 if stop_reading.load(std::sync::atomic::Ordering::Relaxed)
                     || chunk_tx.send(chunk).is_err()
                     || eof
@@ -704,6 +816,7 @@ where
         });
         let mut waiting: BTreeMap<usize, Parsed<T>> = BTreeMap::new();
         let mut next = 0usize;
+        let mut first_line = line_no + 1;
         let mut soft: Option<(usize, String)> = None;
         let fail = |e: anyhow::Error| -> anyhow::Result<()> {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -727,10 +840,11 @@ where
                     }
                 }
                 match p.malformed {
-                    Some((line, what, true)) => soft = Some((line, what)),
-                    Some((line, what, false)) => return fail(bad(line, what)),
+                    Some((i, what, true)) => soft = Some((first_line + i, what)),
+                    Some((i, what, false)) => return fail(bad(first_line + i, what)),
                     None => {}
                 }
+                first_line += p.lines;
                 if progress {
                     if started.elapsed() > std::time::Duration::from_secs(1) && bar.is_hidden() {
                         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
@@ -837,6 +951,54 @@ pub(crate) mod tests {
         w.append_all(&[Entry::Run(Box::new(record(1))), Entry::Run(Box::new(r))])
             .unwrap();
         std::fs::read(dir.join(JOURNAL_FILE)).unwrap()
+    }
+
+    #[test]
+    fn each_record_is_read_again_at_its_offset_and_parsed_for_accounting_as_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        whole_journal(dir.path());
+        // A resume note and a re-stated header between records, as a resumed sweep writes.
+        let mut w = JournalWriter::open(dir.path()).unwrap();
+        let note = ResumeNote {
+            at: "now".into(),
+            ocrig_version: "0".into(),
+            runs_on: header().runs_on(),
+            accepted_changes: Vec::new(),
+        };
+        let mut r = record(3);
+        r.payload = None;
+        r.timings.insert("run_s".into(), 1.5);
+        r.argv = vec!["lock".into()];
+        r.extra
+            .insert("vcpu_sched".into(), serde_json::json!({"wall_s": 1.0}));
+        w.append_all(&[
+            Entry::Resume(Box::new(note.clone())),
+            Entry::Sweep(Box::new(header())),
+            Entry::Run(Box::new(r)),
+        ])
+        .unwrap();
+        let full = Journal::read(dir.path()).unwrap().runs;
+        for chunk in [1 << 20, 100] {
+            let read = read_lines(dir.path(), false, chunk, |_, _: &mut (), offset, r: RunRecord| {
+                (offset, r)
+            })
+            .unwrap();
+            assert_eq!(read.resumes, vec![note.clone()]);
+            for ((offset, r), whole) in read.runs.iter().zip(&full) {
+                assert_eq!(r, whole);
+                assert_eq!(
+                    &read_record_at(dir.path(), *offset).unwrap(),
+                    whole,
+                    "at {offset}"
+                );
+            }
+            let trimmed =
+                read_lines(dir.path(), false, chunk, |_, _: &mut (), _, r: ForAccounting| r.0).unwrap();
+            let expected: Vec<RunRecord> = full.iter().cloned().map(RunRecord::for_accounting).collect();
+            assert_eq!(trimmed.runs, expected, "chunk {chunk}");
+        }
+        // The header's line is no record.
+        assert!(read_record_at(dir.path(), 0).is_err());
     }
 
     #[test]

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::BadInput;
+use crate::journal::{ForAccounting, SweepHeader, read_lines};
 use crate::scenario::hex;
-use crate::sweep::journal::{BootInfo, Journal, NotAJournal, RunRecord, RunsOn};
+use crate::sweep::journal::{BootInfo, NotAJournal, RunRecord, RunsOn};
 
 pub struct Previous {
     pub dir: PathBuf,
@@ -15,24 +16,34 @@ pub struct Previous {
     pub scenario_copy: PathBuf,
     /// What the sweep ran on: its header's, or what the latest resume accepted.
     pub runs_on: RunsOn,
-    journal: Journal,
+    header: SweepHeader,
+    /// Every record, as the scheduler keeps them ([`RunRecord::for_accounting`]): the journal
+    /// is streamed, never held whole.
+    records: Vec<RunRecord>,
 }
 
 impl Previous {
     /// Reads a results directory (its lock already held) and checks that its scenario copy is
     /// the one the journal hashed. A directory that is not a results directory is bad input.
     pub fn read(dir: &Path) -> anyhow::Result<Self> {
-        let (journal, resumes) = Journal::read_with_resumes(dir).map_err(|e| {
+        let read = read_lines(
+            dir,
+            false,
+            crate::journal::CHUNK,
+            |_: &SweepHeader, _: &mut (), _, r: ForAccounting| r.0,
+        )
+        .map_err(|e| {
             if e.is::<NotAJournal>() {
                 BadInput(format!("cannot resume: {e:#}")).into()
             } else {
                 e.context(format!("cannot resume {}", dir.display()))
             }
         })?;
-        let runs_on = resumes
+        let runs_on = read
+            .resumes
             .last()
             .map(|n| n.runs_on.clone())
-            .unwrap_or_else(|| journal.header.runs_on());
+            .unwrap_or_else(|| read.header.runs_on());
         let scenario_copy = dir.join("scenario.yaml");
         let as_run = std::fs::read(&scenario_copy).map_err(|e| {
             BadInput(format!(
@@ -52,19 +63,21 @@ impl Previous {
             dir: dir.to_path_buf(),
             scenario_copy,
             runs_on,
-            journal,
+            header: read.header,
+            records: read.runs,
         })
     }
 
-    /// Every record the interrupted sweep journaled; the scheduler settles them (what counts,
-    /// which attempt comes next) by the same rule as the reports.
+    /// Every record the interrupted sweep journaled, without what only a reader of the journal
+    /// needs ([`RunRecord::for_accounting`]); the scheduler settles them (what counts, which
+    /// attempt comes next) by the same rule as the reports.
     pub fn records(&self) -> &[RunRecord] {
-        &self.journal.runs
+        &self.records
     }
 
     /// The shuffle seed the sweep started with, if it shuffled.
     pub fn seed(&self) -> Option<u64> {
-        self.journal.header.schedule.as_ref().and_then(|s| s.seed)
+        self.header.schedule.as_ref().and_then(|s| s.seed)
     }
 
     /// The scenario text a `--resume DIR SCENARIO` names, when it differs from the copy.

@@ -601,7 +601,7 @@ mod tests {
             compare_names: Some(("old".into(), "new".into())),
             ..Default::default()
         };
-        let merged = crate::report::merge(&Digested::of(&a), &Digested::of(&b), "old", "new").unwrap();
+        let merged = crate::report::merge(Digested::of(&a), Digested::of(&b), "old", "new").unwrap();
         let pairs = compare_pairs(&merged, "old", "new");
         assert_eq!(
             pairs,
@@ -610,8 +610,7 @@ mod tests {
                 ("old/patched".into(), "new/patched".into())
             ]
         );
-        let text =
-            crate::report::compare(&Digested::of(&a), &Digested::of(&b), Format::Table, &opts).unwrap();
+        let text = crate::report::compare(Digested::of(&a), Digested::of(&b), Format::Table, &opts).unwrap();
         assert!(
             text.contains("sysfs-mutex: new/base against old/base at 2x"),
             "{text}"
@@ -621,7 +620,7 @@ mod tests {
             text.contains("25.0%") && text.contains("65.0%") && text.contains("+40.0 pp"),
             "{text}"
         );
-        let html = crate::report::compare(&Digested::of(&a), &Digested::of(&b), Format::Html, &opts).unwrap();
+        let html = crate::report::compare(Digested::of(&a), Digested::of(&b), Format::Html, &opts).unwrap();
         // The namesake pair that is not against the merged baseline gets its own differential.
         assert!(
             html.contains("differential flame graph: sysfs-mutex: new/patched against old/patched at 2x"),
@@ -632,7 +631,7 @@ mod tests {
             "drawn once"
         );
         assert!(html.contains("differential flame graph: sysfs-mutex · new/base vs old/base · 2x"));
-        let json = crate::report::compare(&Digested::of(&a), &Digested::of(&b), Format::Json, &opts).unwrap();
+        let json = crate::report::compare(Digested::of(&a), Digested::of(&b), Format::Json, &opts).unwrap();
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let ch = v["kernel_symbol_changes"].as_array().unwrap();
         assert_eq!(ch.len(), 2);
@@ -646,7 +645,7 @@ mod tests {
             j
         };
         let merged =
-            crate::report::merge(&Digested::of(&one(&a)), &Digested::of(&one(&b)), "old", "new").unwrap();
+            crate::report::merge(Digested::of(&one(&a)), Digested::of(&one(&b)), "old", "new").unwrap();
         assert_eq!(
             compare_pairs(&merged, "old", "new"),
             [("old".to_string(), "new".to_string())]

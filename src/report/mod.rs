@@ -26,7 +26,9 @@ use crate::journal::Journal;
 use crate::journal::SweepHeader;
 use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build_digested};
 use crate::stats::compare::DEFAULT_ALPHA;
-use crate::stats::digest::{Digested, RunDigest};
+use crate::stats::digest::Digested;
+#[cfg(test)]
+use crate::stats::digest::RunDigest;
 
 /// Output format of `ocrig report` / `ocrig compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -193,8 +195,12 @@ pub fn write_all_with(journal: &Digested, dir: &Path, opts: &ReportOptions) -> a
 /// (the mmtests compare-kernels use case). The sides are named by
 /// [`ReportOptions::compare_names`] (e.g. the directories' names), else by their variant when
 /// each journal has a single, different one, else `A` and `B`. See [`merge`].
-pub fn compare(a: &Digested, b: &Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
-    let (an, bn) = opts.compare_names.clone().unwrap_or_else(|| default_names(a, b));
+/// Takes both journals' digests: the merged journal is made of them, not of copies.
+pub fn compare(a: Digested, b: Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
+    let (an, bn) = opts
+        .compare_names
+        .clone()
+        .unwrap_or_else(|| default_names(&a, &b));
     let merged = merge(a, b, &an, &bn)?;
     let text = render_digested(&merged, format, opts)?;
     let pairs = kernel_symbols::compare_pairs(&merged, &an, &bn);
@@ -214,7 +220,7 @@ fn default_names(a: &Digested, b: &Digested) -> (String, String) {
 /// variant `name`; one with several contributes `name/variant` for each (A's baseline variant is
 /// the merged baseline). Refuses journals whose levels or workloads (ids, metric, direction)
 /// differ, naming the difference.
-pub fn merge(a: &Digested, b: &Digested, a_name: &str, b_name: &str) -> anyhow::Result<Digested> {
+pub fn merge(a: Digested, b: Digested, a_name: &str, b_name: &str) -> anyhow::Result<Digested> {
     check_same_matrix(&a.header, &b.header, a_name, b_name)?;
     let (a_name, b_name) = if a_name == b_name {
         (format!("{a_name} (A)"), format!("{b_name} (B)"))
@@ -243,7 +249,7 @@ pub fn merge(a: &Digested, b: &Digested, a_name: &str, b_name: &str) -> anyhow::
             })
             .collect()
     };
-    let (ra, rb) = (rename(a, &a_name), rename(b, &b_name));
+    let (ra, rb) = (rename(&a, &a_name), rename(&b, &b_name));
     let mut header = a.header.clone();
     header.scenario = format!("{} vs {}", a_name, b_name);
     header.baseline = ra
@@ -268,20 +274,27 @@ pub fn merge(a: &Digested, b: &Digested, a_name: &str, b_name: &str) -> anyhow::
             .filter_map(|(v, k)| Some((map.get(v)?.clone(), k.clone())))
             .collect()
     };
-    header.kernels = kernels(a, &na).into_iter().chain(kernels(b, &nb)).collect();
+    header.kernels = kernels(&a, &na).into_iter().chain(kernels(&b, &nb)).collect();
     header.kernel_identity = kernels::renamed(&a.header.kernel_identity, &na)
         .chain(kernels::renamed(&b.header.kernel_identity, &nb))
         .collect();
-    let relabel = |r: &RunDigest, map: &BTreeMap<String, Arc<str>>| RunDigest {
-        variant: map[&*r.variant].clone(),
-        ..r.clone()
-    };
-    let runs = a
-        .runs
-        .iter()
-        .map(|r| relabel(r, &ra))
-        .chain(b.runs.iter().map(|r| relabel(r, &rb)))
-        .collect();
+    let mut runs = a.runs;
+    for r in runs.iter_mut() {
+        r.variant = ra[&*r.variant].clone();
+    }
+    // B's digests move over from its end, its room given back as it empties (both journals
+    // of a million records each are most of the memory), then are put back in order.
+    let from = runs.len();
+    let mut b_runs = b.runs;
+    runs.reserve_exact(b_runs.len());
+    while let Some(mut r) = b_runs.pop() {
+        r.variant = rb[&*r.variant].clone();
+        runs.push(r);
+        if b_runs.len().is_multiple_of(1 << 16) {
+            b_runs.shrink_to_fit();
+        }
+    }
+    runs[from..].reverse();
     Ok(Digested { header, runs })
 }
 
@@ -871,7 +884,7 @@ mod tests {
     fn merge_names_sides_and_refuses_other_matrices() {
         let (mut a, b) = (journal(), journal());
         a.header.kernels = BTreeMap::from([("patched".into(), "6.8.0-pv".into())]);
-        let m = merge(&Digested::of(&a), &Digested::of(&b), "v6.8", "v6.9").unwrap();
+        let m = merge(Digested::of(&a), Digested::of(&b), "v6.8", "v6.9").unwrap();
         assert_eq!(
             m.header.kernels,
             BTreeMap::from([("v6.8/patched".into(), "6.8.0-pv".into())])
@@ -882,13 +895,25 @@ mod tests {
             ["v6.8/base", "v6.8/patched", "v6.9/base", "v6.9/patched"]
         );
         assert_eq!(m.runs.len(), a.runs.len() * 2);
+        // A's records, then B's, each in journal order, renamed.
+        let (da, db) = (Digested::of(&a), Digested::of(&b));
+        let side = |d: &Digested, name: &str| -> Vec<RunDigest> {
+            d.runs
+                .iter()
+                .map(|r| RunDigest {
+                    variant: Arc::from(format!("{name}/{}", r.variant)),
+                    ..r.clone()
+                })
+                .collect()
+        };
+        assert_eq!(m.runs, [side(&da, "v6.8"), side(&db, "v6.9")].concat());
 
         let mut single = journal();
         single.header.variants = vec!["base".into()];
         single.runs.retain(|r| r.variant == "base");
         let single_j = single;
         let single = Digested::of(&single_j);
-        let m = merge(&single, &single, "old", "new").unwrap();
+        let m = merge(single.clone(), single.clone(), "old", "new").unwrap();
         assert_eq!(
             (m.header.baseline.as_str(), m.header.variants.clone()),
             ("old", vec!["old".into(), "new".into()])
@@ -897,21 +922,33 @@ mod tests {
             compare_names: Some(("old".into(), "new".into())),
             ..Default::default()
         };
-        let text = compare(&single, &single, Format::Table, &opts).unwrap();
+        let text = compare(single.clone(), single.clone(), Format::Table, &opts).unwrap();
         assert!(text.contains("hackbench: new vs old"), "{text}");
-        let text = compare(&single, &single, Format::Table, &ReportOptions::default()).unwrap();
+        let text = compare(
+            single.clone(),
+            single.clone(),
+            Format::Table,
+            &ReportOptions::default(),
+        )
+        .unwrap();
         assert!(text.contains("hackbench: B vs A"), "{text}");
         let mut renamed = single_j.clone();
         renamed.header.variants = vec!["v6.9".into()];
         renamed.header.baseline = "v6.9".into();
         renamed.runs.iter_mut().for_each(|r| r.variant = "v6.9".into());
         let renamed = Digested::of(&renamed);
-        let text = compare(&single, &renamed, Format::Table, &ReportOptions::default()).unwrap();
+        let text = compare(
+            single.clone(),
+            renamed.clone(),
+            Format::Table,
+            &ReportOptions::default(),
+        )
+        .unwrap();
         assert!(text.contains("hackbench: v6.9 vs base"), "{text}");
 
         let mut other = journal();
         other.header.levels = vec![0.5, 2.0];
-        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B")
+        let e = merge(Digested::of(&a), Digested::of(&other), "A", "B")
             .unwrap_err()
             .to_string();
         assert!(
@@ -920,7 +957,7 @@ mod tests {
         );
         let mut other = journal();
         other.header.workloads.remove("hackbench");
-        let e = merge(&Digested::of(&a), &Digested::of(&other), "A", "B")
+        let e = merge(Digested::of(&a), Digested::of(&other), "A", "B")
             .unwrap_err()
             .to_string();
         assert!(e.contains("different workloads: only in A: [hackbench]"), "{e}");
@@ -1009,7 +1046,7 @@ mod tests {
         let same = variants_line(&model(&j, &ReportOptions::default()), code);
         assert_eq!(same, "`base`, `patched` (kernel `6.1.192` for all)");
         // Merged for `ocrig compare`, the identities follow the renamed variants.
-        let m = merge(&Digested::of(&j), &Digested::of(&j), "A", "B").unwrap();
+        let m = merge(Digested::of(&j), Digested::of(&j), "A", "B").unwrap();
         assert_eq!(m.header.kernel_identity.len(), 4);
         assert!(m.header.kernel_identity.contains_key("B/patched"));
     }

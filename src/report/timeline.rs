@@ -43,12 +43,12 @@ pub fn section(journal: &Digested) -> String {
     let settled = settle(&journal.runs);
     let mut seen = BTreeMap::new();
     for r in settled.counted(&journal.runs) {
-        let Some(t) = r.timeline.as_deref() else {
+        let Some(t) = r.timeline.as_ref() else {
             continue;
         };
         let key = (r.workload.to_string(), r.variant.to_string(), r.level.to_bits());
         // The attempt's first record carries its timeline: take the cell's first.
-        seen.entry(key).or_insert_with(|| (r.run, t.clone()));
+        seen.entry(key).or_insert((r.run, t));
     }
     if seen.is_empty() {
         return String::new();
@@ -59,10 +59,21 @@ pub fn section(journal: &Digested) -> String {
          grey for any other thread, blank for idle; dashed lines mark the run's start and end. Per cell, its \
          first counted run.</p>\n",
     );
-    for ((workload, variant, level), (run, summary)) in seen {
+    for ((workload, variant, level), (run, at)) in seen {
         let level = f64::from_bits(level);
         let title = format!("{workload}, {variant} at {}, run {run}", super::fmt_level(level));
         out.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
+        // Only the drawn runs' summaries are read back from the journal.
+        let summary = match at.load() {
+            Ok(s) => s,
+            Err(why) => {
+                out.push_str(&format!(
+                    "<p class=\"notes\">timeline summary not readable: {}</p>\n",
+                    escape(&why)
+                ));
+                continue;
+            }
+        };
         if let Some(why) = &summary.unavailable {
             out.push_str(&format!("<p class=\"notes\">no timeline: {}</p>\n", escape(why)));
             continue;
@@ -100,6 +111,36 @@ pub fn section(journal: &Digested) -> String {
     }
     out.push_str("</section>\n");
     out
+}
+
+/// Where a digest's timeline summary is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TimelineAt {
+    /// In the record whose line starts `offset` bytes into the journal `file` (a streamed
+    /// journal: read again only for the runs drawn).
+    Journal {
+        file: std::sync::Arc<std::path::Path>,
+        offset: u64,
+    },
+    /// Held (the digest of a record in memory).
+    #[cfg_attr(not(test), allow(dead_code))] // reports stream their journal
+    Here(Box<TimelineRef>),
+}
+
+impl TimelineAt {
+    /// The summary, read again from the journal if it is there.
+    pub fn load(&self) -> Result<TimelineRef, String> {
+        match self {
+            TimelineAt::Here(t) => Ok((**t).clone()),
+            TimelineAt::Journal { file, offset } => {
+                let r = crate::journal::read_record_at(file, *offset).map_err(|e| format!("{e:#}"))?;
+                r.extra
+                    .get("timeline")
+                    .map(TimelineRef::of)
+                    .ok_or_else(|| format!("{}: the record at byte {offset} has no timeline", file.display()))
+            }
+        }
+    }
 }
 
 /// What the report needs of a run's timeline summary (`extra.timeline`): where the side file

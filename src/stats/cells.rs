@@ -411,7 +411,7 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
         ctxsw_voluntary: metric_mean(CTXSW_VOLUNTARY_METRIC),
         ctxsw_involuntary: metric_mean(CTXSW_INVOLUNTARY_METRIC),
         kvm: explain::kvm_cell_of(
-            primary(records).map(|r| r.kvm.as_ref().map(|c| c.iter().map(|(k, v)| (k.clone(), *v)))),
+            primary(records).map(|r| r.kvm.as_ref().map(|c| c.iter().map(|(k, v)| (k.clone(), v)))),
         ),
         preemption: super::preemption::aggregate(
             primary(records).filter_map(|r| r.preemption.as_deref().cloned()),

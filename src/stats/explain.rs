@@ -84,8 +84,7 @@ pub fn vcpu_wait(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
         .extra
         .get("vcpu_sched")
         .ok_or("not recorded (a journal from an ocrig without per-vCPU telemetry)")?;
-    let sched: VcpuSched =
-        serde_json::from_value(v.clone()).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
+    let sched = VcpuSched::deserialize(v).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
     match sched.mean_wait_share {
         Some(s) => Ok(s),
         None => Err(format!(
@@ -143,7 +142,7 @@ pub fn host_other_part(r: &RunRecord, ctx: &RecordContext) -> HostOtherPart {
     } else {
         match r.extra.get("vcpu_sched") {
             None => Err("not measured: a guest without vCPU telemetry".to_string()),
-            Some(v) => serde_json::from_value::<VcpuSched>(v.clone())
+            Some(v) => VcpuSched::deserialize(v)
                 .map(|sched| sched.run_s().unwrap_or(0.0))
                 .map_err(|e| format!("unreadable vcpu_sched: {e}")),
         }
@@ -333,7 +332,7 @@ pub fn kvm_counters(r: &RunRecord, ctx: &RecordContext) -> Result<BTreeMap<Strin
     match r.extra.get("kvm") {
         None => Err("not recorded".into()),
         Some(Value::String(why)) => Err(why.clone()),
-        Some(v) => serde_json::from_value::<KvmRun>(v.clone())
+        Some(v) => KvmRun::deserialize(v)
             .map(|k| k.counters)
             .map_err(|_| "recorded host-wide, not per VM (a journal from an older ocrig)".into()),
     }

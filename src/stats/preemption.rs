@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::explain::Measured;
 use super::summary::summarize;
+#[cfg(test)]
 use crate::journal::RunRecord;
 use ocrig_payload::preempt_sample::{PreemptionReport, Stretch};
 
@@ -35,8 +36,13 @@ pub struct RunPreemption {
 
 /// The run's figures; `None` when its report has no `preemption` field (a workload without a
 /// lock, a failed run, or a payload older than the sampler).
+#[cfg(test)] // digests take it from the report's fields (of_detail)
 pub fn of_record(r: &RunRecord) -> Option<RunPreemption> {
-    let detail = &r.payload.as_ref()?.detail;
+    of_detail(&r.payload.as_ref()?.detail)
+}
+
+/// [`of_record`] from the payload report's workload fields.
+pub fn of_detail(detail: &serde_json::Map<String, serde_json::Value>) -> Option<RunPreemption> {
     let value = detail.get("preemption")?;
     let all = |why: String| RunPreemption {
         stretched_holds: Err(why.clone()),
@@ -53,7 +59,7 @@ pub fn of_record(r: &RunRecord) -> Option<RunPreemption> {
             .unwrap_or("not reported by the payload");
         return Some(all(why.to_string()));
     }
-    let p: PreemptionReport = match serde_json::from_value(value.clone()) {
+    let p: PreemptionReport = match PreemptionReport::deserialize(value) {
         Ok(p) => p,
         Err(e) => return Some(all(format!("unreadable preemption report: {e}"))),
     };
