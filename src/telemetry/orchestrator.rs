@@ -148,7 +148,15 @@ mod tests {
         assert!(c.cpu_ms >= 20.0, "{c:?}");
         assert_eq!(c.cpu_ms_per_guest, Some(c.cpu_ms / 4.0));
         assert_eq!(c.share_of_guest_cpu, Some(c.cpu_ms / 1000.0));
-        assert!(after.open_fds.unwrap() >= before.open_fds.unwrap() + 10);
+        // Other tests of this binary open and close files meanwhile: the process-wide count
+        // only shows that ours are among them; the counting itself is checked on a directory
+        // nothing else touches.
+        assert!(after.open_fds.unwrap() >= 10);
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..10 {
+            std::fs::write(dir.path().join(i.to_string()), "").unwrap();
+        }
+        assert_eq!(count_fds(dir.path()), Some(10));
         assert!(c.threads.unwrap() >= 1 && c.rss_mib.unwrap() > 0.0);
         drop(files);
         assert_eq!(
