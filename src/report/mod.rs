@@ -139,7 +139,7 @@ fn with_hosts(mut text: String, journal: &Digested, format: Format, opts: &Repor
 /// `kvm-guest: …`), so a variant that did not take effect shows; empty without guests.
 pub fn kernel_words_text(journal: &Digested) -> String {
     let words = crate::stats::explain::kernel_words_of(journal.runs.iter().filter_map(|r| {
-        let (guests, lines) = r.pv_words.as_ref()?;
+        let (guests, lines) = r.pv_words.as_deref()?;
         Some((&*r.variant, *guests, lines.iter()))
     }));
     if words.is_empty() {

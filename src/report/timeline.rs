@@ -119,7 +119,8 @@ pub enum TimelineAt {
     /// In the record whose line starts `offset` bytes into the journal `file` (a streamed
     /// journal: read again only for the runs drawn).
     Journal {
-        file: std::sync::Arc<std::path::Path>,
+        /// (A thin pointer: every record of a one-guest sweep has a timeline.)
+        file: std::sync::Arc<std::path::PathBuf>,
         offset: u64,
     },
     /// Held (the digest of a record in memory).
