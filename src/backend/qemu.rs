@@ -132,7 +132,7 @@ const RAM_ID: &str = "ocrig-ram";
 
 /// A guest's RAM file and whether QEMU maps it shared (`on`: the template writes its RAM to
 /// the file) or private (`off`: a clone's writes stay its own).
-pub fn ram_file(spec: &GuestSpec) -> Option<(&Path, &'static str)> {
+fn ram_file(spec: &GuestSpec) -> Option<(&Path, &'static str)> {
     match &spec.ram {
         RamBacking::Anonymous => None,
         RamBacking::TemplateFile(p) => Some((p, "on")),

@@ -107,11 +107,7 @@ impl RamFileMeta {
         let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
         Ok(Self {
             bytes: m.len(),
-            mtime_ns: m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos()),
+            mtime_ns: mtime_ns(&m),
             allocated_bytes: m.blocks() * 512,
         })
     }
@@ -314,13 +310,17 @@ fn inputs_on(
 /// catches a file replaced in place.
 pub fn file_stamp(path: &Path) -> anyhow::Result<String> {
     let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    let mtime = m
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos());
+    let mtime = mtime_ns(&m);
     let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     Ok(format!("{} {} {mtime}", canon.display(), m.len()))
+}
+
+/// A file's modification time in nanoseconds since the epoch (0 where the file system has none).
+fn mtime_ns(m: &std::fs::Metadata) -> u128 {
+    m.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos())
 }
 
 fn host_cpu_identity() -> String {
@@ -626,24 +626,19 @@ pub async fn restore(
         .await
         .map_err(|e| fail(format!("{e:#}")))?;
     let launched_s = t0.elapsed().as_secs_f64();
-    if matches!(spec.ram, RamBacking::CloneOf(_)) {
-        // Started with `-incoming defer`: the stream has no RAM (the template's file is it).
-        let load = async {
+    let load = async {
+        if matches!(spec.ram, RamBacking::CloneOf(_)) {
+            // Started with `-incoming defer`: the stream has no RAM (the template's file is it).
             ignore_shared_ram(&*g).await?;
             g.qmp(
                 "migrate-incoming",
                 json!({ "uri": format!("file:{}", t.state().display()) }),
             )
-            .await
-        };
-        if let Err(e) = load.await {
-            return Err(CloneFailure {
-                why: format!("loading the template: {e:#}"),
-                template_fault: true,
-            });
+            .await?;
         }
-    }
-    if let Err(e) = wait_migration(&*g, MIGRATION_TIMEOUT).await {
+        wait_migration(&*g, MIGRATION_TIMEOUT).await
+    };
+    if let Err(e) = load.await {
         return Err(CloneFailure {
             why: format!("loading the template: {e:#}"),
             template_fault: true,

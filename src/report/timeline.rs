@@ -63,33 +63,10 @@ pub fn section(journal: &Digested) -> String {
         let level = f64::from_bits(level);
         let title = format!("{workload}, {variant} at {}, run {run}", super::fmt_level(level));
         out.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
-        // Only the drawn runs' summaries are read back from the journal.
-        let summary = match at.load() {
-            Ok(s) => s,
+        let (summary, tl) = match drawable(at) {
+            Ok(both) => both,
             Err(why) => {
-                out.push_str(&format!(
-                    "<p class=\"notes\">timeline summary not readable: {}</p>\n",
-                    escape(&why)
-                ));
-                continue;
-            }
-        };
-        if let Some(why) = &summary.unavailable {
-            out.push_str(&format!("<p class=\"notes\">no timeline: {}</p>\n", escape(why)));
-            continue;
-        }
-        let loaded = summary
-            .path
-            .as_deref()
-            .ok_or_else(|| "the record names no timeline file".to_string())
-            .and_then(|p| read_timeline(std::path::Path::new(p)));
-        let tl = match loaded {
-            Ok(t) => t,
-            Err(why) => {
-                out.push_str(&format!(
-                    "<p class=\"notes\">timeline not readable: {}</p>\n",
-                    escape(&why)
-                ));
+                out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&why)));
                 continue;
             }
         };
@@ -111,6 +88,24 @@ pub fn section(journal: &Digested) -> String {
     }
     out.push_str("</section>\n");
     out
+}
+
+/// A drawn run's timeline summary (read back from the journal: only the drawn runs' are) and
+/// its timeline, or the words that say why there is none to draw.
+fn drawable(at: &TimelineAt) -> Result<(TimelineRef, Timeline), String> {
+    let summary = at
+        .load()
+        .map_err(|why| format!("timeline summary not readable: {why}"))?;
+    if let Some(why) = &summary.unavailable {
+        return Err(format!("no timeline: {why}"));
+    }
+    let tl = summary
+        .path
+        .as_deref()
+        .ok_or_else(|| "the record names no timeline file".to_string())
+        .and_then(|p| read_timeline(std::path::Path::new(p)))
+        .map_err(|why| format!("timeline not readable: {why}"))?;
+    Ok((summary, tl))
 }
 
 /// Where a digest's timeline summary is.
