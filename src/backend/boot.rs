@@ -61,7 +61,7 @@ fn sets_clock(cmdline: &str) -> bool {
 }
 
 fn plan_with(spec: &GuestSpec, method: StartMethod, qboot: &Path, tsc_khz: Option<u64>) -> BootPlan {
-    let vmgenid = method == StartMethod::Clone;
+    let vmgenid = method.is_clone();
     let mut facts = serde_json::Map::new();
     let pvh = match &spec.fast_kernel {
         FastKernel::Pvh(k) if k.is_file() => Ok(k.clone()),

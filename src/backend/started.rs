@@ -45,8 +45,8 @@ impl Starter {
 
     pub async fn start(&self, l: &dyn Launcher, spec: &GuestSpec) -> anyhow::Result<Box<dyn Guest>> {
         let mut fallback = None;
-        if spec.start == StartMethod::Clone {
-            let plan = boot::plan(spec, StartMethod::Clone);
+        if spec.start.is_clone() {
+            let plan = boot::plan(spec, spec.start);
             match self.try_clone(l, spec, &plan).await {
                 Ok(g) => return Ok(g),
                 Err(why) => {
@@ -80,7 +80,8 @@ impl Starter {
         let (t, built_here) = self.templates.get(l, spec, plan).await?;
         match template::restore(l, &t, spec, plan).await {
             Ok(r) => {
-                let facts = template::clone_facts(&t, built_here, &r, plan);
+                let mut facts = template::clone_facts(&t, built_here, &r, plan);
+                facts["requested"] = json!(spec.start.as_str());
                 Ok(Box::new(StartedGuest {
                     inner: r.guest,
                     facts,

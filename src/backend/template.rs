@@ -10,16 +10,20 @@
 //! page cache, so the disk must be byte-identical to the template's at save time: a fresh,
 //! independently made file system would be corrupted).
 //!
-//! Where the backend can (QEMU driven directly), the template's RAM is a file of its own
-//! (`ram`, a `memory-backend-file` mapped shared while the template runs) and the state leaves
-//! it out (`x-ignore-shared`): the state is a few hundred KB, and a clone maps the RAM file
-//! private (`share=off`, started with `-incoming defer` so the capability can be set before the
-//! stream is read), so the pages it only reads are the page cache's, one copy for every clone,
-//! and only what it writes is its own. Measured here with 8 clones of a 128 MiB guest: PSS per
-//! clone 59.7 MiB (53.5 MiB private dirty) against 140.8 MiB (138.0) when each clone loaded
-//! its RAM from the state, and a clone runs 0.06 s after QEMU starts (was 0.6 s).
-//! `OCRIG_CLONE_RAM=state` keeps RAM in the state (to measure what sharing saves); libvirt
-//! names its own memory-backend files, so its clones always do.
+//! A clone (`start: clone`) loads its own copy of the guest's RAM from the state into QEMU's
+//! anonymous memory, which the host backs with transparent huge pages as it does a booted
+//! guest's. For `start: clone-shared`, where the backend can (QEMU driven directly), the
+//! template's RAM is a file of its own (`ram`, a `memory-backend-file` mapped shared while the
+//! template runs) and the state leaves it out (`x-ignore-shared`): the state is a few hundred
+//! KB, and a clone maps the RAM file private (`share=off`, started with `-incoming defer` so
+//! the capability can be set before the stream is read), so the pages it only reads are the
+//! page cache's, one copy for every clone, and only what it writes is its own. Measured here
+//! with 8 clones of a 128 MiB guest: PSS per clone 59.7 MiB (53.5 MiB private dirty) against
+//! 140.8 MiB (138.0) with its own copy, and a clone runs 0.06 s after QEMU starts (was 0.6 s);
+//! but the guest's RAM is on 4 KiB host pages (AnonHugePages of a 2-vCPU clone's QEMU 38 MiB,
+//! all of it TCG's code buffer, against 137 MiB with its own copy and 184 MiB for a booted
+//! guest), hence not the default. libvirt names its own memory-backend files, so its clones
+//! always load their copy.
 //!
 //! Templates live in `<cache>/templates/<key>/` where the key is the sha256 of every input
 //! that shapes the saved state: the backend's complete QEMU configuration with the per-guest
@@ -85,10 +89,11 @@ pub trait Launcher: Send + Sync {
     }
 }
 
-/// Where a template's RAM is, from `OCRIG_CLONE_RAM` (`file`, the default where the backend
-/// can, or `state`: every clone loads its own copy, the way to measure what sharing saves).
-pub fn ram_in_file(l: &dyn Launcher) -> bool {
-    l.ram_files() && std::env::var("OCRIG_CLONE_RAM").as_deref() != Ok("state")
+/// Whether a template for `spec` keeps the guest's RAM in a file of its own: for
+/// [`StartMethod::CloneShared`] where the backend can; otherwise every clone loads its own copy
+/// from the state.
+pub fn ram_in_file(l: &dyn Launcher, spec: &GuestSpec) -> bool {
+    l.ram_files() && spec.start == StartMethod::CloneShared
 }
 
 /// The template's RAM file as saved: a clone maps it private, so nothing writes it after the
@@ -289,7 +294,7 @@ fn inputs_on(
         None => "none".into(),
     };
     s.push_str(&format!("scratch {scratch}\n"));
-    s.push_str(if ram_in_file(l) {
+    s.push_str(if ram_in_file(l, spec) {
         "ram file\n"
     } else {
         "ram state\n"
@@ -434,7 +439,7 @@ async fn build(
     // Console, QMP socket and pid file in a short directory of their own: a socket path must fit
     // in 108 bytes, which a cache under a long $HOME would not leave.
     let work = WorkDir::new()?;
-    let ram = ram_in_file(l).then(|| dir.join("ram"));
+    let ram = ram_in_file(l, spec).then(|| dir.join("ram"));
     let tspec = GuestSpec {
         name: template_name(&spec.name),
         workdir: work.0.clone(),
@@ -621,22 +626,51 @@ pub async fn restore(
         ..spec.clone()
     };
     let t0 = Instant::now();
-    let g = l
+    let mut g = l
         .launch(spec, plan, Some(&t.state()))
         .await
         .map_err(|e| fail(format!("{e:#}")))?;
+    match bring_up(&*g, t, spec, t0).await {
+        Ok((running_s, banner_s)) => Ok(Restored {
+            guest: g,
+            running_s,
+            banner_s,
+        }),
+        Err(f) => {
+            // Gone before the caller boots in its place: a QEMU still exiting holds the write
+            // lock on the scratch disk the cold boot opens next.
+            if let Err(e) = g.shutdown(Duration::from_secs(2)).await {
+                tracing::warn!("{}: stopping the failed clone: {e:#}", spec.name);
+            }
+            Err(f)
+        }
+    }
+}
+
+/// Loads the template's state into the just-started `g`, resumes it and waits for its sshd:
+/// (seconds from `t0` to running, to the banner).
+async fn bring_up(
+    g: &dyn Controlled,
+    t: &Template,
+    spec: &GuestSpec,
+    t0: Instant,
+) -> Result<(f64, f64), CloneFailure> {
+    let fail = |why: String| CloneFailure {
+        why,
+        template_fault: false,
+    };
     let launched_s = t0.elapsed().as_secs_f64();
     let load = async {
         if matches!(spec.ram, RamBacking::CloneOf(_)) {
             // Started with `-incoming defer`: the stream has no RAM (the template's file is it).
-            ignore_shared_ram(&*g).await?;
+            ignore_shared_ram(g).await?;
             g.qmp(
                 "migrate-incoming",
                 json!({ "uri": format!("file:{}", t.state().display()) }),
             )
             .await?;
         }
-        wait_migration(&*g, MIGRATION_TIMEOUT).await
+        wait_migration(g, MIGRATION_TIMEOUT).await
     };
     if let Err(e) = load.await {
         return Err(CloneFailure {
@@ -678,11 +712,7 @@ pub async fn restore(
         spec.name,
         t.short()
     );
-    Ok(Restored {
-        guest: g,
-        running_s,
-        banner_s,
-    })
+    Ok((running_s, banner_s))
 }
 
 /// The clone's console log starts with the template's (the boot its memory comes from), and its
@@ -812,7 +842,8 @@ pub fn clone_facts(t: &Template, built_here: bool, r: &Restored, plan: &BootPlan
         "template_save_s": t.meta.save_s,
         "template_state_bytes": t.meta.state_bytes,
         // "file": the template's RAM file mapped private (pages shared with every clone until
-        // written); "state": the clone's own copy, loaded from the state.
+        // written, 4 KiB host pages; `start: clone-shared`); "state": the clone's own copy,
+        // loaded from the state (huge pages, as a booted guest's).
         "ram": if t.meta.ram_file.is_some() { "file" } else { "state" },
         "template_ram_bytes": t.meta.ram_file.as_ref().map(|r| r.bytes),
         "restore_running_s": r.running_s,
