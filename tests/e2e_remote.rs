@@ -376,6 +376,48 @@ fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
         );
         assert_eq!(start["boot"]["kernel"], "pvh");
     }
+    // The host scheduler's timeline, traced on the remote host through its SSH session (root
+    // there, as on a real remote host): its clock tied to this one's by trace markers. The
+    // "remote" host is this machine, so the true offset is 0, and the measured one must lie
+    // within its own error bound (plus the trace's 1 µs resolution).
+    let traced: Vec<&Value> = runs
+        .iter()
+        .filter(|r| r["extra"].get("timeline").is_some())
+        .collect();
+    assert!(!traced.is_empty(), "no record holds a timeline");
+    for r in traced {
+        let tl = &r["extra"]["timeline"];
+        assert!(tl["unavailable"].is_null(), "{tl}");
+        let clock = &tl["clock"];
+        assert!(clock["host"].as_str().unwrap().contains("127.0.0.1"), "{clock}");
+        let (off, err) = (
+            clock["offset_ns"].as_i64().unwrap(),
+            clock["error_ns"].as_i64().unwrap(),
+        );
+        assert!(
+            off.abs() <= err + 1_000,
+            "offset {off} ns beyond its bound {err} ns: {clock}"
+        );
+        assert!(err < 50_000_000, "a marker round trip of {err} ns x 2: {clock}");
+        assert!(tl["segments"].as_u64().unwrap() > 0, "{tl}");
+        let slices = tl["vcpu_slices"].as_array().unwrap();
+        assert!(
+            !slices.is_empty() && slices.iter().all(|v| v["segments"].as_u64() > Some(0)),
+            "{tl}"
+        );
+        assert!(Path::new(tl["path"].as_str().unwrap()).is_file(), "{tl}");
+        eprintln!("remote timeline: {} segments, clock {clock}", tl["segments"]);
+    }
+    // Nothing of ours is left in the host's tracefs.
+    let left: Vec<String> = std::fs::read_dir("/sys/kernel/tracing/instances")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!left.iter().any(|n| n.starts_with("ocrig-")), "{left:?}");
+
     // The console came back through the mirror.
     let console = std::fs::read_dir(dir.join("guests/1x-base/boot1"))
         .unwrap()

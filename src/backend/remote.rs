@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
-use crate::hostfs::HostFs;
+use crate::hostfs::{FileOp, HostFs, HostWrite};
 
 /// The oldest libvirt a remote host may run: Debian 12's (9.0.0). Overridable for tests of the
 /// refusal (`OCRIG_MIN_LIBVIRT=major.minor.micro`).
@@ -465,6 +465,83 @@ impl HostFs for HostSsh {
             .ok()
             .and_then(|q| self.run(&format!("test -e {q}"), Duration::from_secs(10)).ok())
             .is_some_and(|o| o.status == 0)
+    }
+    fn writer(&self) -> Option<&dyn HostWrite> {
+        Some(self)
+    }
+}
+
+/// The shell script that applies `ops` on the host: each failure says why on stderr and, unless
+/// `keep_going`, ends the script with status 1.
+fn apply_script(ops: &[FileOp], keep_going: bool) -> Result<String, String> {
+    let q = |s: &str| {
+        shlex::try_quote(s)
+            .map(|c| c.into_owned())
+            .map_err(|e| e.to_string())
+    };
+    let mut script = String::from("rc=0; ");
+    for op in ops {
+        let (test, why) = match op {
+            FileOp::RequireRoot(why) => ("[ \"$(id -u)\" = 0 ]".to_string(), why.clone()),
+            FileOp::RequireDir(p, why) => (format!("[ -d {} ]", q(p)?), why.clone()),
+            FileOp::Mkdir(p) => (
+                format!("mkdir {} 2>/dev/null", q(p)?),
+                format!("creating {p} failed"),
+            ),
+            FileOp::Write(p, text) => (
+                format!("printf %s {} 2>/dev/null > {}", q(text)?, q(p)?),
+                format!("writing '{text}' to {p} failed"),
+            ),
+            FileOp::Rmdir(p) => (
+                format!("rmdir {} 2>/dev/null", q(p)?),
+                format!("removing {p} failed"),
+            ),
+        };
+        let on_fail = if keep_going { "rc=1" } else { "exit 1" };
+        script.push_str(&format!(
+            "{test} || {{ printf '%s\\n' {} >&2; {on_fail}; }}; ",
+            q(&why)?
+        ));
+    }
+    script.push_str("exit $rc");
+    Ok(script)
+}
+
+impl HostWrite for HostSsh {
+    fn apply(&self, ops: &[FileOp], keep_going: bool) -> Result<(), String> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let script = apply_script(ops, keep_going)?;
+        let o = self
+            .run(&script, Duration::from_secs(10))
+            .map_err(|e| format!("{e:#}"))?;
+        if o.status == 0 {
+            return Ok(());
+        }
+        let first = o.stderr.lines().next().unwrap_or("failed").to_string();
+        Err(format!("{first} (on {})", self.remote.label()))
+    }
+    /// Through the session's running reader shell: no new channel, no new process between
+    /// the call and the write.
+    fn write_now(&self, path: &str, text: &str) -> Result<(), String> {
+        let (p, t) = (
+            shlex::try_quote(path).map_err(|e| e.to_string())?,
+            shlex::try_quote(text).map_err(|e| e.to_string())?,
+        );
+        let out = self
+            .ask_reader(&format!("printf %s {t} > {p} && printf ok"))
+            .map_err(|e| format!("{e:#}"))?;
+        (out == "ok")
+            .then_some(())
+            .ok_or_else(|| format!("writing '{text}' to {path} on {} failed", self.remote.label()))
+    }
+    /// The reader shell's: it ends with ocrig's SSH session.
+    fn owner_pid(&self) -> Result<i32, String> {
+        let out = self.ask_reader("echo $$").map_err(|e| format!("{e:#}"))?;
+        out.trim()
+            .parse()
+            .map_err(|_| format!("the shell on {} gave no pid: {out:?}", self.remote.label()))
     }
 }
 

@@ -359,21 +359,14 @@ impl Steps {
     }
 }
 
-/// Starts the host scheduler trace of the run's CPUs, or says why there is none.
+/// Starts the host scheduler trace of the run's CPUs on the host the guests run on (this
+/// machine, or a remote host over SSH), or says why there is none.
 fn start_trace(participants: &[Participant<'_>], host: Host<'_>) -> Result<SchedTrace, String> {
-    if !host.fs.is_local() {
-        return Err(format!(
-            "remote host timeline not implemented: {} is read through a read-only file \
-             interface (a tracefs instance needs writes there), and the run's start and end \
-             are timed on this machine's clock, not on that host's trace clock",
-            host.fs.label()
-        ));
-    }
     let mut guests = vec![Vec::new(); participants.iter().map(|p| p.index + 1).max().unwrap_or(0)];
     for p in participants {
         guests[p.index] = p.vcpu_tids.clone();
     }
-    SchedTrace::start(host.cpus, &guests)
+    SchedTrace::start(host.fs, host.cpus, &guests)
 }
 
 fn finish_trace(

@@ -19,11 +19,14 @@
 //! slice lengths and the host scheduler's slice setting next to them.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+use crate::hostfs::{FileOp, HostFs};
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 /// Per-CPU ring buffer. A sched_switch event takes about 68 bytes, so this keeps ~30k switches
@@ -48,139 +51,258 @@ pub fn mono_ns() -> u64 {
 
 /// A running trace; dropping it removes its instance.
 pub struct SchedTrace {
-    dir: PathBuf,
+    /// The traced host (this machine, or a remote host over SSH); it has a writer.
+    fs: Arc<dyn HostFs>,
+    dir: String,
     cpus: Vec<usize>,
     /// Per guest, per vCPU: host thread ids.
     guests: Vec<Vec<i32>>,
+    /// This machine's CLOCK_MONOTONIC right before the switches were enabled.
     started_ns: u64,
+    /// Trace markers written on the traced host: (index, this machine's mono ns before and
+    /// after the write); empty where the traced host is this machine (one clock).
+    markers: Vec<(u32, u64, u64)>,
     /// Orchestrator CPU spent setting it up, ns.
     cost_ns: u64,
 }
 
-/// Why a host cannot be traced, in words for the record; `None` when it can.
-fn why_not_traceable(root: &Path) -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("tracing the host scheduler needs root (tracefs instances)".into());
-    }
-    if !root.join("instances").is_dir() {
-        return Some(format!(
-            "tracefs is not mounted at {} (as root: mount -t tracefs nodev {})",
-            root.display(),
-            root.display()
-        ));
-    }
-    if !root.join("events/sched/sched_switch").is_dir() {
-        return Some(format!("{} has no sched:sched_switch event", root.display()));
-    }
-    None
+/// How the traced host's trace clock was tied to this machine's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockTie {
+    /// The traced host's CLOCK_MONOTONIC minus this machine's, ns.
+    pub offset_ns: i64,
+    /// How far off `offset_ns` can be (half the marker write's round trip), ns.
+    pub error_ns: u64,
 }
 
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("writing '{text}' to {}: {e}", path.display()))
+/// What a run's trace needs of its host before anything is created: why it cannot be
+/// traced, in words for the record.
+fn preconditions(root: &str) -> Vec<FileOp> {
+    vec![
+        FileOp::RequireRoot("tracing the host scheduler needs root (tracefs instances)".into()),
+        FileOp::RequireDir(
+            format!("{root}/instances"),
+            format!("tracefs is not mounted at {root} (as root: mount -t tracefs nodev {root})"),
+        ),
+        FileOp::RequireDir(
+            format!("{root}/events/sched/sched_switch"),
+            format!("{root} has no sched:sched_switch event"),
+        ),
+    ]
 }
 
-/// Removes the instances of ocrig processes that no longer exist (a killed sweep's).
-pub fn remove_stale(root: &Path) {
-    let Ok(entries) = std::fs::read_dir(root.join("instances")) else {
+const MARKER: &str = "ocrig-clock-";
+/// Markers written to tie a remote host's trace clock to this one's; the one with the shortest
+/// round trip is kept.
+const MARKERS: u32 = 3;
+
+/// Removes the instances of ocrig processes that no longer exist on that host (a killed
+/// sweep's; an instance is named after its owner, [`HostWrite::owner_pid`]).
+pub fn remove_stale(fs: &dyn HostFs, root: &str) {
+    let (Some(w), Ok(entries)) = (fs.writer(), fs.list_dir(&format!("{root}/instances"))) else {
         return;
     };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(PREFIX)
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir(e.path());
-        }
-    }
+    let stale: Vec<FileOp> = entries
+        .iter()
+        .filter(|name| {
+            name.strip_prefix(PREFIX)
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok())
+                .is_some_and(|pid| !fs.exists(&format!("/proc/{pid}")))
+        })
+        .map(|name| FileOp::Rmdir(format!("{root}/instances/{name}")))
+        .collect();
+    let _ = w.apply(&stale, true);
 }
 
 impl SchedTrace {
-    /// Starts tracing every switch on `cpus`; `guests[g][v]` is the host thread of guest g's
-    /// vCPU v. Err: why this host cannot be traced (the record's `unavailable`).
-    pub fn start(cpus: &[usize], guests: &[Vec<i32>]) -> Result<Self, String> {
-        Self::start_at(Path::new(TRACEFS), cpus, guests)
+    /// Starts tracing every switch on `cpus` of the host `fs` reads; `guests[g][v]` is that
+    /// host's thread of guest g's vCPU v. Err: why this host cannot be traced (the record's
+    /// `unavailable`).
+    pub fn start(fs: &Arc<dyn HostFs>, cpus: &[usize], guests: &[Vec<i32>]) -> Result<Self, String> {
+        Self::start_at(fs, TRACEFS, cpus, guests)
     }
 
-    fn start_at(root: &Path, cpus: &[usize], guests: &[Vec<i32>]) -> Result<Self, String> {
+    fn start_at(
+        fs: &Arc<dyn HostFs>,
+        root: &str,
+        cpus: &[usize],
+        guests: &[Vec<i32>],
+    ) -> Result<Self, String> {
         let cpu0 = super::probe::process_cpu_ns();
-        if let Some(why) = why_not_traceable(root) {
-            return Err(why);
-        }
+        let Some(w) = fs.writer() else {
+            return Err(format!(
+                "{} is only read from here, and a tracefs instance needs writes",
+                fs.label()
+            ));
+        };
         if cpus.is_empty() || cpus.iter().any(|&c| c >= 1024) {
             return Err(format!("no host CPU set to trace ({cpus:?})"));
         }
-        remove_stale(root);
+        remove_stale(&**fs, root);
         let name = format!(
             "{PREFIX}{}-{}",
-            std::process::id(),
+            w.owner_pid()?,
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let dir = root.join("instances").join(name);
-        std::fs::create_dir(&dir)
-            .map_err(|e| format!("creating the trace instance {}: {e}", dir.display()))?;
+        let dir = format!("{root}/instances/{name}");
+        let mut ops = preconditions(root);
+        ops.push(FileOp::Mkdir(dir.clone()));
+        w.apply(&ops, false)?;
         // From here on, Drop removes the instance whatever fails.
         let mut trace = Self {
+            fs: Arc::clone(fs),
             dir,
             cpus: cpus.to_vec(),
             guests: guests.to_vec(),
             started_ns: 0,
+            markers: Vec::new(),
             cost_ns: 0,
         };
         let d = &trace.dir;
-        write(&d.join("tracing_on"), "0")?;
-        write(&d.join("trace_clock"), "mono")?;
-        write(&d.join("options/overwrite"), "0")?;
-        write(&d.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
-        write(&d.join("tracing_cpumask"), &cpumask(cpus))?;
-        write(&d.join("events/sched/sched_switch/enable"), "1")?;
+        let at = |f: &str| format!("{d}/{f}");
+        // The ring buffer only on the traced CPUs: an instance gets one per possible CPU, and
+        // 2 MiB on each of a 200-CPU host's would be 400 MiB of kernel memory.
+        let mut ops = vec![
+            FileOp::Write(at("tracing_on"), "0".into()),
+            FileOp::Write(at("trace_clock"), "mono".into()),
+            FileOp::Write(at("options/overwrite"), "0".into()),
+            FileOp::Write(at("buffer_size_kb"), "4".into()),
+        ];
+        ops.extend(cpus.iter().map(|c| {
+            FileOp::Write(
+                at(&format!("per_cpu/cpu{c}/buffer_size_kb")),
+                BUFFER_KB.to_string(),
+            )
+        }));
+        ops.push(FileOp::Write(at("tracing_on"), "1".into()));
+        w.apply(&ops, false)?;
+        if !fs.is_local() {
+            // Markers before any event is on and before the CPU mask, so that a marker written
+            // on any of that host's CPUs is kept: each one's time on that host's trace clock,
+            // against this machine's clock around the write.
+            for i in 0..MARKERS {
+                let t0 = mono_ns();
+                w.write_now(&at("trace_marker"), &format!("{MARKER}{i}"))?;
+                trace.markers.push((i, t0, mono_ns()));
+            }
+        }
         trace.started_ns = mono_ns();
-        write(&d.join("tracing_on"), "1")?;
+        w.apply(
+            &[
+                FileOp::Write(at("tracing_cpumask"), cpumask(cpus)),
+                FileOp::Write(at("events/sched/sched_switch/enable"), "1".into()),
+            ],
+            false,
+        )?;
         trace.cost_ns = super::probe::process_cpu_ns().saturating_sub(cpu0);
         Ok(trace)
     }
 
     /// Stops the trace, writes the timeline to `file` and returns the record's summary.
-    /// `run` is the measured window (mono ns: the first go signal, the last guest's end).
+    /// `run` is the measured window (this machine's mono ns: the first go signal, the last
+    /// guest's end).
     pub fn finish(self, run: (u64, u64), file: &Path) -> Value {
         let cpu0 = super::probe::process_cpu_ns();
         let stopped_ns = mono_ns();
-        let read = write(&self.dir.join("tracing_on"), "0").and_then(|()| {
-            std::fs::read_to_string(self.dir.join("trace"))
-                .map_err(|e| format!("reading {}/trace: {e}", self.dir.display()))
-        });
-        let dropped: u64 = self
-            .cpus
-            .iter()
-            .filter_map(|c| std::fs::read_to_string(self.dir.join(format!("per_cpu/cpu{c}/stats"))).ok())
+        let w = self.fs.writer().expect("a started trace's host has a writer");
+        let mut paths = vec![format!("{}/trace", self.dir)];
+        paths.extend(
+            self.cpus
+                .iter()
+                .map(|c| format!("{}/per_cpu/cpu{c}/stats", self.dir)),
+        );
+        let read = w
+            .apply(
+                &[FileOp::Write(format!("{}/tracing_on", self.dir), "0".into())],
+                false,
+            )
+            .map(|()| self.fs.read_many(&paths));
+        let mut files = match read {
+            Ok(files) => files.into_iter(),
+            Err(e) => return json!({ "unavailable": format!("stopping the trace: {e}") }),
+        };
+        let text = match files.next() {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => return json!({ "unavailable": format!("reading the trace: {e}") }),
+            None => return json!({ "unavailable": "reading the trace: no answer" }),
+        };
+        let dropped: u64 = files
+            .filter_map(Result::ok)
             .map(|s| stat_field(&s, "dropped events") + stat_field(&s, "overrun"))
             .sum();
-        let text = match read {
-            Ok(t) => t,
-            Err(e) => return json!({ "unavailable": e }),
+        let tie = if self.fs.is_local() {
+            ClockTie {
+                offset_ns: 0,
+                error_ns: 0,
+            }
+        } else {
+            match clock_tie(&text, &self.markers) {
+                Some(t) => t,
+                None => {
+                    return json!({ "unavailable": format!(
+                        "none of the {MARKERS} clock markers written to {} came back in its trace", self.fs.label()
+                    ) });
+                }
+            }
         };
+        let there = |ns: u64| ns.saturating_add_signed(tie.offset_ns);
         let switches = parse(&text);
         let mut tl = timeline(
             &switches,
             &self.cpus,
             &self.guests,
-            (self.started_ns, stopped_ns),
-            run,
+            (there(self.started_ns), there(stopped_ns)),
+            (there(run.0), there(run.1)),
         );
         tl.dropped_events = dropped;
         drop(text);
         let written = write_gz(&tl, file);
+        let slice = host_slice_setting(&*self.fs);
         let cost_ms = (self.cost_ns + super::probe::process_cpu_ns().saturating_sub(cpu0)) as f64 / 1e6;
         match written {
-            Ok(bytes) => summary(&tl, file, bytes, cost_ms),
+            Ok(bytes) => {
+                let mut s = summary(&tl, file, bytes, cost_ms, slice);
+                s["clock"] = json!({
+                    "host": self.fs.label(),
+                    "offset_ns": tie.offset_ns,
+                    "error_ns": tie.error_ns,
+                    "from": if self.fs.is_local() {
+                        "this machine's CLOCK_MONOTONIC (one clock)".to_string()
+                    } else {
+                        format!("trace markers written over SSH, the shortest round trip of {MARKERS}")
+                    },
+                });
+                s
+            }
             Err(e) => json!({ "unavailable": format!("the timeline could not be kept: {e}") }),
         }
     }
+}
+
+/// The traced host's clock against this one's from the markers `(index, before, after)` and
+/// where they landed in the trace: the marker with the shortest round trip, its trace time
+/// against the middle of its write.
+pub fn clock_tie(trace: &str, markers: &[(u32, u64, u64)]) -> Option<ClockTie> {
+    let landed: BTreeMap<u32, u64> = trace.lines().filter_map(parse_marker).collect();
+    markers
+        .iter()
+        .filter_map(|&(i, t0, t1)| {
+            let at = *landed.get(&i)?;
+            let mid = t0 / 2 + t1 / 2 + (t0 % 2 + t1 % 2) / 2;
+            Some(ClockTie {
+                offset_ns: at as i64 - mid as i64,
+                error_ns: t1.saturating_sub(t0).div_ceil(2),
+            })
+        })
+        .min_by_key(|t| t.error_ns)
+}
+
+/// A marker line of ours: (its index, its time on the trace clock).
+fn parse_marker(line: &str) -> Option<(u32, u64)> {
+    let (head, body) = line.split_once(": tracing_mark_write: ")?;
+    let i = body.trim().strip_prefix(MARKER)?.parse().ok()?;
+    Some((i, head_cpu_ns(head)?.1))
 }
 
 /// Writes the timeline as gzip'd JSON (about a quarter of the plain size); returns its bytes.
@@ -206,10 +328,21 @@ pub fn read_timeline(file: &Path) -> Result<Timeline, String> {
 
 impl Drop for SchedTrace {
     fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("tracing_on"), "0");
-        let _ = std::fs::write(self.dir.join("events/sched/sched_switch/enable"), "0");
-        if let Err(e) = std::fs::remove_dir(&self.dir) {
-            tracing::warn!("removing the trace instance {}: {e}", self.dir.display());
+        let Some(w) = self.fs.writer() else { return };
+        let ops = [
+            FileOp::Write(format!("{}/tracing_on", self.dir), "0".into()),
+            FileOp::Write(
+                format!("{}/events/sched/sched_switch/enable", self.dir),
+                "0".into(),
+            ),
+            FileOp::Rmdir(self.dir.clone()),
+        ];
+        if let Err(e) = w.apply(&ops, true) {
+            tracing::warn!(
+                "removing the trace instance {} on {}: {e}",
+                self.dir,
+                self.fs.label()
+            );
         }
     }
 }
@@ -256,13 +389,7 @@ pub fn parse(text: &str) -> Vec<Switch> {
 
 fn parse_line(line: &str) -> Option<Switch> {
     let (head, body) = line.split_once(": sched_switch: ")?;
-    // head: "<task>-<pid> [CPU] flags TIMESTAMP" (flags absent without irq-info).
-    let mut words = head.split_whitespace().rev();
-    let ts = words.next()?;
-    let cpu = words.find_map(|w| w.strip_prefix('[')?.strip_suffix(']')?.parse::<usize>().ok())?;
-    let (secs, frac) = ts.split_once('.')?;
-    let frac_ns = format!("{frac:0<9}");
-    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + frac_ns.get(..9)?.parse::<u64>().ok()?;
+    let (cpu, ns) = head_cpu_ns(head)?;
     let (prev, next) = body.split_once(" ==> ")?;
     let field = |s: &str, key: &str, until: &str| -> Option<String> {
         let at = s.rfind(key)? + key.len();
@@ -281,6 +408,18 @@ fn parse_line(line: &str) -> Option<Switch> {
         next_pid: field(next, " next_pid=", " ")?.parse().ok()?,
         next_comm: field(next, "next_comm=", " next_pid=")?,
     })
+}
+
+/// An event line's head, "<task>-<pid> [CPU] flags TIMESTAMP" (flags absent without
+/// irq-info): (CPU, timestamp in ns).
+fn head_cpu_ns(head: &str) -> Option<(usize, u64)> {
+    let mut words = head.split_whitespace().rev();
+    let ts = words.next()?;
+    let cpu = words.find_map(|w| w.strip_prefix('[')?.strip_suffix(']')?.parse::<usize>().ok())?;
+    let (secs, frac) = ts.split_once('.')?;
+    let frac_ns = format!("{frac:0<9}");
+    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + frac_ns.get(..9)?.parse::<u64>().ok()?;
+    Some((cpu, ns))
 }
 
 /// Who ran in a segment.
@@ -514,7 +653,8 @@ fn quantile(sorted: &[f64], p: f64) -> Option<f64> {
 }
 
 /// What the run's record gets: where the timeline is and what it measured.
-pub fn summary(tl: &Timeline, file: &Path, bytes: usize, cost_ms: f64) -> Value {
+/// `host_slice`: [`host_slice_setting`] of the traced host.
+pub fn summary(tl: &Timeline, file: &Path, bytes: usize, cost_ms: f64, host_slice: Value) -> Value {
     let mut turns_ms = tl.vcpu_turns_ms();
     let slices: Vec<Value> = tl
         .vcpu_slices_ms()
@@ -552,67 +692,85 @@ pub fn summary(tl: &Timeline, file: &Path, bytes: usize, cost_ms: f64) -> Value 
         "vcpu_slices": slices,
         "vcpu_handovers_per_cpu": turns,
         "cpu_shares": tl.cpu_shares().into_iter().map(|(c, v)| (c.to_string(), v)).collect::<serde_json::Map<_, _>>(),
-        "host_slice": host_slice_setting(),
+        "host_slice": host_slice,
         "cost_cpu_ms": cost_ms,
     })
 }
 
-/// The host scheduler's slice setting, read where this kernel keeps it, or null with why.
-pub fn host_slice_setting() -> Value {
-    let hz = hz();
+/// The host scheduler's slice setting, read where that host's kernel keeps it, or null with
+/// why.
+pub fn host_slice_setting(fs: &dyn HostFs) -> Value {
     let candidates = [
         ("base_slice_ns", "/sys/kernel/debug/sched/base_slice_ns"),
         ("min_granularity_ns", "/sys/kernel/debug/sched/min_granularity_ns"),
         ("min_granularity_ns", "/proc/sys/kernel/sched_min_granularity_ns"),
     ];
+    let mut paths: Vec<String> = candidates.iter().map(|c| c.1.to_string()).collect();
+    paths.extend([
+        "/proc/sys/kernel/osrelease".into(),
+        "/sys/devices/system/cpu/online".into(),
+    ]);
+    let read = fs.read_many(&paths);
+    let hz = read[3].as_ref().ok().and_then(|r| hz(fs, r.trim()));
     let mut why = Vec::new();
-    for (name, path) in candidates {
-        match std::fs::read_to_string(path) {
+    for ((name, path), r) in candidates.iter().zip(&read) {
+        match r {
             Ok(t) => {
                 if let Ok(ns) = t.trim().parse::<u64>() {
                     return json!({ "name": name, "ns": ns, "from": path, "hz": hz });
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => why.push(format!("{path}: {e}")),
+            // Not there is expected (each kernel has one of them); there and unreadable is news.
+            Err(e) if fs.exists(path) => why.push(e.clone()),
+            Err(_) => {}
         }
     }
     if why.is_empty() {
-        why.push(if Path::new("/sys/kernel/debug/sched").is_dir() {
+        why.push(if fs.exists("/sys/kernel/debug/sched") {
             "no base_slice_ns or min_granularity_ns in /sys/kernel/debug/sched".into()
         } else {
             "debugfs is not mounted at /sys/kernel/debug (base_slice_ns lives there)".into()
         });
     }
+    let cpus = read[4].as_ref().ok().map_or(1, |t| cpu_count(t));
     json!({
         "name": "base_slice_ns", "ns": null, "unavailable": why.join("; "), "hz": hz,
-        "kernel_default_ns": default_slice_ns(),
-        "kernel_default_rule": "not read from this host: the kernel's default, 0.75 ms × (1 + log2(min(online CPUs, 8))) \
+        "kernel_default_ns": default_slice_ns(cpus),
+        "kernel_default_rule": "not read from the host: the kernel's default, 0.75 ms × (1 + log2(min(online CPUs, 8))) \
             (base_slice_ns since 6.6, min_granularity_ns before), unless someone changed it",
     })
 }
 
-/// The kernel's default slice for this host's CPU count (`sysctl_sched_base_slice`, formerly
-/// `sysctl_sched_min_granularity`: 0.75 ms scaled by 1 + ilog2(min(CPUs, 8))).
-fn default_slice_ns() -> u64 {
-    let cpus = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8);
-    750_000 * (1 + cpus.ilog2() as u64)
+/// CPUs in a kernel CPU list such as `0-3,8,10-11`.
+fn cpu_count(list: &str) -> usize {
+    list.trim()
+        .split(',')
+        .filter_map(|r| match r.split_once('-') {
+            Some((a, b)) => Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?),
+            None => r.parse::<usize>().ok().map(|_| 1),
+        })
+        .sum()
 }
 
-/// The kernel's CONFIG_HZ (its tick decides when a slice that ran out is noticed), from
-/// /proc/config.gz or /boot/config-<release>; null when neither says.
-fn hz() -> Option<u64> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let text = std::fs::read_to_string(format!("/boot/config-{}", release.trim()))
-        .ok()
-        .or_else(|| {
-            let gz = std::fs::File::open("/proc/config.gz").ok()?;
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut s).ok()?;
-            Some(s)
-        })?;
+/// The kernel's default slice for a host of `cpus` online CPUs (`sysctl_sched_base_slice`,
+/// formerly `sysctl_sched_min_granularity`: 0.75 ms scaled by 1 + ilog2(min(CPUs, 8))).
+fn default_slice_ns(cpus: usize) -> u64 {
+    750_000 * (1 + cpus.clamp(1, 8).ilog2() as u64)
+}
+
+/// That host kernel's CONFIG_HZ (its tick decides when a slice that ran out is noticed), from
+/// /boot/config-<release>, or on this machine /proc/config.gz; null when neither says.
+fn hz(fs: &dyn HostFs, release: &str) -> Option<u64> {
+    let text = fs.read(&format!("/boot/config-{release}")).ok().or_else(|| {
+        // Binary: only read here, not through a remote host's text reader.
+        if !fs.is_local() {
+            return None;
+        }
+        let gz = std::fs::File::open("/proc/config.gz").ok()?;
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut s).ok()?;
+        Some(s)
+    })?;
     text.lines()
         .find_map(|l| l.strip_prefix("CONFIG_HZ=")?.trim().parse().ok())
 }
@@ -625,13 +783,42 @@ mod tests {
 
     #[test]
     fn the_default_slice_grows_with_the_log_of_the_cpus() {
-        let d = default_slice_ns();
-        assert!([750_000, 1_500_000, 2_250_000, 3_000_000].contains(&d), "{d}");
-        let s = host_slice_setting();
+        assert_eq!(
+            [1, 2, 4, 8, 200].map(default_slice_ns),
+            [750_000, 1_500_000, 2_250_000, 3_000_000, 3_000_000]
+        );
+        assert_eq!(
+            [cpu_count("0-1\n"), cpu_count("0-3,8,10-11"), cpu_count("5")],
+            [2, 7, 1]
+        );
+        let s = host_slice_setting(&crate::hostfs::LocalFs);
         assert!(
             s["ns"].as_u64().is_some() || s["unavailable"].as_str().is_some(),
             "{s}"
         );
+    }
+
+    #[test]
+    fn a_remote_clock_is_tied_by_the_marker_with_the_shortest_round_trip() {
+        let trace = "# tracer: nop\n\
+            sh-4242 [003] ..... 100.000050: tracing_mark_write: ocrig-clock-0\n\
+            sh-4242 [003] ..... 100.001000: tracing_mark_write: ocrig-clock-1\n\
+            sh-4242 [001] ..... 100.002000: tracing_mark_write: someone else's\n";
+        // Marker 0 took 100 µs there and back, marker 1 only 10 µs; marker 2 never landed.
+        let markers = [
+            (0, 40_000, 140_000),
+            (1, 1_000_000, 1_010_000),
+            (2, 2_000_000, 2_000_002),
+        ];
+        let t = clock_tie(trace, &markers).unwrap();
+        assert_eq!(
+            t,
+            ClockTie {
+                offset_ns: 100_001_000_000 - 1_005_000,
+                error_ns: 5_000
+            }
+        );
+        assert_eq!(clock_tie("nothing", &markers), None);
     }
 
     #[test]
@@ -717,7 +904,7 @@ mod tests {
             shares[&0]["top_other"][0][0], "rustc",
             "the compiler crowding CPU 0"
         );
-        let sum = summary(&tl, Path::new("/x.json"), 1, 0.0);
+        let sum = summary(&tl, Path::new("/x.json"), 1, 0.0, Value::Null);
         assert_eq!(sum["segments"], tl.segments.len());
         assert!(
             sum["vcpu_slices"][1]["turn_p50_ms"].as_f64().unwrap() > 0.1,
@@ -737,16 +924,28 @@ mod tests {
 
     #[test]
     fn an_instance_is_removed_when_the_trace_is_dropped() {
-        let root = Path::new(TRACEFS);
-        match SchedTrace::start(&[0], &[vec![]]) {
+        let fs: Arc<dyn HostFs> = Arc::new(crate::hostfs::LocalFs);
+        match SchedTrace::start(&fs, &[0], &[vec![]]) {
             Ok(t) => {
-                let dir = t.dir.clone();
+                let dir = std::path::PathBuf::from(&t.dir);
                 assert!(dir.is_dir());
+                // The ring buffer is on the traced CPU only.
+                let kb = |c: usize| {
+                    std::fs::read_to_string(dir.join(format!("per_cpu/cpu{c}/buffer_size_kb"))).unwrap()
+                };
+                assert_eq!(kb(0).trim(), BUFFER_KB.to_string());
+                if dir.join("per_cpu/cpu1").is_dir() {
+                    assert!(kb(1).trim().parse::<u64>().unwrap() < 64, "{}", kb(1));
+                }
                 drop(t);
                 assert!(!dir.exists(), "{} left behind", dir.display());
             }
             // Not traceable here (not root, no tracefs): the reason names what is missing.
-            Err(why) => assert!(why_not_traceable(root).is_some_and(|w| w == why), "{why}"),
+            Err(why) => {
+                let expected =
+                    crate::hostfs::HostWrite::apply(&crate::hostfs::LocalFs, &preconditions(TRACEFS), false);
+                assert_eq!(expected, Err(why));
+            }
         }
     }
 }
