@@ -56,17 +56,31 @@ fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
         .unwrap()
         .path();
     let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let runs: Vec<Value> = text
+    let all: Vec<Value> = text
         .lines()
         .skip(1)
         .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|r: &Value| r["ok"] == true && r["guest"] == 0)
+        .filter(|r: &Value| r["guest"] == 0)
         .collect();
+    // An attempt the payload's self-checks rejected (the calibration drifted: this cloud VM's
+    // CPU speed moves) is retried in fresh guests; any other failure fails the test.
+    let self_check = |r: &Value| {
+        let said = |k: &str| r[k].as_str().is_some_and(|e| e.contains("self-check failed: "));
+        said("error") || said("superseded")
+    };
+    let (runs, rejected): (Vec<Value>, Vec<Value>) = all
+        .into_iter()
+        .partition(|r| r["ok"] == true && r.get("superseded").is_none());
+    for r in &rejected {
+        assert!(self_check(r), "a failed attempt that no self-check rejected: {r}");
+        eprintln!("retried after a self-check: {} {}", r["error"], r["superseded"]);
+    }
     assert_eq!(runs.len(), 6, "six valid runs");
-    // All six in one guest: one bring-up.
+    // All six in one guest (one bring-up), unless a rejected attempt brought up fresh guests:
+    // the first run in each of those is a first run in a fresh guest too.
     let bring_ups: std::collections::BTreeSet<String> =
         runs.iter().map(|r| r["slot"]["bring_up"].to_string()).collect();
-    assert_eq!(bring_ups.len(), 1, "{bring_ups:?}");
+    assert!(bring_ups.len() == 1 || !rejected.is_empty(), "{bring_ups:?}");
     let mut by_run: Vec<(u64, f64, f64)> = runs
         .iter()
         .map(|r| {

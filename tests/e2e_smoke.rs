@@ -73,6 +73,20 @@ fn smoke(backend: &str) {
         .expect("kernel release in header")
         .to_string();
 
+    // An attempt the payload's self-checks rejected (this cloud VM's CPU speed moves: the
+    // calibration drifts) is retried, as it should be, and its records do not count; any
+    // other failed attempt fails the test.
+    let self_check = |r: &Value| {
+        let said = |k: &str| r[k].as_str().is_some_and(|e| e.contains("self-check failed: "));
+        said("error") || said("superseded")
+    };
+    let (runs, rejected): (Vec<Value>, Vec<Value>) = runs
+        .into_iter()
+        .partition(|r| r["ok"] == true && r.get("superseded").is_none());
+    for r in &rejected {
+        assert!(self_check(r), "a failed attempt that no self-check rejected: {r}");
+        eprintln!("retried after a self-check: {} {}", r["error"], r["superseded"]);
+    }
     // 0.5x = 1 guest, 1.0x = 2 guests (2 host CPUs, 1-vCPU guests); 2 runs each.
     let at = |level: f64| runs.iter().filter(move |r| r["level"].as_f64() == Some(level));
     assert_eq!(at(0.5).count(), 2, "0.5x: 1 guest × 2 runs");
@@ -80,11 +94,9 @@ fn smoke(backend: &str) {
     for r in &runs {
         assert_eq!(r["type"], "run");
         assert_eq!(r["ok"], true, "failed run: {r}");
-        assert!(
-            r.get("superseded").is_none(),
-            "nothing failed, so nothing is superseded: {r}"
-        );
-        assert_eq!(r["attempt"], 1);
+        // The first attempt, or a later one after self-check rejections.
+        let attempt = r["attempt"].as_u64().unwrap();
+        assert!(attempt == 1 || !rejected.is_empty(), "{r}");
         let guests = r["guests"].as_u64().unwrap();
         assert_eq!(r["attempt_records"].as_u64(), Some(guests), "{r}");
         assert!(r["slot"]["seq"].is_u64(), "{r}");
@@ -151,10 +163,11 @@ fn smoke(backend: &str) {
     }
     // Nothing of this sweep is left running: no process names any of its guests.
     let names = guest_names(&dir.join("guests"));
+    // (A rejected attempt's guests are replaced by fresh ones: one more per record of it.)
     assert_eq!(
         names.len(),
-        3,
-        "1 guest at 0.5x + 2 at 1x, each booted once: {names:?}"
+        3 + rejected.len(),
+        "1 guest at 0.5x + 2 at 1x, each booted once, plus the replaced ones: {names:?}"
     );
     let alive = processes_naming(&names);
     assert!(alive.is_empty(), "guests left running: {alive:?}");

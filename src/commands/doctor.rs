@@ -57,7 +57,33 @@ pub fn doctor() -> anyhow::Result<()> {
     for line in start_methods(choice.accel, img.as_ref()) {
         println!("{line}");
     }
+    println!("{}", timeline_line(&LocalFs));
     Ok(())
+}
+
+/// Whether runs get the host scheduler's vCPU timeline here, and the slice setting it is read
+/// against.
+fn timeline_line(fs: &dyn HostFs) -> String {
+    use crate::telemetry::sched_trace;
+    let slice = sched_trace::host_slice_setting(fs);
+    let slice = match slice["ns"].as_u64() {
+        Some(ns) => format!(
+            "{} {:.2} ms",
+            slice["name"].as_str().unwrap_or("slice"),
+            ns as f64 / 1e6
+        ),
+        None => format!(
+            "slice not readable ({}); the kernel's default {:.2} ms",
+            slice["unavailable"].as_str().unwrap_or("?"),
+            slice["kernel_default_ns"].as_f64().unwrap_or(0.0) / 1e6
+        ),
+    };
+    match sched_trace::traceable(fs) {
+        Ok(()) => {
+            format!("vCPU timeline:  traced per run (sched:sched_switch in a tracefs instance); {slice}")
+        }
+        Err(why) => format!("vCPU timeline:  not available — {why}"),
+    }
 }
 
 /// The accelerator `auto` picks for each backend and why, whether the host is itself a guest,
@@ -183,6 +209,25 @@ fn libvirtd_status() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doctor_says_whether_runs_get_a_timeline_and_why_not() {
+        // A host only read (a stand-in): no trace, and the line says why.
+        let dir = tempfile::tempdir().unwrap();
+        let line = timeline_line(&crate::hostfs::RootedFs::new(dir.path()));
+        assert!(
+            line.contains("not available") && line.contains("only read from here"),
+            "{line}"
+        );
+        // This machine: traced, or the precondition that failed in its own words.
+        let line = timeline_line(&LocalFs);
+        assert!(
+            line.contains("traced per run") && line.contains(" ms")
+                || line.contains("root")
+                || line.contains("tracefs"),
+            "{line}"
+        );
+    }
     use crate::hostfs::RootedFs;
 
     #[test]
