@@ -335,25 +335,57 @@ pub fn read_timeline(file: &Path) -> Result<Timeline, String> {
         .map_err(|e| format!("{}: {e}", file.display()))
 }
 
+/// Removing an instance waits for the kernel's RCU grace periods: ~55 ms here on an idle
+/// host (8 ms to disable the event, 40-50 ms for the rmdir), seconds when busy vCPUs delay
+/// them (one SIGINT here waited 6.6 s for it, with the guests still alive, since they were
+/// dropped after the trace). So a trace is removed on a thread of its own: off the path
+/// between two runs, and never before the guests are killed. [`wait_cleanups`] waits for them
+/// before ocrig exits; what a killed ocrig left is removed by the next one ([`remove_stale`]).
+static CLEANUPS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+
 impl Drop for SchedTrace {
     fn drop(&mut self) {
-        let Some(w) = self.fs.writer() else { return };
-        let ops = [
-            FileOp::Write(format!("{}/tracing_on", self.dir), "0".into()),
-            FileOp::Write(
-                format!("{}/events/sched/sched_switch/enable", self.dir),
-                "0".into(),
-            ),
-            FileOp::Rmdir(self.dir.clone()),
-        ];
-        if let Err(e) = w.apply(&ops, true) {
-            tracing::warn!(
-                "removing the trace instance {} on {}: {e}",
-                self.dir,
-                self.fs.label()
-            );
+        let (fs, dir) = (Arc::clone(&self.fs), std::mem::take(&mut self.dir));
+        let remove = move || {
+            let Some(w) = fs.writer() else { return };
+            let ops = [
+                FileOp::Write(format!("{dir}/tracing_on"), "0".into()),
+                FileOp::Write(format!("{dir}/events/sched/sched_switch/enable"), "0".into()),
+                FileOp::Rmdir(dir.clone()),
+            ];
+            if let Err(e) = w.apply(&ops, true) {
+                tracing::warn!("removing the trace instance {dir} on {}: {e}", fs.label());
+            }
+        };
+        let mut pending = CLEANUPS.lock().unwrap_or_else(|e| e.into_inner());
+        pending.retain(|h| !h.is_finished());
+        match std::thread::Builder::new()
+            .name("ocrig-trace-rm".into())
+            .spawn(remove)
+        {
+            Ok(h) => pending.push(h),
+            Err(e) => tracing::warn!("no thread to remove a trace instance: {e}"),
         }
     }
+}
+
+/// Waits up to `timeout` for the trace instances being removed; returns how many were not
+/// removed by then (the next ocrig removes them).
+pub fn wait_cleanups(timeout: std::time::Duration) -> usize {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pending = std::mem::take(&mut *CLEANUPS.lock().unwrap_or_else(|e| e.into_inner()));
+    while !pending.is_empty() && std::time::Instant::now() < deadline {
+        pending.retain(|h| !h.is_finished());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    pending.retain(|h| !h.is_finished());
+    if !pending.is_empty() {
+        tracing::warn!(
+            "{} trace instance(s) still being removed after {timeout:?}; the next ocrig removes them",
+            pending.len()
+        );
+    }
+    pending.len()
 }
 
 /// The hex `tracing_cpumask` of a CPU set, in the kernel's comma-separated 32-bit words.
@@ -948,7 +980,15 @@ mod tests {
                 if dir.join("per_cpu/cpu1").is_dir() {
                     assert!(kb(1).trim().parse::<u64>().unwrap() < 64, "{}", kb(1));
                 }
+                let t0 = std::time::Instant::now();
                 drop(t);
+                // Removed on a thread of its own: the drop itself does not wait for it.
+                assert!(
+                    t0.elapsed() < std::time::Duration::from_millis(20),
+                    "{:?}",
+                    t0.elapsed()
+                );
+                assert_eq!(wait_cleanups(std::time::Duration::from_secs(30)), 0);
                 assert!(!dir.exists(), "{} left behind", dir.display());
             }
             // Not traceable here (not root, no tracefs): the reason names what is missing.
