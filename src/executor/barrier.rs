@@ -18,7 +18,7 @@ use crate::host::Accel;
 use crate::payload_bin;
 use crate::telemetry::orchestrator::{RunCost, SelfSnapshot};
 use crate::telemetry::probe::{ProbeTarget, RunProbe};
-use crate::telemetry::sched_trace::{self, SchedTrace};
+use crate::telemetry::sched_trace::{self, SchedTrace, Tracer};
 
 /// The line a gated payload prints on stderr when it waits for its go signal.
 const READY_LINE: &str = "ocrig-payload: ready";
@@ -50,8 +50,17 @@ pub struct Host<'a> {
     pub fs: &'a Arc<dyn crate::hostfs::HostFs>,
     pub cpus: &'a [usize],
     pub accel: Accel,
-    /// Where to write the run's vCPU timeline ([`crate::telemetry::sched_trace`]); None: none.
-    pub timeline: Option<&'a std::path::Path>,
+    /// The run's vCPU timeline ([`crate::telemetry::sched_trace`]); None: none.
+    pub timeline: Option<Timeline<'a>>,
+}
+
+/// Where a run's vCPU timeline comes from and goes.
+#[derive(Clone, Copy)]
+pub struct Timeline<'a> {
+    /// The guest set's trace instance on the host, or why that host cannot be traced.
+    pub tracer: Result<&'a Tracer, &'a str>,
+    /// The side file it is written to.
+    pub file: &'a std::path::Path,
 }
 
 /// The line that ends each copy of the guest's /proc/stat in the gated command's output.
@@ -61,12 +70,13 @@ const STAT_END: &str = "ocrig-proc-stat-end";
 /// stays an argument). The same shell prints the guest's /proc/stat right before the payload
 /// starts and right after it ends (each followed by [`STAT_END`]), so the run's guest CPU
 /// split costs no SSH round trips of its own (two were ~25–110 ms a run at 1–2 guests); the
-/// payload's exit status is the command's.
+/// payload's exit status is the command's (it runs as a shell function's body:
+/// [`GuestSsh::start_gated`]).
 pub fn gated_command(argv: &[String]) -> anyhow::Result<String> {
     let quoted =
         shlex::try_join(argv.iter().map(String::as_str)).context("a payload argument holds a NUL byte")?;
     Ok(format!(
-        "cat /proc/stat; echo {STAT_END}; {} --go-stdin {quoted}; s=$?; echo; echo {STAT_END}; cat /proc/stat; exit $s",
+        "cat /proc/stat; echo {STAT_END}; {} --go-stdin {quoted}; s=$?; echo; echo {STAT_END}; cat /proc/stat; return $s",
         payload_bin::GUEST_PATH
     ))
 }
@@ -161,7 +171,7 @@ pub async fn gated_run(
     steps.mark();
     // 2. Telemetry right before the go signal (the scheduler trace outside the probe's reads).
     //    A guest whose start failed is not asked.
-    let trace = host.timeline.map(|_| start_trace(participants, host));
+    let trace = host.timeline.map(|t| start_trace(participants, t.tracer));
     // By worker index, so each guest's lookup is one step (a run may have hundreds).
     let mut failed: Vec<bool> = (0..workers).map(|i| results[i].is_some()).collect();
     let mut stat_before: Vec<Option<Result<String, String>>> = vec![None; workers];
@@ -187,14 +197,6 @@ pub async fn gated_run(
             out.push((s, t));
         }
         drop(_urgent);
-        // Stdin is closed only once every guest is released, outside the skew.
-        for (s, t) in &mut out {
-            if t.is_ok()
-                && let Err(e) = s.gated.end_stdin()
-            {
-                *t = Err(e.context("closing stdin after the go signal"));
-            }
-        }
         let times: Vec<Instant> = out.iter().filter_map(|(_, t)| t.as_ref().ok().copied()).collect();
         (out, times)
     })
@@ -258,7 +260,7 @@ pub async fn gated_run(
     let mut telemetry = probe
         .finish(&targets(participants, |i| !failed[i], |i| stat_after[i].clone()))
         .await;
-    if let (Some(trace), Some(file)) = (trace, host.timeline) {
+    if let (Some(trace), Some(Timeline { file, .. })) = (trace, host.timeline) {
         let window = run_window(&go_times, collected.iter().filter_map(|c| c.3));
         telemetry
             .shared
@@ -359,18 +361,21 @@ impl Steps {
     }
 }
 
-/// Starts the host scheduler trace of the run's CPUs on the host the guests run on (this
-/// machine, or a remote host over SSH), or says why there is none.
-fn start_trace(participants: &[Participant<'_>], host: Host<'_>) -> Result<SchedTrace, String> {
+/// Starts recording the run on the host scheduler trace of the guests' host (this machine, or
+/// a remote host over SSH), or says why there is none.
+fn start_trace<'t>(
+    participants: &[Participant<'_>],
+    tracer: Result<&'t Tracer, &str>,
+) -> Result<SchedTrace<'t>, String> {
     let mut guests = vec![Vec::new(); participants.iter().map(|p| p.index + 1).max().unwrap_or(0)];
     for p in participants {
         guests[p.index] = p.vcpu_tids.clone();
     }
-    SchedTrace::start(host.fs, host.cpus, &guests)
+    tracer.map_err(str::to_string)?.begin(&guests)
 }
 
 fn finish_trace(
-    trace: Result<SchedTrace, String>,
+    trace: Result<SchedTrace<'_>, String>,
     window: Option<(u64, u64)>,
     file: &std::path::Path,
 ) -> serde_json::Value {
@@ -432,9 +437,10 @@ mod tests {
         let cmd = cmd
             .replace(payload_bin::GUEST_PATH, "sh -c 'echo \"{report}\"; exit 3' --")
             .replace("--go-stdin list", "");
+        // As the guest's kept shell runs it: the body of a function.
         let out = std::process::Command::new("sh")
             .arg("-c")
-            .arg(&cmd)
+            .arg(format!("ocrig_cmd() {{\n{cmd}\n}}; ocrig_cmd"))
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(3), "{cmd}");

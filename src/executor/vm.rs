@@ -21,6 +21,7 @@ use crate::guest::ssh::{Credentials, GuestSsh};
 use crate::host::Accel;
 use crate::image::Image;
 use crate::scenario::Timeouts;
+use crate::telemetry::sched_trace::Tracer;
 
 /// What the VM executor needs besides the boot group.
 pub struct VmConfig {
@@ -63,6 +64,9 @@ pub struct VmExecutor {
     boots: BTreeMap<String, u32>,
     /// The live guests' directory and the runs made on them, to name each run's timeline.
     workdir: Option<(PathBuf, u32)>,
+    /// The live guests' host trace instance (made at bring-up, when runs record a timeline),
+    /// or why their host cannot be traced.
+    tracer: Option<Result<Tracer, String>>,
 }
 
 impl VmExecutor {
@@ -73,6 +77,7 @@ impl VmExecutor {
             placed: None,
             boots: BTreeMap::new(),
             workdir: None,
+            tracer: None,
         }
     }
 
@@ -142,6 +147,15 @@ impl Executor for VmExecutor {
             self.shut_down().await;
             return Err(e);
         }
+        if self.cfg.timeline && timeline_on() {
+            // Set up once for the guest set (~60 ms here), so runs only switch it on and off.
+            let (fs, cpus) = (self.cfg.backend.host_fs(), self.cfg.host_cpus.clone());
+            self.tracer = Some(
+                tokio::task::spawn_blocking(move || Tracer::new(&fs, &cpus))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("setting up the trace: {e}"))),
+            );
+        }
         let kernel = kernel_facts(&self.live, self.collect_limit()).await;
         let memory = if local {
             guest_memory(&self.live)
@@ -201,7 +215,14 @@ impl Executor for VmExecutor {
             fs: &fs,
             cpus: &self.cfg.host_cpus,
             accel: self.cfg.accel,
-            timeline: timeline.as_deref(),
+            timeline: timeline.as_deref().map(|file| barrier::Timeline {
+                tracer: match &self.tracer {
+                    Some(Ok(t)) => Ok(t),
+                    Some(Err(why)) => Err(why.as_str()),
+                    None => Err("no trace instance was made for these guests"),
+                },
+                file,
+            }),
         };
         let run = barrier::gated_run(&participants, request.argv.len(), host, limits);
         let rotation = self.rotation();
@@ -240,6 +261,8 @@ impl Executor for VmExecutor {
                 }
             });
         join_all(stops).await;
+        // Removed in the background (telemetry::sched_trace).
+        self.tracer = None;
     }
 }
 

@@ -1,7 +1,8 @@
 //! The host scheduler's own record of a run: which thread ran on each pinned host CPU when,
 //! from `sched:sched_switch` in a tracefs instance of our own, turned into a vCPU timeline.
 //!
-//! - One instance per trace (`/sys/kernel/tracing/instances/ocrig-<pid>-<n>`): the global
+//! - An instance of our own (`/sys/kernel/tracing/instances/ocrig-<pid>-<n>`), one per guest
+//!   set ([`Tracer`]), recording only during each of its runs ([`SchedTrace`]): the global
 //!   buffer and any other tracer (another ocrig, perf, trace-cmd) are left alone.
 //! - `tracing_cpumask` = the run's host CPUs, and no pid filter: every switch on those CPUs is
 //!   kept, so the timeline shows what else ran there ("other", by command name) and idle.
@@ -10,9 +11,9 @@
 //! - Bounded: the per-CPU buffer is [`BUFFER_KB`] with overwrite off, so a long run keeps its
 //!   *first* part (the kernel drops later events and counts them) and the summary says where
 //!   the kept window ends; at most [`MAX_SEGMENTS`] segments go to the side file.
-//! - The instance is removed when the [`SchedTrace`] is dropped (also on error, or when a
-//!   signal drops the run's future); instances left by a killed ocrig are removed at the next
-//!   start ([`remove_stale`]).
+//! - The instance is removed when the [`Tracer`] is dropped (the guest set shut down, an
+//!   error, or a signal that drops the sweep's future); instances left by a killed ocrig are
+//!   removed at the next start ([`remove_stale`]).
 //!
 //! The timeline is written to a side file (compact JSON, [`Timeline`]); the run's record gets
 //! only [`summary`]: the file, its size, whether it was clipped, each guest vCPU's measured
@@ -49,12 +50,35 @@ pub fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// A running trace; dropping it removes its instance.
-pub struct SchedTrace {
+/// A tracefs instance of ours on one host, set up once for a guest set and used by each of its
+/// runs ([`Tracer::begin`]); dropping it removes the instance.
+///
+/// Why one per guest set and not one per run: making an instance ready costs ~60 ms here
+/// (`trace_clock` and each buffer size wait for RCU grace periods: 20 + 8 per CPU), and
+/// removing it ~55 ms; a run needs only `tracing_on` (0.1 ms) and, after it, a reset of the
+/// buffer (15 ms), which runs in the background while the next run's payload starts.
+pub struct Tracer {
     /// The traced host (this machine, or a remote host over SSH); it has a writer.
     fs: Arc<dyn HostFs>,
     dir: String,
     cpus: Vec<usize>,
+    /// The instance's mask as created (every CPU of that host): a remote run's markers are
+    /// written under it, since the shell that writes them may run on any CPU.
+    all_cpus_mask: String,
+    /// The previous run's reset (tracing off, buffer emptied), going on in the background.
+    reset: std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), String>>>>,
+    /// Orchestrator CPU spent setting the instance up, ns; charged to the first run.
+    setup_cost_ns: std::sync::atomic::AtomicU64,
+    /// That host's slice setting and tick ([`host_slice_setting`]), read once per guest set:
+    /// a root-only knob nobody turns mid-sweep, and its tick from a decompressed kernel config
+    /// (~2 ms a run).
+    host_slice: Value,
+}
+
+/// One run's trace on a [`Tracer`]; [`SchedTrace::finish`] reads it (dropping it unread, as a
+/// failed or interrupted run does, only resets the buffer).
+pub struct SchedTrace<'t> {
+    tracer: &'t Tracer,
     /// Per guest, per vCPU: host thread ids.
     guests: Vec<Vec<i32>>,
     /// This machine's CLOCK_MONOTONIC right before the switches were enabled.
@@ -62,10 +86,11 @@ pub struct SchedTrace {
     /// Trace markers written on the traced host: (index, this machine's mono ns before and
     /// after the write); empty where the traced host is this machine (one clock).
     markers: Vec<(u32, u64, u64)>,
-    /// Orchestrator CPU spent setting it up, ns.
+    /// Orchestrator CPU spent starting it, ns.
     cost_ns: u64,
+    /// Read by `finish`: the buffer's reset is already under way.
+    finished: bool,
 }
-
 /// How the traced host's trace clock was tied to this machine's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClockTie {
@@ -124,20 +149,15 @@ pub fn remove_stale(fs: &dyn HostFs, root: &str) {
     let _ = w.apply(&stale, true);
 }
 
-impl SchedTrace {
-    /// Starts tracing every switch on `cpus` of the host `fs` reads; `guests[g][v]` is that
-    /// host's thread of guest g's vCPU v. Err: why this host cannot be traced (the record's
-    /// `unavailable`).
-    pub fn start(fs: &Arc<dyn HostFs>, cpus: &[usize], guests: &[Vec<i32>]) -> Result<Self, String> {
-        Self::start_at(fs, TRACEFS, cpus, guests)
+impl Tracer {
+    /// Makes an instance tracing every switch on `cpus` of the host `fs` reads, recording
+    /// nothing until a run begins. Err: why this host cannot be traced (each run's record
+    /// says it as `unavailable`).
+    pub fn new(fs: &Arc<dyn HostFs>, cpus: &[usize]) -> Result<Self, String> {
+        Self::new_at(fs, TRACEFS, cpus)
     }
 
-    fn start_at(
-        fs: &Arc<dyn HostFs>,
-        root: &str,
-        cpus: &[usize],
-        guests: &[Vec<i32>],
-    ) -> Result<Self, String> {
+    fn new_at(fs: &Arc<dyn HostFs>, root: &str, cpus: &[usize]) -> Result<Self, String> {
         let cpu0 = super::probe::process_cpu_ns();
         let Some(w) = fs.writer() else {
             return Err(format!(
@@ -159,17 +179,21 @@ impl SchedTrace {
         ops.push(FileOp::Mkdir(dir.clone()));
         w.apply(&ops, false)?;
         // From here on, Drop removes the instance whatever fails.
-        let mut trace = Self {
+        let mut tracer = Self {
             fs: Arc::clone(fs),
             dir,
             cpus: cpus.to_vec(),
-            guests: guests.to_vec(),
-            started_ns: 0,
-            markers: Vec::new(),
-            cost_ns: 0,
+            all_cpus_mask: String::new(),
+            reset: std::sync::Mutex::new(None),
+            setup_cost_ns: std::sync::atomic::AtomicU64::new(0),
+            host_slice: host_slice_setting(&**fs),
         };
-        let d = &trace.dir;
-        let at = |f: &str| format!("{d}/{f}");
+        let at = |f: &str| format!("{}/{f}", tracer.dir);
+        tracer.all_cpus_mask = fs
+            .read(&at("tracing_cpumask"))
+            .map_err(|e| format!("reading the new instance's CPU mask: {e}"))?
+            .trim()
+            .to_string();
         // The ring buffer only on the traced CPUs: an instance gets one per possible CPU, and
         // 2 MiB on each of a 200-CPU host's would be 400 MiB of kernel memory.
         let mut ops = vec![
@@ -184,49 +208,133 @@ impl SchedTrace {
                 BUFFER_KB.to_string(),
             )
         }));
-        ops.push(FileOp::Write(at("tracing_on"), "1".into()));
+        if fs.is_local() {
+            // One clock, no markers: the mask and the event stay set, `tracing_on` decides.
+            ops.push(FileOp::Write(at("tracing_cpumask"), cpumask(cpus)));
+            ops.push(FileOp::Write(at("events/sched/sched_switch/enable"), "1".into()));
+        }
         w.apply(&ops, false)?;
-        if !fs.is_local() {
-            // Markers before any event is on and before the CPU mask, so that a marker written
-            // on any of that host's CPUs is kept: each one's time on that host's trace clock,
-            // against this machine's clock around the write.
+        tracer.setup_cost_ns.store(
+            super::probe::process_cpu_ns().saturating_sub(cpu0),
+            Ordering::Relaxed,
+        );
+        Ok(tracer)
+    }
+
+    /// Starts recording one run; `guests[g][v]` is the traced host's thread of guest g's
+    /// vCPU v. Waits for the previous run's reset first (it normally ended while this run's
+    /// payload started).
+    pub fn begin(&self, guests: &[Vec<i32>]) -> Result<SchedTrace<'_>, String> {
+        let cpu0 = super::probe::process_cpu_ns();
+        self.wait_reset()?;
+        let w = self.fs.writer().expect("a tracer's host has a writer");
+        let at = |f: &str| format!("{}/{f}", self.dir);
+        let mut trace = SchedTrace {
+            tracer: self,
+            guests: guests.to_vec(),
+            started_ns: 0,
+            markers: Vec::new(),
+            cost_ns: 0,
+            finished: false,
+        };
+        if self.fs.is_local() {
+            trace.started_ns = mono_ns();
+            w.apply(&[FileOp::Write(at("tracing_on"), "1".into())], false)?;
+        } else {
+            // Markers before the event is on and under the whole-host mask, so that a marker
+            // written on any of that host's CPUs is kept (its other CPUs' buffers are small):
+            // each one's time on that host's trace clock, against this machine's clock around
+            // the write.
+            w.apply(
+                &[
+                    FileOp::Write(at("tracing_cpumask"), self.all_cpus_mask.clone()),
+                    FileOp::Write(at("tracing_on"), "1".into()),
+                ],
+                false,
+            )?;
             for i in 0..MARKERS {
                 let t0 = mono_ns();
                 w.write_now(&at("trace_marker"), &format!("{MARKER}{i}"))?;
                 trace.markers.push((i, t0, mono_ns()));
             }
+            trace.started_ns = mono_ns();
+            w.apply(
+                &[
+                    FileOp::Write(at("tracing_cpumask"), cpumask(&self.cpus)),
+                    FileOp::Write(at("events/sched/sched_switch/enable"), "1".into()),
+                ],
+                false,
+            )?;
         }
-        trace.started_ns = mono_ns();
-        w.apply(
-            &[
-                FileOp::Write(at("tracing_cpumask"), cpumask(cpus)),
-                FileOp::Write(at("events/sched/sched_switch/enable"), "1".into()),
-            ],
-            false,
-        )?;
-        trace.cost_ns = super::probe::process_cpu_ns().saturating_sub(cpu0);
+        trace.cost_ns = super::probe::process_cpu_ns().saturating_sub(cpu0)
+            + self.setup_cost_ns.swap(0, Ordering::Relaxed);
         Ok(trace)
     }
 
+    /// Stops recording and empties the buffer on a thread of its own; the next
+    /// [`Tracer::begin`] (or the instance's removal) waits for it.
+    fn reset_in_background(&self) {
+        let (fs, dir) = (Arc::clone(&self.fs), self.dir.clone());
+        let mut ops = vec![FileOp::Write(format!("{dir}/tracing_on"), "0".into())];
+        if !fs.is_local() {
+            ops.push(FileOp::Write(
+                format!("{dir}/events/sched/sched_switch/enable"),
+                "0".into(),
+            ));
+        }
+        // Opening `trace` for writing with O_TRUNC empties every CPU's buffer and its
+        // dropped/overrun counts.
+        ops.push(FileOp::Write(format!("{dir}/trace"), String::new()));
+        let reset = move || {
+            fs.writer()
+                .expect("a tracer's host has a writer")
+                .apply(&ops, false)
+        };
+        let mut slot = self.reset.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(previous) = slot.take() {
+            let _ = previous.join();
+        }
+        *slot = Some(
+            std::thread::Builder::new()
+                .name("ocrig-trace-reset".into())
+                .spawn(reset)
+                .unwrap_or_else(|e| {
+                    let why = format!("no thread to reset the trace: {e}");
+                    std::thread::spawn(move || Err(why))
+                }),
+        );
+    }
+
+    fn wait_reset(&self) -> Result<(), String> {
+        let pending = self.reset.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match pending.map(std::thread::JoinHandle::join) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(format!("resetting the trace after the previous run: {e}")),
+            Some(Err(_)) => Err("resetting the trace after the previous run: its thread panicked".into()),
+        }
+    }
+}
+
+impl SchedTrace<'_> {
     /// Stops the trace, writes the timeline to `file` and returns the record's summary.
     /// `run` is the measured window (this machine's mono ns: the first go signal, the last
     /// guest's end).
-    pub fn finish(self, run: (u64, u64), file: &Path) -> Value {
+    pub fn finish(mut self, run: (u64, u64), file: &Path) -> Value {
         let cpu0 = super::probe::process_cpu_ns();
         let stopped_ns = mono_ns();
-        let w = self.fs.writer().expect("a started trace's host has a writer");
-        let mut paths = vec![format!("{}/trace", self.dir)];
-        paths.extend(
-            self.cpus
-                .iter()
-                .map(|c| format!("{}/per_cpu/cpu{c}/stats", self.dir)),
-        );
+        let t = self.tracer;
+        let w = t.fs.writer().expect("a tracer's host has a writer");
+        let mut paths = vec![format!("{}/trace", t.dir)];
+        paths.extend(t.cpus.iter().map(|c| format!("{}/per_cpu/cpu{c}/stats", t.dir)));
         let read = w
             .apply(
-                &[FileOp::Write(format!("{}/tracing_on", self.dir), "0".into())],
+                &[FileOp::Write(format!("{}/tracing_on", t.dir), "0".into())],
                 false,
             )
-            .map(|()| self.fs.read_many(&paths));
+            .map(|()| t.fs.read_many(&paths));
+        // Read: the buffer may be emptied for the next run.
+        self.finished = true;
+        t.reset_in_background();
         let mut files = match read {
             Ok(files) => files.into_iter(),
             Err(e) => return json!({ "unavailable": format!("stopping the trace: {e}") }),
@@ -240,7 +348,7 @@ impl SchedTrace {
             .filter_map(Result::ok)
             .map(|s| stat_field(&s, "dropped events") + stat_field(&s, "overrun"))
             .sum();
-        let tie = if self.fs.is_local() {
+        let tie = if t.fs.is_local() {
             ClockTie {
                 offset_ns: 0,
                 error_ns: 0,
@@ -250,7 +358,7 @@ impl SchedTrace {
                 Some(t) => t,
                 None => {
                     return json!({ "unavailable": format!(
-                        "none of the {MARKERS} clock markers written to {} came back in its trace", self.fs.label()
+                        "none of the {MARKERS} clock markers written to {} came back in its trace", t.fs.label()
                     ) });
                 }
             }
@@ -259,7 +367,7 @@ impl SchedTrace {
         let switches = parse(&text);
         let mut tl = timeline(
             &switches,
-            &self.cpus,
+            &t.cpus,
             &self.guests,
             (there(self.started_ns), there(stopped_ns)),
             (there(run.0), there(run.1)),
@@ -267,16 +375,16 @@ impl SchedTrace {
         tl.dropped_events = dropped;
         drop(text);
         let written = write_gz(&tl, file);
-        let slice = host_slice_setting(&*self.fs);
+        let slice = t.host_slice.clone();
         let cost_ms = (self.cost_ns + super::probe::process_cpu_ns().saturating_sub(cpu0)) as f64 / 1e6;
         match written {
             Ok(bytes) => {
                 let mut s = summary(&tl, file, bytes, cost_ms, slice);
                 s["clock"] = json!({
-                    "host": self.fs.label(),
+                    "host": t.fs.label(),
                     "offset_ns": tie.offset_ns,
                     "error_ns": tie.error_ns,
-                    "from": if self.fs.is_local() {
+                    "from": if t.fs.is_local() {
                         "this machine's CLOCK_MONOTONIC (one clock)".to_string()
                     } else {
                         format!("trace markers written over SSH, the shortest round trip of {MARKERS}")
@@ -289,6 +397,13 @@ impl SchedTrace {
     }
 }
 
+impl Drop for SchedTrace<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.tracer.reset_in_background();
+        }
+    }
+}
 /// The traced host's clock against this one's from the markers `(index, before, after)` and
 /// where they landed in the trace: the marker with the shortest round trip, its trace time
 /// against the middle of its write.
@@ -338,15 +453,21 @@ pub fn read_timeline(file: &Path) -> Result<Timeline, String> {
 /// Removing an instance waits for the kernel's RCU grace periods: ~55 ms here on an idle
 /// host (8 ms to disable the event, 40-50 ms for the rmdir), seconds when busy vCPUs delay
 /// them (one SIGINT here waited 6.6 s for it, with the guests still alive, since they were
-/// dropped after the trace). So a trace is removed on a thread of its own: off the path
-/// between two runs, and never before the guests are killed. [`wait_cleanups`] waits for them
-/// before ocrig exits; what a killed ocrig left is removed by the next one ([`remove_stale`]).
+/// dropped after the trace). So an instance is removed on a thread of its own: off the path
+/// between two guest sets, and never before the guests are killed. [`wait_cleanups`] waits
+/// for them before ocrig exits; what a killed ocrig left is removed by the next one
+/// ([`remove_stale`]).
 static CLEANUPS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
 
-impl Drop for SchedTrace {
+impl Drop for Tracer {
     fn drop(&mut self) {
         let (fs, dir) = (Arc::clone(&self.fs), std::mem::take(&mut self.dir));
+        let reset = self.reset.get_mut().unwrap_or_else(|e| e.into_inner()).take();
         let remove = move || {
+            // The last run's reset writes into the instance: it ends first.
+            if let Some(r) = reset {
+                let _ = r.join();
+            }
             let Some(w) = fs.writer() else { return };
             let ops = [
                 FileOp::Write(format!("{dir}/tracing_on"), "0".into()),
@@ -368,7 +489,6 @@ impl Drop for SchedTrace {
         }
     }
 }
-
 /// Waits up to `timeout` for the trace instances being removed; returns how many were not
 /// removed by then (the next ocrig removes them).
 pub fn wait_cleanups(timeout: std::time::Duration) -> usize {
@@ -963,12 +1083,31 @@ mod tests {
         );
     }
 
+    /// A thread on host CPU 0 that sleeps `n` times for 1 ms (two switches each); its tid.
+    fn sleeper_on_cpu0(n: usize) -> (i32, std::thread::JoinHandle<()>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            // SAFETY: a zeroed cpu_set_t with CPU 0 set, for this thread (pid 0).
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            for _ in 0..n {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        (rx.recv().unwrap(), h)
+    }
+
     #[test]
-    fn an_instance_is_removed_when_the_trace_is_dropped() {
+    fn one_instance_serves_every_run_of_a_guest_set_and_is_removed_when_dropped() {
         let fs: Arc<dyn HostFs> = Arc::new(crate::hostfs::LocalFs);
-        match SchedTrace::start(&fs, &[0], &[vec![]]) {
-            Ok(t) => {
-                let dir = std::path::PathBuf::from(&t.dir);
+        match Tracer::new(&fs, &[0]) {
+            Ok(tracer) => {
+                let dir = std::path::PathBuf::from(&tracer.dir);
                 assert!(dir.is_dir());
                 // The ring buffer is on the traced CPU only.
                 let kb = |c: usize| {
@@ -980,8 +1119,42 @@ mod tests {
                 if dir.join("per_cpu/cpu1").is_dir() {
                     assert!(kb(1).trim().parse::<u64>().unwrap() < 64, "{}", kb(1));
                 }
+                let tmp = tempfile::tempdir().unwrap();
+                let switch_lines = || {
+                    std::fs::read_to_string(dir.join("trace"))
+                        .unwrap()
+                        .lines()
+                        .filter(|l| l.contains("sched_switch:"))
+                        .count()
+                };
+                // Nothing is recorded outside a run.
+                let (_, idle) = sleeper_on_cpu0(20);
+                idle.join().unwrap();
+                assert_eq!(switch_lines(), 0);
+                for run in 0..2 {
+                    let (tid, h) = sleeper_on_cpu0(50);
+                    let t = tracer.begin(&[vec![tid]]).unwrap();
+                    let from = mono_ns();
+                    h.join().unwrap();
+                    let file = tmp.path().join(format!("run{run}.json.gz"));
+                    let s = t.finish((from, mono_ns()), &file);
+                    assert!(s.get("unavailable").is_none(), "{s}");
+                    let tl = read_timeline(&file).unwrap();
+                    assert_eq!(tl.dropped_events, 0);
+                    // Each run's own thread: recording restarted after the previous run's reset.
+                    let mine = tl.vcpu_slices_ms().get(&(0, 0)).map_or(0, Vec::len);
+                    assert!(mine >= 25, "run {run}: {mine} slices of its thread in {s}");
+                    // Emptied once read: the next run starts with an empty buffer.
+                    tracer.wait_reset().unwrap();
+                    assert_eq!(switch_lines(), 0, "run {run}");
+                }
+                // A run dropped unread (failed, interrupted) stops recording too.
+                drop(tracer.begin(&[]).unwrap());
+                tracer.wait_reset().unwrap();
+                let on = std::fs::read_to_string(dir.join("tracing_on")).unwrap();
+                assert_eq!(on.trim(), "0");
                 let t0 = std::time::Instant::now();
-                drop(t);
+                drop(tracer);
                 // Removed on a thread of its own: the drop itself does not wait for it.
                 assert!(
                     t0.elapsed() < std::time::Duration::from_millis(20),
