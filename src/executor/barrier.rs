@@ -171,7 +171,10 @@ pub async fn gated_run(
     steps.mark();
     // 2. Telemetry right before the go signal (the scheduler trace outside the probe's reads).
     //    A guest whose start failed is not asked.
-    let trace = host.timeline.map(|t| start_trace(participants, t.tracer));
+    let trace = match host.timeline {
+        Some(t) => Some(start_trace(participants, t.tracer).await),
+        None => None,
+    };
     // By worker index, so each guest's lookup is one step (a run may have hundreds).
     let mut failed: Vec<bool> = (0..workers).map(|i| results[i].is_some()).collect();
     let mut stat_before: Vec<Option<Result<String, String>>> = vec![None; workers];
@@ -257,14 +260,20 @@ pub async fn gated_run(
         failed[c.0] |= c.2.is_err();
         stat_after[c.0] = c.4.clone();
     }
-    let mut telemetry = probe
-        .finish(&targets(participants, |i| !failed[i], |i| stat_after[i].clone()))
-        .await;
-    if let (Some(trace), Some(Timeline { file, .. })) = (trace, host.timeline) {
-        let window = run_window(&go_times, collected.iter().filter_map(|c| c.3));
-        telemetry
-            .shared
-            .insert("timeline".into(), finish_trace(trace, window, file));
+    // The trace is read (~4 ms here) while the probe reads the guests.
+    let timeline = async {
+        match (trace, host.timeline) {
+            (Some(trace), Some(Timeline { file, .. })) => {
+                let window = run_window(&go_times, collected.iter().filter_map(|c| c.3));
+                Some(finish_trace(trace, window, file.to_path_buf()).await)
+            }
+            _ => None,
+        }
+    };
+    let read_from = targets(participants, |i| !failed[i], |i| stat_after[i].clone());
+    let (mut telemetry, timeline) = tokio::join!(probe.finish(&read_from), timeline);
+    if let Some(timeline) = timeline {
+        telemetry.shared.insert("timeline".into(), timeline);
     }
     for (index, argv, result, run_s, _) in collected {
         let run_s = if result.is_ok() { run_s } else { None };
@@ -363,24 +372,33 @@ impl Steps {
 
 /// Starts recording the run on the host scheduler trace of the guests' host (this machine, or
 /// a remote host over SSH), or says why there is none.
-fn start_trace<'t>(
+/// Starts the run's trace on a blocking thread: its tracefs writes can wait for RCU grace
+/// periods (seconds on a busy host), and this task must stay free to notice a signal and kill
+/// the guests.
+async fn start_trace(
     participants: &[Participant<'_>],
-    tracer: Result<&'t Tracer, &str>,
-) -> Result<SchedTrace<'t>, String> {
+    tracer: Result<&Tracer, &str>,
+) -> Result<SchedTrace, String> {
     let mut guests = vec![Vec::new(); participants.iter().map(|p| p.index + 1).max().unwrap_or(0)];
     for p in participants {
         guests[p.index] = p.vcpu_tids.clone();
     }
-    tracer.map_err(str::to_string)?.begin(&guests)
+    let tracer = tracer.map_err(str::to_string)?.clone();
+    tokio::task::spawn_blocking(move || tracer.begin(&guests))
+        .await
+        .unwrap_or_else(|e| Err(format!("starting the trace: {e}")))
 }
 
-fn finish_trace(
-    trace: Result<SchedTrace<'_>, String>,
+/// Reads the run's trace on a blocking thread (as [`start_trace`]).
+async fn finish_trace(
+    trace: Result<SchedTrace, String>,
     window: Option<(u64, u64)>,
-    file: &std::path::Path,
+    file: std::path::PathBuf,
 ) -> serde_json::Value {
     match (trace, window) {
-        (Ok(t), Some(w)) => t.finish(w, file),
+        (Ok(t), Some(w)) => tokio::task::spawn_blocking(move || t.finish(w, &file))
+            .await
+            .unwrap_or_else(|e| serde_json::json!({ "unavailable": format!("reading the trace: {e}") })),
         (Err(why), _) => serde_json::json!({ "unavailable": why }),
         (Ok(_), None) => {
             serde_json::json!({ "unavailable": "no guest was started, so the run has no window" })

@@ -24,6 +24,16 @@ pub struct Interrupted {
     pub code: u8,
 }
 
+/// After a sweep's runtime is shut down (its guests gone): waits for the host trace instances
+/// still being removed ([`crate::telemetry::sched_trace::wait_cleanups`]) — up to 5 s after a
+/// sweep that ended, 1 s after a signal, whose sender waits for ocrig to exit (what is left
+/// is removed by the next ocrig).
+pub(crate) fn wait_for_trace_cleanups<T>(outcome: &anyhow::Result<T>) {
+    let interrupted = outcome.as_ref().err().is_some_and(|e| e.is::<Interrupted>());
+    let limit = if interrupted { 1 } else { 5 };
+    crate::telemetry::sched_trace::wait_cleanups(std::time::Duration::from_secs(limit));
+}
+
 /// The sweep ran to its end, but some run slots have no valid result (every attempt failed,
 /// or their guests never came up). Its reports are written; `--resume` retries those slots.
 #[derive(Debug, thiserror::Error)]

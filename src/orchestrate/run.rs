@@ -276,7 +276,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // Blocking SSH threads may still wait on dead guests; do not wait for them.
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
     // The guests are gone; the host traces may still be being removed (telemetry::sched_trace).
-    crate::telemetry::sched_trace::wait_cleanups(std::time::Duration::from_secs(5));
+    super::wait_for_trace_cleanups(&outcome);
     progress.finish();
     let totals = stopped(outcome, &results_dir)?;
     drop(cpus);

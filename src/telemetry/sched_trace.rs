@@ -57,7 +57,16 @@ pub fn mono_ns() -> u64 {
 /// (`trace_clock` and each buffer size wait for RCU grace periods: 20 + 8 per CPU), and
 /// removing it ~55 ms; a run needs only `tracing_on` (0.1 ms) and, after it, a reset of the
 /// buffer (15 ms), which runs in the background while the next run's payload starts.
-pub struct Tracer {
+///
+/// A handle: clones share the one instance, which is removed when the last of them (and of
+/// the runs' [`SchedTrace`]s) is dropped, so a run's trace can be started and read on a
+/// blocking thread, never on the thread that must notice a signal and kill the guests
+/// (tracefs writes wait for RCU grace periods, seconds on a busy host).
+#[derive(Clone)]
+pub struct Tracer(Arc<Instance>);
+
+/// A [`Tracer`]'s instance on the traced host.
+pub struct Instance {
     /// The traced host (this machine, or a remote host over SSH); it has a writer.
     fs: Arc<dyn HostFs>,
     dir: String,
@@ -77,8 +86,8 @@ pub struct Tracer {
 
 /// One run's trace on a [`Tracer`]; [`SchedTrace::finish`] reads it (dropping it unread, as a
 /// failed or interrupted run does, only resets the buffer).
-pub struct SchedTrace<'t> {
-    tracer: &'t Tracer,
+pub struct SchedTrace {
+    tracer: Arc<Instance>,
     /// Per guest, per vCPU: host thread ids.
     guests: Vec<Vec<i32>>,
     /// This machine's CLOCK_MONOTONIC right before the switches were enabled.
@@ -179,7 +188,7 @@ impl Tracer {
         ops.push(FileOp::Mkdir(dir.clone()));
         w.apply(&ops, false)?;
         // From here on, Drop removes the instance whatever fails.
-        let mut tracer = Self {
+        let mut tracer = Instance {
             fs: Arc::clone(fs),
             dir,
             cpus: cpus.to_vec(),
@@ -218,19 +227,19 @@ impl Tracer {
             super::probe::process_cpu_ns().saturating_sub(cpu0),
             Ordering::Relaxed,
         );
-        Ok(tracer)
+        Ok(Self(Arc::new(tracer)))
     }
 
     /// Starts recording one run; `guests[g][v]` is the traced host's thread of guest g's
     /// vCPU v. Waits for the previous run's reset first (it normally ended while this run's
     /// payload started).
-    pub fn begin(&self, guests: &[Vec<i32>]) -> Result<SchedTrace<'_>, String> {
+    pub fn begin(&self, guests: &[Vec<i32>]) -> Result<SchedTrace, String> {
         let cpu0 = super::probe::process_cpu_ns();
         self.wait_reset()?;
         let w = self.fs.writer().expect("a tracer's host has a writer");
         let at = |f: &str| format!("{}/{f}", self.dir);
         let mut trace = SchedTrace {
-            tracer: self,
+            tracer: Arc::clone(&self.0),
             guests: guests.to_vec(),
             started_ns: 0,
             markers: Vec::new(),
@@ -270,7 +279,16 @@ impl Tracer {
             + self.setup_cost_ns.swap(0, Ordering::Relaxed);
         Ok(trace)
     }
+}
 
+impl std::ops::Deref for Tracer {
+    type Target = Instance;
+    fn deref(&self) -> &Instance {
+        &self.0
+    }
+}
+
+impl Instance {
     /// Stops recording and empties the buffer on a thread of its own; the next
     /// [`Tracer::begin`] (or the instance's removal) waits for it.
     fn reset_in_background(&self) {
@@ -315,14 +333,14 @@ impl Tracer {
     }
 }
 
-impl SchedTrace<'_> {
+impl SchedTrace {
     /// Stops the trace, writes the timeline to `file` and returns the record's summary.
     /// `run` is the measured window (this machine's mono ns: the first go signal, the last
     /// guest's end).
     pub fn finish(mut self, run: (u64, u64), file: &Path) -> Value {
         let cpu0 = super::probe::process_cpu_ns();
         let stopped_ns = mono_ns();
-        let t = self.tracer;
+        let t = Arc::clone(&self.tracer);
         let w = t.fs.writer().expect("a tracer's host has a writer");
         let mut paths = vec![format!("{}/trace", t.dir)];
         paths.extend(t.cpus.iter().map(|c| format!("{}/per_cpu/cpu{c}/stats", t.dir)));
@@ -397,7 +415,7 @@ impl SchedTrace<'_> {
     }
 }
 
-impl Drop for SchedTrace<'_> {
+impl Drop for SchedTrace {
     fn drop(&mut self) {
         if !self.finished {
             self.tracer.reset_in_background();
@@ -459,7 +477,7 @@ pub fn read_timeline(file: &Path) -> Result<Timeline, String> {
 /// ([`remove_stale`]).
 static CLEANUPS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
 
-impl Drop for Tracer {
+impl Drop for Instance {
     fn drop(&mut self) {
         let (fs, dir) = (Arc::clone(&self.fs), std::mem::take(&mut self.dir));
         let reset = self.reset.get_mut().unwrap_or_else(|e| e.into_inner()).take();
