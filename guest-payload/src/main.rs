@@ -31,6 +31,33 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    if cli.proc_stat {
+        print_proc_stat(false);
+    }
+    let code = run(&cli);
+    if cli.proc_stat {
+        print_proc_stat(true);
+    }
+    code
+}
+
+/// The guest's /proc/stat for the host, framed as `--proc-stat` says; what cannot be read
+/// is said in its place (the host then has no guest CPU split for the run, and says why).
+fn print_proc_stat(after: bool) {
+    use ocrig_payload::cli::PROC_STAT_END;
+    let stat = std::fs::read_to_string("/proc/stat")
+        .unwrap_or_else(|e| format!("ocrig-payload: reading /proc/stat: {e}\n"));
+    let mut out = std::io::stdout().lock();
+    let _ = if after {
+        write!(out, "\n{PROC_STAT_END}\n{stat}")
+    } else {
+        writeln!(out, "{stat}{PROC_STAT_END}")
+    };
+    let _ = out.flush();
+}
+
+/// Everything after the arguments were accepted: the go signal, the workload, its report.
+fn run(cli: &Cli) -> ExitCode {
     if cli.go_stdin {
         // Tell the host we are ready, then block until it says go.
         eprintln!("ocrig-payload: ready");

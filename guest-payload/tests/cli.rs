@@ -66,6 +66,45 @@ fn a_tiny_run_prints_one_json_report() {
 /// calibrated work: the whole report on stdout, then exit 3 and one stderr line per failed
 /// check naming it. A drift bound of 1e-12 is broken by any two calibrations that differ at
 /// all; two that agree to the nanosecond are retried (the chance of three is negligible).
+/// `--proc-stat` frames the report with the machine's /proc/stat as the host splits it: one
+/// copy and an end line before the report, an empty line, an end line and one copy after.
+#[test]
+fn proc_stat_frames_the_report_before_and_after_the_run() {
+    let end = ocrig_payload::cli::PROC_STAT_END;
+    let out = payload(&[
+        "--proc-stat",
+        "hackbench",
+        "--groups",
+        "1",
+        "--fds",
+        "2",
+        "--loops",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (before, rest) = text
+        .split_once(&format!("{end}\n"))
+        .expect("an end line after the first copy");
+    assert!(before.starts_with("cpu ") && before.ends_with('\n'), "{before}");
+    let (report, after) = rest
+        .rsplit_once(&format!("\n{end}\n"))
+        .expect("an end line before the second copy");
+    let v: serde_json::Value = serde_json::from_str(report).expect("the report between the copies");
+    assert_eq!(v["workload"], "hackbench");
+    assert!(after.starts_with("cpu ") && after.contains("\nctxt "), "{after}");
+    // The run's context switches happened between the two copies.
+    let ctxt = |s: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix("ctxt "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(ctxt(after) > ctxt(before), "{before}\n{after}");
+}
+
 #[test]
 fn a_broken_calibration_bound_exits_3_naming_the_check() {
     for attempt in 0..3 {

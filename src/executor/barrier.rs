@@ -64,19 +64,20 @@ pub struct Timeline<'a> {
 }
 
 /// The line that ends each copy of the guest's /proc/stat in the gated command's output.
-const STAT_END: &str = "ocrig-proc-stat-end";
+const STAT_END: &str = ocrig_payload::cli::PROC_STAT_END;
 
 /// The guest shell command that starts the payload gated: every argument quoted (an empty one
-/// stays an argument). The same shell prints the guest's /proc/stat right before the payload
-/// starts and right after it ends (each followed by [`STAT_END`]), so the run's guest CPU
-/// split costs no SSH round trips of its own (two were ~25–110 ms a run at 1–2 guests); the
+/// stays an argument). The payload prints the guest's /proc/stat right before it is ready and
+/// right after its run (`--proc-stat`: each copy followed by [`STAT_END`]), so the run's guest
+/// CPU split costs no SSH round trips (two were ~25-110 ms a run at 1-2 guests) and no
+/// process of its own (a shell's `cat` was ~5-15 ms of each run's start in a TCG guest); the
 /// payload's exit status is the command's (it runs as a shell function's body:
 /// [`GuestSsh::start_gated`]).
 pub fn gated_command(argv: &[String]) -> anyhow::Result<String> {
     let quoted =
         shlex::try_join(argv.iter().map(String::as_str)).context("a payload argument holds a NUL byte")?;
     Ok(format!(
-        "cat /proc/stat; echo {STAT_END}; {} --go-stdin {quoted}; s=$?; echo; echo {STAT_END}; cat /proc/stat; return $s",
+        "{} --go-stdin --proc-stat {quoted}; return $?",
         payload_bin::GUEST_PATH
     ))
 }
@@ -92,7 +93,7 @@ fn split_after_stat(stdout: &str) -> (String, Result<String, String>) {
         ),
         None => (
             stdout.to_string(),
-            Err("the guest printed no /proc/stat after the payload".to_string()),
+            Err("the payload printed no /proc/stat after its run (it ended before its report)".to_string()),
         ),
     }
 }
@@ -441,20 +442,29 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let cmd = gated_command(&argv).unwrap();
-        let payload = cmd.split("; ").nth(2).unwrap();
+        let payload = cmd.split("; ").next().unwrap();
         let words = shlex::split(payload).unwrap();
         assert_eq!(words[0], payload_bin::GUEST_PATH);
-        assert_eq!(words[1], "--go-stdin");
-        assert_eq!(&words[2..], argv.as_slice(), "{cmd}");
+        assert_eq!(words[1..3], ["--go-stdin", "--proc-stat"]);
+        assert_eq!(&words[3..], argv.as_slice(), "{cmd}");
     }
 
     #[test]
-    fn the_gated_command_prints_proc_stat_around_the_payload_and_keeps_its_status() {
-        let cmd = gated_command(&["list".to_string()]).unwrap();
-        // Run by a real shell with a stand-in payload that reports and fails its checks.
-        let cmd = cmd
-            .replace(payload_bin::GUEST_PATH, "sh -c 'echo \"{report}\"; exit 3' --")
-            .replace("--go-stdin list", "");
+    fn the_gated_command_runs_the_payload_with_its_proc_stat_around_and_keeps_its_status() {
+        let cmd = gated_command(&["lock".to_string(), "--algo".into(), "".into()]).unwrap();
+        assert!(
+            cmd.starts_with(&format!(
+                "{} --go-stdin --proc-stat lock --algo ''",
+                payload_bin::GUEST_PATH
+            )),
+            "{cmd}"
+        );
+        // Run by a real shell with a stand-in payload that prints as `--proc-stat` says,
+        // reports and fails its checks.
+        let stand_in = format!(
+            "sh -c 'cat /proc/stat; echo {STAT_END}; echo \"{{report}}\"; echo; echo {STAT_END}; cat /proc/stat; exit 3' --"
+        );
+        let cmd = cmd.replace(payload_bin::GUEST_PATH, &stand_in);
         // As the guest's kept shell runs it: the body of a function.
         let out = std::process::Command::new("sh")
             .arg("-c")
