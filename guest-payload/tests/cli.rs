@@ -52,9 +52,12 @@ fn bad_arguments_exit_2_with_a_clear_message() {
     }
 }
 
+/// A run of a few milliseconds: 1 group, 2 fds, 5 loops (2 × 2 × 5 messages).
+const TINY_HACKBENCH: [&str; 7] = ["hackbench", "--groups", "1", "--fds", "2", "--loops", "5"];
+
 #[test]
 fn a_tiny_run_prints_one_json_report() {
-    let out = payload(&["hackbench", "--groups", "1", "--fds", "2", "--loops", "5"]);
+    let out = payload(&TINY_HACKBENCH);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["workload"], "hackbench");
@@ -71,16 +74,7 @@ fn a_tiny_run_prints_one_json_report() {
 #[test]
 fn proc_stat_frames_the_report_before_and_after_the_run() {
     let end = ocrig_payload::cli::PROC_STAT_END;
-    let out = payload(&[
-        "--proc-stat",
-        "hackbench",
-        "--groups",
-        "1",
-        "--fds",
-        "2",
-        "--loops",
-        "5",
-    ]);
+    let out = payload(&[&["--proc-stat"][..], &TINY_HACKBENCH].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let (before, rest) = text

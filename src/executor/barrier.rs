@@ -372,10 +372,9 @@ impl Steps {
 }
 
 /// Starts recording the run on the host scheduler trace of the guests' host (this machine, or
-/// a remote host over SSH), or says why there is none.
-/// Starts the run's trace on a blocking thread: its tracefs writes can wait for RCU grace
-/// periods (seconds on a busy host), and this task must stay free to notice a signal and kill
-/// the guests.
+/// a remote host over SSH), or says why there is none. On a blocking thread: its tracefs
+/// writes can wait for RCU grace periods (seconds on a busy host), and this task must stay
+/// free to notice a signal and kill the guests.
 async fn start_trace(
     participants: &[Participant<'_>],
     tracer: Result<&Tracer, &str>,

@@ -257,20 +257,15 @@ impl GatedCommand {
     pub fn stdout_until(&mut self, marker: &str) -> anyhow::Result<String> {
         let needle = format!("{marker}\n");
         let mut buf = std::mem::take(&mut self.stdout_head);
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some(at) = find(&buf, needle.as_bytes()) {
-                self.stdout_head = buf.split_off(at + needle.len());
-                buf.truncate(at);
-                return Ok(String::from_utf8_lossy(&buf).into_owned());
-            }
-            let n = self
-                .ch
-                .read(&mut chunk)
-                .with_context(|| format!("reading the output of `{}` up to {marker}", self.command))?;
-            anyhow::ensure!(n > 0, "`{}` ended its output before {marker}", self.command);
-            buf.extend_from_slice(&chunk[..n]);
-        }
+        let at = stdout_to(&mut self.ch, &mut buf, needle.as_bytes(), || {
+            (
+                format!("reading the output of `{}` up to {marker}", self.command),
+                format!("`{}` ended its output before {marker}", self.command),
+            )
+        })?;
+        self.stdout_head = buf.split_off(at + needle.len());
+        buf.truncate(at);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
     /// One line of stderr (with its newline); None at the stream's end.
@@ -322,18 +317,12 @@ impl GatedCommand {
     fn rest(mut self, status: i32, mut stderr: String) -> anyhow::Result<ExecOutput> {
         let needle = format!("\n{} {status}\n", self.end);
         let mut buf = std::mem::take(&mut self.stdout_head);
-        let mut chunk = [0u8; 8192];
-        let at = loop {
-            if let Some(at) = find(&buf, needle.as_bytes()) {
-                break at;
-            }
-            let n = self
-                .ch
-                .read(&mut chunk)
-                .with_context(|| format!("reading output of `{}`", self.command))?;
-            anyhow::ensure!(n > 0, "the guest's shell ended while `{}` ran", self.command);
-            buf.extend_from_slice(&chunk[..n]);
-        };
+        let at = stdout_to(&mut self.ch, &mut buf, needle.as_bytes(), || {
+            (
+                format!("reading output of `{}`", self.command),
+                format!("the guest's shell ended while `{}` ran", self.command),
+            )
+        })?;
         let clean = at + needle.len() == buf.len() && self.stderr_head.is_empty();
         buf.truncate(at);
         // The frame's own newline before the end line, on each stream.
@@ -352,6 +341,28 @@ impl GatedCommand {
             });
         }
         Ok(out)
+    }
+}
+
+/// Reads `ch`'s stdout onto `buf` until it holds `needle`; returns where that starts. Only
+/// what each read added (and the needle's length before it) is searched, so a long output is
+/// scanned once. `what()`: the words for a failed read and for an output that ended first.
+fn stdout_to(
+    ch: &mut Channel,
+    buf: &mut Vec<u8>,
+    needle: &[u8],
+    what: impl Fn() -> (String, String),
+) -> anyhow::Result<usize> {
+    let mut from = 0;
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(at) = find(&buf[from..], needle) {
+            return Ok(from + at);
+        }
+        from = buf.len().saturating_sub(needle.len().saturating_sub(1));
+        let n = ch.read(&mut chunk).with_context(|| what().0)?;
+        anyhow::ensure!(n > 0, what().1);
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

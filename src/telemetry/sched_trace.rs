@@ -100,6 +100,7 @@ pub struct SchedTrace {
     /// Read by `finish`: the buffer's reset is already under way.
     finished: bool,
 }
+
 /// How the traced host's trace clock was tied to this machine's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClockTie {
@@ -340,7 +341,7 @@ impl SchedTrace {
     pub fn finish(mut self, run: (u64, u64), file: &Path) -> Value {
         let cpu0 = super::probe::process_cpu_ns();
         let stopped_ns = mono_ns();
-        let t = Arc::clone(&self.tracer);
+        let t = &self.tracer;
         let w = t.fs.writer().expect("a tracer's host has a writer");
         let mut paths = vec![format!("{}/trace", t.dir)];
         paths.extend(t.cpus.iter().map(|c| format!("{}/per_cpu/cpu{c}/stats", t.dir)));
@@ -422,6 +423,7 @@ impl Drop for SchedTrace {
         }
     }
 }
+
 /// The traced host's clock against this one's from the markers `(index, before, after)` and
 /// where they landed in the trace: the marker with the shortest round trip, its trace time
 /// against the middle of its write.
@@ -507,6 +509,7 @@ impl Drop for Instance {
         }
     }
 }
+
 /// Waits up to `timeout` for the trace instances being removed; returns how many were not
 /// removed by then (the next ocrig removes them).
 pub fn wait_cleanups(timeout: std::time::Duration) -> usize {
