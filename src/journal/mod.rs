@@ -718,13 +718,18 @@ where
         lines: usize,
         malformed: Option<(usize, String, bool)>,
     }
-    let parse_chunk = |state: &mut S, c: Chunk| -> Parsed<T> {
+    // Parses a chunk; its buffer goes back to the reader (`free`) for a later chunk.
+    let parse_chunk = |state: &mut S, c: Chunk, free: &std::sync::mpsc::SyncSender<Vec<u8>>| -> Parsed<T> {
         let mut items = Vec::new();
         let mut malformed = None;
         let body = c.bytes.strip_suffix(b"\n").unwrap_or(&c.bytes);
-        let lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
+        // memchr finds the newlines a word at a time (a byte loop cost 5 % of a report).
+        let lines = memchr::memchr_iter(b'\n', body).count() + 1;
         let mut at = c.offset;
-        for (i, l) in lines.iter().enumerate() {
+        let mut start = 0;
+        for (i, end) in memchr::memchr_iter(b'\n', body).chain([body.len()]).enumerate() {
+            let l = &body[start..end];
+            start = end + 1;
             let offset = at;
             at += l.len() as u64 + 1;
             if l.iter().all(u8::is_ascii_whitespace) {
@@ -736,22 +741,28 @@ where
                 // A resumed sweep may re-state its header; the first one stands.
                 Ok(Line::Sweep) => {}
                 Err(e) => {
-                    malformed = Some((i, format!("malformed journal line: {e}"), i + 1 == lines.len()));
+                    malformed = Some((i, format!("malformed journal line: {e}"), i + 1 == lines));
                     break;
                 }
             }
         }
+        let bytes = c.bytes.len();
+        // Full (the reader has spares) or gone (it is done): the buffer is dropped.
+        let _ = free.try_send(c.bytes);
         Parsed {
             index: c.index,
             items,
-            bytes: c.bytes.len(),
-            lines: lines.len(),
+            bytes,
+            lines,
             malformed,
         }
     };
 
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
     let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<Chunk>(2 * workers);
+    // Parsed chunks' buffers, for the reader to fill again: a new 4 MiB buffer per chunk is
+    // fresh pages from the kernel, zeroed and faulted in (13 % of a report's time).
+    let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(3 * workers);
     let chunk_rx = std::sync::Mutex::new(chunk_rx);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Parsed<T>>();
     // Set when the collector stops early (a malformed line): the reader stops reading and the
@@ -761,7 +772,7 @@ where
     let mut resumes = Vec::new();
     let outcome: anyhow::Result<()> = std::thread::scope(|scope| {
         for _ in 0..workers {
-            let (rx, tx, stop) = (&chunk_rx, done_tx.clone(), &stop);
+            let (rx, tx, stop, free) = (&chunk_rx, done_tx.clone(), &stop, free_tx.clone());
             let parse_chunk = &parse_chunk;
             scope.spawn(move || {
                 let mut state = S::default();
@@ -769,12 +780,13 @@ where
                     let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok(chunk) = next else { break };
                     if !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        let _ = tx.send(parse_chunk(&mut state, chunk));
+                        let _ = tx.send(parse_chunk(&mut state, chunk, &free));
                     }
                 }
             });
         }
         drop(done_tx);
+        drop(free_tx);
         // The reader: whole lines only, in chunks; what follows the last newline is a torn
         // write and never parsed.
         let stop_reading = &stop;
@@ -784,7 +796,9 @@ where
             let mut offset = header_bytes;
             let mut carry: Vec<u8> = Vec::new();
             loop {
-                let mut buf = std::mem::take(&mut carry);
+                let mut buf = free_rx.try_recv().unwrap_or_default();
+                buf.clear();
+                buf.append(&mut carry);
                 buf.reserve(chunk + (1 << 16));
                 // Into the buffer's spare room, never zeroed first.
                 let got = (&mut input).take(chunk as u64).read_to_end(&mut buf)?;

@@ -100,7 +100,10 @@ pub struct Agreement {
 pub fn agreement(j: &Digested, alpha: f64) -> Vec<Agreement> {
     let settled = crate::journal::accounting::settle(&j.runs);
     let mut cells: BTreeMap<(String, String, String), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
-    for r in settled.counted(&j.runs).filter(|r| !r.warmup && r.guest == 0) {
+    for r in settled
+        .counted(&j.runs)
+        .filter(|r| !r.warmup && crate::stats::digest::is_primary_guest(r.guest))
+    {
         let (Some(h), Some(info)) = (&r.host, j.header.workloads.get(&*r.workload)) else {
             continue;
         };

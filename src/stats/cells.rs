@@ -366,7 +366,7 @@ fn primary<'a>(records: &'a [&'a RunDigest]) -> impl Iterator<Item = &'a RunDige
     records
         .iter()
         .copied()
-        .filter(|r| r.ok && !r.warmup && r.guest == 0)
+        .filter(|r| r.ok && !r.warmup && super::digest::is_primary_guest(r.guest))
 }
 
 fn metric_values<'a>(records: impl Iterator<Item = &'a RunDigest>, metric: &str) -> (Vec<f64>, Vec<u32>) {
@@ -381,7 +381,7 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
     let others = records
         .iter()
         .copied()
-        .filter(|r| r.ok && !r.warmup && r.guest != 0);
+        .filter(|r| r.ok && !r.warmup && !super::digest::is_primary_guest(r.guest));
     let (other_samples, _) = metric_values(others, metric);
     let metric_mean = |name: &str| mean(&metric_values(primary(records), name).0);
     // Each run's records (one attempt's: only its valid one counts), for the host's share.

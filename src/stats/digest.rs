@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::explain::{self, HostOtherPart, RecordContext};
@@ -99,19 +100,22 @@ pub struct RunDigest {
     pub self_check: Option<Why>,
     /// The payload's headline numbers (name → value), in name order.
     pub metrics: Keyed<f64>,
-    /// [`explain::vcpu_wait`].
+    /// [`explain::vcpu_wait`] (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
+    /// a cell reads it of its primary samples only, and at 480 guests per attempt the others
+    /// are nearly every digest).
     pub vcpu_wait: Figure,
-    /// [`explain::guest_steal`].
+    /// [`explain::guest_steal`] (the primary guest's, as `vcpu_wait`).
     pub guest_steal: Figure,
     /// This record's part of its run's [`explain::host_other`].
     pub host_other: HostOtherPart<Why>,
-    /// [`explain::kvm_counters`].
+    /// [`explain::kvm_counters`] (the primary guest's, as `vcpu_wait`).
     pub kvm: Counters,
-    /// [`explain::pv_words`]: whether the boot facts name guests, and their PV lines.
-    /// (Boxed: only an attempt's first record carries boot facts.)
-    pub pv_words: Option<Box<(bool, Box<[Why]>)>>,
-    /// [`super::preemption::of_record`]: stretched lock holds and hand-overs (lock runs).
-    pub preemption: Option<Box<super::preemption::RunPreemption>>,
+    /// [`explain::pv_words`]: whether the boot facts name guests, and their PV lines (one
+    /// copy shared by the digests that say the same).
+    pub pv_words: Option<PvWords>,
+    /// [`super::preemption::of_record`]: stretched lock holds and hand-overs (lock runs);
+    /// `None` on other guests' records, like every figure read of the primary guest only.
+    pub preemption: Option<Box<super::preemption::RunPreemption<Why>>>,
     /// The guest kernel's profile of the run (`kernel.profile`), when it was sampled: at most
     /// the payload's stored stacks, so only profiled sweeps pay for it.
     pub profile: Option<Box<ocrig_payload::probe::profile::Profile>>,
@@ -121,12 +125,29 @@ pub struct RunDigest {
     pub timeline: Option<TimelineAt>,
 }
 
+/// A record's guests' kernel words on PV features: whether its boot facts name guests, and
+/// their lines.
+pub type PvWords = Arc<(bool, Box<[Why]>)>;
+
+/// Whether a record is of the guest whose results are a cell's samples (the statistics read
+/// every per-run figure but the headline metric and the host's share of the primary guest's
+/// records only, see `cells::primary`).
+pub fn is_primary_guest(guest: u32) -> bool {
+    guest == 0
+}
+
+/// What a digest of another guest than the primary one says of a figure read of the primary
+/// guest only.
+pub const NOT_PRIMARY: &str = "not kept: not the primary guest's record";
+
 /// One copy of each name and reason a parser thread has seen, shared by its digests.
 #[derive(Debug, Default)]
 pub struct Names {
     names: HashMap<Box<str>, Arc<str>>,
     /// Lists of names (of metrics, of counters) seen, most recent first.
     lists: Vec<Keys>,
+    /// PV words seen, most recent first.
+    pv: Vec<PvWords>,
 }
 
 impl Names {
@@ -156,6 +177,20 @@ impl Names {
         self.lists.truncate(64);
         list
     }
+
+    /// One shared copy of these PV words.
+    pub fn pv_words(&mut self, w: &explain::PvWords) -> PvWords {
+        let same =
+            |p: &PvWords| p.0 == w.guests && p.1.iter().map(|l| &**l).eq(w.lines.iter().map(String::as_str));
+        if let Some(i) = self.pv.iter().position(same) {
+            self.pv[..=i].rotate_right(1);
+            return self.pv[0].clone();
+        }
+        let words: PvWords = Arc::new((w.guests, w.lines.iter().map(|l| self.name(l)).collect()));
+        self.pv.insert(0, words.clone());
+        self.pv.truncate(64);
+        words
+    }
 }
 
 /// The digest of one record: every per-record figure a report shows, computed here by the
@@ -179,14 +214,22 @@ fn digest_with(
     names: &mut Names,
 ) -> RunDigest {
     use crate::journal::SELF_CHECK_REASON;
+    let primary = is_primary_guest(r.guest);
     let mut why = |e: String| names.name(&e);
-    let vcpu_wait = explain::vcpu_wait(r, ctx).map_err(&mut why);
-    let guest_steal = explain::guest_steal(r, ctx).map_err(&mut why);
+    let (vcpu_wait, guest_steal, kvm) = if primary {
+        (
+            explain::vcpu_wait(r, ctx),
+            explain::guest_steal(r, ctx),
+            explain::kvm_counters(r, ctx),
+        )
+    } else {
+        let not = || NOT_PRIMARY.to_string();
+        (Err(not()), Err(not()), Err(not()))
+    };
+    let (vcpu_wait, guest_steal) = (vcpu_wait.map_err(&mut why), guest_steal.map_err(&mut why));
     let host_other = explain::host_other_part(r, ctx).map_err(&mut why);
-    let kvm = explain::kvm_counters(r, ctx).map_err(&mut why);
-    let kvm = kvm.map(|c| Keyed::of(&c, names));
-    let pv_words =
-        explain::pv_words(r).map(|w| Box::new((w.guests, w.lines.iter().map(|l| names.name(l)).collect())));
+    let kvm = kvm.map_err(&mut why).map(|c| Keyed::of(&c, names));
+    let pv_words = explain::pv_words(r).map(|w| names.pv_words(&w));
     RunDigest {
         variant: names.name(&r.variant),
         level: r.level,
@@ -211,7 +254,10 @@ fn digest_with(
         host_other,
         kvm,
         pv_words,
-        preemption: detail.and_then(super::preemption::of_detail).map(Box::new),
+        preemption: detail
+            .filter(|_| primary)
+            .and_then(super::preemption::of_detail)
+            .map(|p| Box::new(p.map_err(|e| names.name(&e)))),
         profile: detail.and_then(profile_of_detail).map(Box::new),
         timeline,
     }
@@ -228,8 +274,8 @@ fn profile_of_detail(detail: &Map<String, Value>) -> Option<ocrig_payload::probe
 }
 
 /// A run record's line parsed as far as [`digest`] reads it: the record without its payload
-/// report and telemetry but for [`DETAIL_KEYS`] of the report (in `detail`) and
-/// [`EXTRA_KEYS`] of the telemetry; of its timeline summary only whether there is one.
+/// report and telemetry but for the parts [`DETAIL`] picks of the report (in `detail`) and
+/// [`EXTRA`] of the telemetry; of its timeline summary only whether there is one.
 pub struct ForReport {
     pub record: RunRecord,
     pub detail: Option<Map<String, Value>>,
@@ -237,10 +283,40 @@ pub struct ForReport {
 }
 
 /// The payload report's fields a digest reads ([`super::preemption::of_detail`],
-/// [`profile_of`]).
-pub const DETAIL_KEYS: [&str; 3] = ["preemption", "preemption_unavailable", "kernel"];
-/// The record's `extra` fields a digest reads (the functions of [`explain`]).
-pub const EXTRA_KEYS: [&str; 5] = ["vcpu_sched", "guest_stat", "host_stat", "kvm", "group"];
+/// [`profile_of`]), each as far as it reads it.
+pub static DETAIL: [(&str, Pick); 3] = [
+    ("preemption", Pick::Keys(&super::preemption::READ_FIELDS)),
+    ("preemption_unavailable", Pick::All),
+    ("kernel", Pick::Fields(&[("profile", Pick::All)])),
+];
+/// The record's `extra` fields a digest reads (the functions of [`explain`]), each as far as
+/// it reads it: of the boot group's facts (kilobytes: every guest's start, dmesg lines,
+/// memory) only the guests' `-cpu` and their kernels' PV lines.
+pub static EXTRA: [(&str, Pick); 5] = [
+    ("vcpu_sched", Pick::All),
+    ("guest_stat", Pick::All),
+    ("host_stat", Pick::Keys(&["user", "system", "idle", "steal"])),
+    ("kvm", Pick::All),
+    (
+        "group",
+        Pick::Fields(&[
+            (
+                "start",
+                Pick::Each(&Pick::Fields(&[
+                    ("guest", Pick::All),
+                    ("start", Pick::Fields(&[("boot", Pick::Keys(&["cpu"]))])),
+                ])),
+            ),
+            (
+                "guest_kernel",
+                Pick::Each(&Pick::Fields(&[
+                    ("pv_words", Pick::StringsWith(&explain::PV_WORDS)),
+                    ("dmesg", Pick::StringsWith(&explain::PV_WORDS)),
+                ])),
+            ),
+        ]),
+    ),
+];
 
 impl RunLine for ForReport {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
@@ -258,7 +334,151 @@ impl RunLine for ForReport {
     }
 }
 
-/// A JSON object's fields named in [`EXTRA_KEYS`] (`EXTRA`) or [`DETAIL_KEYS`]; the others
+/// What of a JSON value a digest reads; the rest is skipped as it is parsed, never built (a
+/// generic tree of a record's telemetry was most of a report's time). A value of another kind
+/// than the pick expects is kept whole (a field that says why it was not measured is a string).
+#[derive(Debug)]
+pub enum Pick {
+    /// The whole value.
+    All,
+    /// Of an object, these fields, whole.
+    Keys(&'static [&'static str]),
+    /// Of an object, these fields, each as picked.
+    Fields(&'static [(&'static str, Pick)]),
+    /// Of an array, every element as picked.
+    Each(&'static Pick),
+    /// Of an array, the strings that contain one of these; its other elements are skipped.
+    StringsWith(&'static [&'static str]),
+}
+
+impl<'de> DeserializeSeed<'de> for &'static Pick {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        match self {
+            Pick::All => Value::deserialize(d),
+            pick => d.deserialize_any(PickVisitor(pick)),
+        }
+    }
+}
+
+struct PickVisitor(&'static Pick);
+
+impl<'de> Visitor<'de> for PickVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(n.into())
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(n.into())
+    }
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        Ok(x.into())
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(s.into())
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(s.into())
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        match self.0 {
+            Pick::Each(pick) => {
+                while let Some(v) = seq.next_element_seed(*pick)? {
+                    out.push(v);
+                }
+            }
+            Pick::StringsWith(needles) => {
+                while let Some(s) = seq.next_element_seed(StringWith(needles))? {
+                    out.extend(s.map(Value::String));
+                }
+            }
+            _ => {
+                while let Some(v) = seq.next_element()? {
+                    out.push(v);
+                }
+            }
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let key = key.0;
+            let pick = match self.0 {
+                Pick::Keys(keys) => keys.contains(&&*key).then_some(&Pick::All),
+                Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
+                _ => Some(&Pick::All),
+            };
+            match pick {
+                Some(pick) => {
+                    out.insert(key.into_owned(), map.next_value_seed(pick)?);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// An array element kept if it is a string containing one of the needles.
+struct StringWith(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for StringWith {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StringWith {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Option<String>, E> {
+        Ok(self.0.iter().any(|n| s.contains(n)).then(|| s.to_string()))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// A JSON object's fields picked by [`EXTRA`] (`EXTRA`) or [`DETAIL`], as picked; the others
 /// are skipped unbuilt.
 #[derive(Default)]
 struct Kept<const EXTRA: bool> {
@@ -267,7 +487,7 @@ struct Kept<const EXTRA: bool> {
     timeline: bool,
 }
 
-impl<'de, const EXTRA: bool> serde::Deserialize<'de> for Kept<EXTRA> {
+impl<'de, const E: bool> serde::Deserialize<'de> for Kept<E> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V<const E: bool>;
         impl<'de, const E: bool> Visitor<'de> for V<E> {
@@ -277,24 +497,23 @@ impl<'de, const EXTRA: bool> serde::Deserialize<'de> for Kept<EXTRA> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept<E>, A::Error> {
                 let mut kept = Kept::<E>::default();
+                let picks: &'static [(&str, Pick)] = if E { &EXTRA } else { &DETAIL };
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     let key = key.0;
-                    let keep = if E {
-                        EXTRA_KEYS.contains(&&*key)
-                    } else {
-                        DETAIL_KEYS.contains(&&*key)
-                    };
-                    if keep {
-                        kept.fields.insert(key.into_owned(), map.next_value()?);
-                    } else {
-                        kept.timeline |= E && key == "timeline";
-                        map.next_value::<IgnoredAny>()?;
+                    match picks.iter().find(|(k, _)| *k == key) {
+                        Some((_, pick)) => {
+                            kept.fields.insert(key.into_owned(), map.next_value_seed(pick)?);
+                        }
+                        None => {
+                            kept.timeline |= E && key == "timeline";
+                            map.next_value::<IgnoredAny>()?;
+                        }
                     }
                 }
                 Ok(kept)
             }
         }
-        d.deserialize_map(V::<EXTRA>)
+        d.deserialize_map(V::<E>)
     }
 }
 
@@ -441,22 +660,86 @@ mod tests {
 
     /// The fixture journal with what a streamed digest skips or keeps elsewhere: a timeline
     /// summary on every lock record (naming its run), a lock payload report with preemption
-    /// figures, and telemetry no digest reads.
+    /// figures and a kernel profile, boot group facts in each shape ocrig wrote them (an
+    /// attempt's first record's whole facts, another guest's own part, an older ocrig's dmesg
+    /// without `pv_words`), and telemetry no digest reads.
     fn rich_journal() -> Journal {
+        use serde_json::json;
         let mut j = journal();
-        for r in j.runs.iter_mut().filter(|r| r.workload == "lock-ticket") {
+        let start = |guest: u32, cpu: &str| {
+            json!({"guest": guest, "start": {"method": "clone", "ram": "state", "template": "43e7",
+                "boot": {"bios": "seabios", "cpu": cpu, "kernel": "pvh", "clock": {"args": "tsc=reliable"}}}})
+        };
+        let dmesg = json!(["[    0.069122] clocksource: refined-jiffies: mask: 0xffffffff",
+            "[    0.1] kvm-guest: PV spinlocks enabled", "[    0.05] kvm-guest: stealtime: cpu 0", 7, {"not": "a line"}, ["nested"],
+            "[    0.2] PV spinlocks disabled, single CPU", "[    1.3] clocksource: Switched to clocksource tsc"]);
+        let lock_records = j.runs.iter_mut().filter(|r| r.workload == "lock-ticket");
+        for (i, r) in lock_records.enumerate() {
             let path = format!("/nonexistent/{}-{}-run{}.json.gz", r.variant, r.level, r.run);
             r.extra.insert(
                 "timeline".into(),
-                serde_json::json!({"path": path, "segments": 3, "vcpu_slices": [], "host_slice": {"name": "base_slice_ns", "ns": 3000000, "hz": 250}}),
+                json!({"path": path, "segments": 3, "vcpu_slices": [], "host_slice": {"name": "base_slice_ns", "ns": 3000000, "hz": 250}}),
             );
             r.extra.insert("console_tail".into(), "naïve → ü".into());
-            crate::stats::preemption::tests::with_payload(
-                r,
-                serde_json::json!({"preemption": crate::stats::preemption::tests::preemption_json(10, 5, 0.01, 0.02), "algo": "ticket", "ops_per_thread": [1, 2]}),
-            );
+            let group = match i % 4 {
+                // An attempt's first record: every guest's facts.
+                0 => json!({"boot_s": 1.5, "start": [start(1, "max"), start(0, "host,kvm-steal-time=off")],
+                    "guest_kernel": [{"clocksource": "tsc", "cmdline": "quiet", "dmesg": dmesg, "pv_words": ["[    0.1] kvm-guest: PV spinlocks enabled"]},
+                                     {"dmesg": [], "pv_words": []}],
+                    "guest_memory": {"guests": 2, "pss_mib_mean": 150.4}, "pinning": [{"guest": 0, "vcpu_to_cpu": [[0, 1]]}]}),
+                // Another guest's own part.
+                1 => {
+                    json!({"start": [start(0, "host,kvm-pv-unhalt=off")], "guest_kernel": [{"dmesg": dmesg, "pv_words": []}]})
+                }
+                // An older ocrig: dmesg only; the start facts of no guest of this record.
+                2 => json!({"start": [start(3, "max")], "guest_kernel": [{"dmesg": dmesg}]}),
+                _ => json!("not recorded: the host backend"),
+            };
+            r.extra.insert("group".into(), group);
+            if let Some(h) = r.extra.get_mut("host_stat") {
+                h["per_cpu"] = json!([{"cpu": 0, "user": 1, "idle": 2}, {"cpu": 1, "user": 3, "idle": 4}]);
+            }
+            let mut detail = json!({"preemption": crate::stats::preemption::tests::preemption_json(10, 5, 0.01, 0.02), "algo": "ticket", "ops_per_thread": [1, 2]});
+            if i % 3 == 0 {
+                detail["kernel"] = json!({"source": "perf", "counts": {"spin": 3}, "not_measured": {"mutex": "not asked for"},
+                    "profile": {"event": "cpu-clock", "rate_hz": 999, "samples": 5, "kernel_samples": 4, "user_samples": 1,
+                        "lost": 0, "folded": [["a;b", 3], ["[user]", 1]], "other_samples": 1, "processing_ns": 1, "max_sample_rate": 100000}});
+            }
+            if i % 5 == 1 {
+                detail["preemption"] = json!(null);
+                detail["preemption_unavailable"] = json!("not a lock with sampling");
+            }
+            crate::stats::preemption::tests::with_payload(r, detail);
         }
         j
+    }
+
+    #[test]
+    fn a_pick_keeps_what_it_names_and_skips_the_rest() {
+        use serde_json::json;
+        let pick = |p: &'static Pick, v: &Value| -> Value {
+            let text = serde_json::to_string(v).unwrap();
+            p.deserialize(&mut serde_json::Deserializer::from_str(&text))
+                .unwrap()
+        };
+        static KEYS: Pick = Pick::Keys(&["a", "b"]);
+        let v = json!({"a": {"x": [1, 2.5, null]}, "c": {"deep": [1, {"y": "z"}]}, "b": "é\"q"});
+        assert_eq!(pick(&KEYS, &v), json!({"a": {"x": [1, 2.5, null]}, "b": "é\"q"}));
+        // Another kind than the pick expects: whole.
+        assert_eq!(pick(&KEYS, &json!("why")), json!("why"));
+        assert_eq!(pick(&KEYS, &json!([{"c": 1}])), json!([{"c": 1}]));
+        static EACH: Pick = Pick::Each(&Pick::Fields(&[("f", Pick::Keys(&["k"]))]));
+        let v = json!([{"f": {"k": -1, "j": 2}, "g": 3}, {"g": 4}, 5, {"f": true}]);
+        assert_eq!(pick(&EACH, &v), json!([{"f": {"k": -1}}, {}, 5, {"f": true}]));
+        assert_eq!(pick(&EACH, &json!({"f": 1})), json!({"f": 1}));
+        static WITH: Pick = Pick::StringsWith(&["PV", "kvm"]);
+        let v = json!(["a PV line", "other", 1, null, ["PV nested"], {"PV": "x"}, "kvm-guest: x"]);
+        assert_eq!(pick(&WITH, &v), json!(["a PV line", "kvm-guest: x"]));
+        assert_eq!(pick(&WITH, &json!("PV")), json!("PV"));
+        // Numbers keep their exact value.
+        static ALL_A: Pick = Pick::Keys(&["a"]);
+        let v = json!({"a": [u64::MAX, i64::MIN, 0.1, 1e300]});
+        assert_eq!(pick(&ALL_A, &v), v);
     }
 
     /// Digests with each timeline summary loaded (streamed ones are read back from the journal).
@@ -546,7 +829,12 @@ mod tests {
             let line = serde_json::to_vec(&Entry::Run(Box::new(r.clone()))).unwrap();
             let lite = ForReport::parse(&line).unwrap();
             assert_eq!(lite.timeline, r.extra.contains_key("timeline"));
-            assert!(lite.record.extra.keys().all(|k| EXTRA_KEYS.contains(&k.as_str())));
+            assert!(
+                lite.record
+                    .extra
+                    .keys()
+                    .all(|k| EXTRA.iter().any(|(e, _)| e == k))
+            );
             let timeline = r
                 .extra
                 .get("timeline")

@@ -254,6 +254,9 @@ pub struct PvWords {
     pub lines: Vec<String>,
 }
 
+/// What a guest kernel's line on its PV features contains.
+pub const PV_WORDS: [&str; 2] = ["PV spinlocks", "kvm-guest:"];
+
 pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
     let guests = r
         .extra
@@ -267,7 +270,7 @@ pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
         for l in words.and_then(Value::as_array).into_iter().flatten() {
             let Some(l) = l.as_str() else { continue };
             let text = strip_dmesg_time(l);
-            let pv = text.contains("PV spinlocks") || text.contains("kvm-guest:");
+            let pv = PV_WORDS.iter().any(|w| text.contains(w));
             if pv && !lines.iter().any(|x| x == text) {
                 lines.push(text.to_string());
             }

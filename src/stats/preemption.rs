@@ -15,23 +15,51 @@ use super::explain::Measured;
 use super::summary::summarize;
 #[cfg(test)]
 use crate::journal::RunRecord;
-use ocrig_payload::preempt_sample::{PreemptionReport, Stretch};
+use ocrig_payload::preempt_sample::Stretch;
 
-/// One run's figures, each a value or why it is missing.
+/// What [`of_detail`] reads of a [`ocrig_payload::preempt_sample::PreemptionReport`]: its two
+/// sides (or why each is missing); not its explanations and TSC calibration, which a streamed
+/// journal's reports do not even parse.
+#[derive(Deserialize)]
+struct Sides {
+    holds: Option<Stretch>,
+    holds_unavailable: Option<String>,
+    handovers: Option<Stretch>,
+    handovers_unavailable: Option<String>,
+}
+
+/// The fields of [`Sides`]: what a report's parser keeps of a record's `preemption`.
+pub const READ_FIELDS: [&str; 4] = ["holds", "holds_unavailable", "handovers", "handovers_unavailable"];
+
+/// One run's figures, each a value or why it is missing (`E`: a digest shares its reasons).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunPreemption {
+pub struct RunPreemption<E = String> {
     /// Stretched / timed holds.
-    pub stretched_holds: Result<f64, String>,
+    pub stretched_holds: Result<f64, E>,
     /// Time lost in stretched holds / the run's time.
-    pub hold_lost: Result<f64, String>,
+    pub hold_lost: Result<f64, E>,
     /// Of the stretched holds, the share with no guest context switch (the host took the vCPU).
-    pub holds_vcpu: Result<f64, String>,
+    pub holds_vcpu: Result<f64, E>,
     /// Stretched / timed hand-overs.
-    pub stretched_handovers: Result<f64, String>,
+    pub stretched_handovers: Result<f64, E>,
     /// Time lost in stretched hand-overs / the run's time.
-    pub handover_lost: Result<f64, String>,
+    pub handover_lost: Result<f64, E>,
     /// Of the stretched hand-overs, the share with no guest context switch.
-    pub handovers_vcpu: Result<f64, String>,
+    pub handovers_vcpu: Result<f64, E>,
+}
+
+impl RunPreemption {
+    /// The same with its reasons mapped (a digest interns them: a million runs give a few).
+    pub fn map_err<E>(self, mut f: impl FnMut(String) -> E) -> RunPreemption<E> {
+        RunPreemption {
+            stretched_holds: self.stretched_holds.map_err(&mut f),
+            hold_lost: self.hold_lost.map_err(&mut f),
+            holds_vcpu: self.holds_vcpu.map_err(&mut f),
+            stretched_handovers: self.stretched_handovers.map_err(&mut f),
+            handover_lost: self.handover_lost.map_err(&mut f),
+            handovers_vcpu: self.handovers_vcpu.map_err(f),
+        }
+    }
 }
 
 /// The run's figures; `None` when its report has no `preemption` field (a workload without a
@@ -59,7 +87,7 @@ pub fn of_detail(detail: &serde_json::Map<String, serde_json::Value>) -> Option<
             .unwrap_or("not reported by the payload");
         return Some(all(why.to_string()));
     }
-    let p: PreemptionReport = match PreemptionReport::deserialize(value) {
+    let p: Sides = match Sides::deserialize(value) {
         Ok(p) => p,
         Err(e) => return Some(all(format!("unreadable preemption report: {e}"))),
     };
@@ -103,14 +131,14 @@ pub struct CellPreemption {
     pub handovers_vcpu: Measured,
 }
 
-fn measured<'a>(runs: impl Iterator<Item = &'a Result<f64, String>>) -> Measured {
+fn measured<'a, E: AsRef<str> + 'a>(runs: impl Iterator<Item = &'a Result<f64, E>>) -> Measured {
     let mut samples = Vec::new();
     let mut reason = None;
     for r in runs {
         match r {
             Ok(v) => samples.push(*v),
             Err(e) => {
-                reason.get_or_insert_with(|| e.clone());
+                reason.get_or_insert_with(|| e.as_ref().to_string());
             }
         }
     }
@@ -125,8 +153,8 @@ fn measured<'a>(runs: impl Iterator<Item = &'a Result<f64, String>>) -> Measured
 
 /// Folds a cell's per-run figures (its valid primary runs, in run order); `None` when no run
 /// had any (the cell's workload has no lock).
-pub fn aggregate(runs: impl IntoIterator<Item = RunPreemption>) -> Option<CellPreemption> {
-    let runs: Vec<RunPreemption> = runs.into_iter().collect();
+pub fn aggregate<E: AsRef<str>>(runs: impl IntoIterator<Item = RunPreemption<E>>) -> Option<CellPreemption> {
+    let runs: Vec<RunPreemption<E>> = runs.into_iter().collect();
     if runs.is_empty() {
         return None;
     }
@@ -219,7 +247,7 @@ pub(crate) mod tests {
         assert_eq!(of_record(&hb), None);
         with_payload(&mut hb, serde_json::json!({"groups": 2}));
         assert_eq!(of_record(&hb), None);
-        assert_eq!(aggregate(std::iter::empty()), None);
+        assert_eq!(aggregate(std::iter::empty::<RunPreemption>()), None);
 
         let mut off = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
         with_payload(
