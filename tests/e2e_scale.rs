@@ -126,7 +126,7 @@ fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
         assert_eq!(o["steps_ms"].as_array().unwrap().len(), 4, "{o}");
         // The clones' memory, per boot group: PSS at most RSS, and each clone well under
         // its 128 MiB of guest RAM plus QEMU.
-        let m = &x["group"]["guest_memory"];
+        let m = &common::group_facts(&runs, r)["guest_memory"];
         assert_eq!(m["guests"], 8, "{m}");
         let (pss, rss) = (
             m["pss_mib_mean"].as_f64().unwrap(),
@@ -139,7 +139,10 @@ fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
         let private = m["private_dirty_mib_mean"].as_f64().unwrap();
         assert!(private < 96.0, "each clone wrote {private} MiB for itself: {m}");
     }
-    eprintln!("clone memory: {}", ok[0]["extra"]["group"]["guest_memory"]);
+    eprintln!(
+        "clone memory: {}",
+        common::group_facts(&runs, ok[0])["guest_memory"]
+    );
     // Torn down: no QEMU of this sweep is left.
     assert!(
         qemus_under(tmp.path()).is_empty(),

@@ -60,8 +60,8 @@ fn records(dir: &Path) -> Vec<Value> {
 }
 
 /// Host CPU of each guest's vCPU 0, from the pinning the sweep journaled.
-fn placement(rec: &Value) -> BTreeMap<u64, u64> {
-    rec["extra"]["group"]["pinning"]
+fn placement(group: &Value) -> BTreeMap<u64, u64> {
+    group["pinning"]
         .as_array()
         .unwrap()
         .iter()
@@ -208,7 +208,9 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let run_end_ms = tl["run_end_us"].as_f64().unwrap() / 1e3;
     assert!(run_end_ms > 1900.0, "the run lasted its 2 s: {run_end_ms} ms");
 
-    let placed = placement(rec0);
+    let every: Vec<Value> = records(&dir);
+    let every: Vec<&Value> = every.iter().collect();
+    let placed = placement(common::group_facts(&every, rec0));
     let turns = turns(&tl);
     let mut lines = Vec::new();
     for cpu in [0u64, 1] {

@@ -23,11 +23,17 @@ pub struct AttemptId {
 }
 
 /// The records of one attempt, in worker order, settled: if any failed, all are superseded.
+///
+/// `group_facts` are the guest set's facts (its guests' start, kernels' words, pinning,
+/// memory); `facts_on`, once an attempt of the set has journaled them, says which record holds
+/// them whole (see [`later_part`]): they do not change while the set is up, and at 480 guests
+/// they are about a megabyte per attempt.
 pub fn attempt_records(
     cell: &Cell,
     id: AttemptId,
     outcome: RunOutcome,
     group_facts: &Value,
+    facts_on: Option<&Value>,
 ) -> Vec<RunRecord> {
     let now = jiff::Timestamp::now().to_string();
     let ran = outcome.workers.iter().flatten().count() as u32;
@@ -42,14 +48,18 @@ pub fn attempt_records(
             rec.attempt_records = Some(ran);
             rec.extra
                 .insert("start_skew_us".into(), json!(outcome.start_skew_us));
+            let group = match facts_on {
+                Some(on) => later_part(group_facts, guest, on),
+                None if guest == first => group_facts.clone(),
+                None => own_part(group_facts, guest),
+            };
+            rec.extra.insert("group".into(), group);
             if guest == first {
-                rec.extra.insert("group".into(), group_facts.clone());
                 rec.extra.extend(outcome.host.clone());
             } else {
                 // What every record of the attempt shares is journaled whole once, on its
                 // first record; the others keep their own guest's part of it (at 480 guests the
                 // whole is 480 guests' facts, on each of 480 records).
-                rec.extra.insert("group".into(), own_part(group_facts, guest));
                 rec.extra.extend(
                     outcome
                         .host
@@ -74,6 +84,30 @@ const FIRST_RECORD_ONLY: &[&str] = &["timeline"];
 /// On every record of an attempt but its first: the guest whose record holds the attempt's
 /// shared facts whole (every guest's start facts and pinning, the host's per-CPU split).
 pub const SHARED_ON_GUEST_KEY: &str = "shared_facts_on_guest";
+
+/// Where a later attempt's records say the rest of their guest set's facts is.
+pub const FACTS_ON_KEY: &str = "facts_on";
+
+/// The identity of the record holding an attempt's facts whole (its first record), for
+/// [`attempt_records`]' `facts_on` of the guest set's later attempts: same `slot` boot and
+/// bring-up, this run, warm-up, attempt and guest.
+pub fn facts_on(id: &AttemptId, records: &[RunRecord]) -> Value {
+    let guest = records.first().map_or(0, |r| r.guest);
+    json!({"run": id.run, "warmup": id.warmup, "attempt": id.attempt, "guest": guest})
+}
+
+/// A later attempt's part of its guest set's facts: its guest's start facts (how it was
+/// started: boot or clone, `-cpu`, which the reports read of every record) and where the rest
+/// is (`facts_on`: the set's first attempt's first record; every record of that attempt has
+/// its own guest's part).
+fn later_part(facts: &Value, guest: u32, on: &Value) -> Value {
+    let mut part = serde_json::Map::new();
+    if let Value::Object(own) = own_part(facts, guest) {
+        part.extend(own.into_iter().filter(|(k, _)| k == "start"));
+    }
+    part.insert(FACTS_ON_KEY.into(), on.clone());
+    Value::Object(part)
+}
 
 /// `facts` with each per-guest list (objects naming a `guest`) cut to `guest`'s entries.
 fn own_part(facts: &Value, guest: u32) -> Value {
@@ -379,7 +413,7 @@ mod tests {
             start_skew_us: 12.0,
             host: serde_json::Map::new(),
         };
-        let recs = attempt_records(&cell(), id(), outcome, &json!({"boot_s": 1}));
+        let recs = attempt_records(&cell(), id(), outcome, &json!({"boot_s": 1}), None);
         assert_eq!(recs.len(), 2, "the idle guest has no record");
         assert_eq!((recs[0].guest, recs[0].ok), (0, true));
         assert_eq!((recs[1].guest, recs[1].ok), (2, false));
@@ -418,7 +452,7 @@ mod tests {
                 ),
             ]),
         };
-        let recs = attempt_records(&cell(), id(), outcome, &group);
+        let recs = attempt_records(&cell(), id(), outcome.clone(), &group, None);
         assert_eq!(recs[0].extra["group"], group);
         assert_eq!(recs[0].extra["timeline"]["segments"], 9);
         assert_eq!(recs[0].extra["host_stat"], host_stat);
@@ -450,6 +484,27 @@ mod tests {
         assert!(refs(&recs).is_ok());
         let words = |v: &[RunRecord]| crate::stats::explain::kernel_words(v.iter());
         assert_eq!(words(&recs), words(&whole));
+
+        // A later attempt of the same guest set: each record keeps its guest's start facts and
+        // where the rest is; the host's figures are the attempt's own, as before.
+        let on = facts_on(&id(), &recs);
+        assert_eq!(on, json!({"run": 0, "warmup": false, "attempt": 1, "guest": 0}));
+        let later = attempt_records(&cell(), id(), outcome, &group, Some(&on));
+        for r in &later {
+            assert_eq!(
+                r.extra["group"],
+                json!({"start": [per_guest(r.guest)], "facts_on": on}),
+                "{r:?}"
+            );
+        }
+        assert_eq!(later[0].extra["host_stat"], host_stat);
+        assert_eq!(later[0].extra["timeline"]["segments"], 9);
+        assert_eq!(later[1].extra[SHARED_ON_GUEST_KEY], 0);
+        // The reports read the same of it (a guest's `-cpu` is in its start facts; the
+        // kernels' words, once per guest set, are on the first attempt's records).
+        assert_eq!(refs(&later), refs(&whole));
+        let both: Vec<RunRecord> = recs.iter().chain(&later).cloned().collect();
+        assert_eq!(words(&both), words(&whole));
     }
 
     #[test]
@@ -464,7 +519,7 @@ mod tests {
             start_skew_us: 0.0,
             host: serde_json::Map::new(),
         };
-        let recs = attempt_records(&cell(), id(), outcome, &Value::Null);
+        let recs = attempt_records(&cell(), id(), outcome, &Value::Null, None);
         assert!(!recs[0].ok);
         assert!(recs[0].error.as_deref().unwrap().contains("metric 'ops_per_sec'"));
     }

@@ -185,6 +185,8 @@ struct GroupState {
     index: u32,
     /// Facts of the workers now up (brought up and warmed); None when none are.
     up: Option<Value>,
+    /// Which record holds `up` whole, once an attempt on these workers journaled it.
+    facts_on: Option<Value>,
     /// The latest bring-up of this group on this host, numbered on from the journal's, so a
     /// resume's guest sets are told from the interrupted sweep's.
     bring_ups: u32,
@@ -226,6 +228,7 @@ impl<E: Executor> Scheduler<'_, E> {
         let mut state = GroupState {
             index,
             up: None,
+            facts_on: None,
             bring_ups: self.last_bring_up(index),
             seq: 0,
             broken: None,
@@ -374,7 +377,10 @@ impl<E: Executor> Scheduler<'_, E> {
             .filter_map(|w| w.run_s)
             .fold(0.0, f64::max);
         self.totals.max_start_skew_us = self.totals.max_start_skew_us.max(outcome.start_skew_us);
-        let recs = records::attempt_records(cell, id, outcome, facts);
+        let recs = records::attempt_records(cell, id, outcome, facts, state.facts_on.as_ref());
+        if state.facts_on.is_none() && !recs.is_empty() {
+            state.facts_on = Some(records::facts_on(&id, &recs));
+        }
         let counted = recs.iter().all(|r| r.ok);
         self.report_failures(&recs);
         self.keep(recs)?;
@@ -498,6 +504,7 @@ impl<E: Executor> Scheduler<'_, E> {
                 self.totals.boot_s += up.boot_s;
                 self.totals.deploy_s += up.deploy_s;
                 state.up = Some(up.facts);
+                state.facts_on = None;
             }
             Err(e) => {
                 let why = format!("bringing up the guests failed: {e:#}");

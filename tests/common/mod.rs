@@ -25,3 +25,32 @@ pub fn run_scenario(file: &str, scenario: &str) -> (tempfile::TempDir, PathBuf) 
     );
     (tmp, results)
 }
+
+/// The boot group facts that apply to `rec` (`extra.group`), whole: its own when its attempt
+/// was its guest set's first, else those of the record its `facts_on` names (same boot group
+/// and bring-up), where a guest set's facts are journaled once.
+#[allow(dead_code)] // not every test binary reads them
+pub fn group_facts<'a>(
+    runs: &'a [&'a serde_json::Value],
+    rec: &'a serde_json::Value,
+) -> &'a serde_json::Value {
+    let group = &rec["extra"]["group"];
+    let Some(on) = group.get("facts_on") else {
+        return group;
+    };
+    let same_set = |r: &serde_json::Value| {
+        ["boot", "bring_up"]
+            .iter()
+            .all(|k| r["slot"][k] == rec["slot"][k])
+    };
+    let holder = runs
+        .iter()
+        .find(|r| {
+            same_set(r)
+                && ["run", "warmup", "attempt", "guest"]
+                    .iter()
+                    .all(|k| r[k] == on[k])
+        })
+        .unwrap_or_else(|| panic!("no record holds the facts {on} points at"));
+    &holder["extra"]["group"]
+}

@@ -165,8 +165,23 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
     // Guest 1 ran the same workload (background: same), and the evidence is in every record.
     assert!(o.records.iter().all(|r| r.extra.contains_key("vcpu_sched")
         && r.extra.contains_key("guest_stat")
-        && r.extra.contains_key("host_stat")
-        && r.extra["group"]["mock_bring_up"] == 1));
+        && r.extra.contains_key("host_stat")));
+    // The guest set's facts: on its first attempt's records (the first warm-up), and every
+    // later record says where they are.
+    let (first, later) = o.records.split_at(2);
+    assert!(
+        first
+            .iter()
+            .all(|r| r.warmup && r.extra["group"]["mock_bring_up"] == 1)
+    );
+    let on = serde_json::json!({"run": 0, "warmup": true, "attempt": 1, "guest": 0});
+    assert!(
+        later
+            .iter()
+            .all(|r| r.extra["group"] == serde_json::json!({"facts_on": on})),
+        "{:?}",
+        later[0].extra["group"]
+    );
 }
 
 #[tokio::test]
