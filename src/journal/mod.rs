@@ -724,12 +724,13 @@ where
         let mut malformed = None;
         let body = c.bytes.strip_suffix(b"\n").unwrap_or(&c.bytes);
         // memchr finds the newlines a word at a time (a byte loop cost 5 % of a report).
-        let lines = memchr::memchr_iter(b'\n', body).count() + 1;
+        let mut lines = 0;
         let mut at = c.offset;
         let mut start = 0;
         for (i, end) in memchr::memchr_iter(b'\n', body).chain([body.len()]).enumerate() {
             let l = &body[start..end];
             start = end + 1;
+            lines = i + 1;
             let offset = at;
             at += l.len() as u64 + 1;
             if l.iter().all(u8::is_ascii_whitespace) {
@@ -741,7 +742,8 @@ where
                 // A resumed sweep may re-state its header; the first one stands.
                 Ok(Line::Sweep) => {}
                 Err(e) => {
-                    malformed = Some((i, format!("malformed journal line: {e}"), i + 1 == lines));
+                    let last = end == body.len();
+                    malformed = Some((i, format!("malformed journal line: {e}"), last));
                     break;
                 }
             }
