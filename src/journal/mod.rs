@@ -241,9 +241,10 @@ pub struct RunRecord {
     pub slot: Option<Slot>,
     /// The payload's headline numbers (name → value); empty when the run failed.
     pub metrics: BTreeMap<String, f64>,
-    /// The payload's full JSON report.
+    /// The payload's full JSON report (boxed: a sweep keeps every record's accounting copy, which
+    /// has none, and inline it was 248 of the record's 544 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<ocrig_payload::report::Report>,
+    pub payload: Option<Box<ocrig_payload::report::Report>>,
     /// Exact payload command line run in the guest.
     pub argv: Vec<String>,
     /// Phase timings of this run, milliseconds.

@@ -23,6 +23,14 @@ fn cpu_seconds() -> f64 {
     t(u.ru_utime) + t(u.ru_stime)
 }
 
+/// The process's peak resident memory so far, KiB.
+fn max_rss_kib() -> i64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    u.ru_maxrss
+}
+
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "a benchmark: scripts/bench-scale runs it"]
 async fn big_host_192_cpus_480_guests() {
@@ -112,8 +120,9 @@ async fn big_host_192_cpus_480_guests() {
         wall / records as f64 * 1e6
     );
     println!(
-        "  journal: {bytes} bytes, {} bytes per record",
-        bytes / records.max(1) as u64
+        "  journal: {bytes} bytes, {} bytes per record; peak RSS {:.0} MiB",
+        bytes / records.max(1) as u64,
+        max_rss_kib() as f64 / 1024.0
     );
     let t = Instant::now();
     let digested = crate::stats::digest::Digested::read(dir.path(), false).unwrap();

@@ -855,3 +855,43 @@ fn a_cells_stopping_rule_decides_once_on_the_pooled_results() {
     let noisy = slots(&[(0, 50.0), (1, 150.0), (2, 50.0), (3, 150.0)]);
     assert_eq!(next(&noisy, 4), "run");
 }
+
+#[tokio::test]
+async fn the_sweep_keeps_in_memory_only_what_the_accounting_and_stopping_rules_read() {
+    let plan = plan("");
+    let dir = tempfile::tempdir().unwrap();
+    let exec = MockExecutor::new(
+        METRIC,
+        Script {
+            realistic_host_cpus: Some(2),
+            ..Default::default()
+        },
+    );
+    let progress = Progress::new(plan.measured_runs(), true);
+    let journal = SharedJournal::new(JournalWriter::open(dir.path()).unwrap(), Vec::new());
+    run_with(&plan, exec, &journal, &progress, HostShare::only())
+        .await
+        .unwrap();
+    let kept = journal.into_inner().unwrap().records;
+    let journaled = read_records(dir.path());
+    assert_eq!(kept.len(), journaled.len());
+    assert!(
+        journaled
+            .iter()
+            .any(|r| r.metrics.len() > 1 && !r.extra.is_empty())
+    );
+    for (k, j) in kept.iter().zip(&journaled) {
+        // The same record, in journal order, without its telemetry and payload report, and of
+        // its metrics only the headline one.
+        assert_eq!(
+            (k.variant.as_str(), k.run, k.guest, k.attempt),
+            (j.variant.as_str(), j.run, j.guest, j.attempt)
+        );
+        assert!(k.extra.is_empty() && k.payload.is_none() && k.argv.is_empty());
+        assert_eq!(
+            k.metrics.keys().collect::<Vec<_>>(),
+            j.metrics.keys().filter(|m| *m == METRIC).collect::<Vec<_>>()
+        );
+        assert_eq!(k.metrics.get(METRIC), j.metrics.get(METRIC));
+    }
+}
