@@ -29,6 +29,11 @@ fn serial() -> MutexGuard<'static, ()> {
 /// Payload duration: long enough to find the payload running over SSH and inject a fault.
 const DURATION_MS: u32 = 6000;
 
+/// These tests are of fault handling, where a run's self-check rejecting it would be a second
+/// failure: the calibration bound is wide. This machine's loop speed was seen to flip 1.5x
+/// within a process, and 1.7x (62–70 % drift, 1.66 → 2.84 ns/iter) during a full suite.
+const MAX_DRIFT: f64 = 3.0;
+
 fn scenario_yaml(name: &str) -> String {
     format!(
         "name: {name}
@@ -38,7 +43,7 @@ levels: [0.5]
 workloads:
   - name: lock-tas
     command: lock
-    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: 0.6}}
+    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: {MAX_DRIFT}}}
     metric: ops_per_sec
 runs: 2
 timeouts: {{run_s: 20, boot_s: 120, retries: 1}}
