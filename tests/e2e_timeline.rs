@@ -157,10 +157,8 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let (tmp, results) = common::run_scenario("timeline.yaml", SCENARIO);
     let dir = results_dir(&results);
     // The counted attempt (a run's attempt that broke a physics check is retried).
-    let all: Vec<Value> = records(&dir)
-        .into_iter()
-        .filter(|r| r["warmup"] == false)
-        .collect();
+    let every: Vec<Value> = records(&dir);
+    let all: Vec<Value> = every.iter().filter(|r| r["warmup"] == false).cloned().collect();
     let last = all.iter().filter_map(|r| r["attempt"].as_u64()).max().unwrap();
     let recs: Vec<Value> = all.into_iter().filter(|r| r["attempt"] == last).collect();
     assert_eq!(recs.len(), 4, "one record per guest");
@@ -208,7 +206,6 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let run_end_ms = tl["run_end_us"].as_f64().unwrap() / 1e3;
     assert!(run_end_ms > 1900.0, "the run lasted its 2 s: {run_end_ms} ms");
 
-    let every: Vec<Value> = records(&dir);
     let every: Vec<&Value> = every.iter().collect();
     let placed = placement(common::group_facts(&every, rec0));
     let turns = turns(&tl);

@@ -215,20 +215,19 @@ fn digest_with(
 ) -> RunDigest {
     use crate::journal::SELF_CHECK_REASON;
     let primary = is_primary_guest(r.guest);
-    let mut why = |e: String| names.name(&e);
     let (vcpu_wait, guest_steal, kvm) = if primary {
         (
-            explain::vcpu_wait(r, ctx),
-            explain::guest_steal(r, ctx),
-            explain::kvm_counters(r, ctx),
+            explain::vcpu_wait(r, ctx).map_err(|e| names.name(&e)),
+            explain::guest_steal(r, ctx).map_err(|e| names.name(&e)),
+            explain::kvm_counters(r, ctx)
+                .map_err(|e| names.name(&e))
+                .map(|c| Keyed::of(&c, names)),
         )
     } else {
-        let not = || NOT_PRIMARY.to_string();
-        (Err(not()), Err(not()), Err(not()))
+        let not = names.name(NOT_PRIMARY);
+        (Err(not.clone()), Err(not.clone()), Err(not))
     };
-    let (vcpu_wait, guest_steal) = (vcpu_wait.map_err(&mut why), guest_steal.map_err(&mut why));
-    let host_other = explain::host_other_part(r, ctx).map_err(&mut why);
-    let kvm = kvm.map_err(&mut why).map(|c| Keyed::of(&c, names));
+    let host_other = explain::host_other_part(r, ctx).map_err(|e| names.name(&e));
     let pv_words = explain::pv_words(r).map(|w| names.pv_words(&w));
     RunDigest {
         variant: names.name(&r.variant),
@@ -413,26 +412,41 @@ impl<'de> Visitor<'de> for PickVisitor {
         }
         Ok(Value::Array(out))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            let key = key.0;
-            let pick = match self.0 {
-                Pick::Keys(keys) => keys.contains(&&*key).then_some(&Pick::All),
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        let fields = pick_fields(
+            map,
+            |key| match self.0 {
+                Pick::Keys(keys) => keys.contains(&key).then_some(&Pick::All),
                 Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
                 _ => Some(&Pick::All),
-            };
-            match pick {
-                Some(pick) => {
-                    out.insert(key.into_owned(), map.next_value_seed(pick)?);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+            },
+            |_| {},
+        )?;
+        Ok(Value::Object(fields))
+    }
+}
+
+/// An object's fields that `pick` names, each as it says; the others are skipped unbuilt
+/// (`skipped` is told their keys).
+fn pick_fields<'de, A: MapAccess<'de>>(
+    mut map: A,
+    pick: impl Fn(&str) -> Option<&'static Pick>,
+    mut skipped: impl FnMut(&str),
+) -> Result<Map<String, Value>, A::Error> {
+    let mut out = Map::new();
+    while let Some(key) = map.next_key::<Key<'de>>()? {
+        let key = key.0;
+        match pick(&key) {
+            Some(pick) => {
+                out.insert(key.into_owned(), map.next_value_seed(pick)?);
+            }
+            None => {
+                skipped(&key);
+                map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(Value::Object(out))
     }
+    Ok(out)
 }
 
 /// An array element kept if it is a string containing one of the needles.
@@ -495,22 +509,15 @@ impl<'de, const E: bool> serde::Deserialize<'de> for Kept<E> {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept<E>, A::Error> {
-                let mut kept = Kept::<E>::default();
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Kept<E>, A::Error> {
                 let picks: &'static [(&str, Pick)] = if E { &EXTRA } else { &DETAIL };
-                while let Some(key) = map.next_key::<Key<'de>>()? {
-                    let key = key.0;
-                    match picks.iter().find(|(k, _)| *k == key) {
-                        Some((_, pick)) => {
-                            kept.fields.insert(key.into_owned(), map.next_value_seed(pick)?);
-                        }
-                        None => {
-                            kept.timeline |= E && key == "timeline";
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(kept)
+                let mut timeline = false;
+                let fields = pick_fields(
+                    map,
+                    |key| picks.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
+                    |key| timeline |= E && key == "timeline",
+                )?;
+                Ok(Kept { fields, timeline })
             }
         }
         d.deserialize_map(V::<E>)

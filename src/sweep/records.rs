@@ -38,7 +38,8 @@ pub fn attempt_records(
     let now = jiff::Timestamp::now().to_string();
     let ran = outcome.workers.iter().flatten().count() as u32;
     let first = outcome.workers.iter().position(Option::is_some).unwrap_or(0) as u32;
-    let parts = GuestParts::of(group_facts);
+    // A later attempt keeps of the facts only its guests' start facts.
+    let parts = GuestParts::of(group_facts, facts_on.map(|_| &["start"][..]));
     let mut records: Vec<RunRecord> = outcome
         .workers
         .into_iter()
@@ -52,7 +53,7 @@ pub fn attempt_records(
             let group = match facts_on {
                 Some(on) => parts.later(guest, on),
                 None if guest == first => group_facts.clone(),
-                None => parts.own(guest, None),
+                None => parts.own(guest),
             };
             rec.extra.insert("group".into(), group);
             if guest == first {
@@ -114,7 +115,8 @@ enum Part<'a> {
 }
 
 impl<'a> GuestParts<'a> {
-    fn of(facts: &'a Value) -> Self {
+    /// `facts` split, of the keys `only` names (all with `None`).
+    fn of(facts: &'a Value, only: Option<&[&str]>) -> Self {
         let Value::Object(m) = facts else {
             return Self {
                 facts,
@@ -130,6 +132,7 @@ impl<'a> GuestParts<'a> {
             .and_then(|a| a.iter().map(guest_of).collect());
         let keys = m
             .iter()
+            .filter(|(k, _)| only.is_none_or(|o| o.contains(&k.as_str())))
             .map(|(k, v)| {
                 let by = |pairs: Vec<(u64, &'a Value)>, missing: Option<&'a Value>| {
                     let mut map: std::collections::HashMap<u64, Vec<&'a Value>> = Default::default();
@@ -157,16 +160,14 @@ impl<'a> GuestParts<'a> {
         Self { facts, keys }
     }
 
-    /// `guest`'s part of the facts, of the keys `only` names (all with `None`): each per-guest
-    /// list cut to its entries.
-    fn own(&self, guest: u32, only: Option<&[&str]>) -> Value {
+    /// `guest`'s part of the facts: each per-guest list cut to its entries.
+    fn own(&self, guest: u32) -> Value {
         if !self.facts.is_object() {
             return self.facts.clone();
         }
         Value::Object(
             self.keys
                 .iter()
-                .filter(|(k, _)| only.is_none_or(|o| o.contains(k)))
                 .map(|(k, part)| {
                     let v = match part {
                         Part::Whole(v) => (*v).clone(),
@@ -182,12 +183,12 @@ impl<'a> GuestParts<'a> {
         )
     }
 
-    /// A later attempt's part: its guest's start facts (how it was started: boot or clone,
+    /// A later attempt's part (of facts split of `start` only): its guest's start facts (how it was started: boot or clone,
     /// `-cpu`, which the reports read of every record) and where the rest is (`facts_on`: the
     /// set's first attempt's first record; every record of that attempt has its own guest's
     /// part).
     fn later(&self, guest: u32, on: &Value) -> Value {
-        let mut part = match self.own(guest, Some(&["start"])) {
+        let mut part = match self.own(guest) {
             Value::Object(m) => m,
             _ => serde_json::Map::new(),
         };
