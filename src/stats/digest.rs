@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::explain::{self, HostOtherPart, RecordContext};
+use super::explain::{self, HostOtherPart, RecordContext, Telemetry};
 #[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::accounting::{Attempted, GuestSet, Headline};
@@ -201,14 +201,17 @@ pub fn digest(r: &RunRecord, ctx: &RecordContext, names: &mut Names) -> RunDiges
         .extra
         .get("timeline")
         .map(|t| TimelineAt::Here(Box::new(TimelineRef::of(t))));
-    digest_with(r, r.payload.as_ref().map(|p| &p.detail), timeline, ctx, names)
+    let telemetry = Telemetry::of(&r.extra);
+    let detail = r.payload.as_ref().map(|p| Detail::of(&p.detail));
+    digest_with(r, &telemetry, detail, timeline, ctx, names)
 }
 
-/// [`digest`] of a record whose payload report's workload fields are `detail` and whose
-/// timeline is at `timeline`.
+/// [`digest`] of a record whose telemetry is `telemetry`, whose payload report's workload
+/// fields read `detail` and whose timeline is at `timeline`.
 fn digest_with(
     r: &RunRecord,
-    detail: Option<&Map<String, Value>>,
+    telemetry: &Telemetry,
+    detail: Option<Detail>,
     timeline: Option<TimelineAt>,
     ctx: &RecordContext,
     names: &mut Names,
@@ -217,17 +220,17 @@ fn digest_with(
     let primary = is_primary_guest(r.guest);
     let (vcpu_wait, guest_steal, kvm) = if primary {
         (
-            explain::vcpu_wait(r, ctx).map_err(|e| names.name(&e)),
-            explain::guest_steal(r, ctx).map_err(|e| names.name(&e)),
-            explain::kvm_counters(r, ctx)
+            explain::vcpu_wait_of(telemetry, ctx).map_err(|e| names.name(&e)),
+            explain::guest_steal_of(telemetry, explain::guest_cpu(r), ctx).map_err(|e| names.name(&e)),
+            explain::kvm_counters_of(telemetry, ctx)
                 .map_err(|e| names.name(&e))
-                .map(|c| Keyed::of(&c, names)),
+                .map(|c| Keyed::of(c, names)),
         )
     } else {
         let not = names.name(NOT_PRIMARY);
         (Err(not.clone()), Err(not.clone()), Err(not))
     };
-    let host_other = explain::host_other_part(r, ctx).map_err(|e| names.name(&e));
+    let host_other = explain::host_other_part_of(telemetry, ctx).map_err(|e| names.name(&e));
     let pv_words = explain::pv_words(r).map(|w| names.pv_words(&w));
     RunDigest {
         variant: names.name(&r.variant),
@@ -254,10 +257,13 @@ fn digest_with(
         kvm,
         pv_words,
         preemption: detail
+            .as_ref()
             .filter(|_| primary)
-            .and_then(super::preemption::of_detail)
+            .and_then(|d| {
+                super::preemption::of_reported(d.preemption.as_ref(), d.preemption_unavailable.as_deref())
+            })
             .map(|p| Box::new(p.map_err(|e| names.name(&e)))),
-        profile: detail.and_then(profile_of_detail).map(Box::new),
+        profile: detail.and_then(|d| d.profile),
         timeline,
     }
 }
@@ -265,68 +271,104 @@ fn digest_with(
 /// The kernel profile a record's payload report carries, if any.
 #[cfg(test)] // digests take it from the report's fields
 pub fn profile_of(r: &RunRecord) -> Option<ocrig_payload::probe::profile::Profile> {
-    profile_of_detail(&r.payload.as_ref()?.detail)
+    Detail::of(&r.payload.as_ref()?.detail).profile.map(|p| *p)
 }
 
-fn profile_of_detail(detail: &Map<String, Value>) -> Option<ocrig_payload::probe::profile::Profile> {
-    serde::Deserialize::deserialize(detail.get("kernel")?.get("profile")?).ok()
+/// What a digest reads of a record's payload report (its workload fields), typed: a report
+/// of a million records parses these straight from each line ([`Detail::set_raw`]), skipping
+/// the rest of the report (its prose, checks, calibration) unbuilt.
+#[derive(Debug, Default)]
+pub struct Detail {
+    /// `preemption` ([`super::preemption::of_reported`]), if the report has the field.
+    preemption: Option<super::preemption::Reported>,
+    preemption_unavailable: Option<String>,
+    /// `kernel.profile`, when the run was profiled and it reads as one.
+    profile: Option<Box<ocrig_payload::probe::profile::Profile>>,
+}
+
+/// A payload report's `kernel` field as far as [`Detail`] reads it.
+#[derive(Deserialize)]
+struct KernelPart<'a> {
+    #[serde(borrow, default)]
+    profile: Option<&'a serde_json::value::RawValue>,
+}
+
+impl Detail {
+    /// Of a record in memory.
+    #[cfg(test)] // records in memory are digested in tests only
+    fn of(detail: &Map<String, Value>) -> Self {
+        let mut d = Detail::default();
+        for (key, value) in detail {
+            d.set_raw(key, &value.to_string());
+        }
+        d
+    }
+
+    /// The report's fields it is read from.
+    const KEYS: [&str; 3] = ["preemption", "preemption_unavailable", "kernel"];
+
+    /// Sets the field `key` of the report from its JSON text; false if a digest does not
+    /// read it.
+    fn set_raw(&mut self, key: &str, raw: &str) -> bool {
+        match key {
+            "preemption" => self.preemption = Some(super::preemption::Reported::of_raw(raw)),
+            "preemption_unavailable" => self.preemption_unavailable = serde_json::from_str(raw).ok(),
+            "kernel" => {
+                self.profile = serde_json::from_str::<KernelPart>(raw)
+                    .ok()
+                    .and_then(|k| serde_json::from_str(k.profile?.get()).ok())
+            }
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// A run record's line parsed as far as [`digest`] reads it: the record without its payload
-/// report and telemetry but for the parts [`DETAIL`] picks of the report (in `detail`) and
-/// [`EXTRA`] of the telemetry; of its timeline summary only whether there is one.
+/// report and telemetry but for what a digest reads of the report ([`Detail`]), its
+/// [`Telemetry`], both typed, and what [`EXTRA`] picks of the rest; of its timeline summary
+/// only whether there is one.
 pub struct ForReport {
     pub record: RunRecord,
-    pub detail: Option<Map<String, Value>>,
+    pub telemetry: Telemetry,
+    pub detail: Option<Detail>,
     pub timeline: bool,
 }
 
-/// The payload report's fields a digest reads ([`super::preemption::of_detail`],
-/// [`profile_of`]), each as far as it reads it.
-pub static DETAIL: [(&str, Pick); 3] = [
-    ("preemption", Pick::Keys(&super::preemption::READ_FIELDS)),
-    ("preemption_unavailable", Pick::All),
-    ("kernel", Pick::Fields(&[("profile", Pick::All)])),
-];
-/// The record's `extra` fields a digest reads (the functions of [`explain`]), each as far as
-/// it reads it: of the boot group's facts (kilobytes: every guest's start, dmesg lines,
-/// memory) only the guests' `-cpu` and their kernels' PV lines.
-pub static EXTRA: [(&str, Pick); 5] = [
-    ("vcpu_sched", Pick::All),
-    ("guest_stat", Pick::All),
-    ("host_stat", Pick::Keys(&["user", "system", "idle", "steal"])),
-    ("kvm", Pick::All),
-    (
-        "group",
-        Pick::Fields(&[
-            (
-                "start",
-                Pick::Each(&Pick::Fields(&[
-                    ("guest", Pick::All),
-                    ("start", Pick::Fields(&[("boot", Pick::Keys(&["cpu"]))])),
-                ])),
-            ),
-            (
-                "guest_kernel",
-                Pick::Each(&Pick::Fields(&[
-                    ("pv_words", Pick::StringsWith(&explain::PV_WORDS)),
-                    ("dmesg", Pick::StringsWith(&explain::PV_WORDS)),
-                ])),
-            ),
-        ]),
-    ),
-];
+/// The record's `extra` fields a digest reads (the functions of [`explain`]) besides its
+/// [`Telemetry`], each as far as it reads it: of the boot group's facts (kilobytes: every
+/// guest's start, dmesg lines, memory) only the guests' `-cpu` and their kernels' PV lines.
+pub static EXTRA: [(&str, Pick); 1] = [(
+    "group",
+    Pick::Fields(&[
+        (
+            "start",
+            Pick::Each(&Pick::Fields(&[
+                ("guest", Pick::All),
+                ("start", Pick::Fields(&[("boot", Pick::Keys(&["cpu"]))])),
+            ])),
+        ),
+        (
+            "guest_kernel",
+            Pick::Each(&Pick::Fields(&[
+                ("pv_words", Pick::StringsWith(&explain::PV_WORDS)),
+                ("dmesg", Pick::StringsWith(&explain::PV_WORDS)),
+            ])),
+        ),
+    ]),
+)];
 
 impl RunLine for ForReport {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
         let mut head: RecordHead<Kept<false>, Kept<true>> = serde_json::from_slice(line)?;
-        let detail = head.payload.take().map(|p| p.fields);
+        let detail = head.payload.take().map(|p| p.detail);
         let extra = std::mem::take(&mut head.extra);
         let timeline = extra.timeline;
         let mut record = head.record();
         record.extra = extra.fields;
         Ok(Self {
             record,
+            telemetry: extra.telemetry,
             detail,
             timeline,
         })
@@ -413,25 +455,19 @@ impl<'de> Visitor<'de> for PickVisitor {
         Ok(Value::Array(out))
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
-        let fields = pick_fields(
-            map,
-            |key| match self.0 {
-                Pick::Keys(keys) => keys.contains(&key).then_some(&Pick::All),
-                Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
-                _ => Some(&Pick::All),
-            },
-            |_| {},
-        )?;
+        let fields = pick_fields(map, |key| match self.0 {
+            Pick::Keys(keys) => keys.contains(&key).then_some(&Pick::All),
+            Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
+            _ => Some(&Pick::All),
+        })?;
         Ok(Value::Object(fields))
     }
 }
 
-/// An object's fields that `pick` names, each as it says; the others are skipped unbuilt
-/// (`skipped` is told their keys).
+/// An object's fields that `pick` names, each as it says; the others are skipped unbuilt.
 fn pick_fields<'de, A: MapAccess<'de>>(
     mut map: A,
     pick: impl Fn(&str) -> Option<&'static Pick>,
-    mut skipped: impl FnMut(&str),
 ) -> Result<Map<String, Value>, A::Error> {
     let mut out = Map::new();
     while let Some(key) = map.next_key::<Key<'de>>()? {
@@ -441,7 +477,6 @@ fn pick_fields<'de, A: MapAccess<'de>>(
                 out.insert(key.into_owned(), map.next_value_seed(pick)?);
             }
             None => {
-                skipped(&key);
                 map.next_value::<IgnoredAny>()?;
             }
         }
@@ -492,11 +527,13 @@ impl<'de> Visitor<'de> for StringWith {
     }
 }
 
-/// A JSON object's fields picked by [`EXTRA`] (`EXTRA`) or [`DETAIL`], as picked; the others
-/// are skipped unbuilt.
+/// Of a record's `extra` (`EXTRA`): the fields [`EXTRA`] picks, as picked, and its
+/// [`Telemetry`]; of its payload report: its [`Detail`]. The others are skipped unbuilt.
 #[derive(Default)]
 struct Kept<const EXTRA: bool> {
     fields: Map<String, Value>,
+    telemetry: Telemetry,
+    detail: Detail,
     /// A `timeline` field was there.
     timeline: bool,
 }
@@ -509,15 +546,31 @@ impl<'de, const E: bool> serde::Deserialize<'de> for Kept<E> {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Kept<E>, A::Error> {
-                let picks: &'static [(&str, Pick)] = if E { &EXTRA } else { &DETAIL };
-                let mut timeline = false;
-                let fields = pick_fields(
-                    map,
-                    |key| picks.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
-                    |key| timeline |= E && key == "timeline",
-                )?;
-                Ok(Kept { fields, timeline })
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept<E>, A::Error> {
+                let mut kept = Kept::<E>::default();
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    let key = key.0;
+                    let typed = if E {
+                        Telemetry::KEYS.contains(&&*key)
+                    } else {
+                        Detail::KEYS.contains(&&*key)
+                    };
+                    if typed {
+                        // Its text as it is in the line, parsed into its type: no tree.
+                        let raw: &'de serde_json::value::RawValue = map.next_value()?;
+                        if E {
+                            kept.telemetry.set_raw(&key, raw.get());
+                        } else {
+                            kept.detail.set_raw(&key, raw.get());
+                        }
+                    } else if let Some((_, pick)) = EXTRA.iter().find(|(k, _)| E && *k == key) {
+                        kept.fields.insert(key.into_owned(), map.next_value_seed(pick)?);
+                    } else {
+                        kept.timeline |= E && key == "timeline";
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(kept)
             }
         }
         d.deserialize_map(V::<E>)
@@ -621,7 +674,7 @@ impl Digested {
                     file: file.clone(),
                     offset,
                 });
-                digest_with(&r.record, r.detail.as_ref(), timeline, &context(h), names)
+                digest_with(&r.record, &r.telemetry, r.detail, timeline, &context(h), names)
             },
         )?;
         Ok(Self {
@@ -847,7 +900,14 @@ mod tests {
                 .get("timeline")
                 .map(|t| TimelineAt::Here(Box::new(TimelineRef::of(t))));
             let mut names = Names::default();
-            let streamed = digest_with(&lite.record, lite.detail.as_ref(), timeline, &ctx, &mut names);
+            let streamed = digest_with(
+                &lite.record,
+                &lite.telemetry,
+                lite.detail,
+                timeline,
+                &ctx,
+                &mut names,
+            );
             assert_eq!(streamed, digest(r, &ctx, &mut Names::default()));
         }
     }

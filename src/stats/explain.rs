@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,6 +24,123 @@ pub struct RecordContext<'a> {
 impl RecordContext<'_> {
     fn no_guests(&self) -> Option<String> {
         (self.backend == "host").then(|| "not measured: the host backend runs no guests".to_string())
+    }
+}
+
+/// One telemetry field of a record as the figures read it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part<T> {
+    /// Not in the record.
+    Absent,
+    /// A string in its place: why it was not measured.
+    Why(String),
+    /// Its value, or why it does not read as one (an older ocrig's shape).
+    Read(Result<T, String>),
+}
+
+impl<T: DeserializeOwned> Part<T> {
+    /// The field `v` of a record in memory.
+    #[cfg(test)] // records in memory are digested in tests only
+    fn of_value(v: Option<&Value>) -> Self {
+        match v {
+            None => Part::Absent,
+            Some(Value::String(why)) => Part::Why(why.clone()),
+            Some(v) => Part::Read(T::deserialize(v).map_err(|e| e.to_string())),
+        }
+    }
+
+    /// The field whose JSON text is `raw` (a journal line's, as it is parsed): the same as
+    /// [`Part::of_value`] of it, without building a tree of it first.
+    fn of_raw(raw: &str) -> Self {
+        if raw.starts_with('"') {
+            return match serde_json::from_str(raw) {
+                Ok(why) => Part::Why(why),
+                Err(e) => Part::Read(Err(without_place(e))),
+            };
+        }
+        Part::Read(serde_json::from_str(raw).map_err(without_place))
+    }
+}
+
+/// A parse error's text without its place in the text parsed: a field parsed from its JSON
+/// text says what one parsed from a tree of it says.
+pub fn without_place(e: serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) if e.line() > 0 => text[..i].to_string(),
+        _ => text,
+    }
+}
+
+/// A host's /proc/stat ticks over a run (`host_stat`), as far as [`host_other_part`] reads them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HostTicks {
+    #[serde(default)]
+    user: Option<f64>,
+    #[serde(default)]
+    system: Option<f64>,
+    #[serde(default)]
+    idle: Option<f64>,
+    #[serde(default)]
+    steal: Option<f64>,
+}
+
+/// A guest's /proc/stat over a run (`guest_stat`), as far as [`guest_steal`] reads it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct GuestSteal {
+    #[serde(default)]
+    steal_share: Option<f64>,
+    #[serde(default)]
+    steal_unavailable: Option<String>,
+}
+
+/// The telemetry of a record its per-run figures are computed from, typed: a report of a
+/// million records parses these straight from each line ([`Telemetry::set_raw`]), a record in
+/// memory from its `extra` ([`Telemetry::of`]); both give the same figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Telemetry {
+    pub vcpu_sched: Part<VcpuSched>,
+    pub guest_stat: Part<GuestSteal>,
+    pub host_stat: Part<HostTicks>,
+    pub kvm: Part<KvmRun>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self {
+            vcpu_sched: Part::Absent,
+            guest_stat: Part::Absent,
+            host_stat: Part::Absent,
+            kvm: Part::Absent,
+        }
+    }
+}
+
+impl Telemetry {
+    /// The `extra` fields it is read from.
+    pub const KEYS: [&str; 4] = ["vcpu_sched", "guest_stat", "host_stat", "kvm"];
+
+    /// Of a record in memory.
+    #[cfg(test)] // records in memory are digested in tests only
+    pub fn of(extra: &serde_json::Map<String, Value>) -> Self {
+        Self {
+            vcpu_sched: Part::of_value(extra.get("vcpu_sched")),
+            guest_stat: Part::of_value(extra.get("guest_stat")),
+            host_stat: Part::of_value(extra.get("host_stat")),
+            kvm: Part::of_value(extra.get("kvm")),
+        }
+    }
+
+    /// Sets the field `key` from its JSON text; false if `key` is none of [`Telemetry::KEYS`].
+    pub fn set_raw(&mut self, key: &str, raw: &str) -> bool {
+        match key {
+            "vcpu_sched" => self.vcpu_sched = Part::of_raw(raw),
+            "guest_stat" => self.guest_stat = Part::of_raw(raw),
+            "host_stat" => self.host_stat = Part::of_raw(raw),
+            "kvm" => self.kvm = Part::of_raw(raw),
+            _ => return false,
+        }
+        true
     }
 }
 
@@ -76,15 +194,23 @@ pub fn measure_of<E: AsRef<str>>(figures: impl Iterator<Item = Result<f64, E>>) 
 }
 
 /// Mean run-queue wait share of the record's vCPU threads.
+#[cfg(test)] // the per-record form; digests use `vcpu_wait_of`
 pub fn vcpu_wait(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
+    vcpu_wait_of(&Telemetry::of(&r.extra), ctx)
+}
+
+/// [`vcpu_wait`] of a record's telemetry.
+pub fn vcpu_wait_of(t: &Telemetry, ctx: &RecordContext) -> Result<f64, String> {
     if let Some(why) = ctx.no_guests() {
         return Err(why);
     }
-    let v = r
-        .extra
-        .get("vcpu_sched")
-        .ok_or("not recorded (a journal from an ocrig without per-vCPU telemetry)")?;
-    let sched = VcpuSched::deserialize(v).map_err(|e| format!("unreadable vcpu_sched: {e}"))?;
+    let sched = match &t.vcpu_sched {
+        Part::Absent => {
+            return Err("not recorded (a journal from an ocrig without per-vCPU telemetry)".into());
+        }
+        Part::Why(why) => return Err(why.clone()),
+        Part::Read(s) => s.as_ref().map_err(|e| format!("unreadable vcpu_sched: {e}"))?,
+    };
     match sched.mean_wait_share {
         Some(s) => Ok(s),
         None => Err(format!(
@@ -123,26 +249,35 @@ impl HostOtherPart {
     }
 }
 
+#[cfg(test)] // the per-record form; digests use `host_other_part_of`
 pub fn host_other_part(r: &RunRecord, ctx: &RecordContext) -> HostOtherPart {
+    host_other_part_of(&Telemetry::of(&r.extra), ctx)
+}
+
+/// [`host_other_part`] of a record's telemetry.
+pub fn host_other_part_of(t: &Telemetry, ctx: &RecordContext) -> HostOtherPart {
     let host = (|| {
-        let host = match r.extra.get("host_stat") {
-            None => return Err("not recorded".to_string()),
-            Some(Value::String(why)) => return Err(why.clone()),
-            Some(h) => h,
+        let host = match &t.host_stat {
+            Part::Absent => return Err("not recorded".to_string()),
+            Part::Why(why) => return Err(why.clone()),
+            Part::Read(h) => h.as_ref().map_err(|e| format!("unreadable host_stat: {e}"))?,
         };
-        let ticks = |k: &str| host[k].as_f64().ok_or_else(|| format!("host_stat has no {k}"));
-        let total = ticks("user")? + ticks("system")? + ticks("idle")? + ticks("steal")?;
+        let ticks = |v: Option<f64>, k: &str| v.ok_or_else(|| format!("host_stat has no {k}"));
+        let (user, system) = (ticks(host.user, "user")?, ticks(host.system, "system")?);
+        let total = user + system + ticks(host.idle, "idle")? + ticks(host.steal, "steal")?;
         if total <= 0.0 {
             return Err("not measured: no time elapsed".into());
         }
-        Ok(((ticks("user")? + ticks("system")?) / USER_HZ, total / USER_HZ))
+        Ok(((user + system) / USER_HZ, total / USER_HZ))
     })();
     let vcpus_s = if ctx.no_guests().is_some() {
         Ok(0.0)
     } else {
-        match r.extra.get("vcpu_sched") {
-            None => Err("not measured: a guest without vCPU telemetry".to_string()),
-            Some(v) => VcpuSched::deserialize(v)
+        match &t.vcpu_sched {
+            Part::Absent => Err("not measured: a guest without vCPU telemetry".to_string()),
+            Part::Why(why) => Err(why.clone()),
+            Part::Read(s) => s
+                .as_ref()
                 .map(|sched| sched.run_s().unwrap_or(0.0))
                 .map_err(|e| format!("unreadable vcpu_sched: {e}")),
         }
@@ -167,34 +302,40 @@ pub fn host_other_of<'a, E: AsRef<str> + 'a>(
 const USER_HZ: f64 = 100.0;
 
 /// The record's guest steal share; under TCG never a measurement, whatever the record says.
+#[cfg(test)] // the per-record form; digests use `guest_steal_of`
 pub fn guest_steal(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
+    guest_steal_of(&Telemetry::of(&r.extra), guest_cpu(r), ctx)
+}
+
+/// [`guest_steal`] of a record's telemetry and its guest's `-cpu` ([`guest_cpu`]).
+pub fn guest_steal_of(t: &Telemetry, cpu: Option<&str>, ctx: &RecordContext) -> Result<f64, String> {
     if let Some(why) = ctx.no_guests() {
         return Err(why);
     }
     if ctx.accel == "tcg" {
         return Err(TCG_NO_STEAL.to_string());
     }
-    if let Some(cpu) = guest_cpu(r)
+    if let Some(cpu) = cpu
         && crate::telemetry::kvm::steal_time_off(cpu)
     {
         return Err(format!(
             "not measured: the guest's `-cpu {cpu}` turns kvm-steal-time off (its 0 would mean off, not none)"
         ));
     }
-    match r.extra.get("guest_stat") {
-        None => Err("not recorded".into()),
-        Some(Value::String(why)) => Err(why.clone()),
-        Some(v) => v["steal_share"].as_f64().ok_or_else(|| {
-            v["steal_unavailable"]
-                .as_str()
-                .unwrap_or("not measured: no time elapsed")
-                .to_string()
+    match &t.guest_stat {
+        Part::Absent => Err("not recorded".into()),
+        Part::Why(why) => Err(why.clone()),
+        Part::Read(Err(e)) => Err(format!("unreadable guest_stat: {e}")),
+        Part::Read(Ok(g)) => g.steal_share.ok_or_else(|| {
+            g.steal_unavailable
+                .clone()
+                .unwrap_or_else(|| "not measured: no time elapsed".into())
         }),
     }
 }
 
 /// The `-cpu` value the record's guest ran with, from its boot group's start facts.
-fn guest_cpu(r: &RunRecord) -> Option<&str> {
+pub fn guest_cpu(r: &RunRecord) -> Option<&str> {
     let starts = r.extra.get("group")?.get("start")?.as_array()?;
     starts
         .iter()
@@ -328,15 +469,25 @@ fn strip_dmesg_time(line: &str) -> &str {
 }
 
 /// The record's per-VM KVM counters over the run.
+#[cfg(test)] // the per-record form; digests use `kvm_counters_of`
 pub fn kvm_counters(r: &RunRecord, ctx: &RecordContext) -> Result<BTreeMap<String, u64>, String> {
+    kvm_counters_of(&Telemetry::of(&r.extra), ctx).cloned()
+}
+
+/// [`kvm_counters`] of a record's telemetry.
+pub fn kvm_counters_of<'t>(
+    t: &'t Telemetry,
+    ctx: &RecordContext,
+) -> Result<&'t BTreeMap<String, u64>, String> {
     if let Some(why) = ctx.no_guests() {
         return Err(why);
     }
-    match r.extra.get("kvm") {
-        None => Err("not recorded".into()),
-        Some(Value::String(why)) => Err(why.clone()),
-        Some(v) => KvmRun::deserialize(v)
-            .map(|k| k.counters)
+    match &t.kvm {
+        Part::Absent => Err("not recorded".into()),
+        Part::Why(why) => Err(why.clone()),
+        Part::Read(k) => k
+            .as_ref()
+            .map(|k| &k.counters)
             .map_err(|_| "recorded host-wide, not per VM (a journal from an older ocrig)".into()),
     }
 }
@@ -429,6 +580,50 @@ mod tests {
         let mut r = record("v", 1.0, "w", 0, &[("m", 1.0)]);
         r.extra = extra.as_object().unwrap().clone();
         r
+    }
+
+    #[test]
+    fn telemetry_parsed_from_its_text_reads_as_from_a_tree() {
+        // Each shape a journal has: measured, a string saying why, an older ocrig's shape
+        // (unreadable: its error text must not carry the place in the line), null, absent.
+        let extras = [
+            json!({"vcpu_sched": {"wall_s": 1.0, "mean_wait_share": 0.25, "vcpus": []},
+                   "guest_stat": {"steal_share": 0.5, "user": 3}, "host_stat": {"user": 1, "system": 2, "idle": 3, "steal": 0, "per_cpu": []},
+                   "kvm": {"source": "qmp", "counters": {"halt_exits": 4}}}),
+            json!({"vcpu_sched": "not available: gone", "guest_stat": "timeout", "host_stat": "offline", "kvm": "no provider"}),
+            json!({"vcpu_sched": {"wall_s": "x"}, "guest_stat": {"steal_share": "y"}, "host_stat": [1], "kvm": {"exits": 5}}),
+            json!({"vcpu_sched": null, "guest_stat": null, "host_stat": null, "kvm": null}),
+            json!({}),
+        ];
+        for extra in extras {
+            let map = extra.as_object().unwrap();
+            let mut raw = Telemetry::default();
+            for (k, v) in map {
+                assert!(raw.set_raw(k, &serde_json::to_string_pretty(v).unwrap()));
+            }
+            let tree = Telemetry::of(map);
+            assert_eq!(raw, tree, "{extra}");
+            for ctx in [&KVM, &TCG] {
+                assert_eq!(vcpu_wait_of(&raw, ctx), vcpu_wait_of(&tree, ctx));
+                assert_eq!(guest_steal_of(&raw, None, ctx), guest_steal_of(&tree, None, ctx));
+                assert_eq!(host_other_part_of(&raw, ctx), host_other_part_of(&tree, ctx));
+                assert_eq!(kvm_counters_of(&raw, ctx), kvm_counters_of(&tree, ctx));
+            }
+        }
+        let t = |v: Value| Telemetry::of(v.as_object().unwrap());
+        let unreadable = vcpu_wait_of(&t(json!({"vcpu_sched": {"wall_s": "x"}})), &KVM).unwrap_err();
+        assert!(
+            unreadable.starts_with("unreadable vcpu_sched: invalid type") && !unreadable.contains("line"),
+            "{unreadable}"
+        );
+        assert_eq!(
+            vcpu_wait_of(&t(json!({"vcpu_sched": "not available: gone"})), &KVM),
+            Err("not available: gone".into())
+        );
+        assert!(
+            !Telemetry::default().set_raw("timeline", "{}"),
+            "not a telemetry field"
+        );
     }
 
     #[test]

@@ -17,19 +17,16 @@ use super::summary::summarize;
 use crate::journal::RunRecord;
 use ocrig_payload::preempt_sample::Stretch;
 
-/// What [`of_detail`] reads of a [`ocrig_payload::preempt_sample::PreemptionReport`]: its two
+/// What [`of_reported`] reads of a [`ocrig_payload::preempt_sample::PreemptionReport`]: its two
 /// sides (or why each is missing); not its explanations and TSC calibration, which a streamed
 /// journal's reports do not even parse.
-#[derive(Deserialize)]
-struct Sides {
+#[derive(Debug, Deserialize)]
+pub struct Sides {
     holds: Option<Stretch>,
     holds_unavailable: Option<String>,
     handovers: Option<Stretch>,
     handovers_unavailable: Option<String>,
 }
-
-/// The fields of [`Sides`]: what a report's parser keeps of a record's `preemption`.
-pub const READ_FIELDS: [&str; 4] = ["holds", "holds_unavailable", "handovers", "handovers_unavailable"];
 
 /// One run's figures, each a value or why it is missing (`E`: a digest shares its reasons).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,14 +61,55 @@ impl RunPreemption {
 
 /// The run's figures; `None` when its report has no `preemption` field (a workload without a
 /// lock, a failed run, or a payload older than the sampler).
-#[cfg(test)] // digests take it from the report's fields (of_detail)
+#[cfg(test)] // digests read the report's fields typed (of_reported)
 pub fn of_record(r: &RunRecord) -> Option<RunPreemption> {
     of_detail(&r.payload.as_ref()?.detail)
 }
 
 /// [`of_record`] from the payload report's workload fields.
+#[cfg(test)] // digests read the report's fields typed (`of_reported`)
 pub fn of_detail(detail: &serde_json::Map<String, serde_json::Value>) -> Option<RunPreemption> {
-    let value = detail.get("preemption")?;
+    let reported = detail.get("preemption").map(Reported::of_value);
+    of_reported(
+        reported.as_ref(),
+        detail.get("preemption_unavailable").and_then(|w| w.as_str()),
+    )
+}
+
+/// A payload report's `preemption` field as [`of_reported`] reads it.
+#[derive(Debug)]
+pub enum Reported {
+    /// `null`: not measured (the report's `preemption_unavailable` says why).
+    Null,
+    /// Its [`Sides`], or why they do not read.
+    Sides(Result<Box<Sides>, String>),
+}
+
+impl Reported {
+    #[cfg(test)] // reports parse it from its text (`of_raw`)
+    fn of_value(v: &serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Reported::Null,
+            v => Reported::Sides(Sides::deserialize(v).map(Box::new).map_err(|e| e.to_string())),
+        }
+    }
+
+    /// The field whose JSON text is `raw`.
+    pub fn of_raw(raw: &str) -> Self {
+        match raw.trim() {
+            "null" => Reported::Null,
+            raw => Reported::Sides(
+                serde_json::from_str(raw)
+                    .map(Box::new)
+                    .map_err(super::explain::without_place),
+            ),
+        }
+    }
+}
+
+/// The run's figures from its report's `preemption` field (`None`: absent) and its
+/// `preemption_unavailable`.
+pub fn of_reported(preemption: Option<&Reported>, unavailable: Option<&str>) -> Option<RunPreemption> {
     let all = |why: String| RunPreemption {
         stretched_holds: Err(why.clone()),
         hold_lost: Err(why.clone()),
@@ -80,16 +118,13 @@ pub fn of_detail(detail: &serde_json::Map<String, serde_json::Value>) -> Option<
         handover_lost: Err(why.clone()),
         handovers_vcpu: Err(why),
     };
-    if value.is_null() {
-        let why = detail
-            .get("preemption_unavailable")
-            .and_then(|w| w.as_str())
-            .unwrap_or("not reported by the payload");
-        return Some(all(why.to_string()));
-    }
-    let p: Sides = match Sides::deserialize(value) {
-        Ok(p) => p,
-        Err(e) => return Some(all(format!("unreadable preemption report: {e}"))),
+    let p = match preemption? {
+        Reported::Null => {
+            let why = unavailable.unwrap_or("not reported by the payload");
+            return Some(all(why.to_string()));
+        }
+        Reported::Sides(Ok(p)) => p,
+        Reported::Sides(Err(e)) => return Some(all(format!("unreadable preemption report: {e}"))),
     };
     let side = |s: &Option<Stretch>, why: &Option<String>| {
         let why = why
