@@ -360,15 +360,15 @@ pub static EXTRA: [(&str, Pick); 1] = [(
 
 impl RunLine for ForReport {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
-        let mut head: RecordHead<Kept<false>, Kept<true>> = serde_json::from_slice(line)?;
-        let detail = head.payload.take().map(|p| p.detail);
+        let mut head: RecordHead<Kept<Detail>, Kept<Telemetry>> = serde_json::from_slice(line)?;
+        let detail = head.payload.take().map(|p| p.typed);
         let extra = std::mem::take(&mut head.extra);
         let timeline = extra.timeline;
         let mut record = head.record();
         record.extra = extra.fields;
         Ok(Self {
             record,
-            telemetry: extra.telemetry,
+            telemetry: extra.typed,
             detail,
             timeline,
         })
@@ -527,53 +527,70 @@ impl<'de> Visitor<'de> for StringWith {
     }
 }
 
-/// Of a record's `extra` (`EXTRA`): the fields [`EXTRA`] picks, as picked, and its
-/// [`Telemetry`]; of its payload report: its [`Detail`]. The others are skipped unbuilt.
+/// The fields of a JSON object that are parsed from their text straight into a type, no tree:
+/// a record's [`Telemetry`] of its `extra`, a payload report's [`Detail`].
+trait Typed: Default {
+    /// The fields' keys.
+    const KEYS: &'static [&'static str];
+    /// The object's other fields kept, as picked.
+    const PICKS: &'static [(&'static str, Pick)];
+    /// Sets the field `key` from its JSON text.
+    fn set_raw(&mut self, key: &str, raw: &str) -> bool;
+}
+
+impl Typed for Telemetry {
+    const KEYS: &'static [&'static str] = &Telemetry::KEYS;
+    const PICKS: &'static [(&'static str, Pick)] = &EXTRA;
+    fn set_raw(&mut self, key: &str, raw: &str) -> bool {
+        Telemetry::set_raw(self, key, raw)
+    }
+}
+
+impl Typed for Detail {
+    const KEYS: &'static [&'static str] = &Detail::KEYS;
+    const PICKS: &'static [(&'static str, Pick)] = &[];
+    fn set_raw(&mut self, key: &str, raw: &str) -> bool {
+        Detail::set_raw(self, key, raw)
+    }
+}
+
+/// Of a JSON object: its [`Typed`] fields, the fields `T::PICKS` picks, as picked, and whether
+/// it has a `timeline`; the others are skipped unbuilt.
 #[derive(Default)]
-struct Kept<const EXTRA: bool> {
+struct Kept<T> {
+    typed: T,
     fields: Map<String, Value>,
-    telemetry: Telemetry,
-    detail: Detail,
     /// A `timeline` field was there.
     timeline: bool,
 }
 
-impl<'de, const E: bool> serde::Deserialize<'de> for Kept<E> {
+impl<'de, T: Typed> serde::Deserialize<'de> for Kept<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<const E: bool>;
-        impl<'de, const E: bool> Visitor<'de> for V<E> {
-            type Value = Kept<E>;
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Typed> Visitor<'de> for V<T> {
+            type Value = Kept<T>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept<E>, A::Error> {
-                let mut kept = Kept::<E>::default();
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept<T>, A::Error> {
+                let mut kept = Kept::<T>::default();
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     let key = key.0;
-                    let typed = if E {
-                        Telemetry::KEYS.contains(&&*key)
-                    } else {
-                        Detail::KEYS.contains(&&*key)
-                    };
-                    if typed {
+                    if T::KEYS.contains(&&*key) {
                         // Its text as it is in the line, parsed into its type: no tree.
                         let raw: &'de serde_json::value::RawValue = map.next_value()?;
-                        if E {
-                            kept.telemetry.set_raw(&key, raw.get());
-                        } else {
-                            kept.detail.set_raw(&key, raw.get());
-                        }
-                    } else if let Some((_, pick)) = EXTRA.iter().find(|(k, _)| E && *k == key) {
+                        kept.typed.set_raw(&key, raw.get());
+                    } else if let Some((_, pick)) = T::PICKS.iter().find(|(k, _)| *k == key) {
                         kept.fields.insert(key.into_owned(), map.next_value_seed(pick)?);
                     } else {
-                        kept.timeline |= E && key == "timeline";
+                        kept.timeline |= key == "timeline";
                         map.next_value::<IgnoredAny>()?;
                     }
                 }
                 Ok(kept)
             }
         }
-        d.deserialize_map(V::<E>)
+        d.deserialize_map(V::<T>(std::marker::PhantomData))
     }
 }
 
