@@ -15,6 +15,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub mod accounting;
+pub mod scan;
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
 
@@ -463,12 +464,10 @@ impl RunLine for RunRecord {
     }
 }
 
-/// A run record's fields other than its payload report and telemetry (`payload` as `P`,
-/// `extra` as `X`), parsed straight from its line; `argv` and `timings` must be there but are
-/// skipped.
+/// A run record's fields other than its payload report and telemetry ([`SplitRecord`] hands
+/// those over as text); `argv` and `timings` must be there but are skipped.
 #[derive(Deserialize)]
-#[serde(bound(deserialize = "P: Deserialize<'de>, X: Deserialize<'de> + Default"))]
-pub struct RecordHead<P, X> {
+pub struct RecordHead {
     pub variant: String,
     pub level: f64,
     pub workload: String,
@@ -489,18 +488,14 @@ pub struct RecordHead<P, X> {
     #[serde(default)]
     pub slot: Option<Slot>,
     pub metrics: BTreeMap<String, f64>,
-    #[serde(default)]
-    pub payload: Option<P>,
     #[allow(dead_code)] // required in a record; never read here
     argv: serde::de::IgnoredAny,
     #[allow(dead_code)]
     timings: serde::de::IgnoredAny,
-    #[serde(default)]
-    pub extra: X,
     pub finished_at: String,
 }
 
-impl<P, X> RecordHead<P, X> {
+impl RecordHead {
     /// The record these fields are of, without payload report, argv, timings and telemetry.
     pub fn record(self) -> RunRecord {
         RunRecord {
@@ -528,13 +523,71 @@ impl<P, X> RecordHead<P, X> {
     }
 }
 
+/// A run record's line split by [`scan::Members`]: its [`RecordHead`] parsed but for its payload
+/// report and telemetry, and (when asked for) their members' texts, unparsed (`payload`: `None`
+/// when absent or null).
+pub struct SplitRecord<'a> {
+    pub head: RecordHead,
+    pub payload: Option<Vec<scan::Member<'a>>>,
+    pub extra: Option<Vec<scan::Member<'a>>>,
+}
+
+impl<'a> SplitRecord<'a> {
+    /// The two big fields (~9 of a record's ~10 KB) are passed over by the scanner (`members`:
+    /// split into their members in the same pass), the head's members copied into an object of
+    /// their own and parsed by serde ([`RecordHead`] stays the one definition of a record's
+    /// fields).
+    pub fn of(line: &'a [u8], members: bool) -> serde_json::Result<Self> {
+        let (mut payload, mut extra) = (None, None);
+        let mut head = Vec::with_capacity(1024);
+        head.push(b'{');
+        let mut top = scan::Members::new(line, 0, true);
+        while let Some(k) = top.next_key().map_err(scan::json_error)? {
+            let big = match &*k.key {
+                "payload" if line[k.value..].starts_with(b"null") => None,
+                "payload" => Some(&mut payload),
+                "extra" => Some(&mut extra),
+                _ => None,
+            };
+            let end = match big {
+                Some(big) if members => {
+                    let mut inner = scan::Members::new(line, k.value, false);
+                    *big = Some(
+                        inner
+                            .by_ref()
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(scan::json_error)?,
+                    );
+                    inner.end()
+                }
+                big => {
+                    let end = scan::skip_value(line, k.value).map_err(scan::json_error)?;
+                    if big.is_none() && !matches!(&*k.key, "payload" | "extra") {
+                        if head.len() > 1 {
+                            head.push(b',');
+                        }
+                        head.extend_from_slice(&line[k.start..end]);
+                    }
+                    end
+                }
+            };
+            top.value_ends_at(end).map_err(scan::json_error)?;
+        }
+        head.push(b'}');
+        // One UTF-8 check of the copy, not one per string; its place in the copy is no place
+        // in the line.
+        let head = std::str::from_utf8(&head).map_err(scan::json_error)?;
+        let head = serde_json::from_str(head).map_err(|e| scan::json_error(scan::without_place(e)))?;
+        Ok(Self { head, payload, extra })
+    }
+}
+
 /// A record as [`RunRecord::for_accounting`] keeps it, parsed without building what it drops.
 pub struct ForAccounting(pub RunRecord);
 
 impl RunLine for ForAccounting {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice::<RecordHead<serde::de::IgnoredAny, serde::de::IgnoredAny>>(line)
-            .map(|h| Self(h.record()))
+        SplitRecord::of(line, false).map(|s| Self(s.head.record()))
     }
 }
 

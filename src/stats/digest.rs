@@ -16,15 +16,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::explain::{self, HostOtherPart, RecordContext, Telemetry};
 #[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::accounting::{Attempted, GuestSet, Headline};
-use crate::journal::{RecordHead, RunLine, RunRecord, SweepHeader};
+use crate::journal::{RunLine, RunRecord, SplitRecord, SweepHeader, scan};
 use crate::report::timeline::TimelineAt;
 #[cfg(test)]
 use crate::report::timeline::TimelineRef;
@@ -286,13 +284,6 @@ pub struct Detail {
     profile: Option<Box<ocrig_payload::probe::profile::Profile>>,
 }
 
-/// A payload report's `kernel` field as far as [`Detail`] reads it.
-#[derive(Deserialize)]
-struct KernelPart<'a> {
-    #[serde(borrow, default)]
-    profile: Option<&'a serde_json::value::RawValue>,
-}
-
 impl Detail {
     /// Of a record in memory.
     #[cfg(test)] // records in memory are digested in tests only
@@ -314,9 +305,11 @@ impl Detail {
             "preemption" => self.preemption = Some(super::preemption::Reported::of_raw(raw)),
             "preemption_unavailable" => self.preemption_unavailable = serde_json::from_str(raw).ok(),
             "kernel" => {
-                self.profile = serde_json::from_str::<KernelPart>(raw)
-                    .ok()
-                    .and_then(|k| serde_json::from_str(k.profile?.get()).ok())
+                // Of its kilobyte or so, only the profile: the rest is passed over unparsed.
+                self.profile = scan::members(raw.as_bytes())
+                    .map_while(Result::ok)
+                    .find(|m| m.key == "profile")
+                    .and_then(|m| serde_json::from_slice(m.value).ok())
             }
             _ => return false,
         }
@@ -360,17 +353,24 @@ pub static EXTRA: [(&str, Pick); 1] = [(
 
 impl RunLine for ForReport {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
-        let mut head: RecordHead<Kept<Detail>, Kept<Telemetry>> = serde_json::from_slice(line)?;
-        let detail = head.payload.take().map(|p| p.typed);
-        let extra = std::mem::take(&mut head.extra);
-        let timeline = extra.timeline;
-        let mut record = head.record();
+        let split = SplitRecord::of(line, true)?;
+        let detail = split
+            .payload
+            .map(Kept::<Detail>::of)
+            .transpose()?
+            .map(|p| p.typed);
+        let extra = split
+            .extra
+            .map(Kept::<Telemetry>::of)
+            .transpose()?
+            .unwrap_or_default();
+        let mut record = split.head.record();
         record.extra = extra.fields;
         Ok(Self {
             record,
             telemetry: extra.typed,
             detail,
-            timeline,
+            timeline: extra.timeline,
         })
     }
 }
@@ -392,138 +392,54 @@ pub enum Pick {
     StringsWith(&'static [&'static str]),
 }
 
-impl<'de> DeserializeSeed<'de> for &'static Pick {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        match self {
-            Pick::All => Value::deserialize(d),
-            pick => d.deserialize_any(PickVisitor(pick)),
-        }
-    }
-}
-
-struct PickVisitor(&'static Pick);
-
-impl<'de> Visitor<'de> for PickVisitor {
-    type Value = Value;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
-        Ok(Value::Bool(b))
-    }
-    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
-        Ok(n.into())
-    }
-    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
-        Ok(n.into())
-    }
-    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
-        Ok(x.into())
-    }
-    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
-        Ok(s.into())
-    }
-    fn visit_string<E>(self, s: String) -> Result<Value, E> {
-        Ok(s.into())
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        match self.0 {
-            Pick::Each(pick) => {
-                while let Some(v) = seq.next_element_seed(*pick)? {
-                    out.push(v);
+impl Pick {
+    /// Of the value whose JSON text is `text`, what this pick keeps; the rest is passed over by
+    /// the scanner, unparsed.
+    pub fn take(&self, text: &[u8]) -> serde_json::Result<Value> {
+        let kind = text.iter().find(|c| !c.is_ascii_whitespace());
+        match (self, kind) {
+            (Pick::Keys(_) | Pick::Fields(_), Some(b'{')) => {
+                let mut out = Map::new();
+                for m in scan::members(text) {
+                    let m = m.map_err(scan::json_error)?;
+                    let pick = match self {
+                        Pick::Keys(keys) => keys.contains(&&*m.key).then_some(&Pick::All),
+                        Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == m.key).map(|(_, p)| p),
+                        _ => None,
+                    };
+                    if let Some(pick) = pick {
+                        out.insert(m.key.into_owned(), pick.take(m.value)?);
+                    }
                 }
+                Ok(Value::Object(out))
             }
-            Pick::StringsWith(needles) => {
-                while let Some(s) = seq.next_element_seed(StringWith(needles))? {
-                    out.extend(s.map(Value::String));
+            (Pick::Each(pick), Some(b'[')) => scan::elements(text)
+                .map(|e| pick.take(e.map_err(scan::json_error)?))
+                .collect::<serde_json::Result<_>>()
+                .map(Value::Array),
+            (Pick::StringsWith(needles), Some(b'[')) => {
+                let mut out = Vec::new();
+                for e in scan::elements(text) {
+                    let e = e.map_err(scan::json_error)?;
+                    // Only a string that may hold a needle is parsed (one with an escape may,
+                    // whatever its bytes).
+                    let may = e.first() == Some(&b'"')
+                        && (e.contains(&b'\\')
+                            || needles
+                                .iter()
+                                .any(|n| memchr::memmem::find(e, n.as_bytes()).is_some()));
+                    if may {
+                        let s: String = serde_json::from_slice(e)?;
+                        if needles.iter().any(|n| s.contains(n)) {
+                            out.push(Value::String(s));
+                        }
+                    }
                 }
+                Ok(Value::Array(out))
             }
-            _ => {
-                while let Some(v) = seq.next_element()? {
-                    out.push(v);
-                }
-            }
+            // The whole value: a pick's own, or one of another kind than it expects.
+            _ => serde_json::from_slice(text),
         }
-        Ok(Value::Array(out))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
-        let fields = pick_fields(map, |key| match self.0 {
-            Pick::Keys(keys) => keys.contains(&key).then_some(&Pick::All),
-            Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, p)| p),
-            _ => Some(&Pick::All),
-        })?;
-        Ok(Value::Object(fields))
-    }
-}
-
-/// An object's fields that `pick` names, each as it says; the others are skipped unbuilt.
-fn pick_fields<'de, A: MapAccess<'de>>(
-    mut map: A,
-    pick: impl Fn(&str) -> Option<&'static Pick>,
-) -> Result<Map<String, Value>, A::Error> {
-    let mut out = Map::new();
-    while let Some(key) = map.next_key::<Key<'de>>()? {
-        let key = key.0;
-        match pick(&key) {
-            Some(pick) => {
-                out.insert(key.into_owned(), map.next_value_seed(pick)?);
-            }
-            None => {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// An array element kept if it is a string containing one of the needles.
-struct StringWith(&'static [&'static str]);
-
-impl<'de> DeserializeSeed<'de> for StringWith {
-    type Value = Option<String>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StringWith {
-    type Value = Option<String>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_str<E>(self, s: &str) -> Result<Option<String>, E> {
-        Ok(self.0.iter().any(|n| s.contains(n)).then(|| s.to_string()))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
     }
 }
 
@@ -564,55 +480,24 @@ struct Kept<T> {
     timeline: bool,
 }
 
-impl<'de, T: Typed> serde::Deserialize<'de> for Kept<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Typed> Visitor<'de> for V<T> {
-            type Value = Kept<T>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept<T>, A::Error> {
-                let mut kept = Kept::<T>::default();
-                while let Some(key) = map.next_key::<Key<'de>>()? {
-                    let key = key.0;
-                    if T::KEYS.contains(&&*key) {
-                        // Its text as it is in the line, parsed into its type: no tree.
-                        let raw: &'de serde_json::value::RawValue = map.next_value()?;
-                        kept.typed.set_raw(&key, raw.get());
-                    } else if let Some((_, pick)) = T::PICKS.iter().find(|(k, _)| *k == key) {
-                        kept.fields.insert(key.into_owned(), map.next_value_seed(pick)?);
-                    } else {
-                        kept.timeline |= key == "timeline";
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(kept)
+impl<T: Typed> Kept<T> {
+    /// Of an object's members: the fields read are parsed from their text, the others passed
+    /// over unparsed.
+    fn of(members: Vec<scan::Member>) -> serde_json::Result<Self> {
+        let mut kept = Kept::<T>::default();
+        for m in members {
+            if T::KEYS.contains(&&*m.key) {
+                // Its text as it is in the line, parsed into its type: no tree.
+                kept.typed
+                    .set_raw(&m.key, std::str::from_utf8(m.value).map_err(scan::json_error)?);
+            } else if let Some((_, pick)) = T::PICKS.iter().find(|(k, _)| *k == m.key) {
+                let value = pick.take(m.value)?;
+                kept.fields.insert(m.key.into_owned(), value);
+            } else {
+                kept.timeline |= m.key == "timeline";
             }
         }
-        d.deserialize_map(V::<T>(std::marker::PhantomData))
-    }
-}
-
-/// An object key, borrowed from the line when it has no escapes.
-struct Key<'de>(std::borrow::Cow<'de, str>);
-
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(s.into()))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key(s.to_string().into()))
-            }
-        }
-        d.deserialize_str(V)
+        Ok(kept)
     }
 }
 
@@ -795,9 +680,7 @@ mod tests {
     fn a_pick_keeps_what_it_names_and_skips_the_rest() {
         use serde_json::json;
         let pick = |p: &'static Pick, v: &Value| -> Value {
-            let text = serde_json::to_string(v).unwrap();
-            p.deserialize(&mut serde_json::Deserializer::from_str(&text))
-                .unwrap()
+            p.take(serde_json::to_string(v).unwrap().as_bytes()).unwrap()
         };
         static KEYS: Pick = Pick::Keys(&["a", "b"]);
         let v = json!({"a": {"x": [1, 2.5, null]}, "c": {"deep": [1, {"y": "z"}]}, "b": "é\"q"});

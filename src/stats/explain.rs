@@ -62,15 +62,7 @@ impl<T: DeserializeOwned> Part<T> {
     }
 }
 
-/// A parse error's text without its place in the text parsed: a field parsed from its JSON
-/// text says what one parsed from a tree of it says.
-pub fn without_place(e: serde_json::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" at line ") {
-        Some(i) if e.line() > 0 => text[..i].to_string(),
-        _ => text,
-    }
-}
+pub use crate::journal::scan::without_place;
 
 /// A host's /proc/stat ticks over a run (`host_stat`), as far as [`host_other_part`] reads them.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -28,6 +28,11 @@ pub struct Sides {
     handovers_unavailable: Option<String>,
 }
 
+impl Sides {
+    /// Its fields' names in the report.
+    const FIELDS: [&str; 4] = ["holds", "holds_unavailable", "handovers", "handovers_unavailable"];
+}
+
 /// One run's figures, each a value or why it is missing (`E`: a digest shares its reasons).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPreemption<E = String> {
@@ -98,10 +103,15 @@ impl Reported {
     pub fn of_raw(raw: &str) -> Self {
         match raw.trim() {
             "null" => Reported::Null,
+            // Its four sides only: its prose and TSC figures (more than half of it) are passed
+            // over by the scanner; what is not an object is read whole, to say what it is.
             raw => Reported::Sides(
-                serde_json::from_str(raw)
-                    .map(Box::new)
-                    .map_err(super::explain::without_place),
+                match crate::journal::scan::filtered(raw.as_bytes(), |m| Sides::FIELDS.contains(&&*m.key)) {
+                    Ok(sides) => serde_json::from_slice(&sides),
+                    Err(_) => serde_json::from_str(raw),
+                }
+                .map(Box::new)
+                .map_err(super::explain::without_place),
             ),
         }
     }
