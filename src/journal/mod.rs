@@ -464,8 +464,8 @@ impl RunLine for RunRecord {
     }
 }
 
-/// A run record's fields other than its payload report and telemetry ([`SplitRecord`] hands
-/// those over as text); `argv` and `timings` must be there but are skipped.
+/// A run record's fields other than its payload report and telemetry ([`split_record`] hands
+/// those to its caller); `argv` and `timings` must be there but are skipped.
 #[derive(Deserialize)]
 pub struct RecordHead {
     pub variant: String,
@@ -523,63 +523,49 @@ impl RecordHead {
     }
 }
 
-/// A run record's line split by [`scan::Members`]: its [`RecordHead`] parsed but for its payload
-/// report and telemetry, and (when asked for) their members' texts, unparsed (`payload`: `None`
-/// when absent or null).
-pub struct SplitRecord<'a> {
-    pub head: RecordHead,
-    pub payload: Option<Vec<scan::Member<'a>>>,
-    pub extra: Option<Vec<scan::Member<'a>>>,
+/// One of a run record's two big fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Big {
+    /// The payload report (never given when null).
+    Payload,
+    /// The telemetry.
+    Extra,
 }
 
-impl<'a> SplitRecord<'a> {
-    /// The two big fields (~9 of a record's ~10 KB) are passed over by the scanner (`members`:
-    /// split into their members in the same pass), the head's members copied into an object of
-    /// their own and parsed by serde ([`RecordHead`] stays the one definition of a record's
-    /// fields).
-    pub fn of(line: &'a [u8], members: bool) -> serde_json::Result<Self> {
-        let (mut payload, mut extra) = (None, None);
-        let mut head = Vec::with_capacity(1024);
-        head.push(b'{');
-        let mut top = scan::Members::new(line, 0, true);
-        while let Some(k) = top.next_key().map_err(scan::json_error)? {
-            let big = match &*k.key {
-                "payload" if line[k.value..].starts_with(b"null") => None,
-                "payload" => Some(&mut payload),
-                "extra" => Some(&mut extra),
-                _ => None,
-            };
-            let end = match big {
-                Some(big) if members => {
-                    let mut inner = scan::Members::new(line, k.value, false);
-                    *big = Some(
-                        inner
-                            .by_ref()
-                            .collect::<Result<Vec<_>, _>>()
-                            .map_err(scan::json_error)?,
-                    );
-                    inner.end()
-                }
-                big => {
-                    let end = scan::skip_value(line, k.value).map_err(scan::json_error)?;
-                    if big.is_none() && !matches!(&*k.key, "payload" | "extra") {
-                        if head.len() > 1 {
-                            head.push(b',');
-                        }
-                        head.extend_from_slice(&line[k.start..end]);
+/// A run record's [`RecordHead`], from its line: its payload report and telemetry (~9 of a
+/// record's ~10 KB) are `big`'s to read or skip (given the line and where the field's value
+/// starts, it returns where it ends: the value is scanned once, in place); the head's members
+/// are copied into an object of their own and parsed by serde ([`RecordHead`] stays the one
+/// definition of a record's fields).
+pub fn split_record(
+    line: &[u8],
+    mut big: impl FnMut(Big, &[u8], usize) -> serde_json::Result<usize>,
+) -> serde_json::Result<RecordHead> {
+    let mut head = Vec::with_capacity(1024);
+    head.push(b'{');
+    let mut top = scan::Members::new(line, 0, true);
+    while let Some(k) = top.next_key().map_err(scan::json_error)? {
+        let end = match &*k.key {
+            "payload" if !line[k.value..].starts_with(b"null") => big(Big::Payload, line, k.value)?,
+            "extra" => big(Big::Extra, line, k.value)?,
+            key => {
+                let end = scan::skip_value(line, k.value).map_err(scan::json_error)?;
+                if key != "payload" {
+                    if head.len() > 1 {
+                        head.push(b',');
                     }
-                    end
+                    head.extend_from_slice(&line[k.start..end]);
                 }
-            };
-            top.value_ends_at(end).map_err(scan::json_error)?;
-        }
-        head.push(b'}');
-        // One UTF-8 check of the copy, not one per string; its place in the copy is no place
-        // in the line.
-        let head = std::str::from_utf8(&head).map_err(scan::json_error)?;
-        let head = serde_json::from_str(head).map_err(|e| scan::json_error(scan::without_place(e)))?;
-        Ok(Self { head, payload, extra })
+                end
+            }
+        };
+        top.value_ends_at(end).map_err(scan::json_error)?;
     }
+    head.push(b'}');
+    // One UTF-8 check of the copy, not one per string; its place in the copy is no place in
+    // the line.
+    let head = std::str::from_utf8(&head).map_err(scan::json_error)?;
+    serde_json::from_str(head).map_err(|e| scan::json_error(scan::without_place(e)))
 }
 
 /// A record as [`RunRecord::for_accounting`] keeps it, parsed without building what it drops.
@@ -587,7 +573,8 @@ pub struct ForAccounting(pub RunRecord);
 
 impl RunLine for ForAccounting {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
-        SplitRecord::of(line, false).map(|s| Self(s.head.record()))
+        let skip = |_, line: &[u8], at| scan::skip_value(line, at).map_err(scan::json_error);
+        split_record(line, skip).map(|h| Self(h.record()))
     }
 }
 

@@ -1,7 +1,8 @@
 //! Where a JSON value ends, found without parsing it: a run record's line is ~9 KB, of which a
-//! report reads a few hundred bytes, and serde_json's skipping of the rest (`IgnoredAny`, byte by
-//! byte) was half of a report's time. [`members`] splits an object into its members' keys and
-//! value texts; the caller parses with serde only the values it reads.
+//! report reads a few kilobytes, and serde_json's skipping of the rest (`IgnoredAny`, byte by
+//! byte) was a third of a report's CPU time. [`members`] splits an object into its members' keys
+//! and value texts (a [`Members`] cursor lets the caller descend into a value in the same pass);
+//! the caller parses with serde only the values it reads.
 //!
 //! A skipped value is checked for its shape only: terminated strings and as many closing as
 //! opening brackets (a torn or cut line fails), not for valid numbers, literals, UTF-8 or
@@ -9,8 +10,9 @@
 //! written whole by ocrig (a torn write is the only damage they see), so that is enough to tell
 //! a line that can be read from one that cannot.
 //!
-//! Containers are scanned 64 bytes at a time (SSE2, part of every x86-64 CPU; a byte loop
-//! elsewhere gives the same masks): masks of quotes, backslashes and brackets; the bytes inside
+//! Containers are scanned 64 bytes at a time (AVX2 and POPCNT where the CPU has them, checked
+//! at run time; else SSE2, part of every x86-64 CPU; a byte loop on other CPUs gives the same
+//! masks): masks of quotes, backslashes and brackets; the bytes inside
 //! strings from a prefix XOR of the quotes; a block whose closing brackets cannot bring the depth
 //! to zero is passed over whole. A block with a backslash (rare in records: no prose in them has
 //! escapes) is walked byte by byte.
@@ -37,7 +39,8 @@ fn err<T>(at: usize, what: &'static str) -> Result<T, ScanError> {
     Err(ScanError { at, what })
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+/// The first byte at or after `i` that is not JSON whitespace.
+pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
         i += 1;
     }
@@ -70,20 +73,12 @@ fn skip_string(b: &[u8], i: usize) -> Result<usize, ScanError> {
 
 /// [`skip_string`], and whether the string has an escape.
 fn skip_string_escaped(b: &[u8], mut i: usize) -> Result<(usize, bool), ScanError> {
-    let mut escaped = false;
-    // Most strings scanned are keys of a few bytes: a byte loop finds their end before a
+    // Most strings scanned are keys of a few bytes: one 16-byte look finds their end before a
     // vector search is set up.
-    let short = b.len().min(i + 24);
-    while i < short {
-        match b[i] {
-            b'"' => return Ok((i + 1, escaped)),
-            b'\\' => {
-                escaped = true;
-                i += 2
-            }
-            _ => i += 1,
-        }
+    if let Some(end) = short_string_end(b, i) {
+        return Ok((end, false));
     }
+    let mut escaped = false;
     loop {
         match memchr::memchr2(b'"', b'\\', &b[i.min(b.len())..]) {
             None => return err(b.len(), "unterminated string"),
@@ -94,6 +89,36 @@ fn skip_string_escaped(b: &[u8], mut i: usize) -> Result<(usize, bool), ScanErro
             }
         }
     }
+}
+
+/// The end of the string whose contents start at `i` if its closing quote is in the next 16
+/// bytes with no backslash before it.
+#[inline]
+fn short_string_end(b: &[u8], i: usize) -> Option<usize> {
+    let window: &[u8; 16] = b.get(i..i + 16)?.try_into().ok()?;
+    let (quote, backslash) = quote_and_backslash(window);
+    let q = quote.trailing_zeros();
+    (q < 16 && backslash & ((1 << q) - 1) == 0).then_some(i + q as usize + 1)
+}
+
+/// Masks of the quotes and the backslashes in 16 bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn quote_and_backslash(window: &[u8; 16]) -> (u32, u32) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86-64 baseline; the load reads the 16 bytes of `window`.
+    unsafe {
+        let v = _mm_loadu_si128(window.as_ptr() as *const __m128i);
+        let bits = |c: u8| _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8))) as u32;
+        (bits(b'"'), bits(b'\\'))
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn quote_and_backslash(window: &[u8; 16]) -> (u32, u32) {
+    window.iter().enumerate().fold((0, 0), |(q, e), (n, &c)| {
+        ((q | ((c == b'"') as u32) << n), (e | ((c == b'\\') as u32) << n))
+    })
 }
 
 /// Per 64-byte block: which bytes are quotes, backslashes, opening and closing brackets.
@@ -499,51 +524,96 @@ impl<'a> Iterator for Members<'a> {
 
 /// The elements of the JSON array `arr` (whitespace around it allowed), each as its text, in
 /// order; an error ends them. Nothing may follow the array.
+#[cfg(test)] // readers step an [`Elements`] cursor, reading in place
 pub fn elements(arr: &[u8]) -> impl Iterator<Item = Result<&[u8], ScanError>> {
-    let mut at = skip_ws(arr, 0);
-    let mut state = match arr.get(at) {
-        Some(b'[') => Step::Open,
-        _ => Step::Done,
-    };
-    let mut first_error = (state == Step::Done).then_some(ScanError {
-        at,
-        what: "expected an array",
-    });
+    let mut cursor = Elements::new(arr, 0, true);
+    let mut failed = false;
     std::iter::from_fn(move || {
-        if let Some(e) = first_error.take() {
-            return Some(Err(e));
-        }
-        if state == Step::Done {
+        if failed {
             return None;
         }
-        let mut next = || -> Result<Option<&[u8]>, ScanError> {
-            let mut i = skip_ws(arr, at + 1);
-            if state == Step::Open {
-                state = Step::Member;
-                if arr.get(i) == Some(&b']') {
-                    state = Step::Done;
-                    return tail(arr, i).map(|_| None);
-                }
-            }
-            let end = skip_value(arr, i)?;
-            let value = &arr[i..end];
-            i = skip_ws(arr, end);
-            match arr.get(i) {
-                Some(b',') => at = i,
-                Some(b']') => {
-                    state = Step::Done;
-                    tail(arr, i)?;
-                }
-                _ => return err(i, "expected ',' or ']' after a value"),
-            }
-            Ok(Some(value))
-        };
-        let r = next();
-        if r.is_err() {
-            state = Step::Done;
-        }
+        let r = (|| {
+            let Some(at) = cursor.next_value()? else {
+                return Ok(None);
+            };
+            let end = skip_value(arr, at)?;
+            cursor.value_ends_at(end)?;
+            Ok(Some(&arr[at..end]))
+        })();
+        failed = r.is_err();
         r.transpose()
     })
+}
+
+/// A cursor over an array's elements (as [`Members`] is over an object's).
+pub struct Elements<'a> {
+    b: &'a [u8],
+    at: usize,
+    state: Step,
+    whole: bool,
+}
+
+impl<'a> Elements<'a> {
+    /// The array that opens at `at` in `b` (after any whitespace); `whole`: nothing may follow
+    /// it.
+    pub fn new(b: &'a [u8], at: usize, whole: bool) -> Self {
+        Elements {
+            b,
+            at,
+            state: Step::Open,
+            whole,
+        }
+    }
+
+    /// Where the next element starts; it is the caller's to skip or read, then to end with
+    /// [`Elements::value_ends_at`].
+    pub fn next_value(&mut self) -> Result<Option<usize>, ScanError> {
+        match self.state {
+            Step::Done => Ok(None),
+            Step::Member => Ok(Some(skip_ws(self.b, self.at))),
+            Step::Open => {
+                let i = skip_ws(self.b, self.at);
+                if self.b.get(i) != Some(&b'[') {
+                    return err(i, "expected an array");
+                }
+                self.state = Step::Member;
+                let first = skip_ws(self.b, i + 1);
+                if self.b.get(first) == Some(&b']') {
+                    self.close(first)?;
+                    return Ok(None);
+                }
+                Ok(Some(first))
+            }
+        }
+    }
+
+    /// The element [`Elements::next_value`] gave ends at `end`: steps over the comma, or the
+    /// closing bracket.
+    pub fn value_ends_at(&mut self, end: usize) -> Result<(), ScanError> {
+        let i = skip_ws(self.b, end);
+        match self.b.get(i) {
+            Some(b',') => {
+                self.at = i + 1;
+                Ok(())
+            }
+            Some(b']') => self.close(i),
+            _ => err(i, "expected ',' or ']' after a value"),
+        }
+    }
+
+    /// Where the array ends (after its closing bracket), once its elements are all read.
+    pub fn end(&self) -> usize {
+        self.at
+    }
+
+    fn close(&mut self, i: usize) -> Result<(), ScanError> {
+        self.state = Step::Done;
+        self.at = i + 1;
+        if self.whole {
+            tail(self.b, i)?;
+        }
+        Ok(())
+    }
 }
 
 /// Only whitespace follows the closing bracket at `i`.

@@ -22,7 +22,7 @@ use super::explain::{self, HostOtherPart, RecordContext, Telemetry};
 #[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::accounting::{Attempted, GuestSet, Headline};
-use crate::journal::{RunLine, RunRecord, SplitRecord, SweepHeader, scan};
+use crate::journal::{Big, RunLine, RunRecord, SweepHeader, scan, split_record};
 use crate::report::timeline::TimelineAt;
 #[cfg(test)]
 use crate::report::timeline::TimelineRef;
@@ -353,18 +353,18 @@ pub static EXTRA: [(&str, Pick); 1] = [(
 
 impl RunLine for ForReport {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
-        let split = SplitRecord::of(line, true)?;
-        let detail = split
-            .payload
-            .map(Kept::<Detail>::of)
-            .transpose()?
-            .map(|p| p.typed);
-        let extra = split
-            .extra
-            .map(Kept::<Telemetry>::of)
-            .transpose()?
-            .unwrap_or_default();
-        let mut record = split.head.record();
+        let (mut detail, mut extra) = (None, Kept::<Telemetry>::default());
+        let head = split_record(line, |big, line, at| match big {
+            Big::Payload => Kept::<Detail>::at(line, at).map(|(kept, end)| {
+                detail = Some(kept.typed);
+                end
+            }),
+            Big::Extra => Kept::<Telemetry>::at(line, at).map(|(kept, end)| {
+                extra = kept;
+                end
+            }),
+        })?;
+        let mut record = head.record();
         record.extra = extra.fields;
         Ok(Self {
             record,
@@ -375,9 +375,10 @@ impl RunLine for ForReport {
     }
 }
 
-/// What of a JSON value a digest reads; the rest is skipped as it is parsed, never built (a
-/// generic tree of a record's telemetry was most of a report's time). A value of another kind
-/// than the pick expects is kept whole (a field that says why it was not measured is a string).
+/// What of a JSON value a digest reads; the rest is passed over by the scanner, never parsed or
+/// built (a generic tree of a record's telemetry was most of a report's time). A value of
+/// another kind than the pick expects is kept whole (a field that says why it was not measured
+/// is a string).
 #[derive(Debug)]
 pub enum Pick {
     /// The whole value.
@@ -395,50 +396,80 @@ pub enum Pick {
 impl Pick {
     /// Of the value whose JSON text is `text`, what this pick keeps; the rest is passed over by
     /// the scanner, unparsed.
+    #[cfg(test)] // readers take a pick in place (take_at)
     pub fn take(&self, text: &[u8]) -> serde_json::Result<Value> {
-        let kind = text.iter().find(|c| !c.is_ascii_whitespace());
-        match (self, kind) {
+        let (value, end) = self.take_at(text, 0)?;
+        if scan::skip_ws(text, end) != text.len() {
+            return Err(scan::json_error("text after the value"));
+        }
+        Ok(value)
+    }
+
+    /// [`Pick::take`] of the value that starts at `at` in `b`, and where it ends: a value is
+    /// scanned once, its picked parts read as the scan reaches them.
+    fn take_at(&self, b: &[u8], at: usize) -> serde_json::Result<(Value, usize)> {
+        let at = scan::skip_ws(b, at);
+        match (self, b.get(at)) {
             (Pick::Keys(_) | Pick::Fields(_), Some(b'{')) => {
                 let mut out = Map::new();
-                for m in scan::members(text) {
-                    let m = m.map_err(scan::json_error)?;
+                let mut obj = scan::Members::new(b, at, false);
+                while let Some(k) = obj.next_key().map_err(scan::json_error)? {
                     let pick = match self {
-                        Pick::Keys(keys) => keys.contains(&&*m.key).then_some(&Pick::All),
-                        Pick::Fields(fields) => fields.iter().find(|(k, _)| *k == m.key).map(|(_, p)| p),
+                        Pick::Keys(keys) => keys.contains(&&*k.key).then_some(&Pick::All),
+                        Pick::Fields(fields) => fields.iter().find(|(f, _)| *f == k.key).map(|(_, p)| p),
                         _ => None,
                     };
-                    if let Some(pick) = pick {
-                        out.insert(m.key.into_owned(), pick.take(m.value)?);
-                    }
-                }
-                Ok(Value::Object(out))
-            }
-            (Pick::Each(pick), Some(b'[')) => scan::elements(text)
-                .map(|e| pick.take(e.map_err(scan::json_error)?))
-                .collect::<serde_json::Result<_>>()
-                .map(Value::Array),
-            (Pick::StringsWith(needles), Some(b'[')) => {
-                let mut out = Vec::new();
-                for e in scan::elements(text) {
-                    let e = e.map_err(scan::json_error)?;
-                    // Only a string that may hold a needle is parsed (one with an escape may,
-                    // whatever its bytes).
-                    let may = e.first() == Some(&b'"')
-                        && (e.contains(&b'\\')
-                            || needles
-                                .iter()
-                                .any(|n| memchr::memmem::find(e, n.as_bytes()).is_some()));
-                    if may {
-                        let s: String = serde_json::from_slice(e)?;
-                        if needles.iter().any(|n| s.contains(n)) {
-                            out.push(Value::String(s));
+                    let end = match pick {
+                        Some(pick) => {
+                            let (value, end) = pick.take_at(b, k.value)?;
+                            out.insert(k.key.into_owned(), value);
+                            end
                         }
-                    }
+                        None => scan::skip_value(b, k.value).map_err(scan::json_error)?,
+                    };
+                    obj.value_ends_at(end).map_err(scan::json_error)?;
                 }
-                Ok(Value::Array(out))
+                Ok((Value::Object(out), obj.end()))
+            }
+            (Pick::Each(_) | Pick::StringsWith(_), Some(b'[')) => {
+                let mut out = Vec::new();
+                let mut arr = scan::Elements::new(b, at, false);
+                while let Some(e) = arr.next_value().map_err(scan::json_error)? {
+                    let end = match self {
+                        Pick::Each(pick) => {
+                            let (value, end) = pick.take_at(b, e)?;
+                            out.push(value);
+                            end
+                        }
+                        Pick::StringsWith(needles) => {
+                            let end = scan::skip_value(b, e).map_err(scan::json_error)?;
+                            let text = &b[e..end];
+                            // Only a string that may hold a needle is parsed (one with an
+                            // escape may, whatever its bytes).
+                            let may = text.first() == Some(&b'"')
+                                && (text.contains(&b'\\')
+                                    || needles
+                                        .iter()
+                                        .any(|n| memchr::memmem::find(text, n.as_bytes()).is_some()));
+                            if may {
+                                let s: String = serde_json::from_slice(text)?;
+                                if needles.iter().any(|n| s.contains(n)) {
+                                    out.push(Value::String(s));
+                                }
+                            }
+                            end
+                        }
+                        _ => unreachable!("an array pick"),
+                    };
+                    arr.value_ends_at(end).map_err(scan::json_error)?;
+                }
+                Ok((Value::Array(out), arr.end()))
             }
             // The whole value: a pick's own, or one of another kind than it expects.
-            _ => serde_json::from_slice(text),
+            _ => {
+                let end = scan::skip_value(b, at).map_err(scan::json_error)?;
+                Ok((serde_json::from_slice(&b[at..end])?, end))
+            }
         }
     }
 }
@@ -481,23 +512,29 @@ struct Kept<T> {
 }
 
 impl<T: Typed> Kept<T> {
-    /// Of an object's members: the fields read are parsed from their text, the others passed
-    /// over unparsed.
-    fn of(members: Vec<scan::Member>) -> serde_json::Result<Self> {
+    /// Of the object that starts at `at` in `b`, and where it ends: the fields read are parsed
+    /// from their text as the scan reaches them, the others passed over unparsed.
+    fn at(b: &[u8], at: usize) -> serde_json::Result<(Self, usize)> {
         let mut kept = Kept::<T>::default();
-        for m in members {
-            if T::KEYS.contains(&&*m.key) {
+        let mut obj = scan::Members::new(b, at, false);
+        while let Some(k) = obj.next_key().map_err(scan::json_error)? {
+            let end = if T::KEYS.contains(&&*k.key) {
                 // Its text as it is in the line, parsed into its type: no tree.
-                kept.typed
-                    .set_raw(&m.key, std::str::from_utf8(m.value).map_err(scan::json_error)?);
-            } else if let Some((_, pick)) = T::PICKS.iter().find(|(k, _)| *k == m.key) {
-                let value = pick.take(m.value)?;
-                kept.fields.insert(m.key.into_owned(), value);
+                let end = scan::skip_value(b, k.value).map_err(scan::json_error)?;
+                let raw = std::str::from_utf8(&b[k.value..end]).map_err(scan::json_error)?;
+                kept.typed.set_raw(&k.key, raw);
+                end
+            } else if let Some((_, pick)) = T::PICKS.iter().find(|(f, _)| *f == k.key) {
+                let (value, end) = pick.take_at(b, k.value)?;
+                kept.fields.insert(k.key.into_owned(), value);
+                end
             } else {
-                kept.timeline |= m.key == "timeline";
-            }
+                kept.timeline |= k.key == "timeline";
+                scan::skip_value(b, k.value).map_err(scan::json_error)?
+            };
+            obj.value_ends_at(end).map_err(scan::json_error)?;
         }
-        Ok(kept)
+        Ok((kept, obj.end()))
     }
 }
 
@@ -809,6 +846,31 @@ mod tests {
                 &mut names,
             );
             assert_eq!(streamed, digest(r, &ctx, &mut Names::default()));
+        }
+    }
+
+    /// A record line torn anywhere (the damage a crash leaves) is never read as a shorter
+    /// record, by a report or by the accounting: the scanner passes over most of the line
+    /// unparsed, so its shape checks are what catch the tear.
+    #[test]
+    fn a_torn_record_line_is_an_error_never_a_record() {
+        use crate::journal::ForAccounting;
+        for r in &rich_journal().runs {
+            let line = serde_json::to_vec(&Entry::Run(Box::new(r.clone()))).unwrap();
+            assert!(ForReport::parse(&line).is_ok() && ForAccounting::parse(&line).is_ok());
+            for cut in 1..line.len() {
+                let torn = &line[..cut];
+                assert!(
+                    ForReport::parse(torn).is_err(),
+                    "{}",
+                    String::from_utf8_lossy(torn)
+                );
+                assert!(
+                    ForAccounting::parse(torn).is_err(),
+                    "{}",
+                    String::from_utf8_lossy(torn)
+                );
+            }
         }
     }
 
