@@ -367,12 +367,17 @@ pub fn members(obj: &[u8]) -> Members<'_> {
 /// error). A caller that reads a member's value itself (descending into it: its text is then
 /// scanned once, not skipped first and scanned again) steps with [`Members::next_key`] and
 /// [`Members::value_ends_at`].
-pub struct Members<'a> {
+pub struct Members<'a>(Cursor<'a>);
+
+/// Where a cursor over an object or array is, and how it steps between values.
+struct Cursor<'a> {
     b: &'a [u8],
     at: usize,
     state: Step,
-    /// Nothing may follow the object.
+    /// Nothing may follow the container.
     whole: bool,
+    /// Its opening and closing brackets.
+    brackets: [u8; 2],
 }
 
 #[derive(PartialEq)]
@@ -380,6 +385,70 @@ enum Step {
     Open,
     Member,
     Done,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(b: &'a [u8], at: usize, whole: bool, brackets: [u8; 2]) -> Self {
+        Cursor {
+            b,
+            at,
+            state: Step::Open,
+            whole,
+            brackets,
+        }
+    }
+
+    /// Where the next value (an object's: its key) starts; `None` once the container closed.
+    fn next(&mut self) -> Result<Option<usize>, ScanError> {
+        match self.state {
+            Step::Done => Ok(None),
+            Step::Member => Ok(Some(skip_ws(self.b, self.at))),
+            Step::Open => {
+                let i = skip_ws(self.b, self.at);
+                if self.b.get(i) != Some(&self.brackets[0]) {
+                    return err(
+                        i,
+                        if self.brackets[0] == b'{' {
+                            "expected an object"
+                        } else {
+                            "expected an array"
+                        },
+                    );
+                }
+                self.state = Step::Member;
+                let first = skip_ws(self.b, i + 1);
+                if self.b.get(first) == Some(&self.brackets[1]) {
+                    self.close(first)?;
+                    return Ok(None);
+                }
+                Ok(Some(first))
+            }
+        }
+    }
+
+    /// The value just read ends at `end`: steps over the comma, or the closing bracket.
+    fn value_ends_at(&mut self, end: usize) -> Result<(), ScanError> {
+        let i = skip_ws(self.b, end);
+        match self.b.get(i) {
+            Some(b',') => {
+                self.at = i + 1;
+                Ok(())
+            }
+            Some(&c) if c == self.brackets[1] => self.close(i),
+            _ if self.brackets[1] == b'}' => err(i, "expected ',' or '}' after a value"),
+            _ => err(i, "expected ',' or ']' after a value"),
+        }
+    }
+
+    /// The container closes at `i`.
+    fn close(&mut self, i: usize) -> Result<(), ScanError> {
+        self.state = Step::Done;
+        self.at = i + 1;
+        if self.whole {
+            tail(self.b, i)?;
+        }
+        Ok(())
+    }
 }
 
 /// One member of an object: its key and its value's text (`raw`: the key's quoted text, as in
@@ -404,37 +473,20 @@ impl<'a> Members<'a> {
     /// The object that opens at `at` in `b` (after any whitespace); `whole`: nothing may follow
     /// it.
     pub fn new(b: &'a [u8], at: usize, whole: bool) -> Self {
-        Members {
-            b,
-            at,
-            state: Step::Open,
-            whole,
-        }
+        Members(Cursor::new(b, at, whole, *b"{}"))
     }
 
     /// The next member's key; its value is the caller's to skip or read, then to end with
     /// [`Members::value_ends_at`].
     pub fn next_key(&mut self) -> Result<Option<KeyAt<'a>>, ScanError> {
-        if self.state == Step::Done {
+        let Some(key_start) = self.0.next()? else {
             return Ok(None);
+        };
+        let b = self.0.b;
+        if b.get(key_start) != Some(&b'"') {
+            return err(key_start, "expected a key");
         }
-        let b = self.b;
-        let mut i = skip_ws(b, self.at);
-        if self.state == Step::Open {
-            if b.get(i) != Some(&b'{') {
-                return err(i, "expected an object");
-            }
-            i = skip_ws(b, i + 1);
-            if b.get(i) == Some(&b'}') {
-                self.close(i)?;
-                return Ok(None);
-            }
-        }
-        if b.get(i) != Some(&b'"') {
-            return err(i, "expected a key");
-        }
-        let key_start = i;
-        let (key_end, escaped) = skip_string_escaped(b, i + 1)?;
+        let (key_end, escaped) = skip_string_escaped(b, key_start + 1)?;
         let quoted = &b[key_start..key_end];
         let key = if escaped {
             Cow::Owned(serde_json::from_slice::<String>(quoted).map_err(|_| ScanError {
@@ -453,70 +505,51 @@ impl<'a> Members<'a> {
                 })?
             })
         };
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return err(i, "expected ':' after a key");
+        let colon = skip_ws(b, key_end);
+        if b.get(colon) != Some(&b':') {
+            return err(colon, "expected ':' after a key");
         }
-        self.state = Step::Member;
         Ok(Some(KeyAt {
             key,
             start: key_start,
-            value: skip_ws(b, i + 1),
+            value: skip_ws(b, colon + 1),
         }))
     }
 
     /// The value of the member [`Members::next_key`] gave ends at `end`: steps over the comma,
     /// or the closing brace.
     pub fn value_ends_at(&mut self, end: usize) -> Result<(), ScanError> {
-        let i = skip_ws(self.b, end);
-        match self.b.get(i) {
-            Some(b',') => {
-                self.at = i + 1;
-                Ok(())
-            }
-            Some(b'}') => self.close(i),
-            _ => err(i, "expected ',' or '}' after a value"),
-        }
+        self.0.value_ends_at(end)
     }
 
     /// Where the object ends (after its closing brace), once its members are all read.
     pub fn end(&self) -> usize {
-        self.at
+        self.0.at
     }
 
     fn next_member(&mut self) -> Result<Option<Member<'a>>, ScanError> {
         let Some(k) = self.next_key()? else {
             return Ok(None);
         };
-        let end = skip_value(self.b, k.value)?;
+        let end = skip_value(self.0.b, k.value)?;
         self.value_ends_at(end)?;
         Ok(Some(Member {
             key: k.key,
-            raw: &self.b[k.start..end],
-            value: &self.b[k.value..end],
+            raw: &self.0.b[k.start..end],
+            value: &self.0.b[k.value..end],
         }))
-    }
-
-    /// The object closes at `i`.
-    fn close(&mut self, i: usize) -> Result<(), ScanError> {
-        self.state = Step::Done;
-        self.at = i + 1;
-        if self.whole {
-            tail(self.b, i)?;
-        }
-        Ok(())
     }
 }
 
 impl<'a> Iterator for Members<'a> {
     type Item = Result<Member<'a>, ScanError>;
     fn next(&mut self) -> Option<Self::Item> {
-        if self.state == Step::Done {
+        if self.0.state == Step::Done {
             return None;
         }
         let r = self.next_member();
         if r.is_err() {
-            self.state = Step::Done;
+            self.0.state = Step::Done;
         }
         r.transpose()
     }
@@ -546,73 +579,30 @@ pub fn elements(arr: &[u8]) -> impl Iterator<Item = Result<&[u8], ScanError>> {
 }
 
 /// A cursor over an array's elements (as [`Members`] is over an object's).
-pub struct Elements<'a> {
-    b: &'a [u8],
-    at: usize,
-    state: Step,
-    whole: bool,
-}
+pub struct Elements<'a>(Cursor<'a>);
 
 impl<'a> Elements<'a> {
     /// The array that opens at `at` in `b` (after any whitespace); `whole`: nothing may follow
     /// it.
     pub fn new(b: &'a [u8], at: usize, whole: bool) -> Self {
-        Elements {
-            b,
-            at,
-            state: Step::Open,
-            whole,
-        }
+        Elements(Cursor::new(b, at, whole, *b"[]"))
     }
 
     /// Where the next element starts; it is the caller's to skip or read, then to end with
     /// [`Elements::value_ends_at`].
     pub fn next_value(&mut self) -> Result<Option<usize>, ScanError> {
-        match self.state {
-            Step::Done => Ok(None),
-            Step::Member => Ok(Some(skip_ws(self.b, self.at))),
-            Step::Open => {
-                let i = skip_ws(self.b, self.at);
-                if self.b.get(i) != Some(&b'[') {
-                    return err(i, "expected an array");
-                }
-                self.state = Step::Member;
-                let first = skip_ws(self.b, i + 1);
-                if self.b.get(first) == Some(&b']') {
-                    self.close(first)?;
-                    return Ok(None);
-                }
-                Ok(Some(first))
-            }
-        }
+        self.0.next()
     }
 
     /// The element [`Elements::next_value`] gave ends at `end`: steps over the comma, or the
     /// closing bracket.
     pub fn value_ends_at(&mut self, end: usize) -> Result<(), ScanError> {
-        let i = skip_ws(self.b, end);
-        match self.b.get(i) {
-            Some(b',') => {
-                self.at = i + 1;
-                Ok(())
-            }
-            Some(b']') => self.close(i),
-            _ => err(i, "expected ',' or ']' after a value"),
-        }
+        self.0.value_ends_at(end)
     }
 
     /// Where the array ends (after its closing bracket), once its elements are all read.
     pub fn end(&self) -> usize {
-        self.at
-    }
-
-    fn close(&mut self, i: usize) -> Result<(), ScanError> {
-        self.state = Step::Done;
-        self.at = i + 1;
-        if self.whole {
-            tail(self.b, i)?;
-        }
-        Ok(())
+        self.0.at
     }
 }
 
