@@ -538,6 +538,7 @@ mod tests {
                 boot: 0,
                 bring_up,
                 seq: 0,
+                block: None,
             });
             r
         };

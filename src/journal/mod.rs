@@ -203,6 +203,14 @@ pub struct Slot {
     pub bring_up: u32,
     /// Position of this attempt among the group's attempts in this `ocrig run`, from 0.
     pub seq: u32,
+    /// The block of the design this run belongs to: the unit a comparison pairs. Variants with
+    /// guests of their own run their measured runs in blocks, one fresh bring-up each,
+    /// interleaved with the other variants' blocks at the level (block k of a variant pairs
+    /// with block k of the baseline); variants sharing guests run every round in one block
+    /// (0) and pair by round. None: a journal from an ocrig before blocks (its comparisons
+    /// cannot pair own-guest variants and say so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u32>,
 }
 
 /// One guest's result of one run of one cell (variant × level × workload).

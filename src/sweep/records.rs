@@ -444,6 +444,7 @@ mod tests {
                 boot: 0,
                 bring_up: 1,
                 seq: 0,
+                block: None,
             },
         }
     }

@@ -334,6 +334,7 @@ impl<E: Executor> Scheduler<'_, E> {
                     boot: state.index,
                     bring_up: state.bring_ups,
                     seq: state.seq,
+                    block: None,
                 },
             };
             let Some(facts) = state.up.clone() else {
@@ -492,6 +493,7 @@ impl<E: Executor> Scheduler<'_, E> {
                 boot: state.index,
                 bring_up: state.bring_ups,
                 seq: state.seq,
+                block: None,
             },
         }
     }
