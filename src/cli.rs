@@ -62,6 +62,10 @@ pub enum Command {
         /// `variant@host`, compared against the baseline on the first host.
         #[arg(long)]
         by_host: bool,
+        /// Equivalence margin, a fraction in (0, 1): "equivalent" when the ratio's interval lies
+        /// within 1 ± margin (default: the scenario's `margin`, else 0.05).
+        #[arg(long, value_parser = margin_fraction)]
+        margin: Option<f64>,
     },
     /// Compare two results directories of the same matrix: A as base, B as patched.
     Compare {
@@ -69,6 +73,9 @@ pub enum Command {
         b: PathBuf,
         #[arg(long, value_enum, default_value = "table")]
         format: crate::report::Format,
+        /// Equivalence margin, as for `report`.
+        #[arg(long, value_parser = margin_fraction)]
+        margin: Option<f64>,
     },
     /// Guest image management.
     Image {
@@ -87,4 +94,12 @@ pub enum ImageCommand {
         #[arg(long, default_value = "default")]
         kernel: String,
     },
+}
+
+/// A margin: a fraction strictly between 0 and 1.
+fn margin_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(m) if m > 0.0 && m < 1.0 => Ok(m),
+        _ => Err(format!("'{s}' is not a fraction in (0, 1): e.g. 0.05 for ±5 %")),
+    }
 }

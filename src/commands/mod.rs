@@ -56,20 +56,25 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             accept_changed,
         }),
         Command::Validate { files } => validate::validate(&files),
-        Command::Report { dir, format, by_host } => {
+        Command::Report {
+            dir,
+            format,
+            by_host,
+            margin,
+        } => {
             // Streamed: each record is digested as it is parsed, never held whole.
             let mut journal = crate::stats::digest::Digested::read(&dir, true)?;
             if by_host {
                 journal = crate::report::hosts::split_by_host(&journal);
             }
-            out(&crate::report::render_digested(
-                &journal,
-                format,
-                &Default::default(),
-            )?)?;
+            let opts = crate::report::ReportOptions {
+                margin,
+                ..Default::default()
+            };
+            out(&crate::report::render_digested(&journal, format, &opts)?)?;
             Ok(())
         }
-        Command::Compare { a, b, format } => {
+        Command::Compare { a, b, format, margin } => {
             let ja = crate::stats::digest::Digested::read(&a, true)?;
             let jb = crate::stats::digest::Digested::read(&b, true)?;
             let name = |p: &std::path::Path| {
@@ -78,6 +83,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             };
             let opts = crate::report::ReportOptions {
                 compare_names: Some((name(&a), name(&b))),
+                margin,
                 ..Default::default()
             };
             // The kernel note reads the headers only.

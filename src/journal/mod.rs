@@ -137,6 +137,10 @@ pub struct SweepHeader {
     /// Guest image id per variant (absent in older journals, empty for the host backend).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub images: BTreeMap<String, String>,
+    /// The scenario's equivalence margin (`margin`), when it set one: reports conclude
+    /// "equivalent" within 1 ± margin (`ocrig report --margin` overrides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub margin: Option<f64>,
 }
 
 fn format_1() -> u32 {
@@ -980,6 +984,7 @@ pub(crate) mod tests {
             journal_format: JOURNAL_FORMAT,
             payload_sha256: None,
             images: BTreeMap::new(),
+            margin: None,
         }
     }
 

@@ -157,6 +157,7 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
         guest_start: Some(plan.guest_start.as_str().to_string()),
         hosts: Vec::new(),
         journal_format: JOURNAL_FORMAT,
+        margin: plan.margin,
         payload_sha256: None,
         images: BTreeMap::new(),
     }

@@ -1,19 +1,21 @@
 //! CSV: one row per workload × variant × level (long format, for spreadsheets and pandas),
 //! then per non-baseline variant a `geomean` row (`kind` tells them apart; a geomean row has
-//! no level). Non-baseline rows carry the comparison against the baseline at that level, and
-//! the smallest effect that comparison would detect (`mde_pct`, power 0.8) and what it
-//! concludes (`conclusion`: differs, no difference, too few runs, untested), and
+//! no level). Non-baseline rows carry the comparison against the baseline at that level: the
+//! ratio over the design's units with its 95 % interval, its tests (`p`, and Holm-adjusted over
+//! the report's family) and what it concludes (`conclusion`: differs, equivalent, not concluded,
+//! untested; `conclusion_note` says why a row was unpaired or untested); every row above its
+//! variant's lowest level its retention (the ratio to that level, `retention_vs_level`); and
 //! every cell row what explains it: vCPU wait, guest steal (empty with a note when not
 //! measured), contention, Jain, context switches, other guests, KVM counters.
 
 use super::{Exporter, KVM_COLUMNS};
 use crate::journal::Better;
-use crate::stats::cells::{Cell, Comparison, Model, Row, WorkloadModel};
+use crate::stats::cells::{Cell, Comparison, Model, RetentionRow, Row, WorkloadModel, same_level};
 
 pub struct CsvExporter;
 
 /// The fixed columns; the KVM counters of [`KVM_COLUMNS`] follow as `kvm_<name>`.
-pub const COLUMNS: [&str; 41] = [
+pub const COLUMNS: [&str; 51] = [
     "kind",
     "workload",
     "command",
@@ -33,13 +35,23 @@ pub const COLUMNS: [&str; 41] = [
     "ci95_high",
     "base_mean",
     "improvement_pct",
-    "t",
+    "ratio",
+    "ratio_low",
+    "ratio_high",
+    "unit",
+    "paired",
+    "units_base",
+    "units_variant",
     "df",
     "p",
-    "significant",
-    "mde_pct",
-    "mde_df",
+    "p_holm",
+    "p_equivalent_holm",
     "conclusion",
+    "conclusion_note",
+    "retention",
+    "retention_low",
+    "retention_high",
+    "retention_vs_level",
     "contention_rate",
     "jain",
     "failed",
@@ -130,9 +142,17 @@ fn lead(kind: &str, wl: &WorkloadModel) -> Vec<String> {
     ]
 }
 
-fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&Row>) -> Vec<String> {
+fn row(
+    model: &Model,
+    wl: &WorkloadModel,
+    variant: &str,
+    c: &Cell,
+    cmp: Option<&Row>,
+    kept: Option<(f64, &RetentionRow)>,
+) -> Vec<String> {
     let s = c.summary.as_ref();
-    let w = cmp.and_then(|r| r.welch);
+    let e = cmp.and_then(|r| r.effect.as_ref());
+    let k = kept.and_then(|(_, r)| r.effect.as_ref());
     let mut r = lead("cell", wl);
     r.extend([
         field(variant),
@@ -149,16 +169,32 @@ fn row(model: &Model, wl: &WorkloadModel, variant: &str, c: &Cell, cmp: Option<&
         num(s.and_then(|s| s.ci95).map(|ci| ci.high)),
         num(cmp.and_then(|r| r.base.as_ref()).map(|b| b.mean)),
         num(cmp.and_then(|r| r.improvement_pct)),
-        num(w.map(|w| w.t)),
-        num(w.map(|w| w.df)),
-        num(w.map(|w| w.p)),
-        cmp.and_then(|r| r.significant)
-            .map(|b| b.to_string())
-            .unwrap_or_default(),
-        num(cmp.and_then(|r| r.detectable).map(|d| d.mde * 100.0)),
-        num(cmp.and_then(|r| r.detectable).map(|d| d.df)),
-        cmp.map(|r| r.conclusion().words().to_string())
-            .unwrap_or_default(),
+        num(e.map(|e| e.ratio)),
+        num(e.map(|e| e.low)),
+        num(e.map(|e| e.high)),
+        e.map(|e| {
+            serde_json::to_value(e.unit)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default(),
+        e.map(|e| e.paired.to_string()).unwrap_or_default(),
+        e.map(|e| e.n_base.to_string()).unwrap_or_default(),
+        e.map(|e| e.n_variant.to_string()).unwrap_or_default(),
+        num(e.map(|e| e.df)),
+        num(e.map(|e| e.p)),
+        num(cmp.and_then(|r| r.p_holm)),
+        num(cmp.and_then(|r| r.p_equivalent_holm)),
+        cmp.map(|r| r.conclusion.words().to_string()).unwrap_or_default(),
+        text(
+            cmp.and_then(|r| e.and_then(|e| e.note.clone()).or_else(|| r.why.clone()))
+                .as_ref(),
+        ),
+        num(k.map(|e| e.ratio)),
+        num(k.map(|e| e.low)),
+        num(k.map(|e| e.high)),
+        kept.map(|(from, _)| from.to_string()).unwrap_or_default(),
         num(c.contention_rate),
         num(c.jain),
         c.failed.to_string(),
@@ -214,8 +250,13 @@ impl Exporter for CsvExporter {
         for wl in &model.workloads {
             for s in &wl.series {
                 let cmp = wl.comparisons.iter().find(|c| c.variant == s.variant);
+                let retention = wl.retention.iter().find(|r| r.variant == s.variant);
                 for (i, c) in s.cells.iter().enumerate() {
-                    line(row(model, wl, &s.variant, c, cmp.map(|cmp| &cmp.rows[i])));
+                    let kept = retention.and_then(|r| {
+                        let row = r.rows.iter().find(|k| same_level(k.level, c.level))?;
+                        Some((r.from_level, row))
+                    });
+                    line(row(model, wl, &s.variant, c, cmp.map(|cmp| &cmp.rows[i]), kept));
                 }
             }
             for cmp in &wl.comparisons {
@@ -286,7 +327,14 @@ mod tests {
             patched[col("improvement_pct")].parse::<f64>().unwrap().round(),
             10.0
         );
-        assert_eq!(patched[col("significant")], "true");
+        assert_eq!(patched[col("conclusion")], "differs");
+        assert_eq!(
+            (patched[col("unit")].as_str(), patched[col("paired")].as_str()),
+            ("run", "false")
+        );
+        assert!(patched[col("conclusion_note")].contains("without slots"));
+        // Holm over 4: 3 × 0.003543624615619606 (stats::cells' test).
+        assert!((patched[col("p_holm")].parse::<f64>().unwrap() - 0.010630873846858818).abs() < 1e-12);
         let base = &rows[1];
         assert_eq!(
             (
@@ -329,7 +377,7 @@ mod tests {
         assert!((g[col("base_mean")].parse::<f64>().unwrap() - 14.142135623730951).abs() < 1e-9);
         assert!((g[col("improvement_pct")].parse::<f64>().unwrap() - 3.9531364385072787).abs() < 1e-9);
         assert_eq!(g[col("stdev")], "");
-        // What each comparison can conclude (scipy.stats.nct, see stats::power's tests).
+        // What each comparison concludes, and each row's retention against its lowest level.
         let patched_1x = rows
             .iter()
             .find(|r| {
@@ -339,73 +387,19 @@ mod tests {
                     && r[col("level")] == "1"
             })
             .unwrap();
-        assert!((patched_1x[col("mde_pct")].parse::<f64>().unwrap() - 15.35446133181844).abs() < 1e-3);
-        assert_eq!(patched_1x[col("mde_df")], "4");
-        assert_eq!(patched_1x[col("conclusion")], "too few runs");
+        assert_eq!(patched_1x[col("conclusion")], "not concluded");
+        let lo = patched_1x[col("ratio_low")].parse::<f64>().unwrap();
+        let hi = patched_1x[col("ratio_high")].parse::<f64>().unwrap();
+        assert!(lo < 1.0 && hi > 1.0, "{lo} {hi}");
+        assert_eq!(patched_1x[col("retention_vs_level")], "0.5");
+        // patched hackbench: gmean(20.5, 21.5, 19.5) / gmean(9.0, 9.1, 8.9)
+        let kept = (20.5f64 * 21.5 * 19.5).cbrt() / (9.0f64 * 9.1 * 8.9).cbrt();
+        assert!((patched_1x[col("retention")].parse::<f64>().unwrap() - kept).abs() < 1e-12);
         assert_eq!(
-            base[col("mde_pct")],
+            base[col("conclusion")],
             "",
             "the baseline's own row compares with nothing"
         );
-    }
-
-    #[test]
-    fn lock_cells_carry_stretched_holds_and_handovers_and_other_workloads_none() {
-        use crate::stats::preemption::tests::{preemption_json, with_payload};
-        let mut j = journal();
-        for r in j.runs.iter_mut().filter(|r| r.workload == "lock-ticket") {
-            // 1x: 20 % of hand-overs stretched, losing 40 % of the run; 0.5x: 1 % / 1 %.
-            let (o, lost) = if r.level < 1.0 { (5, 0.01) } else { (100, 0.4) };
-            with_payload(
-                r,
-                serde_json::json!({"preemption": preemption_json(10, o, 0.1, lost), "preemption_unavailable": null}),
-            );
-        }
-        let text = render(&j, Format::Csv, &ReportOptions::default()).unwrap();
-        let rows = parse(&text);
-        let head = header();
-        assert!(rows.iter().all(|r| r.len() == head.len()), "ragged rows");
-        let col = |name: &str| head.iter().position(|c| c == name).unwrap();
-        let lock_1x = rows
-            .iter()
-            .find(|r| {
-                r[col("workload")] == "lock-ticket" && r[col("level")] == "1" && r[col("kind")] == "cell"
-            })
-            .unwrap();
-        assert!((lock_1x[col("stretched_hold_share")].parse::<f64>().unwrap() - 0.01).abs() < 1e-12);
-        assert!((lock_1x[col("stretched_handover_share")].parse::<f64>().unwrap() - 0.2).abs() < 1e-12);
-        assert!((lock_1x[col("handover_lost_share")].parse::<f64>().unwrap() - 0.4).abs() < 1e-12);
-        assert_eq!(
-            lock_1x[col("stretched_handover_vcpu_share")]
-                .parse::<f64>()
-                .unwrap(),
-            1.0
-        );
-        assert_eq!(lock_1x[col("preemption_note")], "");
-        let hb = rows.iter().find(|r| r[col("workload")] == "hackbench").unwrap();
-        assert_eq!(hb[col("stretched_hold_share")], "");
-
-        // The text table: four columns right after the vCPU wait columns, for the lock only.
-        let m = crate::report::model(&j, &ReportOptions::default());
-        let lock = m.workloads.iter().find(|w| w.workload == "lock-ticket").unwrap();
-        let t = crate::report::cell_rows(lock);
-        assert_eq!(t[0][7..11], crate::report::PREEMPTION_COLUMNS.map(String::from));
-        let row_1x = t.iter().find(|r| r[0] == "base" && r[1] == "1x").unwrap();
-        assert_eq!(row_1x[9..11], ["20.00%", "40.00%"]);
-        let hb = m.workloads.iter().find(|w| w.workload == "hackbench").unwrap();
-        assert!(
-            !crate::report::cell_rows(hb)[0]
-                .iter()
-                .any(|h| h.contains("stretched"))
-        );
-        // JSON carries the cell's figures; a cell without a lock has no `preemption` at all.
-        let v: serde_json::Value =
-            serde_json::from_str(&render(&j, Format::Json, &ReportOptions::default()).unwrap()).unwrap();
-        let cells = |w: usize| v["workloads"][w]["series"][0]["cells"][1].clone();
-        assert!(cells(0).get("preemption").is_none());
-        let mean = cells(1)["preemption"]["stretched_handovers"]["summary"]["mean"]
-            .as_f64()
-            .unwrap();
-        assert!((mean - 0.2).abs() < 1e-12, "{mean}");
+        assert_eq!(base[col("retention")], "", "the lowest level is the reference");
     }
 }

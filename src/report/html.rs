@@ -5,8 +5,8 @@
 
 use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
 use super::{
-    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows,
-    variants_line,
+    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, retention_rows,
+    single_rows, variants_line,
 };
 use crate::stats::cells::Model;
 
@@ -34,25 +34,25 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// The shading of a comparison's `detectable` and `conclusion` cells, by its conclusion:
-/// amber "too few runs", green "no difference", blue "differs".
+/// The shading of a comparison's ratio and `conclusion` cells, by its conclusion:
+/// amber "not concluded", green "equivalent", blue "differs".
 fn conclusion_class(words: &str) -> &'static str {
     match words {
-        "too few runs" => " class=\"fewruns\"",
-        "no difference" => " class=\"nodiff\"",
+        "not concluded" => " class=\"fewruns\"",
+        "equivalent" => " class=\"nodiff\"",
         "differs" => " class=\"differs\"",
         _ => "",
     }
 }
 
 /// An HTML table from text rows (first row is the header). `pct_col` marks the column holding
-/// a signed %improvement, coloured green/red; the `detectable` and `conclusion` columns of a
+/// a signed %improvement, coloured green/red; the ratio and `conclusion` columns of a
 /// comparison are shaded by the row's conclusion.
 pub(crate) fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
     let mut out = String::from("<table>\n");
     let labels = super::label_columns(rows);
     let col = |name: &str| rows.first().and_then(|h| h.iter().position(|c| c == name));
-    let (detectable, conclusion) = (col("detectable"), col("conclusion"));
+    let (detectable, conclusion) = (col("ratio [95% CI]"), col("conclusion"));
     for (i, row) in rows.iter().enumerate() {
         out.push_str("<tr>");
         let verdict = conclusion
@@ -85,7 +85,8 @@ impl Exporter for HtmlExporter {
         let mut out = format!(
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n\
              <style>\n{STYLE}\n</style>\n</head>\n<body>\n<h1>{}</h1>\n<p>Baseline <code>{}</code>; variants {}; \
-             overcommit levels {}. %improvement is signed so + is better; p from Welch's t-test, * = p &lt; {}.</p>\n",
+             overcommit levels {}. %improvement is signed so + is better; ratios are variant / baseline over the design's units \
+             with 95% intervals, conclusions from Holm-adjusted tests (α = {}).</p>\n",
             escape(&title),
             escape(&title),
             escape(&model.baseline),
@@ -93,6 +94,20 @@ impl Exporter for HtmlExporter {
             escape(&levels.join(", ")),
             model.alpha
         );
+        let overview: Vec<String> = model
+            .workloads
+            .iter()
+            .filter_map(|wl| super::plot::retention_plot(wl).transpose())
+            .collect::<anyhow::Result<_>>()?;
+        if !overview.is_empty() {
+            out.push_str(
+                "<section class=\"overview\">\n<h2>Overview: what each variant keeps under overcommit</h2>\n",
+            );
+            for svg in overview {
+                out.push_str(&format!("<div class=\"plot\">\n{svg}\n</div>\n"));
+            }
+            out.push_str("</section>\n");
+        }
         for wl in &model.workloads {
             out.push_str(&format!(
                 "<section>\n<h2>{}</h2>\n<p><code>{}</code> ({})</p>\n",
@@ -124,6 +139,10 @@ impl Exporter for HtmlExporter {
                 ));
                 out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
             }
+            if let Some(rows) = retention_rows(wl) {
+                out.push_str("<h3>Retention: each level against the lowest</h3>\n");
+                out.push_str(&html_table(&rows, None));
+            }
             out.push_str("<ul class=\"notes\">\n");
             for n in notes(model, wl) {
                 out.push_str(&format!("<li>{}</li>\n", escape(&n)));
@@ -148,21 +167,26 @@ mod tests {
     fn self_contained_with_an_svg_per_workload() {
         let html = render(&journal(), Format::Html, &ReportOptions::default()).unwrap();
         assert!(html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>\n"));
-        // hackbench: one metric plot (no vCPU telemetry); lock-ticket: metric, vCPU wait, Jain.
-        assert_eq!(html.matches("<svg").count(), 4);
+        // The overview: one retention plot per workload; hackbench: one metric plot (no vCPU
+        // telemetry); lock-ticket: metric, vCPU wait, Jain.
+        assert_eq!(html.matches("<svg").count(), 2 + 4);
+        let overview = html.split("<section").nth(1).unwrap();
+        assert!(overview.contains("Overview") && overview.matches("<svg").count() == 2);
+        assert!(overview.contains("retention") && overview.contains("kept all (1)"));
         assert!(html.contains("vCPU wait for a host CPU"));
-        for section in html.split("<section>").skip(1) {
+        for section in html.split("<section").skip(1) {
             assert!(section.contains("<svg"), "workload section without a plot");
         }
         assert!(!html.contains("<script") && !html.contains("href=") && !html.contains("src="));
         assert!(html.contains("<td class=\"better\">+10.00%</td>"));
         assert!(html.contains("<td class=\"worse\">-2.50%</td>"));
         // What each comparison can conclude, shaded.
+        // hackbench at 1x: log-Welch over runs (the fixture has no slots), Holm p 0.5732.
         assert!(
-            html.contains("<td class=\"fewruns\">≥15.4%</td><td class=\"fewruns\">too few runs</td>"),
+            html.contains("<td class=\"fewruns\">1.025 [0.916, 1.147]</td><td>0.5732</td><td class=\"fewruns\">not concluded</td>"),
             "{html}"
         );
-        assert!(html.contains("<td class=\"differs\">≥5.6%</td><td class=\"differs\">differs</td>"));
+        assert!(html.contains("<td class=\"differs\">differs</td>"));
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
     }
 }

@@ -27,9 +27,12 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["workloads"][0]["workload"], "hackbench");
         assert_eq!(v["workloads"][0]["better"], "lower");
-        assert_eq!(
-            v["workloads"][0]["comparisons"][0]["rows"][0]["significant"],
-            true
-        );
+        let row = &v["workloads"][0]["comparisons"][0]["rows"][0];
+        assert_eq!(row["conclusion"], "differs");
+        assert_eq!(row["effect"]["unit"], "run");
+        assert!(row["effect"]["low"].as_f64().unwrap() < row["effect"]["ratio"].as_f64().unwrap());
+        assert_eq!(v["family"], 4);
+        assert_eq!(v["margin"], 0.05);
+        assert_eq!(v["workloads"][0]["retention"][0]["variant"], "base");
     }
 }

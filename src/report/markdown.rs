@@ -1,8 +1,8 @@
 //! Markdown: the same tables as the terminal format, as pipe tables with right-aligned numbers.
 
 use super::{
-    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, single_rows,
-    variants_line,
+    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, retention_rows,
+    single_rows, variants_line,
 };
 use crate::stats::cells::Model;
 
@@ -56,6 +56,13 @@ impl Exporter for MarkdownExporter {
                 out.push_str(&format!("\n### {} vs {}\n\n", cmp.variant, model.baseline));
                 out.push_str(&pipe_table(&comparison_rows(model, cmp)));
             }
+            if let Some(rows) = retention_rows(wl) {
+                out.push_str(&format!(
+                    "\n### Retention: {} at each level / at the lowest\n\n",
+                    wl.metric
+                ));
+                out.push_str(&pipe_table(&rows));
+            }
             out.push_str("\n### What explains each cell (means per run)\n\n");
             out.push_str(&pipe_table(&cell_rows(wl)));
             if let Some(rows) = kvm_rows(wl) {
@@ -85,11 +92,18 @@ mod tests {
         let expected = "\
 ### patched vs base
 
-| oc | base | stdev | patched | stdev | %improvement | p | detectable | conclusion |
+| oc | base | stdev | patched | stdev | %improvement | ratio [95% CI] | p (Holm) | conclusion |
 |:---|---:|---:|---:|---:|---:|---:|---:|---:|
-| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +10.00% | 0.0048 * | ≥5.6% | differs |
-| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 0.5734 | ≥15.4% | too few runs |
+| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +10.00% | 0.900 [0.864, 0.938] | 0.0106 * | differs |
+| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 1.025 [0.916, 1.147] | 0.5732 | not concluded |
 | gmean | 14.1421 |  | 13.5831 |  | +3.95% |  |  |  |
+
+### Retention: seconds at each level / at the lowest
+
+| variant | oc | vs | ratio [95% CI] | units |
+|:---|:---|---:|---:|---:|
+| base | 1x | 0.5x | 1.999 [1.795, 2.226] | 3+3 runs |
+| patched | 1x | 0.5x | 2.276 [2.031, 2.551] | 3+3 runs |
 ";
         assert!(md.contains(expected), "got:\n{md}");
         assert!(md.contains("### What explains each cell (means per run)"));

@@ -24,11 +24,12 @@ use anyhow::Context;
 #[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::SweepHeader;
-use crate::stats::cells::{Cell, Comparison, Model, WorkloadModel, build_digested};
+use crate::stats::cells::{Cell, Comparison, Conclusion, Model, WorkloadModel, build_with_margin};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::stats::digest::Digested;
 #[cfg(test)]
 use crate::stats::digest::RunDigest;
+use crate::stats::effect::Effect;
 
 /// Output format of `ocrig report` / `ocrig compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -77,6 +78,8 @@ pub struct ReportOptions {
     pub metric: Option<String>,
     /// Names of the two sides of [`compare`] (A, B), e.g. the result directories' names.
     pub compare_names: Option<(String, String)>,
+    /// Equivalence margin (None: the scenario's, else [`crate::stats::effect::DEFAULT_MARGIN`]).
+    pub margin: Option<f64>,
 }
 
 impl Default for ReportOptions {
@@ -85,6 +88,7 @@ impl Default for ReportOptions {
             alpha: DEFAULT_ALPHA,
             metric: None,
             compare_names: None,
+            margin: None,
         }
     }
 }
@@ -102,7 +106,7 @@ pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
 
 /// [`model`] from a journal's digests.
 pub fn model_digested(journal: &Digested, opts: &ReportOptions) -> Model {
-    let mut m = build_digested(journal, opts.alpha, opts.metric.as_deref());
+    let mut m = build_with_margin(journal, opts.alpha, opts.metric.as_deref(), opts.margin);
     // Kernels by release, plus build number and short hash wherever two variants share a
     // release with different files: only identical kernels read as one.
     m.kernels
@@ -214,6 +218,9 @@ fn default_names(a: &Digested, b: &Digested) -> (String, String) {
     }
 }
 
+/// Added to B's boot groups and blocks in [`merge`], so none is taken for one of A's.
+const OTHER_SWEEP: u32 = 1 << 24;
+
 /// Merges two journals of the same matrix into one whose baseline is A's.
 ///
 /// Each side's variants are renamed after the side: a journal with one variant contributes
@@ -289,6 +296,11 @@ pub fn merge(a: Digested, b: Digested, a_name: &str, b_name: &str) -> anyhow::Re
     runs.reserve_exact(b_runs.len());
     while let Some(mut r) = b_runs.pop() {
         r.variant = rb[&*r.variant].clone();
+        // B's guests and blocks are not A's: a comparison across the two sweeps pairs nothing
+        // and is unpaired over bring-ups (`stats::effect`), and a B guest set's warm-ups are
+        // never taken for an A one's.
+        r.slot = r.slot.map(|(boot, bring_up)| (boot + OTHER_SWEEP, bring_up));
+        r.block_1 = r.block_1.map(|b| b.saturating_add(OTHER_SWEEP));
         runs.push(r);
         if b_runs.len().is_multiple_of(1 << 16) {
             b_runs.shrink_to_fit();
@@ -417,10 +429,12 @@ pub fn describe_metric(wl: &WorkloadModel) -> String {
 }
 
 /// A comparison table as rows of text cells, shared by the terminal, Markdown and HTML formats:
-/// header `oc | base | stdev | <variant> | stdev | %improvement | p | detectable | conclusion`,
-/// one row per level, then a `gmean` row. `detectable` is the smallest effect the test would
-/// detect with power 0.8 at the measured CVs and n; `conclusion` says what p and it mean
-/// together ([`Row::conclusion`](crate::stats::cells::Row::conclusion)).
+/// header `oc | base | stdev | <variant> | stdev | %improvement | ratio [95% CI] | p (Holm) |
+/// conclusion`, one row per level, then a `gmean` row. The ratio is the variant's over the
+/// baseline's, estimated over the units the design replicated (rounds of shared guests,
+/// bring-up pairs of variants with their own: [`conclusion_notes`] names them, so the table
+/// stays 120 columns wide); `conclusion` is drawn from the Holm-adjusted tests
+/// ([`crate::stats::effect`]).
 pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "oc".to_string(),
@@ -429,8 +443,8 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
         cmp.variant.clone(),
         "stdev".into(),
         "%improvement".into(),
-        "p".into(),
-        "detectable".into(),
+        "ratio [95% CI]".into(),
+        "p (Holm)".into(),
         "conclusion".into(),
     ]];
     let d = table_decimals(
@@ -448,42 +462,126 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
             fmt_opt(r.variant.as_ref().map(|s| s.mean), d),
             fmt_opt(r.variant.as_ref().and_then(|s| s.stdev), d),
             fmt_pct(r.improvement_pct),
-            fmt_p(r.welch.map(|w| w.p), r.significant),
-            fmt_detectable(r.detectable),
-            r.conclusion().words().into(),
+            fmt_ratio(r.effect.as_ref()),
+            fmt_p(r.p_holm, Some(r.conclusion == Conclusion::Differs)),
+            r.conclusion.words().into(),
         ]);
     }
     if let Some(g) = &cmp.geomean {
-        rows.push(vec![
+        let mut row = vec![
             "gmean".into(),
             fmt_fixed(g.base, d),
             String::new(),
             fmt_fixed(g.variant, d),
             String::new(),
             fmt_pct(Some(g.improvement_pct)),
-            String::new(),
-            String::new(),
-            String::new(),
-        ]);
+        ];
+        row.resize(rows[0].len(), String::new());
+        rows.push(row);
     }
     rows
 }
 
-/// `≥12.3%`: the smallest effect a comparison would detect; `-` when none can be computed.
-pub fn fmt_detectable(d: Option<crate::stats::power::Detectable>) -> String {
-    d.map_or_else(|| "-".into(), |d| format!("≥{:.1}%", d.mde * 100.0))
+/// `0.952 [0.930, 0.974]`: a ratio and its interval; `-` when none was estimated.
+pub fn fmt_ratio(e: Option<&Effect>) -> String {
+    e.map_or_else(
+        || "-".into(),
+        |e| format!("{:.3} [{:.3}, {:.3}]", e.ratio, e.low, e.high),
+    )
 }
 
-/// What a comparison table's `detectable` and `conclusion` columns mean, when there is one.
-pub fn conclusion_note(wl: &WorkloadModel) -> Option<String> {
-    (!wl.comparisons.is_empty()).then(|| {
-        format!(
-            "detectable = least effect Welch's test finds at power {}; not significant = too few runs \
-             unless {:.0}% was detectable",
-            crate::stats::power::DEFAULT_POWER,
-            crate::stats::cells::CONCLUSIVE_MDE * 100.0
-        )
-    })
+/// How a workload's comparisons were concluded, and each row's caveat (a lost pairing, why
+/// a row was not tested).
+pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
+    if wl.comparisons.is_empty() {
+        return Vec::new();
+    }
+    let mut notes = vec![format!(
+        "ratio = variant / {} over the design's units (rounds of variants sharing guests, bring-up pairs\n    \
+         of variants with their own): geometric mean with a {:.0}% t interval; p (Holm) over the report's\n    \
+         {} tested comparisons; differs: p (Holm) < {} (*); equivalent: both one-sided tests against\n    \
+         ±{}% below {} after Holm; otherwise not concluded",
+        model.baseline,
+        crate::stats::effect::CONFIDENCE * 100.0,
+        model.family,
+        model.alpha,
+        fmt_margin(model.margin),
+        model.alpha,
+    )];
+    for cmp in &wl.comparisons {
+        let units: Vec<(String, String)> = cmp
+            .rows
+            .iter()
+            .filter_map(|r| Some((fmt_level(r.level), r.effect.as_ref()?.units_words())))
+            .collect();
+        match units.first() {
+            Some((_, u)) if units.iter().all(|(_, x)| x == u) => {
+                notes.push(format!("{}: ratios over {u} at every level", cmp.variant));
+            }
+            Some(_) => {
+                let each: Vec<String> = units.iter().map(|(l, u)| format!("{u} at {l}")).collect();
+                notes.push(format!("{}: ratios over {}", cmp.variant, each.join(", ")));
+            }
+            None => {}
+        }
+        for r in &cmp.rows {
+            let caveat = r
+                .effect
+                .as_ref()
+                .and_then(|e| e.note.clone())
+                .or_else(|| r.why.clone());
+            if let Some(c) = caveat {
+                notes.push(format!("{} at {}: {c}", cmp.variant, fmt_level(r.level)));
+            }
+        }
+    }
+    notes
+}
+
+/// A margin fraction as a percentage without trailing zeros: `5`, `2.5`.
+fn fmt_margin(m: f64) -> String {
+    let s = format!("{:.2}", m * 100.0);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The retention table of a workload: `variant | oc | vs | ratio [95% CI] | units`, one row
+/// per variant and level above its lowest; None when no variant has two levels.
+pub fn retention_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
+    if wl.retention.is_empty() {
+        return None;
+    }
+    let mut rows = vec![
+        ["variant", "oc", "vs", "ratio [95% CI]", "units"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for r in &wl.retention {
+        for row in &r.rows {
+            rows.push(vec![
+                r.variant.clone(),
+                fmt_level(row.level),
+                fmt_level(r.from_level),
+                fmt_ratio(row.effect.as_ref()),
+                row.effect
+                    .as_ref()
+                    .map_or_else(|| row.why.clone().unwrap_or_default(), |e| e.units_words()),
+            ]);
+        }
+    }
+    Some(rows)
+}
+
+/// What the retention table means, and its rows' caveats.
+pub fn retention_notes(wl: &WorkloadModel) -> Vec<String> {
+    let mut notes = Vec::new();
+    for r in &wl.retention {
+        for row in &r.rows {
+            if let Some(n) = row.effect.as_ref().and_then(|e| e.note.as_ref()) {
+                notes.push(format!("{} at {}: {n}", r.variant, fmt_level(row.level)));
+            }
+        }
+    }
+    notes
 }
 
 /// The line that says how many attempts the payload's own physics checks rejected, and why
@@ -830,12 +928,9 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
             .map(|(n, vs)| format!("{} {n}", vs.join(", ")))
             .collect(),
     };
-    notes.push(format!(
-        "runs per cell: {}; p: Welch's t-test, * = p < {}",
-        counts.join("; "),
-        model.alpha
-    ));
-    notes.extend(conclusion_note(wl));
+    notes.push(format!("runs per cell: {}", counts.join("; ")));
+    notes.extend(conclusion_notes(model, wl));
+    notes.extend(retention_notes(wl));
     notes.extend(telemetry_notes(wl));
     for s in &wl.series {
         for c in &s.cells {
@@ -902,6 +997,12 @@ mod tests {
                 .iter()
                 .map(|r| RunDigest {
                     variant: Arc::from(format!("{name}/{}", r.variant)),
+                    slot: r
+                        .slot
+                        .map(|(b, u)| (b + if name == "v6.9" { OTHER_SWEEP } else { 0 }, u)),
+                    block_1: r
+                        .block_1
+                        .map(|b| b.saturating_add(if name == "v6.9" { OTHER_SWEEP } else { 0 })),
                     ..r.clone()
                 })
                 .collect()

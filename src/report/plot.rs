@@ -133,6 +133,51 @@ pub fn metric_plot(wl: &WorkloadModel) -> anyhow::Result<String> {
     draw(&plot, &series)
 }
 
+/// Each variant's retention (its metric at each level / at its lowest level) with the
+/// interval of the ratio, and the line of "kept all of it" (1); `None` when no variant has
+/// two levels.
+pub fn retention_plot(wl: &WorkloadModel) -> anyhow::Result<Option<String>> {
+    if wl.retention.is_empty() {
+        return Ok(None);
+    }
+    let series: Vec<Series> = wl
+        .retention
+        .iter()
+        .map(|r| Series {
+            name: r.variant.clone(),
+            levels: std::iter::once(LevelData {
+                level: r.from_level,
+                runs: Vec::new(),
+                mean: Some(1.0),
+                ci: None,
+            })
+            .chain(r.rows.iter().map(|row| LevelData {
+                level: row.level,
+                runs: Vec::new(),
+                mean: row.effect.as_ref().map(|e| e.ratio),
+                ci: row.effect.as_ref().map(|e| (e.low, e.high)),
+            }))
+            .collect(),
+        })
+        .collect();
+    let levels = || series.iter().flat_map(|s| s.levels.iter().map(|l| l.level));
+    let (lo, hi) = bounds(levels()).unwrap_or((0.0, 1.0));
+    let title = format!(
+        "{}: retention, {} at each level / at the lowest (95% CI)",
+        wl.workload, wl.metric
+    );
+    let plot = Plot {
+        title: &title,
+        y_desc: "ratio to the lowest level",
+        domain: Domain::NonNegative,
+        reference: Some(Reference {
+            label: "kept all (1)".into(),
+            points: vec![(lo, 1.0), (hi, 1.0)],
+        }),
+    };
+    draw(&plot, &series).map(Some)
+}
+
 /// Guest 0's vCPU wait share vs level, in percent, with the every-vCPU-busy expectation
 /// `1 − 1/L`; `None` when no cell measured it.
 pub fn vcpu_wait_plot(wl: &WorkloadModel) -> anyhow::Result<Option<String>> {

@@ -5,7 +5,9 @@
 
 use comfy_table::{CellAlignment, ContentArrangement, ContentLineStyle, LineStyle, Table, TableStyle};
 
-use super::{Exporter, cell_rows, comparison_rows, describe_metric, kvm_rows, notes, single_rows};
+use super::{
+    Exporter, cell_rows, comparison_rows, describe_metric, kvm_rows, notes, retention_rows, single_rows,
+};
 use crate::stats::cells::Model;
 
 pub struct TableExporter;
@@ -67,6 +69,13 @@ impl Exporter for TableExporter {
                 );
                 blocks.push(format!("{title}\n{}", ascii_table(&comparison_rows(model, cmp))));
             }
+            if let Some(rows) = retention_rows(wl) {
+                let title = format!(
+                    "{}: retention, {} at each level / at the lowest",
+                    wl.workload, wl.metric
+                );
+                blocks.push(format!("{title}\n{}", ascii_table(&rows)));
+            }
             let title = format!("{}: what explains each cell (means per run)", wl.workload);
             blocks.push(format!("{title}\n{}", ascii_table(&cell_rows(wl))));
             if let Some(rows) = kvm_rows(wl) {
@@ -93,24 +102,34 @@ mod tests {
     #[test]
     fn renders_the_published_layout() {
         let text = render(&journal(), Format::Table, &ReportOptions::default()).unwrap();
-        // p values: scipy.stats.ttest_ind(base, patched, equal_var=False).pvalue →
-        //   hackbench 0.5x 0.004797999699128008, 1x 0.5733922538253555;
-        //   lock 0.5x 0.07048399691021992, 1x 5.16503636448792e-05.
+        // Ratios and p: the fixture's records have no slots, so each row is Welch's test on the
+        //   runs' logarithms (scipy.stats.ttest_ind(log(patched), log(base), equal_var=False)):
+        //   p hackbench 0.5x 0.003543624615619606, 1x 0.5732150885277965; lock 0.5x
+        //   0.07395008761239544, 1x 0.0002148051050902624; Holm over the 4: 0.0106, 0.5732,
+        //   0.1479, 0.0009 (statsmodels multipletests(method='holm')).
         // gmean: sqrt(10*20) = 14.1421, sqrt(9*20.5) = 13.5831 → +3.95% (lower is better).
         // Cell table: vCPU wait (0.02+0.04+0.06)/3 = 4.0 %, (0.42+0.44+0.46)/3 = 44.0 %;
         // cs vol (50+51+52)/3 = 51, (100+101+102)/3 = 101; halt exits (1000+2000+3000)/3;
         // other load (busy ticks - vCPU run) / total = 40 / 400 = 10 % in every run.
-        // detectable: scipy.stats.nct power 0.8 at Welch's df (see stats::power's tests):
-        //   hackbench 0.5x 0.0555, 1x 0.1535; lock 0.5x 0.3071, 1x 0.1228.
+        // Retention (1x / 0.5x, log-Welch over runs): base hackbench gmean(20, 21, 19) /
+        //   gmean(10, 10.2, 9.8) = 1.999.
         let expected = "\
 hackbench: patched vs base (seconds, lower is better)
-+-------+---------+--------+---------+--------+--------------+----------+------------+--------------+
-| oc    |    base |  stdev | patched |  stdev | %improvement |        p | detectable |   conclusion |
-+=======+=========+========+=========+========+==============+==========+============+==============+
-| 0.5x  | 10.0000 | 0.2000 |  9.0000 | 0.1000 |      +10.00% | 0.0048 * |      ≥5.6% |      differs |
-| 1x    | 20.0000 | 1.0000 | 20.5000 | 1.0000 |       -2.50% |   0.5734 |     ≥15.4% | too few runs |
-| gmean | 14.1421 |        | 13.5831 |        |       +3.95% |          |            |              |
-+-------+---------+--------+---------+--------+--------------+----------+------------+--------------+
++-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
+| oc    |    base |  stdev | patched |  stdev | %improvement |       ratio [95% CI] | p (Holm) |    conclusion |
++=======+=========+========+=========+========+==============+======================+==========+===============+
+| 0.5x  | 10.0000 | 0.2000 |  9.0000 | 0.1000 |      +10.00% | 0.900 [0.864, 0.938] | 0.0106 * |       differs |
+| 1x    | 20.0000 | 1.0000 | 20.5000 | 1.0000 |       -2.50% | 1.025 [0.916, 1.147] |   0.5732 | not concluded |
+| gmean | 14.1421 |        | 13.5831 |        |       +3.95% |                      |          |               |
++-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
+
+hackbench: retention, seconds at each level / at the lowest
++---------+----+------+----------------------+----------+
+| variant | oc |   vs |       ratio [95% CI] |    units |
++=========+====+======+======================+==========+
+| base    | 1x | 0.5x | 1.999 [1.795, 2.226] | 3+3 runs |
+| patched | 1x | 0.5x | 2.276 [2.031, 2.551] | 3+3 runs |
++---------+----+------+----------------------+----------+
 
 hackbench: what explains each cell (means per run)
 +---------+------+---+---------+-----------+-------+------------+--------------+
@@ -122,8 +141,16 @@ hackbench: what explains each cell (means per run)
 | patched | 1x   | 3 | 20.5000 |         - |     - |          - |            - |
 +---------+------+---+---------+-----------+-------+------------+--------------+
 
-  runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
-  detectable = least effect Welch's test finds at power 0.8; not significant = too few runs unless 5% was detectable
+  runs per cell: n=3 (every variant)
+  ratio = variant / base over the design's units (rounds of variants sharing guests, bring-up pairs
+    of variants with their own): geometric mean with a 95% t interval; p (Holm) over the report's
+    4 tested comparisons; differs: p (Holm) < 0.05 (*); equivalent: both one-sided tests against
+    ±5% below 0.05 after Holm; otherwise not concluded
+  patched: ratios over 3+3 runs at every level
+  patched at 0.5x: records without slots: runs taken as independent
+  patched at 1x: records without slots: runs taken as independent
+  base at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
+  patched at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   vCPU wait: not recorded (a journal from an ocrig without per-vCPU telemetry)
   steal: not recorded
@@ -133,13 +160,21 @@ hackbench: what explains each cell (means per run)
   base at 0.5x: 1 failed run(s) excluded
 
 lock-ticket: patched vs base (ops_per_sec, higher is better)
-+-------+---------+--------+---------+--------+--------------+-----------+------------+--------------+
-| oc    |    base |  stdev | patched |  stdev | %improvement |         p | detectable |   conclusion |
-+=======+=========+========+=========+========+==============+===========+============+==============+
-| 0.5x  | 1000.00 | 100.00 | 1200.00 | 100.00 |      +20.00% |    0.0705 |     ≥30.7% | too few runs |
-| 1x    |  500.00 |  20.00 |  800.00 |  20.00 |      +60.00% | <0.0001 * |     ≥12.3% |      differs |
-| gmean |  707.11 |        |  979.80 |        |      +38.56% |           |            |              |
-+-------+---------+--------+---------+--------+--------------+-----------+------------+--------------+
++-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
+| oc    |    base |  stdev | patched |  stdev | %improvement |       ratio [95% CI] | p (Holm) |    conclusion |
++=======+=========+========+=========+========+==============+======================+==========+===============+
+| 0.5x  | 1000.00 | 100.00 | 1200.00 | 100.00 |      +20.00% | 1.201 [0.972, 1.485] |   0.1479 | not concluded |
+| 1x    |  500.00 |  20.00 |  800.00 |  20.00 |      +60.00% | 1.601 [1.475, 1.737] | 0.0009 * |       differs |
+| gmean |  707.11 |        |  979.80 |        |      +38.56% |                      |          |               |
++-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
+
+lock-ticket: retention, ops_per_sec at each level / at the lowest
++---------+----+------+----------------------+----------+
+| variant | oc |   vs |       ratio [95% CI] |    units |
++=========+====+======+======================+==========+
+| base    | 1x | 0.5x | 0.501 [0.404, 0.622] | 3+3 runs |
+| patched | 1x | 0.5x | 0.668 [0.553, 0.806] | 3+3 runs |
++---------+----+------+----------------------+----------+
 
 lock-ticket: what explains each cell (means per run)
 +---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
@@ -161,8 +196,16 @@ lock-ticket: KVM counters of guest 0's VM (mean per run)
 | patched | 1x   |       2000 |           - |           7 |           - |           - |             - |          - |
 +---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
 
-  runs per cell: n=3 (every variant); p: Welch's t-test, * = p < 0.05
-  detectable = least effect Welch's test finds at power 0.8; not significant = too few runs unless 5% was detectable
+  runs per cell: n=3 (every variant)
+  ratio = variant / base over the design's units (rounds of variants sharing guests, bring-up pairs
+    of variants with their own): geometric mean with a 95% t interval; p (Holm) over the report's
+    4 tested comparisons; differs: p (Holm) < 0.05 (*); equivalent: both one-sided tests against
+    ±5% below 0.05 after Holm; otherwise not concluded
+  patched: ratios over 3+3 runs at every level
+  patched at 0.5x: records without slots: runs taken as independent
+  patched at 1x: records without slots: runs taken as independent
+  base at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
+  patched at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run

@@ -38,6 +38,11 @@ pub struct Scenario {
     /// How boots are shared between variants and in which order runs are made.
     #[serde(default)]
     pub schedule: ScheduleSpec,
+    /// Equivalence margin of the comparisons, a fraction in (0, 1): a variant is
+    /// "equivalent" to the baseline when the interval of its ratio lies within 1 ± margin
+    /// (Holm-adjusted two one-sided tests). Default 0.05; `ocrig report --margin` overrides.
+    #[serde(default)]
+    pub margin: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]

@@ -265,6 +265,14 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             format!("{} MiB is too small (at least 64)", s.guest.memory_mib),
         );
     }
+    if let Some(m) = s.margin
+        && !(m > 0.0 && m < 1.0)
+    {
+        err(
+            &[key("margin")],
+            format!("{m} is not a fraction in (0, 1): the equivalence margin, e.g. 0.05 for ±5 %"),
+        );
+    }
     match s.runs {
         super::RunCount::Fixed(0) => err(&[key("runs")], "must be at least 1".into()),
         super::RunCount::Dynamic(d) => {

@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::compare::{Welch, geomean_ratio, geometric_mean, improvement_pct, welch_t_test};
+use super::compare::{geomean_ratio, geometric_mean, improvement_pct};
 use super::digest::{Digested, RunDigest};
+pub use super::effect::Conclusion;
+use super::effect::{DEFAULT_MARGIN, Effect, Sample, holm};
 use super::explain::{self, Measured};
 use super::outliers::outlier_indices;
-use super::power::{DEFAULT_POWER, Detectable, min_detectable_effect};
 use super::summary::{Summary, mean, summarize};
 use crate::journal::Better;
 #[cfg(test)]
@@ -38,8 +39,14 @@ pub struct Model {
     /// Guest kernel release per variant, when known.
     #[serde(default)]
     pub kernels: BTreeMap<String, String>,
-    /// Significance level of the Welch tests.
+    /// Significance level of the (Holm-adjusted) tests every conclusion is drawn from.
     pub alpha: f64,
+    /// Equivalence margin: a ratio within 1 ± margin is "equivalent" when shown to be.
+    #[serde(default = "default_margin")]
+    pub margin: f64,
+    /// Comparison rows that were tested: the family the Holm adjustment is over.
+    #[serde(default)]
+    pub family: usize,
     /// Accelerator the guests ran under (`kvm`, `tcg`) and the backend, from the header.
     #[serde(default)]
     pub accel: String,
@@ -91,6 +98,33 @@ pub struct WorkloadModel {
     pub series: Vec<Series>,
     /// One per non-baseline variant, against the baseline.
     pub comparisons: Vec<Comparison>,
+    /// One per variant: its metric at each level against its lowest level.
+    #[serde(default)]
+    pub retention: Vec<Retention>,
+}
+
+/// A variant's metric at each level as a ratio to its lowest level (throughput at 2x / at 1x):
+/// how much of it survives overcommit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Retention {
+    pub variant: String,
+    /// The level every ratio is against (the lowest with results).
+    pub from_level: f64,
+    /// One per higher level.
+    pub rows: Vec<RetentionRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetentionRow {
+    pub level: f64,
+    /// The ratio and its interval; None with `why`.
+    pub effect: Option<Effect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+fn default_margin() -> f64 {
+    DEFAULT_MARGIN
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,56 +197,17 @@ pub struct Row {
     pub level: f64,
     pub base: Option<Summary>,
     pub variant: Option<Summary>,
-    /// Signed so + is better.
+    /// Signed so + is better (of the means, as the published tables give it).
     pub improvement_pct: Option<f64>,
-    /// Welch's t-test of baseline samples against variant samples.
-    pub welch: Option<Welch>,
-    /// `p < alpha`; `None` when the test is undefined.
-    pub significant: Option<bool>,
-    /// The smallest effect this test would detect with power 0.8 at the measured CVs and n
-    /// (`None` when either side has fewer than two results or no spread).
-    #[serde(default)]
-    pub detectable: Option<Detectable>,
-}
-
-/// What a comparison row can conclude, in words a reader acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Conclusion {
-    /// p < alpha: the variant differs.
-    Differs,
-    /// Not significant, and an effect of [`CONCLUSIVE_MDE`] would have been detected.
-    NoDifference,
-    /// Not significant, but only a larger effect would have been detected: more runs needed.
-    TooFewRuns,
-    /// No test: a side has fewer than two results or no spread.
-    Untested,
-}
-
-/// A non-significant comparison says "no difference" only when it would have detected an
-/// effect this large (a fraction of the baseline mean); otherwise it says "too few runs".
-pub const CONCLUSIVE_MDE: f64 = 0.05;
-
-impl Row {
-    pub fn conclusion(&self) -> Conclusion {
-        match (self.significant, self.detectable) {
-            (Some(true), _) => Conclusion::Differs,
-            (Some(false), Some(d)) if d.mde <= CONCLUSIVE_MDE => Conclusion::NoDifference,
-            (Some(false), _) => Conclusion::TooFewRuns,
-            (None, _) => Conclusion::Untested,
-        }
-    }
-}
-
-impl Conclusion {
-    pub fn words(self) -> &'static str {
-        match self {
-            Conclusion::Differs => "differs",
-            Conclusion::NoDifference => "no difference",
-            Conclusion::TooFewRuns => "too few runs",
-            Conclusion::Untested => "untested",
-        }
-    }
+    /// The ratio over the design's units with its interval and tests ([`super::effect`]);
+    /// None with `why`.
+    pub effect: Option<Effect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Holm-adjusted over the model's family: `p` of "ratio 1", and of "outside ±margin".
+    pub p_holm: Option<f64>,
+    pub p_equivalent_holm: Option<f64>,
+    pub conclusion: Conclusion,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -241,10 +236,18 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
     build_digested(&Digested::of(journal), alpha, metric)
 }
 
-/// [`build`] from a journal's digests ([`Digested::read`] streams a journal into them). Linear
-/// in the records: they are settled once and grouped into their cells in one pass.
+/// [`build`] from a journal's digests ([`Digested::read`] streams a journal into them), at the
+/// margin the sweep's scenario set (or the default).
+#[cfg(test)] // reports go through build_with_margin
 pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> Model {
+    build_with_margin(journal, alpha, metric, None)
+}
+
+/// [`build_digested`] at equivalence margin `margin` (None: the scenario's, else the default).
+/// Linear in the records: they are settled once and grouped into their cells in one pass.
+pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, margin: Option<f64>) -> Model {
     let header = &journal.header;
+    let margin = margin.or(header.margin).unwrap_or(DEFAULT_MARGIN);
     let baseline = header.baseline.clone();
     let settled = crate::journal::accounting::settle(&journal.runs);
 
@@ -331,7 +334,17 @@ pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> M
                         .enumerate()
                         .map(|(li, &l)| (l, records(0, li), records(vi, li)))
                         .collect();
-                    compare_variant(&variants[vi], &per_level, &metric, info.better, alpha)
+                    compare_variant(&variants[vi], &per_level, &metric, info.better, margin)
+                })
+                .collect();
+            let retention = (0..variants.len())
+                .filter_map(|vi| {
+                    let per_level: Vec<(f64, &[&RunDigest])> = levels
+                        .iter()
+                        .enumerate()
+                        .map(|(li, &l)| (l, records(vi, li)))
+                        .collect();
+                    retention_of(&variants[vi], &per_level, &metric, margin)
                 })
                 .collect();
             WorkloadModel {
@@ -342,9 +355,12 @@ pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> M
                 lock,
                 series,
                 comparisons,
+                retention,
             }
         })
         .collect();
+    let mut workloads: Vec<WorkloadModel> = workloads;
+    let family = conclude(&mut workloads, alpha);
 
     Model {
         scenario: header.scenario.clone(),
@@ -353,6 +369,8 @@ pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> M
         levels,
         kernels: header.kernels.clone(),
         alpha,
+        margin,
+        family,
         accel: header.accel.clone(),
         backend: header.backend.clone(),
         workloads,
@@ -419,12 +437,28 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
     }
 }
 
+/// A cell's valid primary results with where the design put them.
+fn samples<'a>(records: &'a [&'a RunDigest], metric: &str) -> Vec<Sample<'a>> {
+    primary(records)
+        .filter_map(|r| {
+            Some(Sample {
+                value: r.metric(metric)?,
+                run: r.run,
+                host: r.host.as_deref(),
+                boot: r.slot.map(|s| s.0),
+                bring_up: r.slot.map(|s| s.1),
+                block: r.block(),
+            })
+        })
+        .collect()
+}
+
 fn compare_variant(
     variant: &str,
     per_level: &[(f64, &[&RunDigest], &[&RunDigest])],
     metric: &str,
     better: Better,
-    alpha: f64,
+    margin: f64,
 ) -> Comparison {
     let rows: Vec<Row> = per_level
         .iter()
@@ -436,19 +470,28 @@ fn compare_variant(
                 (Some(b), Some(v)) => improvement_pct(b.mean, v.mean, better),
                 _ => None,
             };
-            let welch = welch_t_test(&b, &v);
-            let detectable = match (&base, &var) {
-                (Some(b), Some(v)) => min_detectable_effect(b, v, alpha, DEFAULT_POWER),
-                _ => None,
+            let tested = match (b.is_empty(), v.is_empty()) {
+                (true, _) | (_, true) => Err("no results on a side".to_string()),
+                _ => super::effect::compare(
+                    &samples(base_records, metric),
+                    &samples(variant_records, metric),
+                    margin,
+                ),
+            };
+            let (effect, why) = match tested {
+                Ok(e) => (Some(e), None),
+                Err(why) => (None, Some(why)),
             };
             Row {
                 level,
                 base,
                 variant: var,
                 improvement_pct,
-                welch,
-                significant: welch.map(|w| w.significant(alpha)),
-                detectable,
+                effect,
+                why,
+                p_holm: None,
+                p_equivalent_holm: None,
+                conclusion: Conclusion::Untested,
             }
         })
         .collect();
@@ -473,6 +516,70 @@ fn compare_variant(
         rows,
         geomean,
     }
+}
+
+/// A variant's retention: each higher level against its lowest level with results.
+fn retention_of(
+    variant: &str,
+    per_level: &[(f64, &[&RunDigest])],
+    metric: &str,
+    margin: f64,
+) -> Option<Retention> {
+    let mut with_results = per_level
+        .iter()
+        .map(|&(l, records)| (l, samples(records, metric)))
+        .filter(|(_, s)| !s.is_empty());
+    let (from_level, lowest) = with_results.next()?;
+    let rows: Vec<RetentionRow> = with_results
+        .map(
+            |(level, higher)| match super::effect::retention(&lowest, &higher, margin) {
+                Ok(e) => RetentionRow {
+                    level,
+                    effect: Some(e),
+                    why: None,
+                },
+                Err(why) => RetentionRow {
+                    level,
+                    effect: None,
+                    why: Some(why),
+                },
+            },
+        )
+        .collect();
+    (!rows.is_empty()).then(|| Retention {
+        variant: variant.to_string(),
+        from_level,
+        rows,
+    })
+}
+
+/// Holm-adjusts every tested comparison row of the model as one family and sets each row's
+/// conclusion; returns the family's size.
+fn conclude(workloads: &mut [WorkloadModel], alpha: f64) -> usize {
+    let rows = || {
+        workloads
+            .iter()
+            .flat_map(|w| &w.comparisons)
+            .flat_map(|c| &c.rows)
+    };
+    let tested: Vec<(f64, f64)> = rows()
+        .filter_map(|r| r.effect.as_ref().map(|e| (e.p, e.p_equivalent)))
+        .collect();
+    let p = holm(&tested.iter().map(|t| t.0).collect::<Vec<_>>());
+    let p_eq = holm(&tested.iter().map(|t| t.1).collect::<Vec<_>>());
+    let mut adjusted = p.into_iter().zip(p_eq);
+    for r in workloads
+        .iter_mut()
+        .flat_map(|w| &mut w.comparisons)
+        .flat_map(|c| &mut c.rows)
+    {
+        if r.effect.is_some() {
+            let (p, p_eq) = adjusted.next().expect("one adjusted pair per tested row");
+            (r.p_holm, r.p_equivalent_holm) = (Some(p), Some(p_eq));
+            r.conclusion = Conclusion::of(Some((p, p_eq)), alpha);
+        }
+    }
+    tested.len()
 }
 
 #[cfg(test)]
@@ -600,14 +707,38 @@ pub(crate) mod tests {
         let row = &hb.comparisons[0].rows[0];
         // (10.0 - 9.0) / 10.0 * 100 = +10% (lower is better)
         assert!((row.improvement_pct.unwrap() - 10.0).abs() < 1e-9);
-        // scipy.stats.ttest_ind([10.0, 10.2, 9.8], [9.0, 9.1, 8.9], equal_var=False)
-        //   → statistic=7.745966692414862, pvalue=0.004797999699128008, df=2.9411764705882346
-        let w = row.welch.unwrap();
-        assert!((w.t - 7.745966692414862).abs() < 1e-9, "{w:?}");
-        assert!((w.df - 2.9411764705882346).abs() < 1e-9, "{w:?}");
-        assert!((w.p - 0.004797999699128008).abs() < 1e-9, "{w:?}");
-        assert_eq!(row.significant, Some(true));
-        assert_eq!(hb.comparisons[0].rows[1].significant, Some(false));
+        // The fixture's records have no slots: unpaired over runs, and the row says so.
+        // scipy 1.16: ttest_ind(log([9.0, 9.1, 8.9]), log([10.0, 10.2, 9.8]), equal_var=False)
+        //   → statistic=-7.968256940603644, pvalue=0.003543624615619606, df=3.1269986077160152
+        let e = row.effect.as_ref().unwrap();
+        assert_eq!((e.unit, e.paired), (crate::stats::effect::Unit::Run, false));
+        assert!(e.note.as_deref().unwrap().contains("without slots"), "{e:?}");
+        assert!((e.p - 0.003543624615619606).abs() < 1e-9, "{e:?}");
+        assert!((e.df - 3.1269986077160152).abs() < 1e-9, "{e:?}");
+        assert!((e.ratio - 0.900082988508867).abs() < 1e-12, "{e:?}");
+        // Holm over the model's 4 tested rows: the other p are 0.5732150885277965 (hackbench
+        // 1x), 0.07395008761239544 and 0.0002148051050902624 (lock 0.5x, 1x), so 0.00354 is
+        // the second smallest: × 3 = 0.010630873846858818.
+        assert_eq!(m.family, 4);
+        assert!((row.p_holm.unwrap() - 3.0 * 0.003543624615619606).abs() < 1e-12);
+        assert_eq!(row.conclusion, Conclusion::Differs);
+        let r1 = &hb.comparisons[0].rows[1];
+        assert!((r1.p_holm.unwrap() - 0.5732150885277965).abs() < 1e-9, "{r1:?}");
+        assert_eq!(r1.conclusion, Conclusion::NotConcluded);
+        assert_eq!(
+            m.workloads[1].comparisons[0].rows[0].conclusion,
+            Conclusion::NotConcluded
+        );
+        assert_eq!(
+            m.workloads[1].comparisons[0].rows[1].conclusion,
+            Conclusion::Differs
+        );
+        // Retention of each variant, 1x against 0.5x (base hackbench: 20 / 10 = 2.0).
+        let kept = &hb.retention[0];
+        assert_eq!((kept.variant.as_str(), kept.from_level), ("base", 0.5));
+        let e = kept.rows[0].effect.as_ref().unwrap();
+        assert!((e.ratio - (20.0f64 * 21.0 * 19.0).cbrt() / (10.0f64 * 10.2 * 9.8).cbrt()).abs() < 1e-12);
+        assert!(e.note.as_deref().unwrap().contains("one bring-up per level"));
 
         let lock = &m.workloads[1];
         assert!(lock.lock);

@@ -35,6 +35,7 @@ pub struct Welch {
 }
 
 impl Welch {
+    #[cfg(test)]
     pub fn significant(&self, alpha: f64) -> bool {
         self.p < alpha
     }

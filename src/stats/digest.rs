@@ -89,6 +89,9 @@ pub struct RunDigest {
     /// The boot group and bring-up that ran it ([`crate::journal::Slot`]), if the record says:
     /// warm-ups count once per guest set.
     pub slot: Option<(u32, u32)>,
+    /// The design's block ([`crate::journal::Slot::block`]) plus one, so it packs into a
+    /// digest's padding (the digest stays 280 bytes); read it with [`RunDigest::block`].
+    pub block_1: Option<std::num::NonZeroU32>,
     pub ok: bool,
     /// Marked superseded (some guest of its attempt failed).
     pub superseded: bool,
@@ -239,6 +242,10 @@ fn digest_with(
         guest: r.guest,
         host: r.host.as_deref().map(|h| names.name(h)),
         slot: r.slot.map(|s| (s.boot, s.bring_up)),
+        block_1: r
+            .slot
+            .and_then(|s| s.block)
+            .and_then(|b| std::num::NonZeroU32::new(b.saturating_add(1))),
         ok: r.ok,
         superseded: r.superseded.is_some(),
         attempt: r.attempt,
@@ -539,6 +546,11 @@ impl<T: Typed> Kept<T> {
 }
 
 impl RunDigest {
+    /// The design's block of the run ([`crate::journal::Slot::block`]).
+    pub fn block(&self) -> Option<u32> {
+        self.block_1.map(|b| b.get() - 1)
+    }
+
     pub fn metric(&self, name: &str) -> Option<f64> {
         self.metrics.get(name)
     }

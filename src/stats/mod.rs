@@ -12,6 +12,7 @@
 pub mod cells;
 pub mod compare;
 pub mod digest;
+pub mod effect;
 pub mod explain;
 pub mod kernel_symbols;
 pub mod outliers;

@@ -90,6 +90,8 @@ pub struct Plan {
     pub timeouts: Timeouts,
     pub schedule: Schedule,
     pub boots: Vec<BootGroup>,
+    /// The scenario's equivalence margin (`margin`), journaled in the header.
+    pub margin: Option<f64>,
 }
 
 /// On the host backend the level scales the thread count: `--threads T` (default: one per
@@ -189,6 +191,7 @@ impl Plan {
                 seed: (order == RunOrder::Shuffle).then(|| s.schedule.seed.unwrap_or(seed)),
             },
             boots,
+            margin: s.margin,
         })
     }
 

@@ -1,0 +1,540 @@
+//! What a comparison can bet on: the variant-to-baseline ratio estimated over the units the
+//! design replicated, its interval, and the tests a conclusion is drawn from.
+//!
+//! The unit of replication is what varied between the two sides (DESIGN.md):
+//! - variants sharing guests ran each round in the same guests, one after the other: the unit
+//!   is the round, and each round gives one ratio (the boot and the minute cancel in it);
+//! - variants with guests of their own ran in blocks, one bring-up each, interleaved (block k
+//!   of every variant at a level before block k + 1 of any): the unit is the block, whose runs
+//!   are averaged (geometric mean) and paired with the baseline's block k;
+//! - where the pairing was lost (a slot without a valid result on one side, a journal from
+//!   before blocks, two sweeps compared), the sides are compared unpaired over their
+//!   independent units: bring-ups for variants with guests of their own (the runs inside one
+//!   bring-up are never independent replicates of such a variant), runs for variants sharing
+//!   guests, and the [`Effect::note`] says so.
+//!
+//! The effect is the geometric mean of the ratios with a Student t interval on their
+//! logarithms (unpaired: Welch's on each side's log values). `p` tests a ratio of 1; the two
+//! one-sided tests (TOST) test "outside ±margin" (`p_equivalent`). A report decides over its
+//! whole family of comparisons with [`holm`]-adjusted p values.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use super::summary::{mean, variance};
+
+/// Default equivalence margin: a ratio within 1 ± 5 % is "the same".
+pub const DEFAULT_MARGIN: f64 = 0.05;
+
+/// Confidence of the interval every row shows.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// What one unit of a comparison is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unit {
+    /// One round of variants sharing guests (paired).
+    Round,
+    /// One block: a bring-up of each side's guests, interleaved (paired).
+    Block,
+    /// One bring-up of a side's guests (unpaired).
+    BringUp,
+    /// One run (unpaired).
+    Run,
+}
+
+impl Unit {
+    fn plural(self) -> &'static str {
+        match self {
+            Unit::Round => "rounds",
+            Unit::Block => "bring-up pairs",
+            Unit::BringUp => "bring-ups",
+            Unit::Run => "runs",
+        }
+    }
+}
+
+/// A ratio of two sides (variant / baseline, or a level / the lowest level) over their units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Effect {
+    pub unit: Unit,
+    pub paired: bool,
+    /// Units of each side (pairs, when paired).
+    pub n_base: usize,
+    pub n_variant: usize,
+    /// Geometric-mean ratio, variant / base (not signed by "better").
+    pub ratio: f64,
+    /// [`CONFIDENCE`] interval of the ratio.
+    pub low: f64,
+    pub high: f64,
+    pub df: f64,
+    /// Two-sided p of "the ratio is 1".
+    pub p: f64,
+    /// The larger p of the two one-sided tests of "the ratio is outside 1 ± margin".
+    pub p_equivalent: f64,
+    pub margin: f64,
+    /// Why the comparison is not the design's paired one, or what it left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Effect {
+    /// `3 rounds`, `4 bring-up pairs`, `3+4 bring-ups`.
+    pub fn units_words(&self) -> String {
+        if self.paired {
+            format!("{} {}", self.n_base, self.unit.plural())
+        } else {
+            format!("{}+{} {}", self.n_base, self.n_variant, self.unit.plural())
+        }
+    }
+}
+
+/// One valid primary result and where the design put it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample<'a> {
+    pub value: f64,
+    pub run: u32,
+    pub host: Option<&'a str>,
+    /// The boot group and bring-up ([`crate::journal::Slot`]); None in journals without slots.
+    pub boot: Option<u32>,
+    pub bring_up: Option<u32>,
+    pub block: Option<u32>,
+}
+
+/// The ratio of `variant` to `base` over the units the design replicated (module doc), or
+/// why none can be given.
+pub fn compare(base: &[Sample], variant: &[Sample], margin: f64) -> Result<Effect, String> {
+    if base
+        .iter()
+        .chain(variant)
+        .any(|s| !(s.value > 0.0 && s.value.is_finite()))
+    {
+        return Err("a value ≤ 0 has no logarithm: no ratio".into());
+    }
+    let boots = |side: &[Sample]| -> Option<std::collections::BTreeSet<u32>> {
+        side.iter().map(|s| s.boot).collect()
+    };
+    let shared = match (boots(base), boots(variant)) {
+        (Some(a), Some(b)) => !a.is_empty() && a == b && a.len() == 1,
+        _ => {
+            return unpaired_runs(
+                base,
+                variant,
+                margin,
+                "records without slots: runs taken as independent",
+            );
+        }
+    };
+    if shared {
+        // Same guests: a round is the unit; its two runs are one pair.
+        let (pairs, left) = paired_by(base, variant, |s| (s.host, s.run, 0), |v| v[0]);
+        if pairs.len() >= 2 {
+            let mut e = paired(&pairs, Unit::Round, margin)?;
+            e.note = (left > 0).then(|| format!("{left} run(s) without a partner in their round left out"));
+            return Ok(e);
+        }
+        return unpaired_runs(
+            base,
+            variant,
+            margin,
+            "fewer than 2 rounds with both sides' results: unpaired over runs of the same guests",
+        );
+    }
+    let blocks = base.iter().chain(variant).all(|s| s.block.is_some());
+    if blocks {
+        let (pairs, left) = paired_by(
+            base,
+            variant,
+            |s| (s.host, s.block.unwrap_or(0), 0),
+            |v| geometric_mean(v),
+        );
+        if pairs.len() >= 2 {
+            let mut e = paired(&pairs, Unit::Block, margin)?;
+            e.note = (left > 0).then(|| format!("{left} block(s) without a partner left out"));
+            return Ok(e);
+        }
+    }
+    let why = if blocks {
+        "fewer than 2 blocks with both sides' results (or two sweeps compared)"
+    } else {
+        "records without blocks (a journal from before them)"
+    };
+    let (a, b) = (per_bring_up(base), per_bring_up(variant));
+    if a.len() < 2 || b.len() < 2 {
+        return Err(format!(
+            "{} and {} bring-up(s): the runs of one bring-up are not independent replicates of a variant with guests of its own ({why})",
+            a.len(),
+            b.len()
+        ));
+    }
+    let mut e = unpaired(&a, &b, Unit::BringUp, margin)?;
+    e.note = Some(format!("unpaired: {why}"));
+    Ok(e)
+}
+
+/// The ratio of `higher` (a cell at a level) to `lower` (the same variant at its lowest level):
+/// unpaired, over bring-ups where each side had at least two, else over runs (saying that the
+/// interval then leaves boot-to-boot variation out).
+pub fn retention(lower: &[Sample], higher: &[Sample], margin: f64) -> Result<Effect, String> {
+    if lower
+        .iter()
+        .chain(higher)
+        .any(|s| !(s.value > 0.0 && s.value.is_finite()))
+    {
+        return Err("a value ≤ 0 has no logarithm: no ratio".into());
+    }
+    let (a, b) = (per_bring_up(lower), per_bring_up(higher));
+    if a.len() >= 2 && b.len() >= 2 {
+        return unpaired(&a, &b, Unit::BringUp, margin);
+    }
+    unpaired_runs(
+        lower,
+        higher,
+        margin,
+        "one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out",
+    )
+}
+
+fn unpaired_runs(base: &[Sample], variant: &[Sample], margin: f64, why: &str) -> Result<Effect, String> {
+    let logs = |side: &[Sample]| side.iter().map(|s| s.value.ln()).collect::<Vec<_>>();
+    let mut e = unpaired(&logs(base), &logs(variant), Unit::Run, margin)?;
+    e.note = Some(why.to_string());
+    Ok(e)
+}
+
+/// Each side's values keyed by `key`, combined per key by `unit_value`, then the keys both
+/// sides have: (log base unit, log variant unit) pairs, and how many units had no partner.
+fn paired_by<'a, K: Ord>(
+    base: &[Sample<'a>],
+    variant: &[Sample<'a>],
+    key: impl Fn(&Sample<'a>) -> K,
+    unit_value: impl Fn(&[f64]) -> f64,
+) -> (Vec<(f64, f64)>, usize) {
+    let group = |side: &[Sample<'a>]| {
+        let mut m: BTreeMap<K, Vec<f64>> = BTreeMap::new();
+        for s in side {
+            m.entry(key(s)).or_default().push(s.value);
+        }
+        m
+    };
+    let (a, mut b) = (group(base), group(variant));
+    let (mut pairs, mut left) = (Vec::new(), 0);
+    for (k, va) in a {
+        match b.remove(&k) {
+            Some(vb) => pairs.push((unit_value(&va).ln(), unit_value(&vb).ln())),
+            None => left += 1,
+        }
+    }
+    (pairs, left + b.len())
+}
+
+/// Log of the geometric mean of each bring-up's values (keyed by host, boot, bring-up).
+fn per_bring_up(side: &[Sample]) -> Vec<f64> {
+    let mut m: BTreeMap<(Option<&str>, Option<u32>, Option<u32>), Vec<f64>> = BTreeMap::new();
+    for s in side {
+        m.entry((s.host, s.boot, s.bring_up)).or_default().push(s.value);
+    }
+    m.values().map(|v| geometric_mean(v).ln()).collect()
+}
+
+fn geometric_mean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+/// Paired: the mean of the log ratios with a t interval (n − 1 degrees of freedom).
+fn paired(pairs: &[(f64, f64)], unit: Unit, margin: f64) -> Result<Effect, String> {
+    let d: Vec<f64> = pairs.iter().map(|(b, v)| v - b).collect();
+    let n = d.len();
+    let (m, var) = (mean(&d).unwrap_or(0.0), variance(&d).unwrap_or(0.0));
+    let se = (var / n as f64).sqrt();
+    let mut e = tested(m, se, (n - 1) as f64, unit, margin)?;
+    e.paired = true;
+    e.n_base = n;
+    e.n_variant = n;
+    Ok(e)
+}
+
+/// Unpaired: Welch's t on the two sides' log values.
+fn unpaired(a: &[f64], b: &[f64], unit: Unit, margin: f64) -> Result<Effect, String> {
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let (Some(va), Some(vb)) = (variance(a), variance(b)) else {
+        return Err(format!(
+            "{} and {} {}: at least 2 a side are needed",
+            a.len(),
+            b.len(),
+            unit.plural()
+        ));
+    };
+    let (va, vb) = (va / na, vb / nb);
+    let se2 = va + vb;
+    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+    let m = mean(b).unwrap_or(0.0) - mean(a).unwrap_or(0.0);
+    let mut e = tested(m, se2.sqrt(), df, unit, margin)?;
+    e.n_base = a.len();
+    e.n_variant = b.len();
+    Ok(e)
+}
+
+/// The interval and both tests of a log ratio `m` with standard error `se`.
+fn tested(m: f64, se: f64, df: f64, unit: Unit, margin: f64) -> Result<Effect, String> {
+    if !(se > 0.0 && se.is_finite() && df > 0.0) {
+        return Err(format!("no spread among the {}: no interval", unit.plural()));
+    }
+    let t = StudentsT::new(0.0, 1.0, df).map_err(|e| e.to_string())?;
+    let q = t.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0);
+    let p = (2.0 * t.sf((m / se).abs())).min(1.0);
+    let (lo, hi) = ((1.0 - margin).ln(), (1.0 + margin).ln());
+    let p_equivalent = t.sf((m - lo) / se).max(t.sf((hi - m) / se));
+    Ok(Effect {
+        unit,
+        paired: false,
+        n_base: 0,
+        n_variant: 0,
+        ratio: m.exp(),
+        low: (m - q * se).exp(),
+        high: (m + q * se).exp(),
+        df,
+        p,
+        p_equivalent,
+        margin,
+        note: None,
+    })
+}
+
+/// Holm's step-down adjustment of a family of p values (same order as given): the k-th
+/// smallest is multiplied by (m − k + 1), made monotone, capped at 1.
+pub fn holm(ps: &[f64]) -> Vec<f64> {
+    let m = ps.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| ps[a].total_cmp(&ps[b]));
+    let mut out = vec![0.0; m];
+    let mut running: f64 = 0.0;
+    for (k, &i) in order.iter().enumerate() {
+        running = running.max(((m - k) as f64 * ps[i]).min(1.0));
+        out[i] = running;
+    }
+    out
+}
+
+/// What a comparison concludes, in words a reader bets on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Conclusion {
+    /// The Holm-adjusted p of "ratio 1" is below α: the variant differs.
+    Differs,
+    /// The Holm-adjusted p of both one-sided tests against ±margin is below α.
+    Equivalent,
+    /// Neither: the interval says what is left open.
+    NotConcluded,
+    /// No ratio could be estimated (the row says why).
+    Untested,
+}
+
+impl Conclusion {
+    pub fn words(self) -> &'static str {
+        match self {
+            Conclusion::Differs => "differs",
+            Conclusion::Equivalent => "equivalent",
+            Conclusion::NotConcluded => "not concluded",
+            Conclusion::Untested => "untested",
+        }
+    }
+
+    /// From a row's Holm-adjusted p values (None: untested).
+    pub fn of(adjusted: Option<(f64, f64)>, alpha: f64) -> Self {
+        match adjusted {
+            None => Conclusion::Untested,
+            Some((p, _)) if p < alpha => Conclusion::Differs,
+            Some((_, p_eq)) if p_eq < alpha => Conclusion::Equivalent,
+            Some(_) => Conclusion::NotConcluded,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol * b.abs().max(1e-12)
+    }
+
+    fn s(value: f64, run: u32, boot: u32, bring_up: u32, block: Option<u32>) -> Sample<'static> {
+        Sample {
+            value,
+            run,
+            host: None,
+            boot: Some(boot),
+            bring_up: Some(bring_up),
+            block,
+        }
+    }
+
+    #[test]
+    fn shared_guests_pair_by_round() {
+        // One boot group: rounds pair. Log ratios of the three rounds; scipy 1.16:
+        //   d = np.log([101/100, 103.5/102, 99.8/99]); ttest_1samp(d, 0).pvalue,
+        //   t.interval(0.95, 2, mean(d), sem(d)), TOST: max(t.sf((mean - ln 0.95)/sem, 2),
+        //   t.sf((ln 1.05 - mean)/sem, 2)); all exponentiated where a ratio
+        let base = [
+            s(100.0, 0, 0, 1, Some(0)),
+            s(102.0, 1, 0, 1, Some(0)),
+            s(99.0, 2, 0, 1, Some(0)),
+        ];
+        let var = [
+            s(101.0, 0, 0, 1, Some(0)),
+            s(103.5, 1, 0, 1, Some(0)),
+            s(99.8, 2, 0, 1, Some(0)),
+        ];
+        let e = compare(&base, &var, 0.05).unwrap();
+        assert_eq!((e.unit, e.paired, e.n_base), (Unit::Round, true, 3));
+        assert_eq!(e.units_words(), "3 rounds");
+        assert!(close(e.ratio, GOLD_ROUND.0, 1e-12), "{e:?}");
+        assert!(close(e.p, GOLD_ROUND.1, 1e-9), "{e:?}");
+        assert!(
+            close(e.low, GOLD_ROUND.2, 1e-9) && close(e.high, GOLD_ROUND.3, 1e-9),
+            "{e:?}"
+        );
+        assert!(close(e.p_equivalent, GOLD_ROUND.4, 1e-9), "{e:?}");
+        assert_eq!(e.note, None);
+    }
+
+    #[test]
+    fn own_guests_pair_by_block_and_average_the_runs_of_a_block() {
+        // Two boot groups; blocks 0..3, two runs each; block geometric means pair.
+        let mut base = Vec::new();
+        let mut var = Vec::new();
+        let b = [(100.0, 101.0), (98.0, 98.5), (103.0, 102.0)];
+        let v = [(95.0, 96.0), (94.0, 93.0), (97.5, 98.0)];
+        for k in 0..3u32 {
+            base.push(s(b[k as usize].0, 2 * k, 0, k + 1, Some(k)));
+            base.push(s(b[k as usize].1, 2 * k + 1, 0, k + 1, Some(k)));
+            var.push(s(v[k as usize].0, 2 * k, 1, k + 1, Some(k)));
+            var.push(s(v[k as usize].1, 2 * k + 1, 1, k + 1, Some(k)));
+        }
+        let e = compare(&base, &var, 0.05).unwrap();
+        assert_eq!((e.unit, e.paired, e.n_base), (Unit::Block, true, 3));
+        // scipy: gb = [gmean(x) for x in b]; gv likewise; d = log(gv) - log(gb);
+        //   exp(mean(d)), ttest_1samp(d, 0).pvalue
+        assert!(close(e.ratio, GOLD_BLOCK.0, 1e-12), "{e:?}");
+        assert!(close(e.p, GOLD_BLOCK.1, 1e-9), "{e:?}");
+        // A lost block leaves 2 pairs, said in the note.
+        let e = compare(&base[..4], &var, 0.05).unwrap();
+        assert_eq!((e.unit, e.n_base), (Unit::Block, 2));
+        assert!(e.note.unwrap().contains("1 block(s)"));
+    }
+
+    #[test]
+    fn own_guests_without_blocks_are_unpaired_over_bring_ups_never_runs() {
+        // The old design: each side one bring-up of three runs. Runs of one boot are not
+        // replicates: no test.
+        let base = [
+            s(413.8, 0, 0, 1, None),
+            s(416.8, 1, 0, 1, None),
+            s(414.2, 2, 0, 1, None),
+        ];
+        let var = [
+            s(413.4, 0, 1, 1, None),
+            s(410.0, 1, 1, 1, None),
+            s(412.1, 2, 1, 1, None),
+        ];
+        let e = compare(&base, &var, 0.05).unwrap_err();
+        assert!(e.contains("1 and 1 bring-up(s)"), "{e}");
+        // Two bring-ups a side (a retry on fresh guests, say): Welch over bring-up means.
+        let base = [
+            s(100.0, 0, 0, 1, None),
+            s(102.0, 1, 0, 2, None),
+            s(101.0, 2, 0, 2, None),
+        ];
+        let var = [
+            s(96.0, 0, 1, 1, None),
+            s(97.0, 1, 1, 1, None),
+            s(95.0, 2, 1, 2, None),
+        ];
+        let e = compare(&base, &var, 0.05).unwrap();
+        assert_eq!(
+            (e.unit, e.paired, e.n_base, e.n_variant),
+            (Unit::BringUp, false, 2, 2)
+        );
+        assert_eq!(e.units_words(), "2+2 bring-ups");
+        assert!(e.note.as_deref().unwrap().contains("unpaired"));
+        // scipy: a = log([100, gmean([102, 101])]); b = log([gmean([96, 97]), 95]);
+        //   ttest_ind(b, a, equal_var=False)
+        assert!(close(e.p, GOLD_BRING_UPS.1, 1e-9), "{e:?}");
+        assert!(close(e.ratio, GOLD_BRING_UPS.0, 1e-12), "{e:?}");
+    }
+
+    #[test]
+    fn holm_matches_statsmodels() {
+        // statsmodels.stats.multitest.multipletests([0.01, 0.04, 0.03, 0.005], method='holm')[1]
+        //   → [0.03, 0.06, 0.06, 0.02]
+        let adj = holm(&[0.01, 0.04, 0.03, 0.005]);
+        for (a, b) in adj.iter().zip([0.03, 0.06, 0.06, 0.02]) {
+            assert!(close(*a, b, 1e-12), "{adj:?}");
+        }
+        // multipletests([0.9, 0.8], method='holm')[1] → [1.0, 1.0] (0.8 × 2 capped at 1)
+        assert_eq!(holm(&[0.9, 0.8]), [1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
+    }
+
+    #[test]
+    fn conclusions_follow_the_adjusted_tests() {
+        assert_eq!(Conclusion::of(Some((0.01, 0.9)), 0.05), Conclusion::Differs);
+        assert_eq!(Conclusion::of(Some((0.5, 0.01)), 0.05), Conclusion::Equivalent);
+        assert_eq!(Conclusion::of(Some((0.5, 0.5)), 0.05), Conclusion::NotConcluded);
+        assert_eq!(Conclusion::of(None, 0.05), Conclusion::Untested);
+    }
+
+    #[test]
+    fn a_tight_a_a_pair_is_equivalent_and_a_known_effect_differs() {
+        // A/A: round ratios within ±0.5 %: the interval sits inside ±5 %.
+        let base: Vec<_> = [100.0, 101.0, 99.5, 100.2]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| s(x, i as u32, 0, 1, Some(0)))
+            .collect();
+        let var: Vec<_> = [100.3, 100.6, 99.9, 100.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| s(x, i as u32, 0, 1, Some(0)))
+            .collect();
+        let e = compare(&base, &var, 0.05).unwrap();
+        assert!(
+            e.low > 0.95 && e.high < 1.05 && e.p_equivalent < 0.01 && e.p > 0.05,
+            "{e:?}"
+        );
+        // A 2000 → 2400 ns hold at gap 200: 2200 / 2600 of the throughput, ratio 0.846.
+        let var: Vec<_> = base
+            .iter()
+            .map(|b| Sample {
+                value: b.value * 2200.0 / 2600.0 * (1.0 + 0.002 * b.run as f64),
+                ..*b
+            })
+            .collect();
+        let e = compare(&base, &var, 0.05).unwrap();
+        assert!(
+            e.p < 0.001 && e.high < 0.95 && (e.ratio - 0.846).abs() < 0.01,
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn no_logarithm_no_ratio() {
+        let base = [s(0.0, 0, 0, 1, Some(0)), s(1.0, 1, 0, 1, Some(0))];
+        let var = [s(1.0, 0, 0, 1, Some(0)), s(1.0, 1, 0, 1, Some(0))];
+        assert!(compare(&base, &var, 0.05).unwrap_err().contains("logarithm"));
+    }
+
+    // (ratio, p, low, high, p_equivalent) from scipy (see the tests above).
+    const GOLD_ROUND: (f64, f64, f64, f64, f64) = (
+        1.010925068583254,
+        0.030596630179062164,
+        1.0024978175536725,
+        1.0194231612233329,
+        0.0013107438912467611,
+    );
+    const GOLD_BLOCK: (f64, f64) = (0.9518515232398211, 0.0004461237240512267);
+    const GOLD_BRING_UPS: (f64, f64) = (0.950368773354598, 0.04237370854641846);
+}
