@@ -14,8 +14,20 @@ use crate::sweep::journal::{Entry, JOURNAL_FILE};
 const METRIC: &str = "ops_per_sec";
 
 /// Two variants that differ only in payload arguments (one shared boot per level), 2 guests.
-/// 3 runs each unless `extra` says otherwise.
+/// 3 runs each and no warm-ups unless `extra` says otherwise (the tests of failures count
+/// run calls; the default warm-up, one run per fresh guest set, has tests of its own:
+/// [`with_default_warm_ups`]).
 fn scenario(extra: &str) -> Scenario {
+    let warm_ups = if extra.lines().any(|l| l.starts_with("warmup_runs:")) {
+        ""
+    } else {
+        "warmup_runs: 0\n"
+    };
+    with_default_warm_ups(&format!("{warm_ups}{extra}"))
+}
+
+/// [`scenario`] with the warm-ups a scenario gets when it names none.
+fn with_default_warm_ups(extra: &str) -> Scenario {
     let runs = if extra.lines().any(|l| l.starts_with("runs:")) {
         ""
     } else {
@@ -115,6 +127,21 @@ fn brief(records: &[RunRecord]) -> String {
         .join("\n")
 }
 
+/// Guest 0's headline value by the variant's argv and how many run calls of that argv came
+/// before (`k`, from 0): the same whatever order the variants are interleaved in.
+fn by_variants_run(f: impl Fn(&[String], u32) -> f64 + Send + 'static) -> crate::executor::mock::ValueFn {
+    // argv → (the last run call seen, k); every worker of a call asks, so count calls.
+    let seen = std::sync::Mutex::new(BTreeMap::<Vec<String>, (u32, u32)>::new());
+    Box::new(move |call, argv| {
+        let mut seen = seen.lock().unwrap();
+        let (last, k) = seen.entry(argv.to_vec()).or_insert((call, 0));
+        if *last != call {
+            (*last, *k) = (call, *k + 1);
+        }
+        f(argv, *k)
+    })
+}
+
 fn fail(run_call: u32, guest: u32, error: &str) -> BTreeMap<u32, Vec<(u32, String)>> {
     BTreeMap::from([(run_call, vec![(guest, error.to_string())])])
 }
@@ -127,18 +154,26 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
     assert_eq!(o.calls.bring_ups, vec![vec!["a".to_string(), "b".into()]]);
     each_run_counted_once(&o.records, 3, 2);
-    // Round-robin: warm-ups a, b, then run 0 of a, b, run 1 of a, b, ...
+    // Round-robin, rotating: the warm-up round a, b, then run 0 of b, a (the second round
+    // starts at the second variant), run 1 of a, b, run 2 of b, a.
     let order: Vec<(String, u32, bool)> = o
         .records
         .iter()
         .filter(|r| r.guest == 0)
         .map(|r| (r.variant.clone(), r.run, r.warmup))
         .collect();
-    let want: Vec<(String, u32, bool)> = [(0, true), (0, false), (1, false), (2, false)]
-        .iter()
-        .flat_map(|&(r, w)| [("a".to_string(), r, w), ("b".to_string(), r, w)])
-        .collect();
+    let want: Vec<(String, u32, bool)> = [
+        (0, true, "ab"),
+        (0, false, "ba"),
+        (1, false, "ab"),
+        (2, false, "ba"),
+    ]
+    .iter()
+    .flat_map(|&(r, w, first)| first.chars().map(move |v| (v.to_string(), r, w)))
+    .collect();
     assert_eq!(order, want);
+    // One boot group at the level: one block, block 0, on every record.
+    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(0)));
     let seqs: Vec<u32> = o
         .records
         .iter()
@@ -185,14 +220,13 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
 }
 
 #[tokio::test]
-async fn per_variant_guests_boot_once_per_variant() {
+async fn per_variant_guests_boot_a_fresh_set_per_run_in_turn() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("schedule: {guests: per-variant}\n");
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
-    assert_eq!(
-        o.calls.bring_ups,
-        vec![vec!["a".to_string()], vec!["b".to_string()]]
-    );
+    // Guests of their own: one run per bring-up (the default), A B, B A, A B.
+    let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
+    assert_eq!(order, ["a", "b", "b", "a", "a", "b"]);
     each_run_counted_once(&o.records, 3, 2);
 }
 
@@ -204,11 +238,11 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
-    // Run call 3 is run 1 of variant a: guest 0 finished, guest 1 died.
+    // Run call 3 is run 1 of variant b (round 1 starts at b): guest 0 finished, guest 1 died.
     let first: Vec<&RunRecord> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 1 && r.attempt == 1)
+        .filter(|r| r.variant == "b" && r.run == 1 && r.attempt == 1)
         .collect();
     assert_eq!(first.len(), 2);
     assert!(
@@ -219,7 +253,7 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
     each_run_counted_once(&o.records, 3, 2);
     let counted = settle(&o.records);
     let valid = counted
-        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 1))
+        .primary(&o.records, &RunKey::new("b", 1.0, "lock", false, 1))
         .unwrap();
     assert_eq!(
         valid.attempt, 2,
@@ -340,7 +374,7 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
 async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
-        // Run call 3 (run 1 of a) fails; the fresh guests for its retry do not come up.
+        // Run call 3 (run 1 of b) fails; the fresh guests for its retry do not come up.
         failing_runs: fail(3, 1, "guest died"),
         failing_bring_ups: BTreeSet::from([2]),
         ..Default::default()
@@ -353,24 +387,24 @@ async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
         let run0 = o.records.iter().filter(|r| r.variant == v && r.run == 0).count();
         assert_eq!(run0, 2, "run 0 of {v} journaled once per guest");
     }
-    // Run 1 of a: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
-    let a1: Vec<(u32, bool)> = o
+    // Run 1 of b: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
+    let b1: Vec<(u32, bool)> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 1 && r.guest == 0)
+        .filter(|r| r.variant == "b" && r.run == 1 && r.guest == 0)
         .map(|r| (r.attempt, r.ok))
         .collect();
-    assert_eq!(a1, [(1, true), (2, false)]);
+    assert_eq!(b1, [(1, true), (2, false)]);
     // Every run not yet done is recorded failed exactly once, with its own attempt number 1.
     let rest: BTreeSet<(String, u32, u32)> = o
         .records
         .iter()
-        .filter(|r| !(r.run == 0 || (r.variant == "a" && r.run == 1)))
+        .filter(|r| !(r.run == 0 || (r.variant == "b" && r.run == 1)))
         .map(|r| (r.variant.clone(), r.run, r.attempt))
         .collect();
     assert_eq!(
         rest,
-        BTreeSet::from([("b".into(), 1, 1), ("a".into(), 2, 1), ("b".into(), 2, 1)]),
+        BTreeSet::from([("a".into(), 1, 1), ("a".into(), 2, 1), ("b".into(), 2, 1)]),
         "{}",
         brief(&o.records)
     );
@@ -442,10 +476,10 @@ async fn a_cv_target_reached_early_stops_that_cell_only() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("runs: {min: 2, max: 5, target_cv: 0.05}\n");
     let script = Script {
-        // Variant a is steady (CV 0); b alternates 50 / 150 (CV ~0.7) and runs to max.
-        value: Some(Box::new(|n, argv| {
+        // Variant a is steady (CV 0); b alternates 150 / 50 (CV ~0.7) and runs to max.
+        value: Some(by_variants_run(|argv, k| {
             if argv.contains(&"ticket".to_string()) {
-                if n % 4 == 0 { 50.0 } else { 150.0 }
+                if k % 2 == 1 { 50.0 } else { 150.0 }
             } else {
                 100.0
             }
@@ -636,11 +670,11 @@ async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
     let script = Script {
         // Variant a (the baseline) is steady at CV 1 %; b alternates 80 / 120 (CV ~20 %),
         // so a 5 % effect against it never becomes detectable and b runs to max.
-        value: Some(Box::new(|n, argv| {
+        value: Some(by_variants_run(|argv, k| {
             if argv.contains(&"ticket".to_string()) {
-                if n % 4 == 0 { 80.0 } else { 120.0 }
+                if k % 2 == 1 { 80.0 } else { 120.0 }
             } else {
-                [100.0, 101.0, 99.0][n as usize % 3]
+                [101.0, 100.0, 99.0][k as usize % 3]
             }
         })),
         ..Default::default()
