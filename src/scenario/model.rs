@@ -427,9 +427,11 @@ pub struct Timeouts {
     /// Retries of a run the payload's own self-checks rejected, each on the same guests (they
     /// answered and ran; what the checks saw was the host moving under the run, e.g. the
     /// loop's speed drifting). Counted apart from `retries`: a retry here costs one run, not a
-    /// bring-up, and such rejections come in streaks on a busy host (2026-12-03: 37 of 157
-    /// attempts rejected with other processes running, so 2 in a row ~6 % of slots, 4 in a
-    /// row ~0.3 %), so the default of 3 keeps a slot from ending empty where 1 would not.
+    /// bring-up, and rejections are common on a busy host (2026-12-03: 37 of 157 attempts of
+    /// spinlock-variants rejected with other processes running; were they independent, 2 in a
+    /// row would leave ~6 % of slots empty, 4 in a row ~0.3 %; and they come in streaks, which
+    /// a few more tries ride out): the default of 3 keeps slots from ending empty where 1
+    /// did (two sweeps in about twenty on the quiet machine lost a slot to 2 in a row).
     pub self_check_retries: u32,
 }
 
