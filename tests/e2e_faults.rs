@@ -46,6 +46,9 @@ workloads:
     args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: {MAX_DRIFT}}}
     metric: ops_per_sec
 runs: 2
+# Faults are injected into the first payload run seen and looked up by run and attempt: no
+# warm-up run before it (by default a fresh guest set gets one, keyed by its guest set).
+warmup_runs: 0
 timeouts: {{run_s: 20, boot_s: 120, retries: 1}}
 "
     )

@@ -158,7 +158,7 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
              levels: [0.5]\nvariants:\n  - name: base\n    baseline: true\n    kernel: {{tree: {}}}\n\
              \x20 - name: patched\n    kernel: {{tree: {}}}\n\
              workloads:\n  - name: hackbench\n    command: hackbench\n    args: {{groups: 1, loops: 20}}\n\
-             \x20   metric: time_s\n    better: lower\nruns: 1\n",
+             \x20   metric: time_s\n    better: lower\nruns: 2\n",
             base.display(),
             patched.display(),
         ),

@@ -88,6 +88,7 @@ fn stretched_handovers_rise_with_overcommit_and_cost_the_fifo_lock_most() {
         .skip(1)
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|r: &Value| r["ok"] == true && r["guest"] == 0 && r.get("superseded").is_none())
+        .filter(|r| r["warmup"] == false)
         .collect();
     assert!(
         runs.len() >= 8,

@@ -435,6 +435,39 @@ fn malformed_scenarios_are_refused_with_file_line_and_field() {
             Some("timeouts.retries"),
             "-1",
         ),
+        case(
+            "self-check-retries-too-many",
+            &with_tail("timeouts: {self_check_retries: 11}\n"),
+            9,
+            Some("timeouts.self_check_retries"),
+            "11 is more than the 10 retries",
+        ),
+        // The schedule.
+        case(
+            "runs-per-bring-up-zero",
+            &with_tail("schedule: {runs_per_bring_up: 0}\n"),
+            9,
+            Some("schedule.runs_per_bring_up"),
+            "must be at least 1",
+        ),
+        case(
+            "own-guests-one-bring-up-a-side",
+            &with_tail(
+                "variants:\n  - {name: base, baseline: true}\n  - {name: own, cmdline: mitigations=off}\nruns: 1\n",
+            ),
+            12,
+            Some("runs"),
+            "the comparison needs at least 2 bring-ups per side",
+        ),
+        case(
+            "own-guests-one-block-a-side",
+            &with_tail(
+                "variants:\n  - {name: base, baseline: true}\n  - {name: own, cmdline: mitigations=off}\nruns: 3\nschedule: {runs_per_bring_up: 2}\n",
+            ),
+            13,
+            Some("schedule.runs_per_bring_up"),
+            "the comparison needs at least 2 bring-ups per side",
+        ),
     ];
     check_all(&cases);
 }
@@ -645,7 +678,7 @@ fn accelerator_cpu_models_and_single_vcpu_pv_variants_are_refused_at_validation(
         case_at(
             "cpu-host-under-tcg",
             &format!(
-                "{head}{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: unhalt-off, cpu: \"host,kvm-pv-unhalt=off\"}}\n"
+                "{head}{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: unhalt-off, cpu: \"host,kvm-pv-unhalt=off\"}}\nruns: 2\n"
             ),
             (11, 24),
             "variants[1].cpu",
@@ -654,7 +687,7 @@ fn accelerator_cpu_models_and_single_vcpu_pv_variants_are_refused_at_validation(
         case(
             "single-vcpu-pv-variants",
             &format!(
-                "name: bad\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256}}\nlevels: [0.5]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\n"
+                "name: bad\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256}}\nlevels: [0.5]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\nruns: 2\n"
             ),
             3,
             Some("guest.vcpus"),
@@ -684,7 +717,7 @@ fn single_vcpu_pv_variants_marked_as_intended_are_a_warning() {
     std::fs::write(
         &file,
         format!(
-            "name: ok\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256, single_vcpu_intended: true}}\nlevels: [0.5]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\n"
+            "name: ok\nhost: {{cpus: 2}}\nguest: {{vcpus: 1, memory_mib: 256, single_vcpu_intended: true}}\nlevels: [0.5]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n  - {{name: nopvspin, cmdline: nopvspin}}\nruns: 2\n"
         ),
     )
     .unwrap();

@@ -187,6 +187,12 @@ pub struct ScheduleInfo {
     pub seed: Option<u64>,
     /// Boot groups in plan order; [`Slot::boot`] indexes this list.
     pub boots: Vec<BootInfo>,
+    /// Measured runs per bring-up at a level of more than one boot group (variants with
+    /// guests of their own): each such group's runs are made in blocks of this many, one
+    /// fresh bring-up each ([`Slot::block`]); a level of one boot group is one block. Absent
+    /// in journals of an ocrig before blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_per_bring_up: Option<u32>,
 }
 
 /// One boot group: guests booted at a level, shared by these variants.
@@ -207,12 +213,15 @@ pub struct Slot {
     pub bring_up: u32,
     /// Position of this attempt among the group's attempts in this `ocrig run`, from 0.
     pub seq: u32,
-    /// The block of the design this run belongs to: the unit a comparison pairs. Variants with
-    /// guests of their own run their measured runs in blocks, one fresh bring-up each,
-    /// interleaved with the other variants' blocks at the level (block k of a variant pairs
-    /// with block k of the baseline); variants sharing guests run every round in one block
-    /// (0) and pair by round. None: a journal from an ocrig before blocks (its comparisons
-    /// cannot pair own-guest variants and say so).
+    /// The block of the design this run belongs to: the unit a comparison pairs. At a level
+    /// of more than one boot group (variants with guests of their own) every group makes its
+    /// measured runs in blocks of [`ScheduleInfo::runs_per_bring_up`] (runs `k·B .. (k+1)·B`
+    /// are block k), each on a fresh bring-up, block k of every group before block k+1 of any
+    /// (block k of a variant pairs with block k of the baseline); a level of one boot group is
+    /// one block (0). Variants sharing a boot group pair by run (round) inside it. Every
+    /// record of a block has it: warm-ups, failed and unattempted attempts too. None: a
+    /// journal from an ocrig before blocks (its comparisons cannot pair own-guest variants and
+    /// say so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<u32>,
 }
@@ -1180,6 +1189,22 @@ pub(crate) mod tests {
             (None, None, None)
         );
         assert_eq!(r.metrics["ops_per_sec"], 123.5);
+    }
+
+    #[test]
+    fn a_schedule_without_blocks_reads_and_one_with_them_round_trips() {
+        let before: ScheduleInfo = serde_json::from_str(
+            r#"{"guests":"shared","order":"round-robin","boots":[{"level":1.0,"guests":2,"variants":["a"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(before.runs_per_bring_up, None);
+        let blocked = ScheduleInfo {
+            runs_per_bring_up: Some(2),
+            ..before
+        };
+        let text = serde_json::to_string(&blocked).unwrap();
+        assert!(text.contains(r#""runs_per_bring_up":2"#), "{text}");
+        assert_eq!(serde_json::from_str::<ScheduleInfo>(&text).unwrap(), blocked);
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
             order: plan.schedule.order,
             seed: plan.schedule.seed,
             boots: plan.boot_infos(),
+            runs_per_bring_up: Some(plan.schedule.runs_per_bring_up),
         }),
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -31,8 +31,17 @@ pub struct Scenario {
     /// `target_mde` against the baseline is detectable (or max is reached).
     #[serde(default)]
     pub runs: RunCount,
-    #[serde(default)]
-    pub warmup_runs: u32,
+    /// Warm-up runs, made on every freshly brought-up guest set before its first measured run
+    /// and never counted. Absent (the default): one per fresh guest set, a run of the cell the
+    /// set measures first. A fresh guest's first run is cold (TCG's translated code, page
+    /// cache, the payload's pages, the kernel's slabs), and what it warms is the guests, not
+    /// one cell: each later run on the set was warmed by the runs before it. So one run of
+    /// the very workload the set measures next takes the cold start for every cell, at the
+    /// cost of one run per bring-up, which stays affordable when own-guest variants bring up
+    /// fresh guests for every block. `warmup_runs: N`: N warm-up runs of every cell on every
+    /// fresh set, in N rounds (0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_runs: Option<u32>,
     #[serde(default)]
     pub timeouts: Timeouts,
     /// How boots are shared between variants and in which order runs are made.
@@ -45,16 +54,35 @@ pub struct Scenario {
     pub margin: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ScheduleSpec {
     /// `shared` (default): variants with identical guests share one boot per level;
     /// `per-variant`: fresh guests for every variant.
     pub guests: GuestSharing,
-    /// `round-robin` (default) or `shuffle`.
+    /// `round-robin` (default) or `shuffle`: the order of the cells within each round of a
+    /// boot group, and of the boot groups within each block of a level.
     pub order: RunOrder,
     /// Seed of `order: shuffle`; default: one picked at start and recorded in the journal.
     pub seed: Option<u64>,
+    /// At a level with more than one boot group (variants with guests of their own), the
+    /// measured runs each group makes on one bring-up: its runs are made in blocks of this
+    /// many, each block on freshly brought-up guests, block k of every group before block k+1
+    /// of any. Between boots is where such variants differ, so each block is one replicate
+    /// of the comparison. Default 1 (every run of such a variant on its own guests); a level
+    /// with one boot group makes all its runs on one bring-up whatever this says.
+    pub runs_per_bring_up: u32,
+}
+
+impl Default for ScheduleSpec {
+    fn default() -> Self {
+        Self {
+            guests: GuestSharing::default(),
+            order: RunOrder::default(),
+            seed: None,
+            runs_per_bring_up: 1,
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -398,7 +426,18 @@ pub struct Timeouts {
     /// Per run; None = derived from the workload's own duration.
     pub run_s: Option<u64>,
     pub collect_s: u64,
+    /// Retries of a run whose guests failed (timed out, crashed, lost SSH, never came up),
+    /// each on freshly brought-up guests.
     pub retries: u32,
+    /// Retries of a run the payload's own self-checks rejected, each on the same guests (they
+    /// answered and ran; what the checks saw was the host moving under the run, e.g. the
+    /// loop's speed drifting). Counted apart from `retries`: a retry here costs one run, not a
+    /// bring-up, and rejections are common on a busy host (2026-12-03: 37 of 157 attempts of
+    /// spinlock-variants rejected with other processes running; were they independent, 2 in a
+    /// row would leave ~6 % of slots empty, 4 in a row ~0.3 %; and they come in streaks, which
+    /// a few more tries ride out): the default of 3 keeps slots from ending empty where 1
+    /// did (two sweeps in about twenty on the quiet machine lost a slot to 2 in a row).
+    pub self_check_retries: u32,
 }
 
 impl Default for Timeouts {
@@ -409,6 +448,7 @@ impl Default for Timeouts {
             run_s: None,
             collect_s: 60,
             retries: 1,
+            self_check_retries: 3,
         }
     }
 }

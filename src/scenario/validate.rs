@@ -326,14 +326,25 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             _ => {}
         }
     }
-    if t.retries > MAX_RETRIES {
+    for (name, retries) in [
+        ("retries", t.retries),
+        ("self_check_retries", t.self_check_retries),
+    ] {
+        if retries > MAX_RETRIES {
+            err(
+                &[key("timeouts"), key(name)],
+                format!("{retries} is more than the {MAX_RETRIES} retries a run may get"),
+            );
+        }
+    }
+    if s.schedule.runs_per_bring_up == 0 {
         err(
-            &[key("timeouts"), key("retries")],
-            format!(
-                "{} is more than the {MAX_RETRIES} retries a run may get",
-                t.retries
-            ),
+            &[key("schedule"), key("runs_per_bring_up")],
+            "must be at least 1 (the measured runs a variant with guests of its own makes on one bring-up)"
+                .into(),
         );
+    } else if let Some((path, msg)) = too_few_bring_ups(l) {
+        err(&path, msg);
     }
     let on = host
         .remote
@@ -527,6 +538,69 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
     } else {
         Err(ScenarioErrors(errs))
     }
+}
+
+/// A variant with guests of its own (another kernel, command line or CPU model than the
+/// baseline's, or `schedule.guests: per-variant`) is compared with the baseline bring-up by
+/// bring-up (block k with block k, see `sweep::plan`): with fewer than 2 whole bring-ups per
+/// side the comparison has one replicate of what differs between boots, and no estimate of
+/// it. Where and why, located at the field to change: `schedule.runs_per_bring_up` when it is
+/// above 1, else `runs` (`runs.min`), else (no `runs` written: 1 by default) the variant.
+fn too_few_bring_ups(l: &Loaded) -> Option<(Vec<Seg>, String)> {
+    let s = &l.scenario;
+    if s.host.backend == BackendKind::Host {
+        return None; // no guests: every variant shares the level's one "boot"
+    }
+    let variants = expand::variants(s);
+    let baseline = expand::baseline(s);
+    let base_guest = expand::guest_for(s, variants.iter().find(|v| v.name == baseline)?);
+    let per_variant = s.schedule.guests == crate::vocabulary::GuestSharing::PerVariant;
+    let (i, own) = variants
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.name != baseline && (per_variant || expand::guest_for(s, v) != base_guest))?;
+    let per = s.schedule.runs_per_bring_up;
+    let min = s.runs.bounds().0;
+    if min == 0 || u64::from(min) >= 2 * u64::from(per) {
+        return None; // (runs: 0 is refused on its own)
+    }
+    let why = if expand::guest_for(s, own) != base_guest {
+        "its kernel, cmdline or cpu differs from the baseline's"
+    } else {
+        "schedule.guests is per-variant"
+    };
+    let runs_field = match s.runs {
+        super::RunCount::Fixed(_) => vec![key("runs")],
+        super::RunCount::Dynamic(_) => vec![key("runs"), key("min")],
+    };
+    let runs_written = super::locate::locate(&l.text, &[key("runs")]).is_some();
+    let (path, fix) = if per > 1 {
+        (
+            vec![key("schedule"), key("runs_per_bring_up")],
+            match min / 2 {
+                0 => format!("raise runs to at least {}", 2 * u64::from(per)),
+                most => format!(
+                    "lower runs_per_bring_up to at most {most} or raise runs to at least {}",
+                    2 * u64::from(per)
+                ),
+            },
+        )
+    } else if runs_written {
+        (runs_field, format!("raise it to at least {}", 2 * per))
+    } else {
+        (
+            vec![key("variants"), Seg::Index(i)],
+            format!("give `runs: {}` or more (the default is 1)", 2 * per),
+        )
+    };
+    Some((
+        path,
+        format!(
+            "variant {} boots guests of its own ({why}), so it is compared with baseline {baseline}              bring-up by bring-up: {min} run(s) / schedule.runs_per_bring_up {per} = {} whole bring-up(s) per side,              and the comparison needs at least 2 bring-ups per side (between boots is where such variants differ); {fix}",
+            own.name,
+            min / per,
+        ),
+    ))
 }
 
 /// The accelerator a scenario's guests will run under and what validation warns about.
@@ -1055,6 +1129,86 @@ mod tests {
             "name: ok\nlevels: [0.5, 1.0, 2.5]\nvariants:\n  - {name: base, baseline: true}\n  - {name: tas, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {threads: [1, 2], duration-ms: 100}\n",
         );
         validate(&l, &facts()).unwrap();
+    }
+
+    #[test]
+    fn variants_with_guests_of_their_own_need_two_bring_ups_a_side() {
+        let text = |variants: &str, tail: &str| {
+            format!(
+                "name: x\nlevels: [0.5, 1.0]\n{WORK}variants:\n  - {{name: base, baseline: true}}\n{variants}{tail}"
+            )
+        };
+        let own = "  - {name: nopv, cmdline: nopvspin}\n";
+        let only_args = "  - {name: tas, args: {algo: tas}}\n";
+        let error = |variants: &str, tail: &str| {
+            let (_d, l) = loaded(&text(variants, tail));
+            let e = validate(&l, &facts()).unwrap_err();
+            assert_eq!(e.0.len(), 1, "{e}");
+            e.0.into_iter().next().unwrap()
+        };
+        // `runs: 1` written: located there (line 9), saying why and what to do.
+        let e = error(own, "runs: 1\n");
+        assert_eq!((e.field.as_str(), e.line), ("runs", Some(9)), "{e}");
+        for words in [
+            "variant nopv boots guests of its own",
+            "1 whole bring-up(s) per side",
+            "needs at least 2 bring-ups per side",
+            "raise it to at least 2",
+        ] {
+            assert!(e.message.contains(words), "{words}: {e}");
+        }
+        // No `runs` (1 by default): located at the variant.
+        let e = error(own, "");
+        assert_eq!((e.field.as_str(), e.line), ("variants[1]", Some(8)), "{e}");
+        assert!(e.message.contains("give `runs: 2` or more"), "{e}");
+        // Blocks of 2 runs: 3 runs make one whole block; located at runs_per_bring_up.
+        let e = error(own, "runs: 3\nschedule:\n  runs_per_bring_up: 2\n");
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("schedule.runs_per_bring_up", Some(11)),
+            "{e}"
+        );
+        assert!(
+            e.message
+                .contains("lower runs_per_bring_up to at most 1 or raise runs to at least 4"),
+            "{e}"
+        );
+        let e = error(
+            own,
+            "runs: {min: 3, max: 9, target_cv: 0.05}\nschedule: {runs_per_bring_up: 2}\n",
+        );
+        assert_eq!(e.field, "schedule.runs_per_bring_up", "{e}");
+        // Per-variant guests are guests of their own even where they are identical.
+        let e = error(only_args, "runs: 1\nschedule: {guests: per-variant}\n");
+        assert!(e.message.contains("schedule.guests is per-variant"), "{e}");
+        // Enough bring-ups, or guests shared with the baseline: valid.
+        for (variants, tail) in [
+            (own, "runs: 2\n"),
+            (own, "runs: 4\nschedule: {runs_per_bring_up: 2}\n"),
+            (own, "runs: {min: 2, max: 9, target_cv: 0.05}\n"),
+            (only_args, ""),
+            ("", ""),
+        ] {
+            let (_d, l) = loaded(&text(variants, tail));
+            validate(&l, &facts()).unwrap_or_else(|e| panic!("{variants}{tail}: {e}"));
+        }
+    }
+
+    #[test]
+    fn runs_per_bring_up_and_self_check_retries_are_bounded() {
+        let (_d, l) = loaded(&format!(
+            "name: x\nlevels: [1.0]\n{WORK}schedule: {{runs_per_bring_up: 0}}\ntimeouts: {{self_check_retries: 11}}\n"
+        ));
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 2, "{e}");
+        assert_eq!(e.0[0].field, "timeouts.self_check_retries", "{e}");
+        assert!(e.0[0].message.contains("11 is more than the 10 retries"), "{e}");
+        assert_eq!(
+            (e.0[1].field.as_str(), e.0[1].line),
+            ("schedule.runs_per_bring_up", Some(6)),
+            "{e}"
+        );
+        assert!(e.0[1].message.contains("must be at least 1"), "{e}");
     }
 
     fn kvm_host() -> crate::host::VirtEvidence {

@@ -4,6 +4,15 @@
 //! Variants whose guests are identical (same kernel, command line and CPU model) share one boot
 //! per level unless the scenario asks for fresh guests per variant: a boot group holds the
 //! cells of every variant that runs in it.
+//!
+//! The design of the experiment follows what varies between the variants compared. Variants
+//! sharing a boot group differ only within it, so their runs are interleaved round by round
+//! on one bring-up and a comparison pairs them by round. Variants with guests of their own
+//! differ between bring-ups, so a level with more than one boot group makes each group's runs
+//! in blocks of `schedule.runs_per_bring_up`, one fresh bring-up per block, block k of every
+//! group before block k+1 of any (A B A B): block k of a variant pairs with block k of the
+//! baseline, and a difference between two boots or two stretches of the host's time is no
+//! longer read as a difference between the variants.
 
 use crate::executor::GroupSpec;
 use crate::scenario::expand::{self, GuestVariant, WorkloadInstance};
@@ -19,8 +28,13 @@ pub struct BootGroup {
     pub guest: GuestVariant,
     /// Variants sharing these guests, in scenario order (one unless boots are shared).
     pub variants: Vec<String>,
-    /// Workload-major, variant-minor: the round-robin order.
+    /// Workload-major, variant-minor: every workload's cells are `variants.len()` in a row,
+    /// in the order of `variants` (the round-robin order rotates within each such run).
     pub cells: Vec<Cell>,
+    /// Measured runs per block (at least 1) when the group's level has other boot groups (the
+    /// scenario's `schedule.runs_per_bring_up`): each block is made on a fresh bring-up. None:
+    /// the level's only group, which makes every round on one bring-up (block 0).
+    pub runs_per_block: Option<u32>,
 }
 
 impl BootGroup {
@@ -31,6 +45,52 @@ impl BootGroup {
         match self.variants.len() {
             1 => format!("{}x-{}", self.level, self.variants[0]),
             n => format!("{}x-{}+{}", self.level, self.variants[0], n - 1),
+        }
+    }
+
+    /// The most measured runs of any of its cells: the group's rounds.
+    pub fn rounds(&self) -> u32 {
+        self.cells.iter().map(|c| c.max_runs).max().unwrap_or(0)
+    }
+
+    /// How many blocks its rounds are made in (each on its own bring-up).
+    pub fn blocks(&self) -> u32 {
+        match self.runs_per_block {
+            Some(b) => self.rounds().div_ceil(b),
+            None => 1,
+        }
+    }
+
+    /// The block measured run `run` belongs to.
+    pub fn block_of(&self, run: u32) -> u32 {
+        self.runs_per_block.map_or(0, |b| run / b)
+    }
+
+    /// The measured runs (rounds) of block `block`.
+    pub fn block_runs(&self, block: u32) -> std::ops::Range<u32> {
+        match self.runs_per_block {
+            Some(b) => (block * b).min(self.rounds())..((block + 1) * b).min(self.rounds()),
+            None => 0..self.rounds(),
+        }
+    }
+
+    /// What the hosts of a sweep over several are dealt of this group (see
+    /// [`crate::sweep::scheduler::HostShare`]): each measured run, or in a blocked group each
+    /// block, so a block's bring-up is never split over hosts.
+    pub fn share_unit(&self, run: u32) -> u32 {
+        match self.runs_per_block {
+            Some(_) => self.block_of(run),
+            None => run,
+        }
+    }
+
+    /// Whether a cell's stopping rule may end it before run `run`: anywhere in a group of its
+    /// level's only boot, only at a block's end in a blocked group (a block stays whole, so it
+    /// keeps its pair in the other groups), and always at the cell's most runs.
+    pub fn may_stop_before(&self, run: u32, max_runs: u32) -> bool {
+        match self.runs_per_block {
+            Some(b) => run.is_multiple_of(b) || run >= max_runs,
+            None => true,
         }
     }
 
@@ -52,7 +112,6 @@ pub struct Cell {
     pub workload: WorkloadInstance,
     /// Payload argv (subcommand first).
     pub argv: Vec<String>,
-    pub warmup_runs: u32,
     /// Measured runs always made.
     pub runs: u32,
     /// Most measured runs; more than `runs` only with a CV target.
@@ -69,6 +128,38 @@ pub struct Schedule {
     pub order: RunOrder,
     /// Set when `order` is `Shuffle`.
     pub seed: Option<u64>,
+    /// Measured runs per bring-up at a level with more than one boot group.
+    pub runs_per_bring_up: u32,
+    pub warm_up: WarmUp,
+}
+
+/// Which warm-up runs every freshly brought-up guest set gets before its first measured run
+/// (see the scenario's `warmup_runs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmUp {
+    /// One run of the cell the set is about to measure (the scenario names no `warmup_runs`).
+    OnePerGuestSet,
+    /// `warmup_runs: N`: N of every cell with work left, in N rounds.
+    PerCell(u32),
+}
+
+impl WarmUp {
+    /// The warm-up rounds of a group's round order (`PerCell` warm-ups are rounds of their
+    /// own; the one warm-up per set is not a round).
+    pub fn rounds(self) -> u32 {
+        match self {
+            WarmUp::OnePerGuestSet => 0,
+            WarmUp::PerCell(n) => n,
+        }
+    }
+
+    /// Warm-up runs a set of `cells` cells gets.
+    fn runs(self, cells: usize) -> u64 {
+        match self {
+            WarmUp::OnePerGuestSet => 1,
+            WarmUp::PerCell(n) => u64::from(n) * cells as u64,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -92,6 +183,8 @@ pub struct Plan {
     pub boots: Vec<BootGroup>,
     /// The scenario's equivalence margin (`margin`), journaled in the header.
     pub margin: Option<f64>,
+    /// The boot groups of each of `levels`, in order: indices into `boots`.
+    pub level_boots: Vec<std::ops::Range<usize>>,
 }
 
 /// On the host backend the level scales the thread count: `--threads T` (default: one per
@@ -121,6 +214,7 @@ impl Plan {
         let host = s.host.backend == BackendKind::Host;
         let (runs, max_runs, target_cv) = s.runs.bounds();
         let mut boots: Vec<BootGroup> = Vec::new();
+        let mut level_boots = Vec::new();
         for &level in &s.levels {
             let guests = match s.host.backend {
                 BackendKind::Host => 1,
@@ -143,13 +237,17 @@ impl Plan {
                             guest,
                             variants: Vec::new(),
                             cells: Vec::new(),
+                            runs_per_block: None,
                         });
                         boots.last_mut().expect("just pushed")
                     }
                 };
                 group.variants.push(v.name.clone());
             }
+            // Guests of their own at the level: each group's runs in blocks, a bring-up each.
+            let blocked = boots.len() - first_of_level > 1;
             for b in &mut boots[first_of_level..] {
+                b.runs_per_block = blocked.then_some(s.schedule.runs_per_bring_up.max(1));
                 for w in &workloads {
                     for v in variants.iter().filter(|v| b.variants.contains(&v.name)) {
                         let mut argv = expand::payload_argv(w, v);
@@ -160,7 +258,6 @@ impl Plan {
                             variant: v.name.clone(),
                             workload: w.clone(),
                             argv,
-                            warmup_runs: s.warmup_runs,
                             runs,
                             max_runs,
                             target_cv,
@@ -169,6 +266,7 @@ impl Plan {
                     }
                 }
             }
+            level_boots.push(first_of_level..boots.len());
         }
         let order = s.schedule.order;
         Ok(Self {
@@ -189,19 +287,24 @@ impl Plan {
                 guests: s.schedule.guests,
                 order,
                 seed: (order == RunOrder::Shuffle).then(|| s.schedule.seed.unwrap_or(seed)),
+                runs_per_bring_up: s.schedule.runs_per_bring_up.max(1),
+                warm_up: s.warmup_runs.map_or(WarmUp::OnePerGuestSet, WarmUp::PerCell),
             },
             boots,
             margin: s.margin,
+            level_boots,
         })
     }
 
-    /// Runs in the whole sweep (warm-ups included).
+    /// Runs in the whole sweep on one host with no failures (the warm-ups of one bring-up per
+    /// block included).
     pub fn total_runs(&self) -> u64 {
-        self.boots
+        let warm_ups: u64 = self
+            .boots
             .iter()
-            .flat_map(|g| &g.cells)
-            .map(|c| (c.warmup_runs + c.max_runs) as u64)
-            .sum()
+            .map(|g| u64::from(g.blocks()) * self.schedule.warm_up.runs(g.cells.len()))
+            .sum();
+        self.measured_runs() + warm_ups
     }
 
     /// Measured run slots of the plan: what the progress bar counts (warm-ups are made once per
@@ -245,7 +348,14 @@ mod tests {
         assert_eq!(p.boots.iter().map(|g| g.guests).collect::<Vec<_>>(), [1, 1, 5, 5]);
         assert_eq!(p.boots[1].guest.cmdline, "nopvspin");
         assert_eq!(p.boots[1].variants, ["nopv"]);
-        assert_eq!(p.total_runs(), 4 * 2 * 4);
+        // Two boot groups a level: each group's 3 rounds in blocks of one run, a bring-up
+        // each, every bring-up warmed with one warm-up of each of its 2 cells.
+        assert!(
+            p.boots
+                .iter()
+                .all(|g| g.runs_per_block == Some(1) && g.blocks() == 3)
+        );
+        assert_eq!(p.total_runs(), 4 * (2 * 3 + 3 * 2));
         assert_eq!(p.baseline, "base");
         assert_eq!(p.schedule.seed, None);
     }

@@ -370,6 +370,19 @@ fn parse_report(
     Ok(report)
 }
 
+/// Whether a failed attempt failed only by its payload's own self-checks: every record that
+/// is not `ok` is a self-check rejection ([`SELF_CHECK_REASON`]), so every guest answered and
+/// ran the run to its end, and what the checks saw was the run, not the guests.
+pub fn only_self_checks_failed(records: &[RunRecord]) -> bool {
+    let mut failed = records.iter().filter(|r| !r.ok).peekable();
+    failed.peek().is_some()
+        && failed.all(|r| {
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.starts_with(SELF_CHECK_REASON))
+        })
+}
+
 /// Marks every record of a failed attempt superseded, naming the guest(s) that failed.
 fn supersede_if_failed(records: &mut [RunRecord]) {
     let failures: Vec<String> = records
@@ -408,7 +421,6 @@ mod tests {
                 better: Better::Higher,
             },
             argv: vec!["lock".into()],
-            warmup_runs: 0,
             runs: 1,
             max_runs: 1,
             target_cv: None,

@@ -1,8 +1,12 @@
 //! The scheduler of one host's share of a sweep (all of it, on a sweep's one host): plan →
-//! attempts → records. It decides which run comes next (round after round across the cells of
-//! a boot group), warms every fresh guest set before its first measured run, retries failed
-//! attempts on fresh workers, stops a cell once its stopping rule is met on the results pooled
-//! over every host, and journals every attempt — talking only to an [`Executor`].
+//! attempts → records. It decides which run comes next (level by level; at a level of several
+//! boot groups block by block, each block a fresh bring-up of one group, block k of every
+//! group before block k+1 of any; within a block round after round across the group's cells,
+//! rotating which variant goes first), warms every fresh guest set before its first measured
+//! run, retries an attempt its payload's self-checks rejected on the same workers and one
+//! whose guests failed on fresh ones, stops a cell once its stopping rule is met on the
+//! results pooled over every host, and journals every attempt with the block it belongs to
+//! — talking only to an [`Executor`].
 //!
 //! Accounting holds by construction: what is done, the stopping rule's samples, which warm-ups
 //! a guest set has had and what a resume skips all come from [`accounting::settle`] over the
@@ -15,8 +19,8 @@ use serde_json::Value;
 use super::accounting::{self, CellKey, GuestSet, RunKey, Settled};
 use super::deadlines;
 use super::journal::{Entry, JournalWriter, RunRecord, Slot};
-use super::order::round_order;
-use super::plan::{BootGroup, Cell, Plan};
+use super::order::{block_order, round_order};
+use super::plan::{BootGroup, Cell, Plan, WarmUp};
 use super::progress::Progress;
 use super::records::{self, AttemptId};
 use crate::executor::{Executor, RunRequest};
@@ -41,7 +45,8 @@ pub struct PhaseTotals {
     /// Measured runs given up in this `ocrig run` (every attempt failed, or the workers could
     /// not be brought up).
     pub runs_failed: u32,
-    /// Warm-up runs made that finished (one set per fresh guest set, on every host); never
+    /// Warm-up runs made that ran to their end (on every fresh guest set, on every host; one
+    /// its self-checks rejected included, as it warmed its guests all the same); never
     /// counted as runs.
     pub warm_ups: u32,
     /// Attempts that failed (each retried while retries were left).
@@ -56,10 +61,13 @@ pub struct PhaseTotals {
 pub struct HostShare {
     /// Recorded as every record's `host`; None for the sweep's one host.
     pub label: Option<String>,
-    /// This host's position among the `of` hosts the measured runs are spread over: measured
-    /// run `r` of every cell is this host's when `r mod of == index`. Every cell so gets the
-    /// same number of runs on each host (±1), so no comparison confounds host with variant
-    /// or level. Warm-ups are not spread: every guest set of every host gets its own.
+    /// This host's position among the `of` hosts the measured runs are spread over: unit `u`
+    /// is this host's when `u mod of == index`, a unit being a measured run of every cell, or
+    /// in a blocked group a block of them ([`BootGroup::share_unit`]: a block's bring-up is
+    /// not split over hosts, and block k of every group at a level is on one host, so each
+    /// pair of blocks is made on one host). Every cell so gets the same number of runs on
+    /// each host (±1 run or block), so no comparison confounds host with variant or level.
+    /// Warm-ups are not spread: every guest set of every host gets its own.
     pub index: usize,
     pub of: usize,
 }
@@ -75,8 +83,9 @@ impl HostShare {
         }
     }
 
-    pub fn takes(&self, run: u32) -> bool {
-        self.of <= 1 || run as usize % self.of == self.index
+    /// Whether unit `unit` (see `index`) is this host's.
+    pub fn takes(&self, unit: u32) -> bool {
+        self.of <= 1 || unit as usize % self.of == self.index
     }
 }
 
@@ -144,9 +153,10 @@ pub async fn run_with<E: Executor>(
     progress: &Progress,
     share: HostShare,
 ) -> anyhow::Result<PhaseTotals> {
-    let (settled, synced) = {
+    let (settled, synced, bring_ups) = {
         let j = lock(journal);
-        (accounting::settle(&j.records), j.records.len())
+        let bring_ups = last_bring_ups(plan, &j.records, &share);
+        (accounting::settle(&j.records), j.records.len(), bring_ups)
     };
     let mut s = Scheduler {
         plan,
@@ -155,21 +165,34 @@ pub async fn run_with<E: Executor>(
         progress,
         synced,
         settled,
+        last_bring_ups: bring_ups,
         totals: PhaseTotals::default(),
         share,
     };
-    for (index, group) in plan.boots.iter().enumerate() {
-        if let Err(e) = s.run_group(index as u32, group).await {
-            s.exec.shut_down().await;
-            return Err(e);
-        }
-    }
+    let swept = s.run_levels().await;
     s.exec.shut_down().await;
-    Ok(s.totals)
+    swept.map(|()| s.totals)
 }
 
 fn lock(j: &std::sync::Mutex<SharedJournal>) -> std::sync::MutexGuard<'_, SharedJournal> {
     j.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The highest bring-up of each boot group that `share`'s host's journaled `records` name (0:
+/// none), so its new guest sets are numbered on from the interrupted sweep's and a resume's
+/// sets are told from them. One pass: the journal may hold a million records.
+fn last_bring_ups(plan: &Plan, records: &[RunRecord], share: &HostShare) -> Vec<u32> {
+    let mut last = vec![0; plan.boots.len()];
+    for slot in records
+        .iter()
+        .filter(|r| r.host == share.label)
+        .filter_map(|r| r.slot)
+    {
+        if let Some(l) = last.get_mut(slot.boot as usize) {
+            *l = (*l).max(slot.bring_up);
+        }
+    }
+    last
 }
 
 struct Scheduler<'a, E> {
@@ -183,12 +206,16 @@ struct Scheduler<'a, E> {
     /// in place: a copy per host scheduler doubled a million-record sweep's memory.)
     synced: usize,
     settled: Settled,
+    /// Per boot group, the last bring-up this host journaled before this `ocrig run`.
+    last_bring_ups: Vec<u32>,
     totals: PhaseTotals,
 }
 
-/// The state of one boot group's workers.
+/// The state of one boot group's workers, kept across the group's blocks.
 struct GroupState {
     index: u32,
+    /// The block being made.
+    block: u32,
     /// Facts of the workers now up (brought up and warmed); None when none are.
     up: Option<Value>,
     /// Which record holds `up` whole, once an attempt on these workers journaled it.
@@ -213,39 +240,99 @@ enum Next {
     Run,
 }
 
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Every guest finished with a result: the run has it.
+    Counted,
+    /// The payload's own checks rejected it and nothing else failed: the guests answered and
+    /// ran it to its end, so they stay up and the retry is made on them.
+    Rejected,
+    /// A guest failed (timed out, died, lost its session, no report): the guests are taken
+    /// down, as they may be hung or dead, and whatever runs next gets fresh ones.
+    GuestFailed,
+}
+
 impl<E: Executor> Scheduler<'_, E> {
-    async fn run_group(&mut self, index: u32, group: &BootGroup) -> anyhow::Result<()> {
+    /// Every level in turn, each as [`Self::run_level`] makes it.
+    async fn run_levels(&mut self) -> anyhow::Result<()> {
+        let plan = self.plan;
+        for boots in &plan.level_boots {
+            self.run_level(boots.clone()).await?;
+        }
+        Ok(())
+    }
+
+    /// One level, whose boot groups are `plan.boots[boots]`: block by block, block k of every
+    /// group before block k+1 of any, the groups of each block in the block order (a level of
+    /// one group is one block: all its rounds on one bring-up).
+    async fn run_level(&mut self, boots: std::ops::Range<usize>) -> anyhow::Result<()> {
+        let plan = self.plan;
+        let groups = &plan.boots[boots.clone()];
+        let mut states: Vec<Option<GroupState>> = groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| self.start_group((boots.start + g) as u32, group))
+            .collect();
+        let blocks = groups.iter().map(BootGroup::blocks).max().unwrap_or(0);
+        let (order, seed) = (plan.schedule.order, plan.schedule.seed);
+        for block in 0..blocks {
+            for g in block_order(groups.len(), order, seed, boots.start as u32, block) {
+                if let Some(state) = states[g].as_mut()
+                    && block < groups[g].blocks()
+                {
+                    self.run_block(&groups[g], state, block).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A boot group's state as its first block starts; None when it has no measured run left
+    /// on this host (its runs are then counted done on the progress bar).
+    fn start_group(&mut self, index: u32, group: &BootGroup) -> Option<GroupState> {
         self.sync();
         let cells = &group.cells;
         let active: Vec<bool> = cells.iter().map(|c| self.has_work(group, c)).collect();
-        let mine = |c: &Cell| (0..c.max_runs).filter(|&r| self.share.takes(r)).count() as u64;
-        if !active.iter().any(|&a| a) {
-            // Finished before (a resumed sweep, or the other hosts): count its runs as done.
-            for c in cells {
-                self.progress.skip(mine(c));
-            }
-            return Ok(());
-        }
+        // Cells finished before (a resumed sweep, or the other hosts): their runs count as done.
         for (c, _) in cells.iter().zip(&active).filter(|(_, a)| !**a) {
-            self.progress.skip(mine(c));
+            let mine = (0..c.max_runs).filter(|&r| self.takes(group, r)).count();
+            self.progress.skip(mine as u64);
+        }
+        if !active.iter().any(|&a| a) {
+            return None;
         }
         self.totals.groups += 1;
-        tracing::info!(level = group.level, variants = ?group.variants, guests = group.guests, "starting boot group");
-        let mut state = GroupState {
+        tracing::info!(level = group.level, variants = ?group.variants, guests = group.guests, blocks = group.blocks(), "starting boot group");
+        Some(GroupState {
             index,
+            block: 0,
             up: None,
             facts_on: None,
-            bring_ups: self.last_bring_up(index),
+            bring_ups: self.last_bring_ups.get(index as usize).copied().unwrap_or(0),
             seq: 0,
             broken: None,
             stopped: active.iter().map(|a| !a).collect(),
-        };
-        let warmups = cells.iter().map(|c| c.warmup_runs).max().unwrap_or(0);
-        let rounds = cells.iter().map(|c| c.max_runs).max().unwrap_or(0);
-        for i in 0..rounds {
-            for c in self.order(group, index, warmups + i) {
-                let cell = &cells[c];
-                if state.stopped[c] || !self.share.takes(i) {
+        })
+    }
+
+    /// Block `block` of a group: its rounds, each round's cells in the round's order, on one
+    /// bring-up (a fresh one after a failed attempt), which goes down with the block.
+    async fn run_block(
+        &mut self,
+        group: &BootGroup,
+        state: &mut GroupState,
+        block: u32,
+    ) -> anyhow::Result<()> {
+        state.block = block;
+        let warm_up_rounds = self.plan.schedule.warm_up.rounds();
+        for i in group.block_runs(block) {
+            if !self.takes(group, i) {
+                continue;
+            }
+            for c in self.order(group, state.index, warm_up_rounds + i) {
+                let cell = &group.cells[c];
+                if state.stopped[c] {
                     continue;
                 }
                 self.sync();
@@ -253,40 +340,41 @@ impl<E: Executor> Scheduler<'_, E> {
                     Next::Done => self.progress.run_done(),
                     Next::Enough => {
                         state.stopped[c] = true;
-                        let left = (i..cell.max_runs).filter(|&r| self.share.takes(r)).count();
+                        let left = (i..cell.max_runs).filter(|&r| self.takes(group, r)).count();
                         self.progress.skip(left as u64);
                     }
-                    Next::Run => self.run_slot(group, &mut state, cell, i).await?,
+                    Next::Run => self.run_slot(group, state, cell, i).await?,
                 }
             }
         }
+        // The next block of this group is made on fresh guests, after the other groups' blocks.
         if state.up.take().is_some() {
             self.tear_down().await;
         }
         Ok(())
     }
 
+    /// Whether measured run `run` of a group's cells is this host's to make.
+    fn takes(&self, group: &BootGroup, run: u32) -> bool {
+        self.share.takes(group.share_unit(run))
+    }
+
     /// The order of a boot group's cells in round `round` (warm-up rounds first).
     fn order(&self, group: &BootGroup, index: u32, round: u32) -> Vec<usize> {
         let (run_order, seed) = (self.plan.schedule.order, self.plan.schedule.seed);
-        round_order(group.cells.len(), run_order, seed, index, round)
-    }
-
-    /// The highest bring-up of boot group `boot` this host's journaled records name (0: none).
-    fn last_bring_up(&self, boot: u32) -> u32 {
-        lock(self.journal).records[..self.synced]
-            .iter()
-            .filter(|r| r.host == self.share.label)
-            .filter_map(|r| r.slot)
-            .filter(|s| s.boot == boot)
-            .map(|s| s.bring_up)
-            .max()
-            .unwrap_or(0)
+        round_order(
+            group.cells.len(),
+            group.variants.len(),
+            run_order,
+            seed,
+            index,
+            round,
+        )
     }
 
     /// Whether a cell still has a measured run to make.
     fn has_work(&self, group: &BootGroup, cell: &Cell) -> bool {
-        for i in (0..cell.max_runs).filter(|&i| self.share.takes(i)) {
+        for i in (0..cell.max_runs).filter(|&i| self.takes(group, i)) {
             match self.next_run(group, cell, i, false) {
                 Next::Done => continue,
                 Next::Enough => return false,
@@ -308,35 +396,25 @@ impl<E: Executor> Scheduler<'_, E> {
         )
     }
 
-    /// One measured run: attempts until one counts or the retries are spent, each on warmed
-    /// workers. Each attempt is journaled.
-    async fn run_slot(
+    /// One measured run: attempts until one counts or a retry budget is spent, each on warmed
+    /// workers. A self-check rejection is retried on the same workers (up to
+    /// `timeouts.self_check_retries` times), a guest failure on fresh ones (up to
+    /// `timeouts.retries`). Each attempt is journaled.
+    async fn run_slot<'g>(
         &mut self,
-        group: &BootGroup,
+        group: &'g BootGroup,
         state: &mut GroupState,
-        cell: &Cell,
+        cell: &'g Cell,
         run: u32,
     ) -> anyhow::Result<()> {
-        let key = run_key(group, cell, false, run);
-        let first = self.settled.last_attempt(&key) + 1;
-        let retries = self.plan.timeouts.retries;
-        for attempt in first..=first + retries {
+        let timeouts = &self.plan.timeouts;
+        let mut attempt = self.settled.last_attempt(&run_key(group, cell, false, run)) + 1;
+        let (mut guest_failures, mut rejections) = (0, 0);
+        loop {
             if state.up.is_none() && state.broken.is_none() {
-                self.bring_up_warmed(group, state).await?;
+                self.bring_up_warmed(group, state, cell).await?;
             }
-            let id = AttemptId {
-                level: group.level,
-                guests: group.guests,
-                run,
-                warmup: false,
-                attempt,
-                slot: Slot {
-                    boot: state.index,
-                    bring_up: state.bring_ups,
-                    seq: state.seq,
-                    block: None,
-                },
-            };
+            let id = attempt_id(group, state, run, false, attempt);
             let Some(facts) = state.up.clone() else {
                 let why = state.broken.clone().unwrap_or_default();
                 self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
@@ -345,20 +423,28 @@ impl<E: Executor> Scheduler<'_, E> {
                 return Ok(());
             };
             self.progress
-                .doing(describe(group, cell, false, run, attempt - first + 1));
-            if self.attempt(group, state, cell, id, &facts).await? {
-                self.totals.runs_ok += 1;
-                self.progress.run_done();
-                return Ok(());
+                .doing(describe(group, cell, false, run, guest_failures + rejections + 1));
+            match self.attempt(group, state, cell, id, &facts).await? {
+                Ended::Counted => {
+                    self.totals.runs_ok += 1;
+                    self.progress.run_done();
+                    return Ok(());
+                }
+                Ended::Rejected => rejections += 1,
+                Ended::GuestFailed => guest_failures += 1,
             }
+            if guest_failures > timeouts.retries || rejections > timeouts.self_check_retries {
+                break;
+            }
+            attempt += 1;
         }
         self.totals.runs_failed += 1;
         self.progress.run_done();
         Ok(())
     }
 
-    /// One attempt on the workers up (`facts`), journaled; true when it counts. A failed one
-    /// takes the workers down: they may be hung or dead, so whatever runs next gets fresh ones.
+    /// One attempt on the workers up (`facts`), journaled. A guest failure takes the workers
+    /// down; a self-check rejection alone keeps them (see [`Ended`]).
     async fn attempt(
         &mut self,
         group: &BootGroup,
@@ -366,7 +452,7 @@ impl<E: Executor> Scheduler<'_, E> {
         cell: &Cell,
         id: AttemptId,
         facts: &Value,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Ended> {
         state.seq += 1;
         let request = RunRequest {
             argv: (0..group.guests)
@@ -388,25 +474,40 @@ impl<E: Executor> Scheduler<'_, E> {
         if state.facts_on.is_none() && !recs.is_empty() {
             state.facts_on = Some(records::facts_on(&id, &recs));
         }
-        let counted = recs.iter().all(|r| r.ok);
+        let ended = if recs.iter().all(|r| r.ok) {
+            Ended::Counted
+        } else if records::only_self_checks_failed(&recs) {
+            Ended::Rejected
+        } else {
+            Ended::GuestFailed
+        };
         self.report_failures(&recs);
         self.keep(cell, recs)?;
-        if !counted {
+        if ended != Ended::Counted {
             self.totals.attempts_failed += 1;
+        }
+        if ended == Ended::GuestFailed {
             state.up = None;
             self.tear_down().await;
         }
-        Ok(counted)
+        Ok(ended)
     }
 
-    /// Brings up a fresh guest set and warms it: the warm-ups of every cell with a measured run
-    /// left on this host, in the group's warm-up rounds, on this set, before its first
-    /// measured run. Each runs once on the set (the accounting rule keys a warm-up by its
+    /// Brings up a fresh guest set and warms it before its first measured run, which is of
+    /// `due`: by default with one run of `due` (its warm-up 0 on this set), with `warmup_runs:
+    /// N` with N warm-ups of every cell with a measured run left on this host, in the group's
+    /// warm-up rounds. Each runs once on the set (the accounting rule keys a warm-up by its
     /// guest set, and one the journal already holds for the set is not made again). A warm-up
-    /// that fails takes the set down like any failed attempt, and the next set is warmed anew;
-    /// after `retries + 1` sets in a row whose warm-ups failed, the group is broken.
-    async fn bring_up_warmed(&mut self, group: &BootGroup, state: &mut GroupState) -> anyhow::Result<()> {
-        let warmups = group.cells.iter().map(|c| c.warmup_runs).max().unwrap_or(0);
+    /// the payload's self-checks rejected ran to its end on these guests and warmed them all
+    /// the same (a warm-up's numbers are never used), so the set goes on. A warm-up whose
+    /// guests failed takes the set down like any failed attempt, and the next set is warmed
+    /// anew; after `retries + 1` sets in a row whose warm-ups failed, the group is broken.
+    async fn bring_up_warmed<'g>(
+        &mut self,
+        group: &'g BootGroup,
+        state: &mut GroupState,
+        due: &'g Cell,
+    ) -> anyhow::Result<()> {
         let mut failed_sets = 0;
         while state.up.is_none() && state.broken.is_none() {
             self.bring_up(group, state).await;
@@ -421,23 +522,25 @@ impl<E: Executor> Scheduler<'_, E> {
                     .into());
                 }
                 // The first warm-up due says why it could not be made.
-                if let Some((cell, _)) = self.warm_ups(group, state, warmups).into_iter().next() {
+                if let Some((cell, w)) = self.warm_ups(group, state, due).into_iter().next() {
                     let why = state.broken.clone().unwrap_or_default();
-                    let id = self.warm_up_id(group, state, cell, 0);
+                    let id = self.warm_up_id(group, state, cell, w);
                     self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
                 }
                 return Ok(());
             }
             let facts = state.up.clone().unwrap_or_default();
             let mut failure = None;
-            for (cell, w) in self.warm_ups(group, state, warmups) {
+            for (cell, w) in self.warm_ups(group, state, due) {
                 let id = self.warm_up_id(group, state, cell, w);
                 self.progress.doing(describe(group, cell, true, w, 1));
-                if !self.attempt(group, state, cell, id, &facts).await? {
-                    failure = Some(format!("warm-up {w} of {} {}", cell.variant, cell.workload.id));
-                    break;
+                match self.attempt(group, state, cell, id, &facts).await? {
+                    Ended::Counted | Ended::Rejected => self.totals.warm_ups += 1,
+                    Ended::GuestFailed => {
+                        failure = Some(format!("warm-up {w} of {} {}", cell.variant, cell.workload.id));
+                        break;
+                    }
                 }
-                self.totals.warm_ups += 1;
             }
             if let Some(what) = failure {
                 failed_sets += 1;
@@ -452,19 +555,20 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 
     /// The warm-ups the guest set now up still needs, in order: (cell, warm-up run).
-    fn warm_ups<'g>(&self, group: &'g BootGroup, state: &GroupState, warmups: u32) -> Vec<(&'g Cell, u32)> {
+    fn warm_ups<'g>(&self, group: &'g BootGroup, state: &GroupState, due: &'g Cell) -> Vec<(&'g Cell, u32)> {
         let set = self.guest_set(state);
-        let mut out = Vec::new();
-        for w in 0..warmups {
-            for c in self.order(group, state.index, w) {
-                let cell = &group.cells[c];
-                let key = RunKey::warm_up(&cell.variant, group.level, &cell.workload.id, w, set.clone());
-                if w < cell.warmup_runs && !state.stopped[c] && !self.settled.has_valid_result(&key) {
-                    out.push((cell, w));
-                }
-            }
+        let needed = |cell: &Cell, w: u32| {
+            let key = RunKey::warm_up(&cell.variant, group.level, &cell.workload.id, w, set.clone());
+            !self.settled.has_valid_result(&key)
+        };
+        match self.plan.schedule.warm_up {
+            WarmUp::OnePerGuestSet => [(due, 0)].into_iter().filter(|&(c, w)| needed(c, w)).collect(),
+            WarmUp::PerCell(n) => (0..n)
+                .flat_map(|w| self.order(group, state.index, w).into_iter().map(move |c| (c, w)))
+                .filter(|&(c, w)| !state.stopped[c] && needed(&group.cells[c], w))
+                .map(|(c, w)| (&group.cells[c], w))
+                .collect(),
         }
-        out
     }
 
     fn guest_set(&self, state: &GroupState) -> GuestSet {
@@ -483,26 +587,18 @@ impl<E: Executor> Scheduler<'_, E> {
             run,
             self.guest_set(state),
         );
-        AttemptId {
-            level: group.level,
-            guests: group.guests,
-            run,
-            warmup: true,
-            attempt: self.settled.last_attempt(&key) + 1,
-            slot: Slot {
-                boot: state.index,
-                bring_up: state.bring_ups,
-                seq: state.seq,
-                block: None,
-            },
-        }
+        attempt_id(group, state, run, true, self.settled.last_attempt(&key) + 1)
     }
 
     async fn bring_up(&mut self, group: &BootGroup, state: &mut GroupState) {
         state.bring_ups += 1;
         self.totals.boots += 1;
+        let block = match group.runs_per_block {
+            Some(_) => format!(" (block {})", state.block),
+            None => String::new(),
+        };
         self.progress.doing(format!(
-            "{}x {}: booting {} guest(s)",
+            "{}x {}: booting {} guest(s){block}",
             group.level,
             group.variants.join("+"),
             group.guests
@@ -570,6 +666,23 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 }
 
+/// Which attempt of which run, on the guest set now up, in the group's block being made.
+fn attempt_id(group: &BootGroup, state: &GroupState, run: u32, warmup: bool, attempt: u32) -> AttemptId {
+    AttemptId {
+        level: group.level,
+        guests: group.guests,
+        run,
+        warmup,
+        attempt,
+        slot: Slot {
+            boot: state.index,
+            bring_up: state.bring_ups,
+            seq: state.seq,
+            block: Some(state.block),
+        },
+    }
+}
+
 /// What measured run `run` of a cell needs, by the accounting rule over `records` (settled as
 /// `settled`): the one decision of the live sweep on every host, of a resume and of
 /// [`work_left`].
@@ -604,7 +717,10 @@ fn next_run(
 }
 
 /// The slot at or before `run` at which a cell's stopping rule decided it has enough (see
-/// [`next_run`]), if it has.
+/// [`next_run`]), if it has. In a blocked group the rule is judged at a block's end only, so
+/// every block is made whole and keeps its pair in the other groups, and on the values of
+/// its blocks (each block's geometric mean, [`super::stopping::block_value`]): the unit a
+/// comparison of guests of their own replicates. Elsewhere it is judged on every slot's value.
 fn decided_at(
     settled: &Settled,
     records: &[RunRecord],
@@ -618,23 +734,48 @@ fn decided_at(
         level: group.level,
         workload: &cell.workload.id,
     };
+    let metric = &cell.workload.metric;
     // The baseline's valid values at this level, when a detectable effect is asked for.
     let baseline = (cell.target_mde.is_some() && cell.variant != baseline).then(|| {
         let base = CellKey {
             variant: baseline,
             ..this
         };
-        settled.samples(records, &base, &cell.workload.metric, 0..u32::MAX)
+        unit_values(settled, records, group, &base, metric, cell.max_runs)
     });
     // Slots before the first one not yet attempted anywhere can be judged.
     let judged = (0..run)
         .find(|&j| settled.last_attempt(&run_key(group, cell, false, j)) == 0)
         .unwrap_or(run);
     // No rule stops a cell before its `runs` (`enough` says so too; this only saves work).
-    (cell.runs.min(judged)..=judged).find(|&r| {
-        let samples = settled.samples(records, &this, &cell.workload.metric, 0..r);
-        enough_runs(cell, r, &samples, baseline.as_deref())
-    })
+    (cell.runs.min(judged)..=judged)
+        .filter(|&r| group.may_stop_before(r, cell.max_runs))
+        .find(|&r| {
+            let values = unit_values(settled, records, group, &this, metric, r);
+            enough_runs(cell, r, &values, baseline.as_deref())
+        })
+}
+
+/// The values a stopping rule judges of a cell's valid results in its first `runs` slots:
+/// each slot's (its primary headline value), or in a blocked group each block's.
+fn unit_values(
+    settled: &Settled,
+    records: &[RunRecord],
+    group: &BootGroup,
+    cell: &CellKey<'_>,
+    metric: &str,
+    runs: u32,
+) -> Vec<f64> {
+    match group.runs_per_block {
+        None => settled.samples(records, cell, metric, 0..runs),
+        Some(per_block) => (0..runs.div_ceil(per_block))
+            .filter_map(|b| {
+                let slots = group.block_runs(b);
+                let in_block = settled.samples(records, cell, metric, slots.start..slots.end.min(runs));
+                super::stopping::block_value(&in_block)
+            })
+            .collect(),
+    }
 }
 
 /// How many measured runs of `plan` still need making given the journaled `records` (over

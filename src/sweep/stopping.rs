@@ -44,6 +44,23 @@ pub fn enough(rule: &StopRule, measured: u32, own: &[f64], baseline: Option<&[f6
     cv_ok && mde_ok
 }
 
+/// The value of one block of a cell's runs made on one bring-up (guests of their own): the
+/// geometric mean of its runs' values, the unit a comparison across bring-ups pairs (block k
+/// of a variant with block k of the baseline), so a block of many runs weighs as one
+/// replicate of what varies between boots. The arithmetic mean where a value is not positive
+/// (no geometric mean exists); None for a block with no valid run.
+pub fn block_value(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let n = values.len() as f64;
+    Some(if values.iter().all(|&v| v > 0.0) {
+        (values.iter().map(|v| v.ln()).sum::<f64>() / n).exp()
+    } else {
+        values.iter().sum::<f64>() / n
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +83,19 @@ mod tests {
         let r = rule(Some(0.01), Some(0.01));
         assert!(enough(&r, 10, &[1.0, 5.0], None));
         assert!(!enough(&r, 9, &[1.0, 5.0], None));
+    }
+
+    #[test]
+    fn a_blocks_value_is_the_geometric_mean_of_its_runs() {
+        assert_eq!(block_value(&[]), None);
+        assert!((block_value(&[5.0]).unwrap() - 5.0).abs() < 1e-12);
+        let v = block_value(&[2.0, 8.0]).unwrap();
+        assert!((v - 4.0).abs() < 1e-12, "{v}");
+        assert_eq!(
+            block_value(&[0.0, 2.0]),
+            Some(1.0),
+            "no geometric mean with a zero"
+        );
     }
 
     #[test]

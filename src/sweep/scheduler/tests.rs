@@ -14,8 +14,20 @@ use crate::sweep::journal::{Entry, JOURNAL_FILE};
 const METRIC: &str = "ops_per_sec";
 
 /// Two variants that differ only in payload arguments (one shared boot per level), 2 guests.
-/// 3 runs each unless `extra` says otherwise.
+/// 3 runs each and no warm-ups unless `extra` says otherwise (the tests of failures count
+/// run calls; the default warm-up, one run per fresh guest set, has tests of its own:
+/// [`with_default_warm_ups`]).
 fn scenario(extra: &str) -> Scenario {
+    let warm_ups = if extra.lines().any(|l| l.starts_with("warmup_runs:")) {
+        ""
+    } else {
+        "warmup_runs: 0\n"
+    };
+    with_default_warm_ups(&format!("{warm_ups}{extra}"))
+}
+
+/// [`scenario`] with the warm-ups a scenario gets when it names none.
+fn with_default_warm_ups(extra: &str) -> Scenario {
     let runs = if extra.lines().any(|l| l.starts_with("runs:")) {
         ""
     } else {
@@ -115,6 +127,21 @@ fn brief(records: &[RunRecord]) -> String {
         .join("\n")
 }
 
+/// Guest 0's headline value by the variant's argv and how many run calls of that argv came
+/// before (`k`, from 0): the same whatever order the variants are interleaved in.
+fn by_variants_run(f: impl Fn(&[String], u32) -> f64 + Send + 'static) -> crate::executor::mock::ValueFn {
+    // argv → (the last run call seen, k); every worker of a call asks, so count calls.
+    let seen = std::sync::Mutex::new(BTreeMap::<Vec<String>, (u32, u32)>::new());
+    Box::new(move |call, argv| {
+        let mut seen = seen.lock().unwrap();
+        let (last, k) = seen.entry(argv.to_vec()).or_insert((call, 0));
+        if *last != call {
+            (*last, *k) = (call, *k + 1);
+        }
+        f(argv, *k)
+    })
+}
+
 fn fail(run_call: u32, guest: u32, error: &str) -> BTreeMap<u32, Vec<(u32, String)>> {
     BTreeMap::from([(run_call, vec![(guest, error.to_string())])])
 }
@@ -127,18 +154,26 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
     assert_eq!(o.calls.bring_ups, vec![vec!["a".to_string(), "b".into()]]);
     each_run_counted_once(&o.records, 3, 2);
-    // Round-robin: warm-ups a, b, then run 0 of a, b, run 1 of a, b, ...
+    // Round-robin, rotating: the warm-up round a, b, then run 0 of b, a (the second round
+    // starts at the second variant), run 1 of a, b, run 2 of b, a.
     let order: Vec<(String, u32, bool)> = o
         .records
         .iter()
         .filter(|r| r.guest == 0)
         .map(|r| (r.variant.clone(), r.run, r.warmup))
         .collect();
-    let want: Vec<(String, u32, bool)> = [(0, true), (0, false), (1, false), (2, false)]
-        .iter()
-        .flat_map(|&(r, w)| [("a".to_string(), r, w), ("b".to_string(), r, w)])
-        .collect();
+    let want: Vec<(String, u32, bool)> = [
+        (0, true, "ab"),
+        (0, false, "ba"),
+        (1, false, "ab"),
+        (2, false, "ba"),
+    ]
+    .iter()
+    .flat_map(|&(r, w, first)| first.chars().map(move |v| (v.to_string(), r, w)))
+    .collect();
     assert_eq!(order, want);
+    // One boot group at the level: one block, block 0, on every record.
+    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(0)));
     let seqs: Vec<u32> = o
         .records
         .iter()
@@ -185,14 +220,13 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
 }
 
 #[tokio::test]
-async fn per_variant_guests_boot_once_per_variant() {
+async fn per_variant_guests_boot_a_fresh_set_per_run_in_turn() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("schedule: {guests: per-variant}\n");
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
-    assert_eq!(
-        o.calls.bring_ups,
-        vec![vec!["a".to_string()], vec!["b".to_string()]]
-    );
+    // Guests of their own: one run per bring-up (the default), A B, B A, A B.
+    let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
+    assert_eq!(order, ["a", "b", "b", "a", "a", "b"]);
     each_run_counted_once(&o.records, 3, 2);
 }
 
@@ -204,11 +238,11 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
-    // Run call 3 is run 1 of variant a: guest 0 finished, guest 1 died.
+    // Run call 3 is run 1 of variant b (round 1 starts at b): guest 0 finished, guest 1 died.
     let first: Vec<&RunRecord> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 1 && r.attempt == 1)
+        .filter(|r| r.variant == "b" && r.run == 1 && r.attempt == 1)
         .collect();
     assert_eq!(first.len(), 2);
     assert!(
@@ -219,7 +253,7 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
     each_run_counted_once(&o.records, 3, 2);
     let counted = settle(&o.records);
     let valid = counted
-        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 1))
+        .primary(&o.records, &RunKey::new("b", 1.0, "lock", false, 1))
         .unwrap();
     assert_eq!(
         valid.attempt, 2,
@@ -340,7 +374,7 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
 async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
-        // Run call 3 (run 1 of a) fails; the fresh guests for its retry do not come up.
+        // Run call 3 (run 1 of b) fails; the fresh guests for its retry do not come up.
         failing_runs: fail(3, 1, "guest died"),
         failing_bring_ups: BTreeSet::from([2]),
         ..Default::default()
@@ -353,24 +387,24 @@ async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
         let run0 = o.records.iter().filter(|r| r.variant == v && r.run == 0).count();
         assert_eq!(run0, 2, "run 0 of {v} journaled once per guest");
     }
-    // Run 1 of a: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
-    let a1: Vec<(u32, bool)> = o
+    // Run 1 of b: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
+    let b1: Vec<(u32, bool)> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 1 && r.guest == 0)
+        .filter(|r| r.variant == "b" && r.run == 1 && r.guest == 0)
         .map(|r| (r.attempt, r.ok))
         .collect();
-    assert_eq!(a1, [(1, true), (2, false)]);
+    assert_eq!(b1, [(1, true), (2, false)]);
     // Every run not yet done is recorded failed exactly once, with its own attempt number 1.
     let rest: BTreeSet<(String, u32, u32)> = o
         .records
         .iter()
-        .filter(|r| !(r.run == 0 || (r.variant == "a" && r.run == 1)))
+        .filter(|r| !(r.run == 0 || (r.variant == "b" && r.run == 1)))
         .map(|r| (r.variant.clone(), r.run, r.attempt))
         .collect();
     assert_eq!(
         rest,
-        BTreeSet::from([("b".into(), 1, 1), ("a".into(), 2, 1), ("b".into(), 2, 1)]),
+        BTreeSet::from([("a".into(), 1, 1), ("a".into(), 2, 1), ("b".into(), 2, 1)]),
         "{}",
         brief(&o.records)
     );
@@ -442,10 +476,10 @@ async fn a_cv_target_reached_early_stops_that_cell_only() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("runs: {min: 2, max: 5, target_cv: 0.05}\n");
     let script = Script {
-        // Variant a is steady (CV 0); b alternates 50 / 150 (CV ~0.7) and runs to max.
-        value: Some(Box::new(|n, argv| {
+        // Variant a is steady (CV 0); b alternates 150 / 50 (CV ~0.7) and runs to max.
+        value: Some(by_variants_run(|argv, k| {
             if argv.contains(&"ticket".to_string()) {
-                if n % 4 == 0 { 50.0 } else { 150.0 }
+                if k % 2 == 1 { 50.0 } else { 150.0 }
             } else {
                 100.0
             }
@@ -636,11 +670,11 @@ async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
     let script = Script {
         // Variant a (the baseline) is steady at CV 1 %; b alternates 80 / 120 (CV ~20 %),
         // so a 5 % effect against it never becomes detectable and b runs to max.
-        value: Some(Box::new(|n, argv| {
+        value: Some(by_variants_run(|argv, k| {
             if argv.contains(&"ticket".to_string()) {
-                if n % 4 == 0 { 80.0 } else { 120.0 }
+                if k % 2 == 1 { 80.0 } else { 120.0 }
             } else {
-                [100.0, 101.0, 99.0][n as usize % 3]
+                [101.0, 100.0, 99.0][k as usize % 3]
             }
         })),
         ..Default::default()
@@ -896,4 +930,453 @@ async fn the_sweep_keeps_in_memory_only_what_the_accounting_and_stopping_rules_r
         );
         assert_eq!(k.metrics.get(METRIC), j.metrics.get(METRIC));
     }
+}
+
+// ---------------------------------------------------------------- the design (issue 33)
+
+/// Variant a (the baseline) and b, whose guests have another kernel command line: two boot
+/// groups at the level, so each variant's runs are made in blocks on fresh bring-ups. 2 guests,
+/// the default warm-ups unless `extra` names some.
+fn own_guests(extra: &str) -> Plan {
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: mitigations=off, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{extra}"
+    ))
+    .unwrap();
+    Plan::build(&s, &[0, 1], 1).unwrap()
+}
+
+/// A guest set as [`guest_sets`] names it: (variant, bring-up, block).
+type SetId = (String, u32, Option<u32>);
+
+/// Each guest set of `records` in the order the sets first appear, with its guest-0 records:
+/// (run, warm-up).
+fn guest_sets(records: &[RunRecord]) -> Vec<(SetId, Vec<(u32, bool)>)> {
+    let mut sets: Vec<(SetId, Vec<(u32, bool)>)> = Vec::new();
+    for r in records.iter().filter(|r| r.guest == 0) {
+        let slot = r.slot.unwrap();
+        let set = (r.variant.clone(), slot.bring_up, slot.block);
+        match sets.iter_mut().find(|(s, _)| *s == set) {
+            Some((_, runs)) => runs.push((r.run, r.warmup)),
+            None => sets.push((set, vec![(r.run, r.warmup)])),
+        }
+    }
+    sets
+}
+
+#[tokio::test]
+async fn own_guest_variants_alternate_fresh_bring_ups_block_by_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = own_guests("runs: 6\nschedule: {runs_per_bring_up: 2}\n");
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    // Block k of both groups before block k+1 of either, the first group rotating: A B, B A, A B.
+    let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
+    assert_eq!(order, ["a", "b", "b", "a", "a", "b"]);
+    // Each bring-up: its warm-up (one run, the default), then its block's two runs, then down.
+    let w = |run| (run, true);
+    let m = |run| (run, false);
+    let want = [
+        (("a", 1, 0), vec![w(0), m(0), m(1)]),
+        (("b", 1, 0), vec![w(0), m(0), m(1)]),
+        (("b", 2, 1), vec![w(0), m(2), m(3)]),
+        (("a", 2, 1), vec![w(0), m(2), m(3)]),
+        (("a", 3, 2), vec![w(0), m(4), m(5)]),
+        (("b", 3, 2), vec![w(0), m(4), m(5)]),
+    ]
+    .map(|((v, bring_up, block), runs)| ((v.to_string(), bring_up, Some(block)), runs));
+    assert_eq!(guest_sets(&o.records), want, "{}", brief(&o.records));
+    // Every record of a set (both guests, warm-up included) names the set's block.
+    for r in &o.records {
+        let s = r.slot.unwrap();
+        let same_set = o
+            .records
+            .iter()
+            .filter(|q| q.variant == r.variant && q.slot.unwrap().bring_up == s.bring_up);
+        assert!(same_set.clone().all(|q| q.slot.unwrap().block == s.block));
+        if !r.warmup {
+            assert_eq!(s.block, Some(r.run / 2), "{r:?}");
+        }
+    }
+    each_run_counted_once(&o.records, 6, 2);
+    assert_eq!(
+        (
+            o.totals.groups,
+            o.totals.boots,
+            o.totals.warm_ups,
+            o.totals.runs_ok
+        ),
+        (2, 6, 6, 12)
+    );
+    // Torn down after every block, and once more at the end.
+    assert_eq!(o.calls.shut_downs, 7);
+    assert_eq!(o.progress, o.total);
+    assert_eq!(p.total_runs(), 12 + 6, "the plan counts a warm-up per bring-up");
+}
+
+#[tokio::test]
+async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked() {
+    // Variants a and b share guests, c has its own: both groups are blocked; b and a pair by
+    // round inside their group, c pairs with a block by block.
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, cmdline: mitigations=off, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nruns: 2\nwarmup_runs: 0\n"
+    ))
+    .unwrap();
+    let p = Plan::build(&s, &[0, 1], 1).unwrap();
+    assert_eq!(p.level_boots, [0..2, 2..4]);
+    assert!(p.boots.iter().all(|g| g.runs_per_block == Some(1)));
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
+    assert_eq!(order, ["a+b", "c", "c", "a+b", "a+b", "c", "c", "a+b"]);
+    // Inside the shared group each block is one round, rotating by run: a b, then b a.
+    let shared: Vec<(String, u32)> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0 && r.variant != "c" && r.level == 0.5)
+        .map(|r| (r.variant.clone(), r.run))
+        .collect();
+    assert_eq!(
+        shared,
+        [("a", 0), ("b", 0), ("b", 1), ("a", 1)].map(|(v, r)| (v.to_string(), r))
+    );
+    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(r.run)));
+    // Without c, each level has one boot group: one block, all runs on one bring-up.
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nruns: 2\n"
+    ))
+    .unwrap();
+    let p = Plan::build(&s, &[0, 1], 1).unwrap();
+    assert!(
+        p.boots
+            .iter()
+            .all(|g| g.runs_per_block.is_none() && g.blocks() == 1)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    assert_eq!(o.calls.bring_ups.len(), 2, "one bring-up per level");
+    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(0)));
+}
+
+#[tokio::test]
+async fn a_shared_boot_rotates_which_variant_goes_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two workloads (threads 1 and 2) of two variants sharing guests, the default warm-up.
+    let p = Plan::build(&over_threads_1_and_2(with_default_warm_ups("")), &[0, 1], 1).unwrap();
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    let order: Vec<String> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .map(|r| {
+            let t = r
+                .workload
+                .trim_start_matches("lock[threads=")
+                .trim_end_matches(']');
+            format!("{}{}{}", if r.warmup { "w" } else { "" }, r.variant, t)
+        })
+        .collect();
+    // The one warm-up: the cell measured first. Then round r starts each workload's variants at
+    // variant r mod 2; the workloads keep their order.
+    assert_eq!(
+        order,
+        [
+            "wa1", "a1", "b1", "a2", "b2", "b1", "a1", "b2", "a2", "a1", "b1", "a2", "b2"
+        ]
+    );
+    assert_eq!((o.totals.boots, o.totals.warm_ups), (1, 1));
+}
+
+/// `s` with its one workload over threads 1 and 2.
+fn over_threads_1_and_2(mut s: Scenario) -> Scenario {
+    use crate::scenario::model::ArgValue;
+    let threads = ArgValue::List(vec![ArgValue::Int(1), ArgValue::Int(2)]);
+    s.workloads[0].args.insert("threads".into(), threads);
+    s
+}
+
+#[tokio::test]
+async fn every_fresh_guest_set_gets_one_warm_up_of_the_run_it_makes_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Plan::build(&with_default_warm_ups(""), &[0, 1], 1).unwrap();
+    let script = Script {
+        // Call 1 warms set 1 with a; call 3 (run 0 of b) loses a guest: fresh guests.
+        failing_runs: fail(3, 1, "guest 1: connection lost"),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    // Set 1 is warmed with a (run 0 of a comes first); set 2 with b, whose run 0 it retries.
+    let warm_ups: Vec<(String, u32)> = o
+        .records
+        .iter()
+        .filter(|r| r.warmup && r.guest == 0)
+        .map(|r| (r.variant.clone(), r.slot.unwrap().bring_up))
+        .collect();
+    assert_eq!(
+        warm_ups,
+        [("a".to_string(), 1), ("b".to_string(), 2)],
+        "{}",
+        brief(&o.records)
+    );
+    let first_on_set_2 = o.records.iter().find(|r| r.slot.unwrap().bring_up == 2).unwrap();
+    assert!(first_on_set_2.warmup, "no measured run on unwarmed guests");
+    each_run_counted_once(&o.records, 3, 2);
+    assert_eq!((o.totals.boots, o.totals.warm_ups, o.totals.runs_ok), (2, 2, 6));
+}
+
+#[tokio::test]
+async fn a_self_check_rejection_is_retried_on_the_same_guests_a_guest_failure_on_fresh_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        // Call 1 (run 0 of a): the payload's checks reject it. Call 4 (run 1 of b, round 1
+        // starting at b): guest 1 times out.
+        failing_checks: BTreeMap::from([(1, vec![(0, "calibration drifted 9 %".to_string())])]),
+        failing_runs: fail(4, 1, "timed out"),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let attempts = |v: &str, run: u32| -> Vec<(u32, u32, bool)> {
+        o.records
+            .iter()
+            .filter(|r| r.variant == v && r.run == run && r.guest == 0)
+            .map(|r| (r.attempt, r.slot.unwrap().bring_up, r.ok))
+            .collect()
+    };
+    assert_eq!(attempts("a", 0), [(1, 1, false), (2, 1, true)], "same guests");
+    assert_eq!(attempts("b", 1), [(1, 1, true), (2, 2, true)], "fresh guests");
+    assert!(
+        o.records
+            .iter()
+            .filter(|r| r.variant == "b" && r.run == 1 && r.attempt == 1)
+            .all(|r| r.superseded.is_some())
+    );
+    assert_eq!(o.calls.bring_ups.len(), 2);
+    // Taken down after the guest failure, at the group's end and at the sweep's; never after
+    // the rejection.
+    assert_eq!(o.calls.shut_downs, 3);
+    each_run_counted_once(&o.records, 3, 2);
+    assert_eq!((o.totals.attempts_failed, o.totals.runs_ok), (2, 6));
+}
+
+#[tokio::test]
+async fn self_check_rejections_and_guest_failures_have_budgets_of_their_own() {
+    let rejected = |calls: &[u32]| -> BTreeMap<u32, Vec<(u32, String)>> {
+        calls
+            .iter()
+            .map(|&c| (c, vec![(0, "calibration drifted 9 %".to_string())]))
+            .collect()
+    };
+    // Four rejections of run 0 of a in a row: the first attempt and 3 retries (the default
+    // self_check_retries), all on one bring-up; then the slot is given up.
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        failing_checks: rejected(&[1, 2, 3, 4]),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let a0: Vec<(u32, u32)> = o
+        .records
+        .iter()
+        .filter(|r| r.variant == "a" && r.run == 0 && r.guest == 0)
+        .map(|r| (r.attempt, r.slot.unwrap().bring_up))
+        .collect();
+    assert_eq!(a0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
+    assert!(!settle(&o.records).has_valid_result(&RunKey::new("a", 1.0, "lock", false, 0)));
+    assert_eq!(
+        (o.totals.runs_failed, o.totals.runs_ok, o.calls.bring_ups.len()),
+        (1, 5, 1)
+    );
+    assert_eq!(o.progress, o.total);
+    // Rejected, guest failure, rejected, then ok: within both budgets (retries: 1 for guest
+    // failures, 3 for rejections), so run 0 of a counts at attempt 4, on the second bring-up.
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        failing_checks: rejected(&[1, 3]),
+        failing_runs: fail(2, 1, "timed out"),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let valid = settle(&o.records)
+        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 0))
+        .map(|r| (r.attempt, r.slot.unwrap().bring_up));
+    assert_eq!(valid, Some((4, 2)), "{}", brief(&o.records));
+    each_run_counted_once(&o.records, 3, 2);
+    // A budget of 0 rejections: the first rejection gives the slot up.
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        failing_checks: rejected(&[1]),
+        ..Default::default()
+    };
+    let mut p = plan("");
+    p.timeouts.self_check_retries = 0;
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    assert_eq!(o.totals.runs_failed, 1, "{}", brief(&o.records));
+}
+
+#[tokio::test]
+async fn a_warm_up_its_self_checks_reject_has_warmed_its_guests() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Plan::build(&with_default_warm_ups(""), &[0, 1], 1).unwrap();
+    let script = Script {
+        failing_checks: BTreeMap::from([(1, vec![(0, "calibration drifted 9 %".to_string())])]),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    let first: Vec<(bool, bool, u32)> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .take(2)
+        .map(|r| (r.warmup, r.ok, r.slot.unwrap().bring_up))
+        .collect();
+    assert_eq!(first, [(true, false, 1), (false, true, 1)]);
+    assert_eq!(
+        (o.calls.bring_ups.len(), o.totals.warm_ups, o.totals.runs_ok),
+        (1, 1, 6)
+    );
+    each_run_counted_once(&o.records, 3, 2);
+}
+
+#[tokio::test]
+async fn an_interrupted_blocked_sweep_resumes_with_exactly_the_missing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = own_guests("runs: 4\nschedule: {runs_per_bring_up: 2}\n");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Block 0: a (calls 1-3: warm-up, runs 0, 1), b (4-6). Block 1 starts with b: warm-up (7),
+    // run 2 (8), run 3 (9) hangs.
+    let script = Script {
+        hang_at: Some((9, tx)),
+        ..Default::default()
+    };
+    {
+        let exec = MockExecutor::new(METRIC, script);
+        let progress = Progress::new(p.measured_runs(), true);
+        let journal = JournalWriter::open(dir.path()).unwrap();
+        tokio::select! {
+            _ = run(&p, exec, journal, vec![], &progress) => panic!("the sweep should hang"),
+            _ = rx.recv() => {}
+        }
+    }
+    let before = read_records(dir.path());
+    let done = |records: &[RunRecord]| -> BTreeSet<(String, u32)> {
+        settle(records)
+            .counted(records)
+            .filter(|r| !r.warmup)
+            .map(|r| (r.variant.clone(), r.run))
+            .collect()
+    };
+    let done_before = done(&before);
+    assert_eq!(done_before.len(), 5, "{}", brief(&before));
+    assert_eq!(work_left(&p, &before), 3);
+
+    let again = tempfile::tempdir().unwrap();
+    let o = sweep(&p, Script::default(), before.clone(), again.path()).await;
+    // Block 1 again, in its order (b, then a), each on a fresh bring-up numbered on from the
+    // journal's (b had sets 1 and 2, a set 1), each warmed, making only the missing runs.
+    let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
+    assert_eq!(order, ["b", "a"]);
+    let want = [
+        (("b", 3, 1), vec![(0, true), (3, false)]),
+        (("a", 2, 1), vec![(0, true), (2, false), (3, false)]),
+    ]
+    .map(|((v, bring_up, block), runs)| ((v.to_string(), bring_up, Some(block)), runs));
+    assert_eq!(guest_sets(&o.records), want, "{}", brief(&o.records));
+    assert!(o.records.iter().all(|r| r.attempt == 1));
+    let mut all = before;
+    all.extend(o.records);
+    each_run_counted_once(&all, 4, 2);
+    assert_eq!(work_left(&p, &all), 0);
+    assert_eq!(o.progress, o.total, "resumed runs counted once in the progress");
+}
+
+#[tokio::test]
+async fn two_hosts_are_dealt_whole_blocks_so_each_pair_is_made_on_one_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = own_guests("runs: 4\nschedule: {runs_per_bring_up: 2}\n");
+    let pool = SharedJournal::new(JournalWriter::open(dir.path()).unwrap(), Vec::new());
+    let progress = Progress::new(p.measured_runs(), true);
+    let host = |index: usize| {
+        let exec = MockExecutor::new(
+            METRIC,
+            Script {
+                interleave: true,
+                ..Default::default()
+            },
+        );
+        let calls = exec.calls.clone();
+        let share = HostShare {
+            label: Some(format!("h{index}")),
+            index,
+            of: 2,
+        };
+        (run_with(&p, exec, &pool, &progress, share), calls)
+    };
+    let ((h0, calls0), (h1, calls1)) = (host(0), host(1));
+    let (a, b) = futures::join!(h0, h1);
+    a.unwrap();
+    b.unwrap();
+    let records = pool.into_inner().unwrap().records;
+    for r in &records {
+        let block = r.slot.unwrap().block.unwrap();
+        assert_eq!(r.host, Some(format!("h{}", block % 2)), "{r:?}");
+    }
+    // Each host brought up each group once: its block of each.
+    assert_eq!(calls0.lock().unwrap().bring_ups.len(), 2);
+    assert_eq!(calls1.lock().unwrap().bring_ups.len(), 2);
+    each_run_counted_once(&records, 4, 2);
+    assert_eq!(progress.position(), p.measured_runs());
+}
+
+/// In a blocked group a stopping rule is judged at a block's end only, on the blocks' values
+/// (each block's geometric mean), so every block is made whole and keeps its pair.
+#[test]
+fn a_stopping_rule_in_a_blocked_group_judges_whole_blocks() {
+    let p = own_guests("runs: {min: 4, max: 12, target_cv: 0.09}\nschedule: {runs_per_bring_up: 2}\n");
+    let (group, cell) = (&p.boots[0], &p.boots[0].cells[0]);
+    assert_eq!(group.runs_per_block, Some(2));
+    let rec = |run: u32, guest: u32, value: f64| -> RunRecord {
+        serde_json::from_value(serde_json::json!({
+            "variant": cell.variant, "level": 1.0, "workload": cell.workload.id, "run": run,
+            "warmup": false, "guest": guest, "guests": 2, "ok": true, "attempt": 1,
+            "attempt_records": 2, "metrics": {METRIC: value}, "argv": [], "timings": {},
+            "finished_at": "t",
+        }))
+        .unwrap()
+    };
+    let slots = |values: &[f64]| -> Vec<RunRecord> {
+        values
+            .iter()
+            .enumerate()
+            .flat_map(|(r, &v)| [rec(r as u32, 0, v), rec(r as u32, 1, v)])
+            .collect()
+    };
+    let next = |records: &[RunRecord], run: u32| {
+        let settled = settle(records);
+        match next_run(&settled, records, &p.baseline, group, cell, run, false) {
+            Next::Done => "done",
+            Next::Enough => "enough",
+            Next::Run => "run",
+        }
+    };
+    let block = |v: &[f64]| crate::sweep::stopping::block_value(v).unwrap();
+    // Blocks (50, 150) and (100, 100): CV of their values above 9 % at slot 4.
+    assert!(!crate::stats::summary::cv_reached(
+        &[block(&[50.0, 150.0]), 100.0],
+        0.09
+    ));
+    // Judged at slot 5 the values would be enough; slot 5 is inside block 2, so no decision.
+    assert!(crate::stats::summary::cv_reached(
+        &[block(&[50.0, 150.0]), 100.0, 100.0],
+        0.09
+    ));
+    let four_and_one = slots(&[50.0, 150.0, 100.0, 100.0, 100.0]);
+    assert_eq!(next(&four_and_one, 5), "run", "block 2 is made whole");
+    // Block 2 whole: decided at its end.
+    let three_blocks = slots(&[50.0, 150.0, 100.0, 100.0, 100.0, 100.0]);
+    assert_eq!(next(&three_blocks, 6), "enough");
+    // The values are the blocks': within-block spread (90 / 110) is no reason to run on.
+    let steady_blocks = slots(&[90.0, 110.0, 110.0, 90.0]);
+    assert_eq!(next(&steady_blocks, 4), "enough");
+    assert!(!crate::stats::summary::cv_reached(
+        &[90.0, 110.0, 110.0, 90.0],
+        0.09
+    ));
 }
