@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 /// Margin for clock and accounting granularity on every bound.
 pub const TOLERANCE: f64 = 1.02;
-/// Largest accepted change of the calibration between before and after the run.
+/// Largest accepted change of the calibration between before and after the run: a factor
+/// `1 + this` either way (see [`calibration_drift`]).
 pub const MAX_CALIBRATION_DRIFT: f64 = 0.05;
 /// Exit status of a run that completed but broke a check.
 pub const EXIT_CHECK_FAILED: u8 = 3;
@@ -74,16 +75,22 @@ pub fn cpu_within_elapsed(window_cpu_ns: u64, elapsed_ns: u64, cpus_allowed: usi
     Check::at_most("cpu_within_elapsed", busy, bound, detail)
 }
 
-/// Calibration before and after the run within `max_drift` (by default
-/// [`MAX_CALIBRATION_DRIFT`]) of each other.
+/// Calibration before and after the run within a factor `1 + max_drift` of each other, in either
+/// direction: `|ln(after / before)| <= ln(1 + max_drift)`, so the default 0.05 accepts
+/// after/before within [1/1.05, 1.05]. (The old `|after − before| / before` was lopsided: a
+/// before-calibration k× too slow read as a drift of 1 − 1/k < 1, so a bound of 1 or more
+/// accepted any hold that came out too short.)
 pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_drift: f64) -> Check {
-    let drift = (after_ns_per_iter - before_ns_per_iter).abs() / before_ns_per_iter.max(1e-12);
+    let ratio = after_ns_per_iter / before_ns_per_iter;
+    let (drift, bound) = (ratio.ln().abs(), max_drift.ln_1p());
     let detail = format!(
-        "calibration drifted {:.1} % during the run ({before_ns_per_iter:.3} -> {after_ns_per_iter:.3} ns/iter; at most {:.0} % accepted)",
-        drift * 100.0,
-        max_drift * 100.0
+        "calibration drifted x{ratio:.3} during the run ({before_ns_per_iter:.3} -> {after_ns_per_iter:.3} ns/iter; \
+         accepted within x{:.3}..x{:.3}, i.e. |ln(after/before)| = {drift:.4} <= ln(1 + {max_drift}) = {bound:.4})",
+        1.0 / (1.0 + max_drift),
+        1.0 + max_drift,
     );
-    Check::at_most("calibration_drift", drift, max_drift, detail)
+    // A NaN (no calibration after the run) compares false: not accepted.
+    Check::at_most("calibration_drift", drift, bound, detail)
 }
 
 /// Parses a positive fraction (a drift bound such as `--max-calibration-drift`).
@@ -212,7 +219,13 @@ mod tests {
         let drift = calibration_drift(12.1, 15.9, MAX_CALIBRATION_DRIFT);
         assert!(!drift.ok);
         assert!(
-            drift.detail.contains("31.4 %") && drift.detail.contains("12.100 -> 15.900"),
+            drift.detail.contains("x1.314") && drift.detail.contains("12.100 -> 15.900"),
+            "{}",
+            drift.detail
+        );
+        // The bound is in the words: x1/1.05..x1.05 and its log.
+        assert!(
+            drift.detail.contains("x0.952..x1.050") && drift.detail.contains("ln(1 + 0.05) = 0.0488"),
             "{}",
             drift.detail
         );
@@ -220,10 +233,31 @@ mod tests {
         let lines = failure_lines(&[ok, drift]);
         assert_eq!(lines.len(), 1);
         assert!(
-            lines[0]
-                .starts_with("ocrig-payload: check failed: calibration_drift: calibration drifted 31.4 %")
+            lines[0].starts_with("ocrig-payload: check failed: calibration_drift: calibration drifted x1.314")
         );
         assert!(!Check::equal("messages", 9, 10, "x".into()).ok);
+    }
+
+    #[test]
+    fn calibration_drift_is_symmetric_and_a_wide_bound_still_refuses_too_short() {
+        // k x too slow and k x too fast are the same drift.
+        for (before, after) in [(10.0, 12.0), (12.0, 10.0)] {
+            let c = calibration_drift(before, after, 0.19);
+            assert!(!c.ok, "{c:?}");
+            assert!((c.value.unwrap() - 1.2f64.ln()).abs() < 1e-12, "{c:?}");
+            assert!(calibration_drift(before, after, 0.21).ok);
+        }
+        // The edges of the default: x1.05 and x1/1.05 pass, a hair beyond fails, both ways.
+        assert!(calibration_drift(1.0, 1.0499, MAX_CALIBRATION_DRIFT).ok);
+        assert!(calibration_drift(1.0499, 1.0, MAX_CALIBRATION_DRIFT).ok);
+        assert!(!calibration_drift(1.0, 1.051, MAX_CALIBRATION_DRIFT).ok);
+        assert!(!calibration_drift(1.051, 1.0, MAX_CALIBRATION_DRIFT).ok);
+        // A bound of 1 (the old statistic's "anything goes" for a too-slow first calibration,
+        // whose drift 1 - 1/k never reaches 1) accepts x2 either way, and refuses x3 either way.
+        assert!(calibration_drift(2.9, 1.5, 1.0).ok && calibration_drift(1.5, 2.9, 1.0).ok);
+        assert!(!calibration_drift(3.0, 1.0, 1.0).ok && !calibration_drift(1.0, 3.0, 1.0).ok);
+        // No calibration after the run (NaN) is not accepted.
+        assert!(!calibration_drift(1.0, f64::NAN, 0.6).ok);
     }
 
     #[test]

@@ -80,7 +80,8 @@ pub struct Args {
     #[arg(long, default_value_t = 200)]
     pub gap_ns: u64,
     /// Largest accepted change of the busy loop's speed between the calibrations before and
-    /// after the run (a fraction): beyond it the run is not a result (exit 3). Widen it only
+    /// after the run: after/before within a factor 1 + this either way (0.05: [1/1.05, 1.05]);
+    /// beyond it the run is not a result (exit 3). Widen it only
     /// on a machine whose CPU speed is known to move (a cloud VM whose physical core is
     /// shared), and say so: the holds then took that much longer or shorter than asked.
     #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = crate::checks::positive_fraction)]
