@@ -146,6 +146,21 @@ pub fn iterations(arg: &str, ns: u64, ns_per_iter: f64) -> Result<u64, crate::wo
     Ok(((ns as f64) / ns_per_iter).round().max(1.0) as u64)
 }
 
+/// `iters` × `factor`, rounded: the test-only `--debug-scale-hold` and kin, which make the work
+/// deliberately other than asked after the calibration chose it (so a test can show that the
+/// in-run checks see it).
+pub fn scaled(iters: u64, factor: f64) -> u64 {
+    (iters as f64 * factor).round() as u64
+}
+
+/// Parses a `--debug-scale-hold` (or kin) factor: positive and finite.
+pub fn scale_factor(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
+        _ => Err(format!("{s:?} is not a positive factor (e.g. 0.5 or 2)")),
+    }
+}
+
 /// The busy loop. Out of line on purpose: every caller runs, and [`calibrate`] measures, this
 /// one copy of the machine code (the call costs a few ns once per hold or gap).
 #[inline(never)]
@@ -175,6 +190,12 @@ mod tests {
         assert!(e.contains("--hold-ns 2") && e.contains("2.50 ns"), "{e}");
         assert_eq!(iterations("--gap-ns", 200, 2.5).unwrap(), 80);
         assert_eq!(iterations("--gap-ns", 3, 2.5).unwrap(), 1);
+        assert_eq!(
+            (scaled(727, 0.5), scaled(727, 2.0), scaled(727, 1.0)),
+            (364, 1454, 727)
+        );
+        assert_eq!(scale_factor("2").unwrap(), 2.0);
+        assert!(scale_factor("0").is_err() && scale_factor("-1").is_err() && scale_factor("inf").is_err());
     }
 
     #[test]

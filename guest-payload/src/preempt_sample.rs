@@ -9,11 +9,15 @@
 //! - Clock: the TSC (`rdtsc`: a few cycles natively, no syscall; guests run on it). Its rate is
 //!   measured against CLOCK_MONOTONIC before the run and again after it ([`TscCalibration`]);
 //!   a rate that moved by more than [`MAX_TSC_RATE_CHANGE`] makes the figures null with a reason.
-//! - Hold: every acquisition reads the TSC right after owning the lock and just before its
-//!   release. Stretched when longer than the calibrated hold by more than the threshold.
-//! - Hand-over: every release stores its TSC in a cell protected by the lock itself; an
-//!   acquisition that had to wait (its try_lock failed; it read the TSC then) reads that cell
-//!   right after owning the lock: hand-over = now − the previous owner's release. Counted only
+//! - Hold: every acquisition reads the TSC right before its hold's busy loop and right after
+//!   it, nothing else between (so a sampled hold, less the same two reads around an empty loop,
+//!   is the hold's work as it ran: [`crate::work_as_run`]). Stretched when longer than the
+//!   calibrated hold by more than the threshold.
+//! - Hand-over: every release stores its hold's end TSC in a cell protected by the lock itself;
+//!   an acquisition that had to wait (its try_lock failed; it read the TSC then) reads that cell
+//!   under the lock: hand-over = its own hold's start − the previous owner's hold's end, so it
+//!   includes the release, the acquisition and both owners' few instructions of bookkeeping
+//!   around their holds (the owner check and the protected update, nanoseconds). Counted only
 //!   when that release came after the wait began (so a waiter was queued when it happened);
 //!   stretched when longer than the threshold.
 //!   Every hold and hand-over is timed (two TSC reads a cycle, a third on a contended one)
@@ -144,11 +148,11 @@ impl Settings {
 pub struct Cycle {
     /// Read when the try_lock failed; None: it succeeded (no wait, no hand-over).
     pub wait_began: Option<u64>,
-    /// Read right after the lock was owned.
+    /// Read right before the hold's busy loop (the lock owned).
     pub entered: u64,
     /// The previous owner's release, read under the lock (0: none yet).
     pub previous_release: u64,
-    /// Read just before this release.
+    /// Read right after the hold's busy loop (the lock still owned).
     pub released: u64,
     /// This acquisition was sampled (its context switches were read before it).
     pub sampled: bool,
@@ -411,6 +415,21 @@ pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches (volun
      or at the previous stretched one): a rise = guest (the guest switched the thread out or it slept somewhere in that window, so guest is an \
      upper bound); none = vcpu (the guest kept running the thread: the host took the vCPU)";
 
+/// Why the TSC cannot time this run, if its rate against CLOCK_MONOTONIC moved by more than
+/// [`MAX_TSC_RATE_CHANGE`] between the calibrations before and after it.
+pub fn tsc_rate_moved(before: &TscCalibration, after: &TscCalibration) -> Option<String> {
+    let change = after.hz / before.hz - 1.0;
+    (!change.is_finite() || change.abs() > MAX_TSC_RATE_CHANGE).then(|| {
+        format!(
+            "the TSC rate moved {:+.1} % against CLOCK_MONOTONIC over the run ({:.0} -> {:.0} Hz; at most {:.0} % accepted)",
+            change * 100.0,
+            before.hz,
+            after.hz,
+            MAX_TSC_RATE_CHANGE * 100.0
+        )
+    })
+}
+
 /// Builds the report from every thread's samples; `elapsed_ns` is the run's window.
 pub fn report(
     settings: &Settings,
@@ -427,16 +446,7 @@ pub fn report(
         all.not_handed_over += t.not_handed_over;
         all.clock_behind += t.clock_behind;
     }
-    let change = tsc_after.hz / tsc_before.hz - 1.0;
-    let clock_bad = (!change.is_finite() || change.abs() > MAX_TSC_RATE_CHANGE).then(|| {
-        format!(
-            "the TSC rate moved {:+.1} % against CLOCK_MONOTONIC over the run ({:.0} -> {:.0} Hz; at most {:.0} % accepted)",
-            change * 100.0,
-            tsc_before.hz,
-            tsc_after.hz,
-            MAX_TSC_RATE_CHANGE * 100.0
-        )
-    });
+    let clock_bad = tsc_rate_moved(&tsc_before, &tsc_after);
     let every = settings.every;
     let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, elapsed_ns)) {
         (Some(why), _) => (None, Some(why.clone())),
