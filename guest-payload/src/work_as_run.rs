@@ -49,7 +49,7 @@ pub const MIN_SAMPLES: u64 = 50;
 /// it keeps the default 200 ns hold judged under TCG (cost about 200 ns).
 pub const MIN_ASKED_TO_COST: f64 = 0.5;
 
-/// What a timed interval is made of and how the cost was read, for the report.
+/// What a timed interval of a lock run is made of and how the cost was read, for the report.
 pub const METHOD: &str = "1 in --hold-sample-rate^-1 acquisitions per thread (the preemption sampler's): its hold read as two TSC \
      reads right around the hold's busy loop, its gap the same way around the gap's, and the timing's own cost as the same two \
      reads around an empty call of the loop (in that cycle's gap); figures are medians, net = timed - cost, ratio = net / asked";
@@ -146,7 +146,7 @@ impl TimedWork {
         (w.timed_p50_ns, w.timing_cost_ns) = (median(timed), median(cost));
         let (Some(timed_ns), Some(cost_ns)) = (w.timed_p50_ns, w.timing_cost_ns) else {
             w.unavailable = Some(format!(
-                "too few samples to judge by: {} {what}s and {} readings of the timing cost (at least {MIN_SAMPLES} of each)",
+                "too few samples to judge by: {} timed {what} intervals and {} readings of the timing cost (at least {MIN_SAMPLES} of each)",
                 w.samples, w.timing_cost_samples
             ));
             return w;
@@ -222,7 +222,10 @@ mod tests {
         let w = TimedWork::of("hold", 200, &few, &cost, None);
         assert!(w.ratio.is_none() && w.timed_p50_ns.is_none());
         let why = w.unavailable.unwrap();
-        assert!(why.contains("49 holds") && why.contains("at least 50"), "{why}");
+        assert!(
+            why.contains("49 timed hold intervals") && why.contains("at least 50"),
+            "{why}"
+        );
 
         // 100 ns asked against 217 ns of cost: measured, not judged.
         let w = TimedWork::of("gap", 100, &timed, &cost, None);
