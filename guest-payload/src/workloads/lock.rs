@@ -942,6 +942,15 @@ mod tests {
         let r: LockResult = report.detail_as().unwrap();
         assert!(r.preemption.is_none());
         assert!(r.preemption_unavailable.unwrap().contains("--no-hold-sampling"));
+        // Nothing timed, so the work as it ran is not judged, and says why.
+        let w = r.work_as_run.unwrap();
+        assert!(w.hold.ratio.is_none() && w.hold.timed_p50_ns.is_none());
+        assert!(w.gap.unavailable.unwrap().contains("--no-hold-sampling"));
+        let c = check(&report, "hold_as_asked");
+        assert!(
+            c.ok && c.value.is_none() && c.detail.contains("not judged"),
+            "{c:?}"
+        );
         assert!(!report.metrics.contains_key("stretched_hold_share"));
         // Null, not absent: a lock report always says whether it sampled.
         let v = serde_json::to_value(&report).unwrap();
@@ -1062,5 +1071,11 @@ mod tests {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         assert!(v["env"]["kernel"].is_string() && v["env"]["cpus"].is_u64());
+        // A report made before the work was timed (no work_as_run, no scale factors) still reads.
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("work_as_run");
+        assert!(old["calibration"].get("debug_scale_hold").is_none());
+        let r: LockResult = serde_json::from_value(old).unwrap();
+        assert!(r.work_as_run.is_none() && r.calibration.debug_scale_hold == 1.0);
     }
 }

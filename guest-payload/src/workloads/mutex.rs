@@ -1086,5 +1086,10 @@ mod tests {
         assert_eq!(report.metrics["contended"], r.contended.unwrap() as f64);
         let back: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
         assert_eq!(back, report);
+        // A report made before the work was timed (no work_as_run) still reads.
+        let mut old = serde_json::to_value(&report).unwrap();
+        old["calibration"].as_object_mut().unwrap().remove("work_as_run");
+        let r: MutexResult = serde_json::from_value(old).unwrap();
+        assert!(r.calibration.unwrap().work_as_run.is_none());
     }
 }
