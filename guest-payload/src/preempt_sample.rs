@@ -9,8 +9,8 @@
 //! - Clock: the TSC (`rdtsc`: a few cycles natively, no syscall; guests run on it). Its rate is
 //!   measured against CLOCK_MONOTONIC before the run and again after it ([`TscCalibration`]);
 //!   a rate that moved by more than [`MAX_TSC_RATE_CHANGE`] makes the figures null with a reason.
-//! - Hold: every acquisition reads the TSC right before its hold's busy loop and right after
-//!   it, nothing else between (so a sampled hold, less the same two reads around an empty loop,
+//! - Hold: every acquisition reads the TSC ([`ordered_ticks`]) right before its hold's busy
+//!   loop and right after it, nothing else between (so a sampled hold, less the same two reads around an empty loop,
 //!   is the hold's work as it ran: [`crate::work_as_run`]). Stretched when longer than the
 //!   calibrated hold by more than the threshold.
 //! - Hand-over: every release stores its hold's end TSC in a cell protected by the lock itself;
@@ -74,6 +74,27 @@ pub fn ticks() -> u64 {
         // which Linux does not set by default). Not serialising: it may run a few dozen cycles
         // early or late, nothing against a threshold of tens of µs.
         unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        monotonic_ns()
+    }
+}
+
+/// The clock's tick count once every earlier instruction has completed (`lfence; rdtsc`; Linux
+/// makes LFENCE dispatch-serialising on AMD too): the reads around a timed interval of work. A
+/// plain `rdtsc` may run before an earlier load that missed the cache has completed, which puts
+/// part of that miss inside the interval: sampled 200 ns gaps right after a histogram update
+/// read 80-100 ns long against 2000 ns holds in the same runs (natively, 2026-12-04).
+#[inline(always)]
+pub fn ordered_ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: lfence and rdtsc have no preconditions on x86-64 (SSE2 is baseline).
+        unsafe {
+            core::arch::x86_64::_mm_lfence();
+            core::arch::x86_64::_rdtsc()
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -9,7 +9,8 @@
 //!
 //! - Timed: 1 in `--hold-sample-rate`⁻¹ acquisitions per thread (the ones the preemption sampler
 //!   samples) records its hold, read as two TSC reads right around `spin_iters(hold)` and nothing
-//!   else, and its gap, read the same way around `spin_iters(gap)`.
+//!   else, and its gap, read the same way around `spin_iters(gap)`. Each read waits for every
+//!   earlier instruction ([`crate::preempt_sample::ordered_ticks`]).
 //! - The timing's own cost: in the same sampled cycles (in the gap, outside the lock) the same
 //!   two TSC reads around `spin_iters(0)`: the call, the loop's exit and the reads themselves,
 //!   under the run's own load at the run's own moments. Natively about 10 ns (one TSC step on
@@ -33,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::busywork::spin_iters;
 use crate::metrics::new_latency_histogram;
-use crate::preempt_sample::ticks;
+use crate::preempt_sample::ordered_ticks;
 
 /// Default of `--max-work-error`: a net hold or gap within a factor 1.1 of the asked one.
 pub const MAX_WORK_ERROR: f64 = 0.10;
@@ -76,11 +77,11 @@ impl WorkSamples {
     #[cold]
     #[inline(never)]
     pub fn timed_gap(&mut self, gap_iters: u64, ns_per_tick: f64) {
-        let t0 = ticks();
+        let t0 = ordered_ticks();
         spin_iters(gap_iters);
-        let t1 = ticks();
+        let t1 = ordered_ticks();
         spin_iters(0);
-        let t2 = ticks();
+        let t2 = ordered_ticks();
         // The empty interval is read with the same pair of reads as the gap: t1 ends the gap and
         // starts the empty one, as a hold's first read follows whatever came before it.
         record(&mut self.gaps, t1.wrapping_sub(t0), ns_per_tick);

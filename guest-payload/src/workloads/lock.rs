@@ -674,9 +674,17 @@ fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> (u64, 
         std::ptr::write_volatile(&mut data[0], v + 1);
         data[1] = data[1].wrapping_add(v);
     }
-    let entered = if timing { preempt_sample::ticks() } else { 0 };
+    let entered = if timing {
+        preempt_sample::ordered_ticks()
+    } else {
+        0
+    };
     spin_iters(hold_iters);
-    let released = if timing { preempt_sample::ticks() } else { 0 };
+    let released = if timing {
+        preempt_sample::ordered_ticks()
+    } else {
+        0
+    };
     p.owner.leave(me);
     (entered, released)
 }

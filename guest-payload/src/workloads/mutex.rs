@@ -758,9 +758,9 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
         unsafe { *slot.counter.get() += 1 };
         match work.as_mut() {
             Some((inside, _)) if timed => {
-                let t0 = preempt_sample::ticks();
+                let t0 = preempt_sample::ordered_ticks();
                 spin_iters(p.inside);
-                let t1 = preempt_sample::ticks();
+                let t1 = preempt_sample::ordered_ticks();
                 let _ = inside.record(((t1.wrapping_sub(t0) as f64 * ns_per_tick) as u64).max(1));
             }
             _ => spin_iters(p.inside),
