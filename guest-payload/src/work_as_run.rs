@@ -13,7 +13,7 @@
 //!   earlier instruction ([`crate::preempt_sample::ordered_ticks`]).
 //! - The timing's own cost: in the same sampled cycles (in the gap, outside the lock) the same
 //!   two TSC reads around `spin_iters(0)`: the call, the loop's exit and the reads themselves,
-//!   under the run's own load at the run's own moments. Natively about 20 ns with the fences (the
+//!   under the run's own load at the run's own moments. Natively about 30 ns with the fences (the
 //!   TSC here moves in 10 ns steps, 2026-12-04); under TCG about 200 ns (a 200 ns hold read
 //!   417 ns at p50 with unfenced reads, 2026-12-03), so it must be taken off, not ignored.
 //! - Figures: medians (a hold or gap that a preemption stretched is rare and sits in the tail;
@@ -27,7 +27,7 @@
 //!
 //! Cost to the run: the holds are timed anyway (every one, for the preemption figures); a sampled
 //! cycle adds four TSC reads and one empty call in its gap, about 2 × the timing cost once per
-//! 64 cycles (natively ~0.6 ns a cycle, under TCG ~6 ns against cycles of ~800 ns).
+//! 64 cycles (natively ~1 ns a cycle, under TCG ~6 ns against cycles of ~800 ns).
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
