@@ -12,9 +12,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::work_as_run::TimedWork;
+
 /// Margin for clock and accounting granularity on every bound.
 pub const TOLERANCE: f64 = 1.02;
-/// Largest accepted change of the calibration between before and after the run.
+/// Largest accepted change of the calibration between before and after the run: a factor
+/// `1 + this` either way (see [`calibration_drift`]).
 pub const MAX_CALIBRATION_DRIFT: f64 = 0.05;
 /// Exit status of a run that completed but broke a check.
 pub const EXIT_CHECK_FAILED: u8 = 3;
@@ -74,16 +77,58 @@ pub fn cpu_within_elapsed(window_cpu_ns: u64, elapsed_ns: u64, cpus_allowed: usi
     Check::at_most("cpu_within_elapsed", busy, bound, detail)
 }
 
-/// Calibration before and after the run within `max_drift` (by default
-/// [`MAX_CALIBRATION_DRIFT`]) of each other.
+/// Calibration before and after the run within a factor `1 + max_drift` of each other, in either
+/// direction: `|ln(after / before)| <= ln(1 + max_drift)`, so the default 0.05 accepts
+/// after/before within [1/1.05, 1.05]. (The old `|after − before| / before` was lopsided: a
+/// before-calibration k× too slow read as a drift of 1 − 1/k < 1, so a bound of 1 or more
+/// accepted any hold that came out too short.)
 pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_drift: f64) -> Check {
-    let drift = (after_ns_per_iter - before_ns_per_iter).abs() / before_ns_per_iter.max(1e-12);
+    let ratio = after_ns_per_iter / before_ns_per_iter;
+    let (drift, bound) = (ratio.ln().abs(), max_drift.ln_1p());
     let detail = format!(
-        "calibration drifted {:.1} % during the run ({before_ns_per_iter:.3} -> {after_ns_per_iter:.3} ns/iter; at most {:.0} % accepted)",
-        drift * 100.0,
-        max_drift * 100.0
+        "calibration drifted x{ratio:.3} during the run ({before_ns_per_iter:.3} -> {after_ns_per_iter:.3} ns/iter; \
+         accepted within x{:.3}..x{:.3}, i.e. |ln(after/before)| = {drift:.4} <= ln(1 + {max_drift}) = {bound:.4})",
+        1.0 / (1.0 + max_drift),
+        1.0 + max_drift,
     );
-    Check::at_most("calibration_drift", drift, max_drift, detail)
+    // A NaN (no calibration after the run) compares false: not accepted.
+    Check::at_most("calibration_drift", drift, bound, detail)
+}
+
+/// The work as it ran within a factor `1 + max_error` of what was asked, either way:
+/// `|ln(net / asked)| <= ln(1 + max_error)` (see [`crate::work_as_run`]). `name` is the check's
+/// (`hold_as_asked`), `arg` the argument that asked (`--hold-ns`). Where the run cannot judge,
+/// the check passes with no value and says why.
+pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Check {
+    let bound = max_error.ln_1p();
+    let (Some(ratio), Some(timed), Some(cost), Some(net)) =
+        (w.ratio, w.timed_p50_ns, w.timing_cost_ns, w.net_p50_ns)
+    else {
+        let why = w.unavailable.as_deref().unwrap_or("no figures");
+        return Check {
+            name: name.into(),
+            ok: true,
+            value: None,
+            bound: Some(bound),
+            detail: format!("not judged: {why}"),
+        };
+    };
+    // A net of 0 or less (ratio <= 0) has no logarithm: it is infinitely too short.
+    let error = if ratio > 0.0 {
+        ratio.ln().abs()
+    } else {
+        f64::INFINITY
+    };
+    let detail = format!(
+        "the {} sampled intervals ran {timed:.0} ns at the median as timed, less {cost:.0} ns of the timing's own cost \
+         = {net:.0} ns: x{ratio:.3} the asked {arg} {} (accepted within x{:.3}..x{:.3}, i.e. |ln(net/asked)| = {error:.4} \
+         <= ln(1 + {max_error}) = {bound:.4})",
+        w.samples,
+        w.asked_ns,
+        1.0 / (1.0 + max_error),
+        1.0 + max_error,
+    );
+    Check::at_most(name, error, bound, detail)
 }
 
 /// Parses a positive fraction (a drift bound such as `--max-calibration-drift`).
@@ -212,7 +257,13 @@ mod tests {
         let drift = calibration_drift(12.1, 15.9, MAX_CALIBRATION_DRIFT);
         assert!(!drift.ok);
         assert!(
-            drift.detail.contains("31.4 %") && drift.detail.contains("12.100 -> 15.900"),
+            drift.detail.contains("x1.314") && drift.detail.contains("12.100 -> 15.900"),
+            "{}",
+            drift.detail
+        );
+        // The bound is in the words: x1/1.05..x1.05 and its log.
+        assert!(
+            drift.detail.contains("x0.952..x1.050") && drift.detail.contains("ln(1 + 0.05) = 0.0488"),
             "{}",
             drift.detail
         );
@@ -221,9 +272,77 @@ mod tests {
         assert_eq!(lines.len(), 1);
         assert!(
             lines[0]
-                .starts_with("ocrig-payload: check failed: calibration_drift: calibration drifted 31.4 %")
+                .starts_with("ocrig-payload: check failed: calibration_drift: calibration drifted x1.314")
         );
         assert!(!Check::equal("messages", 9, 10, "x".into()).ok);
+    }
+
+    #[test]
+    fn calibration_drift_is_symmetric_and_a_wide_bound_still_refuses_too_short() {
+        // k x too slow and k x too fast are the same drift.
+        for (before, after) in [(10.0, 12.0), (12.0, 10.0)] {
+            let c = calibration_drift(before, after, 0.19);
+            assert!(!c.ok, "{c:?}");
+            assert!((c.value.unwrap() - 1.2f64.ln()).abs() < 1e-12, "{c:?}");
+            assert!(calibration_drift(before, after, 0.21).ok);
+        }
+        // The edges of the default: x1.05 and x1/1.05 pass, a hair beyond fails, both ways.
+        assert!(calibration_drift(1.0, 1.0499, MAX_CALIBRATION_DRIFT).ok);
+        assert!(calibration_drift(1.0499, 1.0, MAX_CALIBRATION_DRIFT).ok);
+        assert!(!calibration_drift(1.0, 1.051, MAX_CALIBRATION_DRIFT).ok);
+        assert!(!calibration_drift(1.051, 1.0, MAX_CALIBRATION_DRIFT).ok);
+        // A bound of 1 (the old statistic's "anything goes" for a too-slow first calibration,
+        // whose drift 1 - 1/k never reaches 1) accepts x2 either way, and refuses x3 either way.
+        assert!(calibration_drift(2.9, 1.5, 1.0).ok && calibration_drift(1.5, 2.9, 1.0).ok);
+        assert!(!calibration_drift(3.0, 1.0, 1.0).ok && !calibration_drift(1.0, 3.0, 1.0).ok);
+        // No calibration after the run (NaN) is not accepted.
+        assert!(!calibration_drift(1.0, f64::NAN, 0.6).ok);
+    }
+
+    #[test]
+    fn work_as_asked_is_symmetric_and_says_when_it_cannot_judge() {
+        let work = |asked: u64, net: f64| TimedWork {
+            asked_ns: asked,
+            samples: 1000,
+            timing_cost_samples: 1000,
+            timed_p50_ns: Some(net + 10.0),
+            timing_cost_ns: Some(10.0),
+            net_p50_ns: Some(net),
+            ratio: Some(net / asked as f64),
+            unavailable: None,
+        };
+        let ok = work_as_asked("hold_as_asked", "--hold-ns", &work(200, 210.0), 0.10);
+        assert!(ok.ok && ok.bound == Some(0.1f64.ln_1p()), "{ok:?}");
+        assert!(
+            ok.detail.contains("ran 220 ns at the median")
+                && ok.detail.contains("less 10 ns")
+                && ok.detail.contains("= 210 ns: x1.050 the asked --hold-ns 200")
+                && ok.detail.contains("x0.909..x1.100"),
+            "{}",
+            ok.detail
+        );
+        // Half and twice the asked hold both fail, by the same amount.
+        let short = work_as_asked("hold_as_asked", "--hold-ns", &work(200, 100.0), 0.10);
+        let long = work_as_asked("hold_as_asked", "--hold-ns", &work(200, 400.0), 0.10);
+        assert!(!short.ok && !long.ok);
+        assert!((short.value.unwrap() - long.value.unwrap()).abs() < 1e-12);
+        // The edges: x1.1 and x1/1.1 pass, beyond fails.
+        assert!(work_as_asked("h", "--hold-ns", &work(1000, 1099.0), 0.10).ok);
+        assert!(work_as_asked("h", "--hold-ns", &work(1000, 910.0), 0.10).ok);
+        assert!(!work_as_asked("h", "--hold-ns", &work(1000, 1101.0), 0.10).ok);
+        assert!(!work_as_asked("h", "--hold-ns", &work(1000, 908.0), 0.10).ok);
+        // A net of nothing (the timing cost ate the whole interval) is infinitely short.
+        let none = work_as_asked("h", "--hold-ns", &work(200, -5.0), 0.10);
+        assert!(!none.ok && none.value == Some(f64::INFINITY), "{none:?}");
+        // Not judged: passes, no value, the reason in words.
+        let mut w = work(200, 200.0);
+        (w.ratio, w.unavailable) = (None, Some("too few samples to judge by".into()));
+        let c = work_as_asked("gap_as_asked", "--gap-ns", &w, 0.10);
+        assert!(
+            c.ok && c.value.is_none() && c.detail == "not judged: too few samples to judge by",
+            "{c:?}"
+        );
+        assert!(failure_lines(&[c]).is_empty());
     }
 
     #[test]

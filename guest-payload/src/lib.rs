@@ -14,4 +14,5 @@ pub mod metrics;
 pub mod preempt_sample;
 pub mod probe;
 pub mod report;
+pub mod work_as_run;
 pub mod workloads;

@@ -34,6 +34,8 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         ),
         (&["ebizzy", "--rng", "lcg"], "--rng"),
         (&["mutex", "--max-calibration-drift", "0"], "positive fraction"),
+        (&["lock", "--max-work-error", "0"], "positive fraction"),
+        (&["lock", "--debug-scale-hold", "0"], "positive factor"),
         (&["futexlock", "--mode", "sometimes"], "sometimes"),
         (
             &["sysfs-mutex", "--root", "/nonexistent/ocrig-root"],

@@ -15,19 +15,27 @@
 //! is taken off that interval (see [`LockResult::acquire_latency`]).
 //!
 //! Hold and gap are iteration counts from calibrations the workers make themselves (up to
-//! [`CALIBRATING_WORKERS`] of them, one at a time) just before the start gate, and again after
-//! the stop, outside the window; the median before chooses the counts. Every run checks itself
-//! ([`crate::checks`]): CPU time inside the window within elapsed × CPUs, calibrated work per
-//! second within the CPUs the threads can use, exclusive holds per second within one, and the
-//! calibration unchanged (within 5 %) over the run.
+//! [`CALIBRATING_WORKERS`] of them, all at once, so under the load the run will have) just
+//! before the start gate, and again after the stop, outside the window; the median before
+//! chooses the counts. Every run checks itself ([`crate::checks`]):
+//! - the work as it ran, the run's verdict: the sampled holds' median, timed with the TSC, less
+//!   the timing's own cost read the same way around an empty loop in the same cycles, within a
+//!   factor 1 + `--max-work-error` (default 0.10) of `--hold-ns` either way (`hold_as_asked`),
+//!   and the same for the gaps (`gap_as_asked`); see [`crate::work_as_run`];
+//! - the calibration's drift: after/before within a factor 1 + `--max-calibration-drift`
+//!   (default 0.05) either way;
+//! - bookkeeping guards, which hold whatever the load (load only slows a run down) and so catch
+//!   only the payload's own accounting errors: CPU time inside the window within elapsed × CPUs,
+//!   calibrated work per second within the CPUs the threads can use, exclusive holds per second
+//!   within one.
 //!
 //! Preempted holds and hand-overs ([`crate::preempt_sample`]): every acquisition reads the TSC
-//! right after owning the lock and just before releasing it, and every release stores its TSC in
+//! right before its hold's busy loop and right after it, and every release stores the latter in
 //! a cell the lock protects, so an acquisition that waited knows when the lock was handed to it;
 //! one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
-//! critical section). These TSC reads are the only clock reads inside a critical section: a few
-//! cycles natively (no syscall, unlike the CLOCK_MONOTONIC reads above), and
-//! `--no-hold-sampling` takes them all out.
+//! critical section) and times its gap and an empty loop ([`crate::work_as_run`]). These TSC
+//! reads are the only clock reads inside a critical section: a few cycles natively (no syscall,
+//! unlike the CLOCK_MONOTONIC reads above), and `--no-hold-sampling` takes them all out.
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -49,6 +57,7 @@ use crate::locks::{self, LockInfo, LockVisitor, futex};
 use crate::metrics::{Ctxsw, Fairness, Latency, new_latency_histogram};
 use crate::preempt_sample::{self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration};
 use crate::report::Report;
+use crate::work_as_run::{self, TimedWork, WorkAsRun, WorkSamples};
 
 /// One in this many contended acquisitions (per thread, starting with the first) is timed.
 pub const LATENCY_SAMPLE_EVERY: u64 = 8;
@@ -57,9 +66,9 @@ pub const LATENCY_SAMPLE_EVERY: u64 = 8;
 /// the histogram is one of its few largest samples (with 8 it is the maximum).
 pub const MIN_SAMPLES_FOR_P99: u64 = 100;
 
-/// At most this many workers calibrate (one at a time, ~7 ms each): enough to see every CPU
-/// the threads run on in guests of the sizes used, without making a 256-thread start-up last
-/// seconds. The rest run the counts the median of these chose.
+/// At most this many workers calibrate (all at once, ~10 ms): enough to see every CPU the
+/// threads run on in guests of the sizes used, and to load them as the run will. The rest wait
+/// at the gate and run the counts the median of these chose.
 pub const CALIBRATING_WORKERS: usize = 16;
 
 #[derive(Debug, Clone, ClapArgs, Serialize, Deserialize)]
@@ -80,7 +89,8 @@ pub struct Args {
     #[arg(long, default_value_t = 200)]
     pub gap_ns: u64,
     /// Largest accepted change of the busy loop's speed between the calibrations before and
-    /// after the run (a fraction): beyond it the run is not a result (exit 3). Widen it only
+    /// after the run: after/before within a factor 1 + this either way (0.05: [1/1.05, 1.05]);
+    /// beyond it the run is not a result (exit 3). Widen it only
     /// on a machine whose CPU speed is known to move (a cloud VM whose physical core is
     /// shared), and say so: the holds then took that much longer or shorter than asked.
     #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = crate::checks::positive_fraction)]
@@ -100,10 +110,39 @@ pub struct Args {
     #[serde(default = "default_threshold")]
     pub stretch_threshold_ns: u64,
     /// No hold/hand-over timing or sampling: no TSC read at all inside critical sections (the
-    /// report's `preemption` is then null, with the reason). For measuring their cost.
+    /// report's `preemption` is then null, with the reason, and the holds and gaps as they ran
+    /// are not judged). For measuring their cost.
     #[arg(long)]
     #[serde(default)]
     pub no_hold_sampling: bool,
+    /// Largest accepted error of the hold and gap as they ran (sampled in the run, timed with the
+    /// TSC, less the timing's own cost) against --hold-ns and --gap-ns: within a factor 1 + this
+    /// either way (0.10: [1/1.1, 1.1]); beyond it the run is not a result (exit 3).
+    #[arg(long, default_value_t = work_as_run::MAX_WORK_ERROR, value_parser = crate::checks::positive_fraction)]
+    #[serde(default = "default_work_error")]
+    pub max_work_error: f64,
+    /// Test only: multiplies the hold's iteration count by this after the calibration chose it,
+    /// so the hold is deliberately not what was asked (the gap, unscaled, shows meanwhile that
+    /// the loop ran at its calibrated speed).
+    #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
+    #[serde(default = "one")]
+    pub debug_scale_hold: f64,
+    /// Test only: the same for the gap's iteration count.
+    #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
+    #[serde(default = "one")]
+    pub debug_scale_gap: f64,
+}
+
+fn default_work_error() -> f64 {
+    work_as_run::MAX_WORK_ERROR
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(f: &f64) -> bool {
+    *f == 1.0
 }
 
 fn default_sample_rate() -> f64 {
@@ -173,6 +212,11 @@ pub struct LockResult {
     /// sampling was off, with `preemption_unavailable` saying so.
     pub preemption: Option<PreemptionReport>,
     pub preemption_unavailable: Option<String>,
+    /// The hold and gap as they ran (sampled, timed, less the timing's own cost) against the
+    /// asked ones: what `hold_as_asked` and `gap_as_asked` judge. Absent from reports made
+    /// before those checks existed.
+    #[serde(default)]
+    pub work_as_run: Option<WorkAsRun>,
 }
 
 /// The calibration of one run's busy work.
@@ -192,6 +236,12 @@ pub struct WorkCalibration {
     /// Each calibrating worker's calibration, before and after.
     pub before: Vec<Calibration>,
     pub after: Vec<Calibration>,
+    /// The test-only `--debug-scale-hold` and `--debug-scale-gap` factors the counts were
+    /// multiplied by after the calibration (absent when 1: the counts are the calibration's).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub debug_scale_hold: f64,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub debug_scale_gap: f64,
 }
 
 #[repr(align(128))]
@@ -233,6 +283,7 @@ struct ThreadOutcome {
     window_cpu_ns: u64,
     after: Option<Calibration>,
     samples: Option<preempt_sample::ThreadSamples>,
+    work: Option<WorkSamples>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -249,11 +300,18 @@ impl LockVisitor for Bench<'_> {
     }
 }
 
-/// The iteration counts for the calibration `ns_per_iter`, or the argument that cannot be made.
+/// The iteration counts for the calibration `ns_per_iter` (times the test-only
+/// `--debug-scale-hold` and `--debug-scale-gap`), or the argument that cannot be made.
 fn iteration_counts(args: &Args, ns_per_iter: f64) -> Result<(u64, u64), super::BadInput> {
     Ok((
-        busywork::iterations("--hold-ns", args.hold_ns, ns_per_iter)?,
-        busywork::iterations("--gap-ns", args.gap_ns, ns_per_iter)?,
+        busywork::scaled(
+            busywork::iterations("--hold-ns", args.hold_ns, ns_per_iter)?,
+            args.debug_scale_hold,
+        ),
+        busywork::scaled(
+            busywork::iterations("--gap-ns", args.gap_ns, ns_per_iter)?,
+            args.debug_scale_gap,
+        ),
     ))
 }
 
@@ -280,6 +338,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         calibrated_hold_ns: f64::NAN, // known after the calibration, set by each worker
         tsc_hz: t.hz,
     });
+    let ns_per_tick = sampling.map_or(f64::NAN, |s| 1e9 / s.tsc_hz);
     let gate = Arc::new(StartGate::new(args.threads as usize));
     // The same kind of gate at the end: the main thread stamps the end (and so every worker's
     // CPU reading precedes it) while every worker is parked, before any calibrates again.
@@ -310,7 +369,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
                             ..s
                         })
                     });
-                    let mut out = worker(&shared, t as OwnerId + 1, hold, gap, sampler);
+                    let mut out = worker(&shared, t as OwnerId + 1, hold, gap, sampler, ns_per_tick);
                     stop_gate.arrive();
                     out.after = calibrates.then(busywork::calibrate);
                     out
@@ -369,6 +428,8 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         effective_gap_ns_after: gap_iters as f64 * ns_after,
         before,
         after,
+        debug_scale_hold: args.debug_scale_hold,
+        debug_scale_gap: args.debug_scale_gap,
     };
     let ops_per_thread: Vec<u64> = outcomes.iter().map(|o| o.ops).collect();
     let ops_total: u64 = ops_per_thread.iter().sum();
@@ -404,6 +465,12 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let preemption_unavailable = preemption
         .is_none()
         .then(|| "hold/hand-over timing switched off (--no-hold-sampling)".to_string());
+    let work_as_run = work_as_run_of(
+        args,
+        &outcomes,
+        preemption.as_ref(),
+        preemption_unavailable.as_deref(),
+    );
     let result = LockResult {
         algo: args.algo.clone(),
         threads: args.threads,
@@ -439,6 +506,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         calibration,
         preemption,
         preemption_unavailable,
+        work_as_run: Some(work_as_run.clone()),
     };
     anyhow::ensure!(
         result.owner_violations == 0,
@@ -453,9 +521,13 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     );
     let checks = checks_of(
         &result,
+        &work_as_run,
         elapsed.as_nanos() as u64,
         env.cpus_allowed,
-        args.max_calibration_drift,
+        Bounds {
+            max_drift: args.max_calibration_drift,
+            max_work_error: args.max_work_error,
+        },
     );
     Ok(Report::new(
         "lock",
@@ -467,10 +539,59 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     .with_checks(checks))
 }
 
-/// The run's physics. Work per operation is counted at the faster of the two calibrations (the
-/// smaller ns per iteration), so a bound fails only if it fails under either of them; the
-/// drift check says whether they agree.
-fn checks_of(r: &LockResult, elapsed_ns: u64, cpus_allowed: usize, max_drift: f64) -> Vec<Check> {
+/// The hold and gap as they ran, from every thread's samples (the holds are the preemption
+/// sampler's sampled ones; the gaps and the timing cost were read in the same cycles).
+fn work_as_run_of(
+    args: &Args,
+    outcomes: &[ThreadOutcome],
+    preemption: Option<&PreemptionReport>,
+    timing_off: Option<&str>,
+) -> WorkAsRun {
+    let mut holds = crate::metrics::new_latency_histogram();
+    let mut work = WorkSamples::default();
+    for o in outcomes {
+        if let Some(s) = &o.samples {
+            // Same bounds on both sides: adding cannot fail.
+            let _ = holds.add(&s.holds.sampled_len);
+        }
+        if let Some(w) = &o.work {
+            work.add(w);
+        }
+    }
+    let unusable_clock = match (timing_off, preemption) {
+        (Some(why), _) => Some(why.to_string()),
+        (None, Some(p)) => preempt_sample::tsc_rate_moved(&p.tsc_before, &p.tsc_after),
+        (None, None) => Some("no timing".to_string()),
+    };
+    let clock = unusable_clock.as_deref();
+    WorkAsRun {
+        hold: TimedWork::of("hold", args.hold_ns, &holds, &work.timing_cost, clock),
+        gap: TimedWork::of("gap", args.gap_ns, &work.gaps, &work.timing_cost, clock),
+        method: work_as_run::METHOD.into(),
+    }
+}
+
+/// The bounds the run's checks hold it to (from the arguments).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    max_drift: f64,
+    max_work_error: f64,
+}
+
+/// The run's checks. `hold_as_asked` and `gap_as_asked` judge the work by what happened in the
+/// run; the calibration drift still says whether the loop kept its speed outside it. The other
+/// three are bookkeeping guards: they hold whatever the machine's load (load only slows a run
+/// down), and fail only when the payload's own accounting is wrong (a start stamped late, CPU
+/// counted twice, work counted that was not done). Work per operation is counted there at the
+/// faster of the two calibrations (the smaller ns per iteration), so a guard fails only if it
+/// fails under either of them.
+fn checks_of(
+    r: &LockResult,
+    as_run: &WorkAsRun,
+    elapsed_ns: u64,
+    cpus_allowed: usize,
+    bounds: Bounds,
+) -> Vec<Check> {
     let c = &r.calibration;
     let per_iter = c.ns_per_iter_before.min(c.ns_per_iter_after);
     let (hold_s, gap_s) = (
@@ -482,7 +603,9 @@ fn checks_of(r: &LockResult, elapsed_ns: u64, cpus_allowed: usize, max_drift: f6
     let holds = r.ops_per_sec * hold_s;
     vec![
         checks::cpu_within_elapsed(r.window_cpu_ns, elapsed_ns, cpus_allowed),
-        checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, max_drift),
+        checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, bounds.max_drift),
+        checks::work_as_asked("hold_as_asked", "--hold-ns", &as_run.hold, bounds.max_work_error),
+        checks::work_as_asked("gap_as_asked", "--gap-ns", &as_run.gap, bounds.max_work_error),
         Check::at_most(
             "work_within_cpus",
             work,
@@ -537,9 +660,12 @@ fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
     m
 }
 
-/// One critical section: owner check around the protected update and the hold work.
+/// One critical section: owner check around the protected update and the hold work. With
+/// `timing`, returns the TSC read right before the hold's busy loop and right after it, and
+/// nothing else between, so a timed hold is the loop (and the two reads) alone: the owner check
+/// and the update, and their cache misses, fall in the hand-overs.
 #[inline(always)]
-fn critical(p: &Protected, me: OwnerId, hold_iters: u64) {
+fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> (u64, u64) {
     p.owner.enter(me);
     // SAFETY: the caller holds the lock; the data is only touched under it.
     unsafe {
@@ -548,8 +674,19 @@ fn critical(p: &Protected, me: OwnerId, hold_iters: u64) {
         std::ptr::write_volatile(&mut data[0], v + 1);
         data[1] = data[1].wrapping_add(v);
     }
+    let entered = if timing {
+        preempt_sample::ordered_ticks()
+    } else {
+        0
+    };
     spin_iters(hold_iters);
+    let released = if timing {
+        preempt_sample::ordered_ticks()
+    } else {
+        0
+    };
     p.owner.leave(me);
+    (entered, released)
 }
 
 fn worker<R: RawMutex>(
@@ -558,6 +695,7 @@ fn worker<R: RawMutex>(
     hold_iters: u64,
     gap_iters: u64,
     mut sampler: Option<Sampler>,
+    ns_per_tick: f64,
 ) -> ThreadOutcome {
     let mut out = ThreadOutcome {
         ops: 0,
@@ -567,10 +705,12 @@ fn worker<R: RawMutex>(
         window_cpu_ns: 0,
         after: None,
         samples: None,
+        work: None,
     };
     let lock = &shared.lock.0;
     let protected = &shared.protected.0;
     let timing = sampler.is_some();
+    let mut work = timing.then(WorkSamples::default);
     let cpu0 = checks::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !shared.stop.0.load(Ordering::Relaxed) {
@@ -591,21 +731,17 @@ fn worker<R: RawMutex>(
             lock.lock();
             (Some(began), t0)
         };
-        let (entered, previous_release) = if timing {
-            // SAFETY: read under the lock (the cell's writers all hold it).
-            (preempt_sample::ticks(), unsafe { *protected.release_ticks.get() })
-        } else {
-            (0, 0)
-        };
-        critical(protected, me, hold_iters);
-        let released = if timing {
-            let t = preempt_sample::ticks();
-            // SAFETY: still under the lock.
-            unsafe { *protected.release_ticks.get() = t };
-            t
+        // SAFETY: read under the lock (the cell's writers all hold it).
+        let previous_release = if timing {
+            unsafe { *protected.release_ticks.get() }
         } else {
             0
         };
+        let (entered, released) = critical(protected, me, hold_iters, timing);
+        if timing {
+            // SAFETY: still under the lock.
+            unsafe { *protected.release_ticks.get() = released };
+        }
         // SAFETY: this thread acquired the lock above.
         unsafe { lock.unlock() };
         if let Some(s) = sampler.as_mut() {
@@ -621,11 +757,16 @@ fn worker<R: RawMutex>(
             let _ = out.cycle.record((t0.elapsed().as_nanos() as u64).max(1));
         }
         out.ops += 1;
-        spin_iters(gap_iters);
+        match work.as_mut() {
+            // `sampled` is only ever true with timing on.
+            Some(w) if sampled => w.timed_gap(gap_iters, ns_per_tick),
+            _ => spin_iters(gap_iters),
+        }
     }
     out.ctxsw = Ctxsw::this_thread().since(before);
     out.window_cpu_ns = checks::thread_cpu_ns().saturating_sub(cpu0);
     out.samples = sampler.map(|s| s.out);
+    out.work = work;
     out
 }
 
@@ -644,6 +785,9 @@ mod tests {
             hold_sample_rate: preempt_sample::DEFAULT_SAMPLE_RATE,
             stretch_threshold_ns: preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS,
             no_hold_sampling: false,
+            max_work_error: work_as_run::MAX_WORK_ERROR,
+            debug_scale_hold: 1.0,
+            debug_scale_gap: 1.0,
         }
     }
 
@@ -697,12 +841,31 @@ mod tests {
                 [
                     "cpu_within_elapsed",
                     "calibration_drift",
+                    "hold_as_asked",
+                    "gap_as_asked",
                     "work_within_cpus",
                     "holds_serialised"
                 ],
                 "{algo}"
             );
-            // Physics cannot fail, whatever the machine's load (load only slows the run).
+            // The work as it ran: each figure judged, or null with the reason; the net is the
+            // timed median less the timing cost; the asked lengths are the arguments.
+            let w = r.work_as_run.as_ref().expect("work_as_run in a new report");
+            for (t, asked) in [(&w.hold, 100), (&w.gap, 100)] {
+                assert_eq!(t.asked_ns, asked);
+                assert!(t.ratio.is_some() != t.unavailable.is_some(), "{algo}: {t:?}");
+                if let (Some(timed), Some(cost), Some(net)) = (t.timed_p50_ns, t.timing_cost_ns, t.net_p50_ns)
+                {
+                    assert!(cost > 0.0 && net == timed - cost, "{algo}: {t:?}");
+                }
+                if let Some(ratio) = t.ratio {
+                    assert_eq!(ratio, t.net_p50_ns.unwrap() / asked as f64);
+                }
+            }
+            // Every sampled cycle timed its gap and read the timing cost once.
+            assert_eq!(w.gap.samples, w.hold.samples);
+            assert_eq!(w.gap.timing_cost_samples, w.hold.samples);
+            // Bookkeeping guards cannot fail, whatever the machine's load (load only slows the run).
             for name in ["cpu_within_elapsed", "work_within_cpus", "holds_serialised"] {
                 let check = report.checks.iter().find(|c| c.name == name).unwrap();
                 assert!(check.ok, "{algo}: {check:?}");
@@ -787,6 +950,15 @@ mod tests {
         let r: LockResult = report.detail_as().unwrap();
         assert!(r.preemption.is_none());
         assert!(r.preemption_unavailable.unwrap().contains("--no-hold-sampling"));
+        // Nothing timed, so the work as it ran is not judged, and says why.
+        let w = r.work_as_run.unwrap();
+        assert!(w.hold.ratio.is_none() && w.hold.timed_p50_ns.is_none());
+        assert!(w.gap.unavailable.unwrap().contains("--no-hold-sampling"));
+        let c = check(&report, "hold_as_asked");
+        assert!(
+            c.ok && c.value.is_none() && c.detail.contains("not judged"),
+            "{c:?}"
+        );
         assert!(!report.metrics.contains_key("stretched_hold_share"));
         // Null, not absent: a lock report always says whether it sampled.
         let v = serde_json::to_value(&report).unwrap();
@@ -824,6 +996,70 @@ mod tests {
         assert!(len.max_ns >= len.p50_ns && len.p50_ns > 50_000, "{len:?}");
     }
 
+    fn check<'a>(report: &'a Report, name: &str) -> &'a Check {
+        report.checks.iter().find(|c| c.name == name).unwrap()
+    }
+
+    /// Runs the lock workload with the hold (or, with `gap`, the gap) scaled by `factor` after
+    /// the calibration, until the other, unscaled interval shows that the loop ran at its
+    /// calibrated speed (within x1.05: this machine's loop speed moves up to 2x for tens of
+    /// milliseconds to seconds, and by 20-30 % with other processes running, measured
+    /// 2026-12-04, so a scaled hold made while the speed moved the other way can be the right
+    /// length by accident); returns that attempt's check of the scaled interval and its result,
+    /// or None if the loop never held still.
+    fn scaled_run(factor: f64, gap: bool) -> Option<(Check, LockResult)> {
+        let scaled = if gap { "gap_as_asked" } else { "hold_as_asked" };
+        for _ in 0..15 {
+            // One thread: its holds and gaps run under the same conditions (with two, a gap runs
+            // while the other thread holds and a hold while it spins, and on this machine the
+            // two differ by 3-6 %, which would blur the control).
+            let mut a = args("tas", 1);
+            (a.hold_ns, a.gap_ns) = (1_000, 1_000);
+            if gap {
+                a.debug_scale_gap = factor;
+            } else {
+                a.debug_scale_hold = factor;
+            }
+            let report = run(&a).unwrap();
+            let r: LockResult = report.detail_as().unwrap();
+            let w = r.work_as_run.as_ref().unwrap();
+            let control = if gap { &w.hold } else { &w.gap };
+            if control.ratio.is_some_and(|q| q.ln().abs() <= 0.05f64.ln_1p()) {
+                return Some((check(&report, scaled).clone(), r));
+            }
+            eprintln!("{scaled} x{factor}: the unscaled control moved, retrying: {control:?}");
+        }
+        None
+    }
+
+    /// The switch that makes the work wrong after the calibration: half and twice the asked hold
+    /// or gap are refused by the in-run checks, the asked one passes.
+    #[test]
+    fn work_scaled_after_the_calibration_is_refused_both_ways() {
+        for gap in [false, true] {
+            for factor in [0.5, 2.0, 1.0] {
+                let (c, r) =
+                    scaled_run(factor, gap).expect("the loop never held its calibrated speed in 15 attempts");
+                let w = r.work_as_run.unwrap();
+                let t = if gap { &w.gap } else { &w.hold };
+                let ratio = t.ratio.unwrap();
+                assert_eq!(c.ok, factor == 1.0, "x{factor}: {c:?}");
+                // The ratio read is the factor, give or take the control's 5 % and the loop's
+                // spread within the run (a scaled hold of 500 ns read 560 ns beside a 1000 ns
+                // gap within 5 %, 2026-12-04).
+                assert!((ratio / factor).ln().abs() < 0.15, "x{factor}: {t:?}");
+                // The report says the counts were scaled.
+                let cal = &r.calibration;
+                let f = if gap {
+                    cal.debug_scale_gap
+                } else {
+                    cal.debug_scale_hold
+                };
+                assert_eq!(f, factor);
+            }
+        }
+    }
+
     #[test]
     fn report_round_trips_through_json() {
         let report = run(&args("tas", 2)).unwrap();
@@ -843,5 +1079,11 @@ mod tests {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         assert!(v["env"]["kernel"].is_string() && v["env"]["cpus"].is_u64());
+        // A report made before the work was timed (no work_as_run, no scale factors) still reads.
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("work_as_run");
+        assert!(old["calibration"].get("debug_scale_hold").is_none());
+        let r: LockResult = serde_json::from_value(old).unwrap();
+        assert!(r.work_as_run.is_none() && r.calibration.debug_scale_hold == 1.0);
     }
 }
