@@ -43,7 +43,7 @@ levels: [0.5]
 workloads:
   - name: lock-tas
     command: lock
-    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: {MAX_DRIFT}}}
+    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: {MAX_DRIFT}, max-work-error: {MAX_DRIFT}}}
     metric: ops_per_sec
 runs: 2
 # Faults are injected into the first payload run seen and looked up by run and attempt: no

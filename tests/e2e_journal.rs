@@ -46,7 +46,7 @@ variants:
 workloads:
   - name: lock
     command: lock
-    args: {{duration-ms: 30, hold-ns: 200, gap-ns: 200, max-calibration-drift: 1.5}}
+    args: {{duration-ms: 30, hold-ns: 200, gap-ns: 200, max-calibration-drift: 1.5, max-work-error: 1.5}}
     metric: ops_per_sec
 {runs}{extra}"
     )
@@ -819,7 +819,7 @@ levels: [0.5]
 workloads:
   - name: lock
     command: lock
-    args: {algo: tas, threads: 2, duration-ms: 500, max-calibration-drift: 0.6}
+    args: {algo: tas, threads: 2, duration-ms: 500, max-calibration-drift: 1.0, max-work-error: 1.0}
     metric: ops_per_sec
 runs: 3
 timeouts: {run_s: 60, boot_s: 180, retries: 1}

@@ -39,6 +39,7 @@ workloads:
       # ns/iter (6x) within one run, which rejected every retry of a slot. Calibrating
       # under overcommit is issue 24's open problem; here the bound only catches nonsense.
       max-calibration-drift: 10
+      max-work-error: 10
     metric: ops_per_sec
     better: higher
 runs: 2
