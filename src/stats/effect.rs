@@ -148,7 +148,7 @@ pub fn compare(base: &[Sample], variant: &[Sample], margin: f64) -> Result<Effec
             base,
             variant,
             |s| (s.host, s.block.unwrap_or(0), 0),
-            |v| geometric_mean(v),
+            geometric_mean,
         );
         if pairs.len() >= 2 {
             let mut e = paired(&pairs, Unit::Block, margin)?;
@@ -230,9 +230,12 @@ fn paired_by<'a, K: Ord>(
     (pairs, left + b.len())
 }
 
+/// Where a bring-up ran: host, boot group, bring-up.
+type BringUpKey<'a> = (Option<&'a str>, Option<u32>, Option<u32>);
+
 /// Log of the geometric mean of each bring-up's values (keyed by host, boot, bring-up).
 fn per_bring_up(side: &[Sample]) -> Vec<f64> {
-    let mut m: BTreeMap<(Option<&str>, Option<u32>, Option<u32>), Vec<f64>> = BTreeMap::new();
+    let mut m: BTreeMap<BringUpKey, Vec<f64>> = BTreeMap::new();
     for s in side {
         m.entry((s.host, s.boot, s.bring_up)).or_default().push(s.value);
     }
