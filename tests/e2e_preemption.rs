@@ -107,12 +107,21 @@ fn stretched_handovers_rise_with_overcommit_and_cost_the_fifo_lock_most() {
             "sampling is on by default: {}",
             p["preemption_unavailable"]
         );
-        // The TSC rate was measured twice and agreed (else the figures would be null).
+        // The TSC rate was measured twice; where it moved more than 2 % (this machine's speed
+        // flips, and under TCG the guest's TSC follows the host's clock: seen 2.5 % in a full
+        // suite, 2026-12-04) the figures are null with that reason, never wrong numbers.
         let (hz0, hz1) = (
             pre["tsc_before"]["hz"].as_f64().unwrap(),
             pre["tsc_after"]["hz"].as_f64().unwrap(),
         );
-        assert!(hz0 > 1e8 && (hz1 / hz0 - 1.0).abs() <= 0.02, "{hz0} {hz1}");
+        assert!(hz0 > 1e8, "{hz0}");
+        if (hz1 / hz0 - 1.0).abs() > 0.02 {
+            assert!(pre["holds"].is_null() && pre["handovers"].is_null(), "{pre}");
+            let why = pre["holds_unavailable"].as_str().unwrap_or_default();
+            assert!(why.contains("TSC rate moved"), "{pre}");
+            eprintln!("a run's TSC rate moved {hz0:.0} -> {hz1:.0} Hz: its figures are null ({why})");
+            continue;
+        }
         let holds = &pre["holds"];
         // Every acquisition timed; hand-overs only to acquisitions that waited.
         assert_eq!(holds["timed"], p["ops_total"], "{pre}");

@@ -149,8 +149,9 @@ fn html_report_renders_in_a_real_browser_with_every_plot_and_its_axes() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = String::from_utf8(out.stdout).unwrap();
-    // Two workloads, each: metric plot, vCPU-wait plot, Jain plot.
-    assert_eq!(html.matches("<svg").count(), 6);
+    // The overview's retention plot per workload, then two workloads, each: metric plot,
+    // vCPU-wait plot, Jain plot.
+    assert_eq!(html.matches("<svg").count(), 2 + 6);
     let page = tmp.path().join("report.html");
     std::fs::write(
         &page,
@@ -181,7 +182,11 @@ fn html_report_renders_in_a_real_browser_with_every_plot_and_its_axes() {
             )
         });
     let check: Value = serde_json::from_str(&check.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
-    assert_eq!(check["sections"], 2, "{check}");
+    assert_eq!(
+        check["sections"],
+        1 + 2,
+        "the overview and two workloads: {check}"
+    );
     assert!(
         check["tables"].as_u64().unwrap() >= 2 * (9 + 1),
         "9 comparisons + the cell table per workload: {check}"
@@ -191,7 +196,11 @@ fn html_report_renders_in_a_real_browser_with_every_plot_and_its_axes() {
         "the page laid out: {check}"
     );
     let plots = check["plots"].as_array().unwrap();
-    assert_eq!(plots.len(), 6, "{check}");
+    assert_eq!(
+        plots.len(),
+        2 + 6,
+        "the overview's two retention plots and six: {check}"
+    );
     for p in plots {
         let title = p["title"].as_str().unwrap();
         assert!(
