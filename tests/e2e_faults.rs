@@ -306,6 +306,17 @@ impl Sweep {
     }
 
     /// The results directory ocrig created (`results/<name>-<UTC>`).
+    /// The last `lines` lines of ocrig's own debug log (`<results dir>/ocrig.log`): what it
+    /// was doing when a check failed.
+    fn debug_log_tail(&self, lines: usize) -> String {
+        let text = self
+            .results_dir()
+            .and_then(|d| std::fs::read_to_string(d.join("ocrig.log")).ok())
+            .unwrap_or_else(|| "(no ocrig.log)".into());
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     fn results_dir(&self) -> Option<PathBuf> {
         let dirs = self.results_dirs();
         assert!(dirs.len() <= 1, "more than one results directory: {dirs:?}");
@@ -653,11 +664,17 @@ fn signal_stops_everything(name: &str, sig: Signal, code: i32) {
     ));
     assert!(
         gone.is_some(),
-        "QEMUs of {run_id} still there 5 s after the signal: {:?}",
-        qemus_of(&run_id)
+        "QEMUs of {run_id} still there 5 s after the signal: {:?}\nocrig's output:\n{}\nits debug log:\n{}",
+        qemus_of(&run_id),
+        sweep.output(),
+        sweep.debug_log_tail(60)
     );
     assert_eq!(status.code(), Some(code), "exit status:\n{}", sweep.output());
-    assert!(exited < Duration::from_secs(5), "ocrig took {exited:?} to exit");
+    assert!(
+        exited < Duration::from_secs(5),
+        "ocrig took {exited:?} to exit; its debug log:\n{}",
+        sweep.debug_log_tail(60)
+    );
     let journal = sweep.journal();
     assert_eq!(journal.headers.len(), 1);
     assert_eq!(journal.headers[0]["scenario"], name);

@@ -390,6 +390,7 @@ impl LibvirtBackend {
         // Drop destroys the domain if any of these checks fails.
         let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
         guest.pid = Some(pid);
+        guest.live = super::live::LiveProcess::register(pid as u32);
         let tids = vcpu_tids(pid, spec.vcpus)?;
         tracing::debug!("{}: QEMU pid {pid}, vCPU threads {tids:?}", spec.name);
         let qmp = Qmp::connect(&qmp_sock, Duration::from_secs(15))
@@ -665,6 +666,8 @@ pub struct LibvirtGuest {
     /// The connection the domain was created on: closing it makes libvirtd destroy the domain.
     _conn: Connect,
     pid: Option<i32>,
+    /// A local domain's QEMU on the signal kill list ([`super::live`]).
+    live: Option<super::live::LiveProcess>,
     /// Our own monitor (`-qmp` in `<qemu:commandline>`), beside libvirt's; None on a remote host.
     qmp: QmpSlot,
     /// On a remote host: how it is reached.
@@ -718,6 +721,7 @@ impl LibvirtGuest {
             dom: Some(dom),
             _conn: conn,
             pid: None,
+            live: None,
             qmp: QmpSlot::default(),
             remote: None,
         }

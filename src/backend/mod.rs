@@ -5,6 +5,7 @@
 pub mod boot;
 pub mod isolation;
 pub mod libvirt;
+pub mod live;
 pub mod owned;
 pub mod paths;
 pub mod qemu;

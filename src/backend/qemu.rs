@@ -262,6 +262,7 @@ impl QemuBackend {
             }
         };
         Ok(QemuGuest {
+            _live: child.id().and_then(super::live::LiveProcess::register),
             name: spec.name.clone(),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             console: console_path(&spec.workdir, &spec.name),
@@ -273,6 +274,8 @@ impl QemuBackend {
 }
 
 pub struct QemuGuest {
+    /// On the signal kill list ([`super::live`]) while the guest is ours.
+    _live: Option<super::live::LiveProcess>,
     name: String,
     addr: SocketAddr,
     console: PathBuf,

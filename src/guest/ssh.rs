@@ -518,4 +518,76 @@ mod tests {
         assert_ne!(pid2, pid0);
         assert_eq!(third.stdout, "got go\n");
     }
+
+    /// The server's session processes for `s`'s connections: everything below its listener.
+    fn session_processes(s: &Sshd) -> Vec<u32> {
+        let parent_of = |pid: u32| -> Option<u32> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+        };
+        let all: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter_map(|p| Some((p, parent_of(p)?)))
+            .collect();
+        let mut found = vec![s.child.id()];
+        let mut i = 0;
+        while i < found.len() {
+            let p = found[i];
+            found.extend(all.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+            i += 1;
+        }
+        found.split_off(1)
+    }
+
+    fn signal_all(pids: &[u32], sig: rustix::process::Signal) {
+        for &p in pids {
+            if let Some(pid) = rustix::process::Pid::from_raw(p as i32) {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
+    }
+
+    /// Why a signal kills the guests before it drops anything else (backend::live): libssh2
+    /// frees an open channel by asking the far end to close it and waiting for the answer, up
+    /// to the session's timeout. A command dropped before it ended waits that long on a
+    /// server that does not answer (here stopped), and not at all on one that is gone.
+    #[test]
+    fn an_unfinished_command_is_dropped_at_once_when_its_server_is_gone_not_while_it_is_stopped() {
+        let drop_time = |kill: bool| {
+            let s = sshd();
+            let ssh = connect(&s);
+            let gated = ssh
+                .start_gated(
+                    "echo ready >&2; read go; return 0",
+                    "ready",
+                    Duration::from_secs(2),
+                )
+                .unwrap();
+            let sessions = session_processes(&s);
+            assert!(!sessions.is_empty(), "no sshd process serves the connection");
+            let sig = if kill {
+                rustix::process::Signal::KILL
+            } else {
+                rustix::process::Signal::STOP
+            };
+            signal_all(&sessions, sig);
+            let t = Instant::now();
+            drop(gated);
+            let took = t.elapsed();
+            signal_all(&sessions, rustix::process::Signal::CONT);
+            took
+        };
+        let stopped = drop_time(false);
+        assert!(
+            stopped >= Duration::from_millis(1500),
+            "a stopped server held the drop only {stopped:?} (the session's timeout is 2 s)"
+        );
+        let gone = drop_time(true);
+        assert!(
+            gone < Duration::from_millis(500),
+            "a killed server held the drop {gone:?}"
+        );
+    }
 }

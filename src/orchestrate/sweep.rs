@@ -112,16 +112,40 @@ pub(crate) async fn sweep_hosts<E: Executor>(
     }
 }
 
-/// Runs a sweep until it is done or a signal arrives. Dropping the sweep future (on a signal)
-/// drops every executor, and with it every live guest, which kills it.
+/// Runs a sweep until it is done or a signal arrives. On a signal every local guest process
+/// is killed first ([`crate::backend::live`]), then the sweep is dropped, which drops every
+/// executor and the rest of every live guest: parts dropped before a guest's own may wait on
+/// that guest (an SSH channel's close) and must find it gone.
 pub(crate) async fn until_signal<T>(sweep: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    until_signal_killing(sweep, crate::backend::live::kill_all).await
+}
+
+/// [`until_signal`], with what kills the guests at a signal (tests kill only their own).
+pub(crate) async fn until_signal_killing<T>(
+    sweep: impl Future<Output = anyhow::Result<T>>,
+    kill_guests: impl FnOnce() -> Vec<u32>,
+) -> anyhow::Result<T> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = sweep => r,
-        _ = sigint.recv() => Err(Interrupted { signal: "SIGINT", code: 130 }.into()),
-        _ = sigterm.recv() => Err(Interrupted { signal: "SIGTERM", code: 143 }.into()),
-    }
+    let mut sweep = Box::pin(sweep);
+    let stop = tokio::select! {
+        r = &mut sweep => return r,
+        _ = sigint.recv() => Interrupted { signal: "SIGINT", code: 130 },
+        _ = sigterm.recv() => Interrupted { signal: "SIGTERM", code: 143 },
+    };
+    let t = std::time::Instant::now();
+    let killed = kill_guests();
+    tracing::debug!(
+        "{}: killed guest processes {killed:?}; dropping the sweep",
+        stop.signal
+    );
+    drop(sweep);
+    tracing::debug!(
+        "{}: sweep dropped {:.1} ms after the signal was seen",
+        stop.signal,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    Err(stop.into())
 }
 
 fn add(t: &mut PhaseTotals, o: &PhaseTotals) {

@@ -438,3 +438,53 @@ async fn pooled_stopping_rules_decide_once_for_the_cell_on_one_host_and_two() {
         assert_eq!(n_per_cell[0], [4, 4], "{target}: one host stops at min");
     }
 }
+
+/// A part of the sweep whose drop waits for a guest process to end, as libssh2's close of an
+/// open channel waits for the guest's answer (up to the run deadline + 30 s).
+struct WaitsForGuest(std::process::Child);
+
+impl Drop for WaitsForGuest {
+    fn drop(&mut self) {
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(20) {
+            if self.0.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_signal_kills_the_guests_before_the_sweep_is_dropped() {
+    let guest = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = guest.id();
+    let live = crate::backend::live::LiveProcess::register(pid).expect("a pidfd for the guest");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let t = std::time::Instant::now();
+    let outcome = rt.block_on(async move {
+        let sweep = async move {
+            let _held = (WaitsForGuest(guest), live);
+            std::future::pending::<anyhow::Result<()>>().await
+        };
+        tokio::spawn(async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::INT).unwrap();
+        });
+        until_signal_killing(sweep, || crate::backend::live::kill_matching(|p| p == pid)).await
+    });
+    let stopped = t.elapsed();
+    let e = outcome.expect_err("stopped by the signal");
+    assert_eq!(
+        e.downcast_ref::<Interrupted>().map(|i| i.code),
+        Some(130),
+        "{e:#}"
+    );
+    // Signal at 200 ms; the guest dies at once, so the drop waits for nothing.
+    assert!(
+        stopped < std::time::Duration::from_secs(2),
+        "stopped after {stopped:?}"
+    );
+}
