@@ -175,6 +175,12 @@ pub struct WorkloadInfo {
     /// The headline metric (a key of the payload's `metrics`).
     pub metric: String,
     pub better: Better,
+    /// The payload's self-check bounds this workload's arguments set looser than the
+    /// payload's defaults, e.g. `--max-work-error 1 (default 0.1)`: its runs were accepted
+    /// with holds that far from what was asked, and every report says so. Absent: none (or
+    /// an ocrig before it was recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loosened_bounds: Vec<String>,
 }
 
 /// The sweep's schedule as planned.

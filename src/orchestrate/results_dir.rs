@@ -135,6 +135,13 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
                         command: w.command.clone(),
                         metric: w.metric.clone(),
                         better: w.better,
+                        loosened_bounds: crate::sweep::records::loosened_bounds(
+                            plan.boots
+                                .iter()
+                                .flat_map(|b| &b.cells)
+                                .filter(|c| c.workload.id == w.id)
+                                .map(|c| c.argv.as_slice()),
+                        ),
                     },
                 )
             })

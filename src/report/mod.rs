@@ -591,23 +591,38 @@ pub fn self_check_line(model: &Model) -> Option<String> {
     if s.attempts == 0 {
         return None;
     }
-    let why: Vec<String> = s
+    let by_check: Vec<String> = s.by_check.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    // One example, the most frequent words (each carries its own numbers, so most are unique).
+    let example = s
         .reasons
         .iter()
-        .take(5)
-        .map(|(r, n)| if *n > 1 { format!("{r} ({n}×)") } else { r.clone() })
-        .collect();
-    let more = if s.reasons.len() > 5 {
-        format!("; and {} other reasons", s.reasons.len() - 5)
-    } else {
+        .max_by_key(|(_, n)| *n)
+        .map(|(r, n)| if *n > 1 { format!("{r} ({n}×)") } else { r.clone() });
+    let by = if by_check.is_empty() {
         String::new()
+    } else {
+        format!("; records rejected per check: {}", by_check.join(", "))
     };
     Some(format!(
-        "{} attempt{} rejected by self-checks (failed and retried): {}{more}",
+        "{} attempt{} rejected by self-checks (failed and retried){by}; {} distinct reason{}{}",
         s.attempts,
         if s.attempts == 1 { "" } else { "s" },
-        why.join("; ")
+        s.reasons.len(),
+        if s.reasons.len() == 1 { "" } else { "s" },
+        example.map(|e| format!(", e.g. {e}")).unwrap_or_default()
     ))
+}
+
+/// The note that a workload's runs were accepted under self-check bounds looser than the
+/// payload's defaults (which a stable host meets).
+pub fn loosened_bounds_note(wl: &WorkloadModel) -> Option<String> {
+    (!wl.loosened_bounds.is_empty()).then(|| {
+        format!(
+            "self-check bounds looser than the payload's defaults: {}; runs were accepted that the defaults would reject \
+             (holds, gaps or the calibration that far off what was asked)",
+            wl.loosened_bounds.join(", ")
+        )
+    })
 }
 
 /// Summary table for a workload without a non-baseline variant: `oc | <variant> | stdev | cv | n`.
@@ -929,6 +944,7 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
             .collect(),
     };
     notes.push(format!("runs per cell: {}", counts.join("; ")));
+    notes.extend(loosened_bounds_note(wl));
     notes.extend(conclusion_notes(model, wl));
     notes.extend(retention_notes(wl));
     notes.extend(telemetry_notes(wl));
@@ -1096,11 +1112,28 @@ mod tests {
             r.error = Some(format!("{}{why}", crate::journal::SELF_CHECK_REASON));
             j.runs.push(r);
         };
-        rejected(0, 7, 0, "calibration drifted 31 % during the run");
-        rejected(0, 7, 1, "calibration drifted 31 % during the run");
-        rejected(1, 7, 0, "ops/s × hold = 1.13 > 1.02 for an exclusive lock");
-        let line = "2 attempts rejected by self-checks (failed and retried): \
-                    calibration drifted 31 % during the run (2×); ops/s × hold = 1.13 > 1.02 for an exclusive lock";
+        rejected(
+            0,
+            7,
+            0,
+            "calibration_drift: calibration drifted x1.31 during the run",
+        );
+        rejected(
+            0,
+            7,
+            1,
+            "calibration_drift: calibration drifted x1.31 during the run",
+        );
+        rejected(
+            1,
+            7,
+            0,
+            "gap_as_asked: ran x1.25 the asked; holds_serialised: ops/s × hold = 1.13 > 1.02 for an exclusive lock",
+        );
+        // Counted per check (a record rejected by two counts under each), one example given.
+        let line = "2 attempts rejected by self-checks (failed and retried); records rejected per check: \
+                    calibration_drift 2, gap_as_asked 1, holds_serialised 1; 2 distinct reasons, \
+                    e.g. calibration_drift: calibration drifted x1.31 during the run (2×)";
         for format in [Format::Table, Format::Md, Format::Html] {
             let text = render(&j, format, &ReportOptions::default()).unwrap();
             let text = text.replace("&#39;", "'").replace("&gt;", ">");
@@ -1109,6 +1142,31 @@ mod tests {
         let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
         let m: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(m["self_checks"]["attempts"], 2);
+        assert_eq!(
+            m["self_checks"]["by_check"][0],
+            serde_json::json!(["calibration_drift", 2])
+        );
+    }
+
+    #[test]
+    fn a_workload_run_under_loosened_bounds_says_so_in_every_format() {
+        let mut j = journal();
+        let wl = j.header.workloads.keys().next().unwrap().clone();
+        j.header.workloads.get_mut(&wl).unwrap().loosened_bounds =
+            vec!["--max-work-error 1 (default 0.1)".into()];
+        for format in [Format::Table, Format::Md, Format::Html] {
+            let text = render(&j, format, &ReportOptions::default())
+                .unwrap()
+                .replace("&#39;", "'");
+            assert!(
+                text.contains(
+                    "self-check bounds looser than the payload's defaults: --max-work-error 1 (default 0.1)"
+                ),
+                "{format:?}:\n{text}"
+            );
+        }
+        let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
+        assert!(json.contains("--max-work-error 1 (default 0.1)"));
     }
 
     #[test]

@@ -65,6 +65,26 @@ pub struct SelfCheckRejections {
     pub attempts: usize,
     /// Each distinct reason (the check's words) with the number of records that gave it.
     pub reasons: Vec<(String, usize)>,
+    /// Per check that failed (its name, e.g. `calibration_drift`), the records it rejected,
+    /// most first: a record rejected by two checks counts under each.
+    #[serde(default)]
+    pub by_check: Vec<(String, usize)>,
+}
+
+/// The names of the checks a rejection's words name: `name: detail; name: detail`, where a
+/// name is a lowercase identifier before `: ` at the start or after `; `.
+pub fn check_names(why: &str) -> Vec<&str> {
+    std::iter::once(why)
+        .chain(why.match_indices("; ").map(|(i, _)| &why[i + 2..]))
+        .filter_map(|part| {
+            let name = part.split_once(": ")?.0;
+            (!name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .then_some(name)
+        })
+        .collect()
 }
 
 /// Counts the attempts of `records` whose payload rejected its own run.
@@ -78,9 +98,18 @@ pub fn self_check_rejections(records: &[RunDigest]) -> SelfCheckRejections {
         attempts.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
         *reasons.entry(why).or_default() += 1;
     }
+    let mut by_check: BTreeMap<&str, usize> = BTreeMap::new();
+    for (why, n) in &reasons {
+        for name in check_names(why) {
+            *by_check.entry(name).or_default() += n;
+        }
+    }
+    let mut by_check: Vec<(String, usize)> = by_check.into_iter().map(|(c, n)| (c.to_string(), n)).collect();
+    by_check.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     SelfCheckRejections {
         attempts: attempts.len(),
         reasons: reasons.into_iter().map(|(w, n)| (w.to_string(), n)).collect(),
+        by_check,
     }
 }
 
@@ -101,6 +130,10 @@ pub struct WorkloadModel {
     /// One per variant: its metric at each level against its lowest level.
     #[serde(default)]
     pub retention: Vec<Retention>,
+    /// Self-check bounds the workload's arguments set looser than the payload's defaults
+    /// ([`crate::journal::WorkloadInfo::loosened_bounds`]).
+    #[serde(default)]
+    pub loosened_bounds: Vec<String>,
 }
 
 /// A variant's metric at each level as a ratio to its lowest level (throughput at 2x / at 1x):
@@ -356,6 +389,7 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
                 series,
                 comparisons,
                 retention,
+                loosened_bounds: info.loosened_bounds.clone(),
             }
         })
         .collect();

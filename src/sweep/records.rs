@@ -287,6 +287,42 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
 pub const SELF_CHECKS_KEY: &str = "self_checks_failed";
 pub use crate::journal::SELF_CHECK_REASON;
 
+/// The payload's self-check bounds and their defaults: a workload that sets one looser
+/// accepts runs the shipped defaults would reject.
+const BOUNDS: [(&str, f64); 2] = [
+    (
+        "--max-calibration-drift",
+        ocrig_payload::checks::MAX_CALIBRATION_DRIFT,
+    ),
+    ("--max-work-error", ocrig_payload::work_as_run::MAX_WORK_ERROR),
+];
+
+/// Each self-check bound some `argv` sets above its default, with the loosest value, e.g.
+/// `--max-work-error 1 (default 0.1)`; in [`BOUNDS`] order.
+pub fn loosened_bounds<'a>(argvs: impl Iterator<Item = &'a [String]>) -> Vec<String> {
+    let mut loosest = [None::<f64>; BOUNDS.len()];
+    for argv in argvs {
+        for (i, (flag, default)) in BOUNDS.iter().enumerate() {
+            let set = argv.iter().enumerate().find_map(|(k, a)| {
+                let v = a.strip_prefix(flag)?;
+                match v.strip_prefix('=') {
+                    Some(v) => v.parse::<f64>().ok(),
+                    None if v.is_empty() => argv.get(k + 1)?.parse::<f64>().ok(),
+                    None => None,
+                }
+            });
+            if let Some(v) = set.filter(|v| v > default) {
+                loosest[i] = Some(loosest[i].map_or(v, |l: f64| l.max(v)));
+            }
+        }
+    }
+    BOUNDS
+        .iter()
+        .zip(loosest)
+        .filter_map(|((flag, default), v)| Some(format!("{flag} {} (default {default})", v?)))
+        .collect()
+}
+
 /// A run the payload itself rejected: its physics checks did not hold.
 struct Rejected {
     reason: String,
@@ -404,6 +440,23 @@ fn supersede_if_failed(records: &mut [RunRecord]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn loosened_bounds_name_each_bound_set_above_its_default_at_its_loosest() {
+        let argv = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let a = argv("lock --algo tas --max-work-error 1 --max-calibration-drift 0.05");
+        let b = argv("lock --algo ticket --max-work-error=0.5 --max-calibration-drift=0.3");
+        let c = argv("lock --algo mcs --max-work-error 0.05");
+        assert_eq!(
+            loosened_bounds([a.as_slice(), b.as_slice(), c.as_slice()].into_iter()),
+            vec![
+                "--max-calibration-drift 0.3 (default 0.05)".to_string(),
+                "--max-work-error 1 (default 0.1)".to_string()
+            ]
+        );
+        // At or below the defaults, or not set: nothing loosened.
+        assert!(loosened_bounds([c.as_slice(), argv("lock").as_slice()].into_iter()).is_empty());
+    }
+
     use super::*;
     use crate::executor::Finished;
     use crate::scenario::expand::WorkloadInstance;

@@ -71,6 +71,7 @@ async fn big_host_192_cpus_480_guests() {
             command: "lock".into(),
             metric: "ops_per_sec".into(),
             better: crate::journal::Better::Higher,
+            loosened_bounds: Vec::new(),
         },
     );
     writer
