@@ -58,6 +58,10 @@ pub fn doctor() -> anyhow::Result<()> {
         println!("{line}");
     }
     println!("{}", timeline_line(&LocalFs));
+    match crate::telemetry::host_speed::probe(&cpus, Duration::from_secs(2)) {
+        Ok(s) => println!("host speed:     {}", s.describe()),
+        Err(e) => println!("host speed:     not probed — {e}"),
+    }
     Ok(())
 }
 

@@ -141,6 +141,11 @@ pub struct SweepHeader {
     /// "equivalent" within 1 ± margin (`ocrig report --margin` overrides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub margin: Option<f64>,
+    /// The host's busy-loop speed on the sweep's CPUs, probed before the first guest booted
+    /// (`telemetry::host_speed`): whether the host itself was steady. Absent: not probed (a
+    /// remote host, a resumed sweep's later passes, an older ocrig).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_speed: Option<serde_json::Value>,
 }
 
 fn format_1() -> u32 {
@@ -1000,6 +1005,7 @@ pub(crate) mod tests {
             payload_sha256: None,
             images: BTreeMap::new(),
             margin: None,
+            host_speed: None,
         }
     }
 

@@ -143,6 +143,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         None => claims::Claim::Local(claims::claim_cpus(&plan.host_cpus, args.wait_for_cpus)?),
     };
     let s = &loaded.scenario;
+    // The host's own speed on the claimed CPUs before anything boots (telemetry::host_speed);
+    // a new sweep journals it, a resume only says it.
+    let host_speed = match &remote_backend {
+        Some(_) => None,
+        None => Some(crate::telemetry::host_speed::probe(
+            &plan.host_cpus,
+            crate::telemetry::host_speed::PREFLIGHT,
+        )),
+    };
+    match &host_speed {
+        Some(Ok(h)) if !h.steady() => eprintln!("ocrig: warning: host speed {}", h.describe()),
+        Some(Ok(h)) => tracing::info!("host speed {}", h.describe()),
+        Some(Err(e)) => tracing::warn!("host speed not probed: {e}"),
+        None => {}
+    }
 
     let accel = virt.accel;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
@@ -217,6 +232,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
                 .collect();
             head.payload_sha256 = runs_on.payload_sha256.clone();
             head.images = runs_on.images.clone();
+            head.host_speed = host_speed
+                .as_ref()
+                .and_then(|h| h.as_ref().ok())
+                .and_then(|h| serde_json::to_value(h).ok());
             head
         },
     )?;

@@ -149,7 +149,10 @@ impl Exporter for HtmlExporter {
             }
             out.push_str("</ul>\n</section>\n");
         }
-        if let Some(line) = super::self_check_line(model) {
+        for line in super::self_check_line(model)
+            .into_iter()
+            .chain(super::host_speed_line(model))
+        {
             out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&line)));
         }
         out.push_str("</body>\n</html>\n");

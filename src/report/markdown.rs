@@ -74,7 +74,10 @@ impl Exporter for MarkdownExporter {
                 out.push_str(&format!("- {n}\n"));
             }
         }
-        if let Some(line) = super::self_check_line(model) {
+        for line in super::self_check_line(model)
+            .into_iter()
+            .chain(super::host_speed_line(model))
+        {
             out.push_str(&format!("\n{line}\n"));
         }
         Ok(out)

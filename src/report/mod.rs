@@ -613,6 +613,14 @@ pub fn self_check_line(model: &Model) -> Option<String> {
     ))
 }
 
+/// How steady the host's own speed was before the sweep (probed then), when it was probed.
+pub fn host_speed_line(model: &Model) -> Option<String> {
+    model
+        .host_speed
+        .as_ref()
+        .map(|h| format!("host speed before the sweep: {h}"))
+}
+
 /// The note that a workload's runs were accepted under self-check bounds looser than the
 /// payload's defaults (which a stable host meets).
 pub fn loosened_bounds_note(wl: &WorkloadModel) -> Option<String> {
@@ -1167,6 +1175,29 @@ mod tests {
         }
         let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
         assert!(json.contains("--max-work-error 1 (default 0.1)"));
+    }
+
+    #[test]
+    fn every_format_says_how_steady_the_host_was_before_the_sweep() {
+        let mut j = journal();
+        assert!(
+            !render(&j, Format::Table, &ReportOptions::default())
+                .unwrap()
+                .contains("host speed")
+        );
+        j.header.host_speed = Some(serde_json::json!({
+            "cpus": [0, 1], "samples": 2000, "seconds": 0.5, "p5_ns_per_iter": 0.27,
+            "p50_ns_per_iter": 0.33, "p95_ns_per_iter": 0.48, "spread": 1.78, "slow_share": 0.57
+        }));
+        for format in [Format::Table, Format::Md, Format::Html] {
+            let text = render(&j, format, &ReportOptions::default()).unwrap();
+            assert!(
+                text.contains(
+                    "host speed before the sweep: NOT steady, x1.78 between its fast and slow samples, 57 %"
+                ),
+                "{format:?}:\n{text}"
+            );
+        }
     }
 
     #[test]

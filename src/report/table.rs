@@ -87,7 +87,10 @@ impl Exporter for TableExporter {
             workloads.push(blocks.join("\n"));
         }
         let mut text = workloads.join("\n");
-        if let Some(line) = super::self_check_line(model) {
+        for line in super::self_check_line(model)
+            .into_iter()
+            .chain(super::host_speed_line(model))
+        {
             text.push_str(&format!("\n{line}\n"));
         }
         Ok(text)

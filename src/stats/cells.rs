@@ -52,6 +52,10 @@ pub struct Model {
     pub accel: String,
     #[serde(default)]
     pub backend: String,
+    /// How steady the host's own CPU speed was before the sweep, in words
+    /// ([`crate::telemetry::host_speed::HostSpeed::describe`]); None when not probed.
+    #[serde(default)]
+    pub host_speed: Option<String>,
     pub workloads: Vec<WorkloadModel>,
     /// Attempts the payload's own physics checks rejected (each was failed and retried).
     #[serde(default)]
@@ -407,6 +411,11 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         family,
         accel: header.accel.clone(),
         backend: header.backend.clone(),
+        host_speed: header
+            .host_speed
+            .as_ref()
+            .and_then(|v| serde_json::from_value::<crate::telemetry::host_speed::HostSpeed>(v.clone()).ok())
+            .map(|h| h.describe()),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
     }
