@@ -56,6 +56,11 @@ fn lock() -> std::sync::MutexGuard<'static, BTreeMap<u64, (u32, OwnedFd)>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The pids on the list (this ocrig's live local guest processes).
+pub fn pids() -> Vec<u32> {
+    lock().values().map(|&(pid, _)| pid).collect()
+}
+
 /// SIGKILLs every guest process on the list; returns the pids the signal reached.
 pub fn kill_all() -> Vec<u32> {
     kill_matching(|_| true)

@@ -61,7 +61,11 @@ pub struct Script {
     pub interleave: bool,
     /// Answer as a real host of this many CPUs would: every guest's full lock report and
     /// per-vCPU telemetry, the host's /proc/stat split per CPU (None: the minimal answer).
+    /// The host's busy time is the guests' vCPU time plus 1 % of other load.
     pub realistic_host_cpus: Option<usize>,
+    /// Run call → the other load (a share of the CPUs' time) the host adds to it, with
+    /// `realistic_host_cpus` (a disturbed run).
+    pub other_load: BTreeMap<u32, f64>,
 }
 
 /// A lock payload report as the real payload prints it (fields and sizes of a real run's).
@@ -88,7 +92,7 @@ pub fn realistic_report_stdout(metric: &str, value: f64) -> String {
 
 /// One 1-vCPU guest's telemetry as the run probe journals it.
 fn realistic_telemetry(guest: usize) -> serde_json::Map<String, serde_json::Value> {
-    let wait = 0.3 + (guest % 7) as f64 * 0.05;
+    let wait = 1.0 - realistic_vcpu_run_s(guest) / 3.3;
     serde_json::Map::from_iter([
         (
             "vcpu_sched".to_string(),
@@ -110,16 +114,27 @@ fn realistic_telemetry(guest: usize) -> serde_json::Map<String, serde_json::Valu
     ])
 }
 
-/// The host's /proc/stat over a run, split per CPU, as the run probe journals it.
-fn realistic_host(cpus: usize) -> serde_json::Map<String, serde_json::Value> {
+/// The vCPU run time of guest `guest` in [`realistic_telemetry`], seconds.
+fn realistic_vcpu_run_s(guest: usize) -> f64 {
+    3.3 * (1.0 - (0.3 + (guest % 7) as f64 * 0.05))
+}
+
+/// The host's /proc/stat over a run of 3.3 s, split per CPU, as the run probe journals it:
+/// busy for `vcpu_run_s` of guests' vCPU time and `other` of each CPU's time besides.
+fn realistic_host(cpus: usize, vcpu_run_s: f64, other: f64) -> serde_json::Map<String, serde_json::Value> {
+    // Ticks of 10 ms per CPU: 330 in the run.
+    let busy = ((vcpu_run_s / cpus as f64 / 3.3 + other).min(1.0) * 330.0).round() as u64;
+    let (system, user, idle) = (busy / 20, busy - busy / 20, 330 - busy);
+    let share = busy as f64 / 330.0;
     let per_cpu: Vec<_> = (0..cpus)
-        .map(|c| json!({"busy_share": 1.0, "cpu": c, "idle": 0, "steal": 0, "steal_share": 0.0, "system": 15, "user": 315}))
+        .map(|c| json!({"busy_share": share, "cpu": c, "idle": idle, "steal": 0, "steal_share": 0.0, "system": system, "user": user}))
         .collect();
     serde_json::Map::from_iter([
         (
             "host_stat".to_string(),
-            json!({"busy_share": 1.0, "cpus": (0..cpus).collect::<Vec<_>>(), "idle": 0, "per_cpu": per_cpu,
-                   "steal": 0, "steal_share": 0.0, "system": 15 * cpus, "user": 315 * cpus}),
+            json!({"busy_share": share, "cpus": (0..cpus).collect::<Vec<_>>(), "idle": idle * cpus as u64,
+                   "per_cpu": per_cpu, "steal": 0, "steal_share": 0.0, "system": system * cpus as u64,
+                   "user": user * cpus as u64}),
         ),
         (
             "telemetry_cost".to_string(),
@@ -140,6 +155,8 @@ pub struct Calls {
     /// When each run call arrived (the mock answers at once: the time between two is what
     /// the orchestrator spent on one attempt).
     pub run_started: Vec<std::time::Instant>,
+    /// Each wait for a quiet host: (run calls made before it, the bound).
+    pub quiet_waits: Vec<(u32, f64)>,
 }
 
 pub struct MockExecutor {
@@ -250,9 +267,28 @@ impl Executor for MockExecutor {
             workers,
             start_skew_us: 5.0,
             host: match self.script.realistic_host_cpus {
-                Some(cpus) => realistic_host(cpus),
+                Some(cpus) => realistic_host(
+                    cpus,
+                    (0..request.argv.len())
+                        .filter(|&g| request.argv[g].is_some())
+                        .map(realistic_vcpu_run_s)
+                        .sum(),
+                    0.01 + self.script.other_load.get(&n).copied().unwrap_or(0.0),
+                ),
                 None => serde_json::Map::from_iter([("host_stat".to_string(), json!({"busy_share": 1.0}))]),
             },
+        }
+    }
+
+    async fn wait_quiet(&mut self, bound: f64, _limit: std::time::Duration) -> super::QuietWait {
+        let mut calls = self.calls.lock().unwrap();
+        let made = calls.runs.len() as u32;
+        calls.quiet_waits.push((made, bound));
+        super::QuietWait {
+            waited_s: 1.0,
+            quiet: true,
+            last_load: Some(bound / 2.0),
+            note: None,
         }
     }
 

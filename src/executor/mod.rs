@@ -102,6 +102,18 @@ pub struct RunOutcome {
     pub host: serde_json::Map<String, Value>,
 }
 
+/// What waiting for a quiet host came to ([`Executor::wait_quiet`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuietWait {
+    pub waited_s: f64,
+    /// The last window's foreign load was at most the bound (or nothing could be sampled).
+    pub quiet: bool,
+    /// The last window's foreign load, when sampled.
+    pub last_load: Option<f64>,
+    /// Why nothing was sampled, or what went wrong.
+    pub note: Option<String>,
+}
+
 /// A group of workers. The scheduler calls `bring_up` before the first run of a boot group
 /// and again (for fresh workers) after any failed attempt; `shut_down` when the group is done.
 #[allow(async_fn_in_trait)]
@@ -116,6 +128,19 @@ pub trait Executor {
 
     /// Stops every worker; idempotent.
     async fn shut_down(&mut self);
+
+    /// Waits until the host's foreign load on the workers' CPUs (their busy time less this
+    /// sweep's own processes') is at most `bound` over a one-second window, or `limit` passed:
+    /// a disturbed run is retried once the host is quiet again. By default there is nothing
+    /// to wait for.
+    async fn wait_quiet(&mut self, _bound: f64, _limit: std::time::Duration) -> QuietWait {
+        QuietWait {
+            waited_s: 0.0,
+            quiet: true,
+            last_load: None,
+            note: Some("this executor does not sample the host's load".into()),
+        }
+    }
 
     /// Whether the host the workers run on can still be reached (asked when workers could not
     /// be brought up in a sweep over several hosts). Err says why not.

@@ -244,6 +244,52 @@ impl Executor for VmExecutor {
         outcome
     }
 
+    async fn wait_quiet(&mut self, bound: f64, limit: Duration) -> super::QuietWait {
+        use crate::telemetry::host_load;
+        let t0 = Instant::now();
+        let done = |quiet, last_load, note: Option<String>| super::QuietWait {
+            waited_s: t0.elapsed().as_secs_f64(),
+            quiet,
+            last_load,
+            note,
+        };
+        if !self.cfg.backend.host_fs().is_local() {
+            return done(
+                true,
+                None,
+                Some("a remote host's load is not sampled between runs".into()),
+            );
+        }
+        let mut last = None;
+        loop {
+            let mark = match host_load::mark(&crate::backend::live::pids()) {
+                Ok(m) => m,
+                Err(e) => {
+                    return done(
+                        true,
+                        last,
+                        Some(format!("the host's load could not be read: {e}")),
+                    );
+                }
+            };
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match host_load::foreign_since(&mark, &self.cfg.host_cpus) {
+                Ok(load) if load <= bound => return done(true, Some(load), None),
+                Ok(load) => last = Some(load),
+                Err(e) => {
+                    return done(
+                        true,
+                        last,
+                        Some(format!("the host's load could not be read: {e}")),
+                    );
+                }
+            }
+            if t0.elapsed() >= limit {
+                return done(false, last, None);
+            }
+        }
+    }
+
     async fn host_reachable(&mut self) -> Result<(), String> {
         let b = Arc::clone(&self.cfg.backend);
         tokio::task::spawn_blocking(move || b.reachable())

@@ -43,6 +43,10 @@ pub struct JournalWriteFailed {
 /// reports count rejections by them).
 pub const SELF_CHECK_REASON: &str = "self-check failed: ";
 
+/// The words a disturbed run's `error` starts with: the host's other load on the sweep's CPUs
+/// was above `host.max_other_load` during it (the sweep writes them, the reports count by them).
+pub const DISTURBED_REASON: &str = "disturbed: ";
+
 pub use crate::vocabulary::Better;
 use crate::vocabulary::{GuestSharing, RunOrder};
 

@@ -160,6 +160,8 @@ fn add(t: &mut PhaseTotals, o: &PhaseTotals) {
     t.runs_failed += o.runs_failed;
     t.warm_ups += o.warm_ups;
     t.attempts_failed += o.attempts_failed;
+    t.disturbed += o.disturbed;
+    t.disturbed_wait_s += o.disturbed_wait_s;
     t.max_start_skew_us = t.max_start_skew_us.max(o.max_start_skew_us);
 }
 

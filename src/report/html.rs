@@ -151,6 +151,7 @@ impl Exporter for HtmlExporter {
         }
         for line in super::self_check_line(model)
             .into_iter()
+            .chain(super::disturbed_line(model))
             .chain(super::host_speed_line(model))
         {
             out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&line)));

@@ -76,6 +76,7 @@ impl Exporter for MarkdownExporter {
         }
         for line in super::self_check_line(model)
             .into_iter()
+            .chain(super::disturbed_line(model))
             .chain(super::host_speed_line(model))
         {
             out.push_str(&format!("\n{line}\n"));

@@ -613,6 +613,23 @@ pub fn self_check_line(model: &Model) -> Option<String> {
     ))
 }
 
+/// The line that says how many measured attempts the host disturbed (each was failed, waited
+/// out and retried on the same guests; none of it is a sample).
+pub fn disturbed_line(model: &Model) -> Option<String> {
+    let d = &model.disturbed;
+    (d.attempts > 0).then(|| {
+        format!(
+            "{} attempt{} disturbed by the host (failed, waited out and retried on the same guests){}",
+            d.attempts,
+            if d.attempts == 1 { "" } else { "s" },
+            d.example
+                .as_deref()
+                .map(|e| format!(", e.g. {e}"))
+                .unwrap_or_default()
+        )
+    })
+}
+
 /// How steady the host's own speed was before the sweep (probed then), when it was probed.
 pub fn host_speed_line(model: &Model) -> Option<String> {
     model

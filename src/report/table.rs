@@ -89,6 +89,7 @@ impl Exporter for TableExporter {
         let mut text = workloads.join("\n");
         for line in super::self_check_line(model)
             .into_iter()
+            .chain(super::disturbed_line(model))
             .chain(super::host_speed_line(model))
         {
             text.push_str(&format!("\n{line}\n"));

@@ -180,7 +180,18 @@ pub struct HostSpec {
     /// same for one invocation).
     #[serde(default)]
     pub timeline: Option<bool>,
+    /// A run during which the host's other load on the sweep's CPUs (their time spent on
+    /// anything but this run's vCPUs: other processes, QEMU's own threads, ocrig) was above
+    /// this share is disturbed: journaled as such, not a sample, waited out and retried on
+    /// the same guests. Default [`DEFAULT_MAX_OTHER_LOAD`].
+    #[serde(default)]
+    pub max_other_load: Option<f64>,
 }
+
+/// Default of `host.max_other_load`. A quiet run's other load on this project's 2-CPU VMs
+/// under TCG was 1.0-2.2 % (cell means, ticket-vs-tas, 2026-12-04); a busy loop taking 25 %
+/// of one host CPU put it at 7-8 % (issue 33).
+pub const DEFAULT_MAX_OTHER_LOAD: f64 = 0.05;
 
 /// One host of a sweep over several hosts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -438,6 +449,11 @@ pub struct Timeouts {
     /// a few more tries ride out): the default of 3 keeps slots from ending empty where 1
     /// did (two sweeps in about twenty on the quiet machine lost a slot to 2 in a row).
     pub self_check_retries: u32,
+    /// Retries of a run the host disturbed (`host.max_other_load`), each on the same guests
+    /// after the host was quiet again or `disturbed_wait_s` passed.
+    pub disturbed_retries: u32,
+    /// How long to wait for a quiet host before retrying a disturbed run.
+    pub disturbed_wait_s: u64,
 }
 
 impl Default for Timeouts {
@@ -449,6 +465,8 @@ impl Default for Timeouts {
             collect_s: 60,
             retries: 1,
             self_check_retries: 3,
+            disturbed_retries: 3,
+            disturbed_wait_s: 30,
         }
     }
 }

@@ -265,6 +265,25 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             format!("{} MiB is too small (at least 64)", s.guest.memory_mib),
         );
     }
+    if let Some(m) = s.host.max_other_load
+        && !(m > 0.0 && m <= 1.0)
+    {
+        err(
+            &[key("host"), key("max_other_load")],
+            format!(
+                "{m} is not a share in (0, 1]: the other load on the sweep's CPUs above which a run is disturbed, e.g. 0.05"
+            ),
+        );
+    }
+    if s.timeouts.disturbed_wait_s > MAX_STEP_TIMEOUT_S {
+        err(
+            &[key("timeouts"), key("disturbed_wait_s")],
+            format!(
+                "{} s is more than the {MAX_STEP_TIMEOUT_S} s this wait may be",
+                s.timeouts.disturbed_wait_s
+            ),
+        );
+    }
     if let Some(m) = s.margin
         && !(m > 0.0 && m < 1.0)
     {
@@ -329,6 +348,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
     for (name, retries) in [
         ("retries", t.retries),
         ("self_check_retries", t.self_check_retries),
+        ("disturbed_retries", t.disturbed_retries),
     ] {
         if retries > MAX_RETRIES {
             err(
@@ -1209,6 +1229,17 @@ mod tests {
             "{e}"
         );
         assert!(e.0[1].message.contains("must be at least 1"), "{e}");
+        let (_d, l) = loaded(&format!(
+            "name: x\nlevels: [1.0]\n{WORK}host: {{max_other_load: 0}}\ntimeouts: {{disturbed_retries: 11}}\n"
+        ));
+        let e = validate(&l, &facts()).unwrap_err();
+        let mut fields: Vec<&str> = e.0.iter().map(|e| e.field.as_str()).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            ["host.max_other_load", "timeouts.disturbed_retries"],
+            "{e}"
+        );
     }
 
     fn kvm_host() -> crate::host::VirtEvidence {

@@ -60,6 +60,9 @@ pub struct Model {
     /// Attempts the payload's own physics checks rejected (each was failed and retried).
     #[serde(default)]
     pub self_checks: SelfCheckRejections,
+    /// Measured attempts the host disturbed (each failed, waited out and retried).
+    #[serde(default)]
+    pub disturbed: Disturbances,
 }
 
 /// Attempts rejected by the payload's self-checks, and why.
@@ -96,7 +99,11 @@ pub fn self_check_rejections(records: &[RunDigest]) -> SelfCheckRejections {
     let mut attempts = std::collections::BTreeSet::new();
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
     for r in records {
-        let Some(why) = r.self_check.as_deref() else {
+        let Some(why) = r
+            .rejected
+            .as_deref()
+            .and_then(|w| w.strip_prefix(crate::journal::SELF_CHECK_REASON))
+        else {
             continue;
         };
         attempts.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
@@ -114,6 +121,36 @@ pub fn self_check_rejections(records: &[RunDigest]) -> SelfCheckRejections {
         attempts: attempts.len(),
         reasons: reasons.into_iter().map(|(w, n)| (w.to_string(), n)).collect(),
         by_check,
+    }
+}
+
+/// Measured attempts the host disturbed (its other load on the sweep's CPUs above
+/// `host.max_other_load`): each was failed, waited out and retried on the same guests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Disturbances {
+    pub attempts: usize,
+    /// One example of the journal's words (they carry the load and the bound).
+    pub example: Option<String>,
+}
+
+/// Counts the attempts of `records` the host disturbed.
+pub fn disturbances(records: &[RunDigest]) -> Disturbances {
+    let mut attempts = std::collections::BTreeSet::new();
+    let mut example = None;
+    for r in records {
+        let Some(why) = r
+            .rejected
+            .as_deref()
+            .filter(|w| w.starts_with(crate::journal::DISTURBED_REASON))
+        else {
+            continue;
+        };
+        attempts.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
+        example.get_or_insert_with(|| why.to_string());
+    }
+    Disturbances {
+        attempts: attempts.len(),
+        example,
     }
 }
 
@@ -418,6 +455,7 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
             .map(|h| h.describe()),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
+        disturbed: disturbances(&journal.runs),
     }
 }
 

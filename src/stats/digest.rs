@@ -97,8 +97,10 @@ pub struct RunDigest {
     pub superseded: bool,
     pub attempt: u32,
     pub attempt_records: Option<u32>,
-    /// The payload's own words when it rejected this run by a self-check.
-    pub self_check: Option<Why>,
+    /// Why a run that finished was not counted, in the journal's words with their prefix: the
+    /// payload's self-checks rejected it ([`SELF_CHECK_REASON`]), or the host disturbed it
+    /// ([`crate::journal::DISTURBED_REASON`]).
+    pub rejected: Option<Why>,
     /// The payload's headline numbers (name → value), in name order.
     pub metrics: Keyed<f64>,
     /// [`explain::vcpu_wait`] (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
@@ -250,10 +252,10 @@ fn digest_with(
         superseded: r.superseded.is_some(),
         attempt: r.attempt,
         attempt_records: r.attempt_records,
-        self_check: r
+        rejected: r
             .error
             .as_deref()
-            .and_then(|e| e.strip_prefix(SELF_CHECK_REASON))
+            .filter(|e| e.starts_with(SELF_CHECK_REASON) || e.starts_with(crate::journal::DISTURBED_REASON))
             .map(|w| names.name(w)),
         metrics: Keyed::of(&r.metrics, names),
         vcpu_wait,

@@ -183,6 +183,9 @@ pub struct Plan {
     pub boots: Vec<BootGroup>,
     /// The scenario's equivalence margin (`margin`), journaled in the header.
     pub margin: Option<f64>,
+    /// Above this other load on the sweep's CPUs a run is disturbed (`host.max_other_load`);
+    /// None on the host backend, whose runs are the host's load themselves.
+    pub max_other_load: Option<f64>,
     /// The boot groups of each of `levels`, in order: indices into `boots`.
     pub level_boots: Vec<std::ops::Range<usize>>,
 }
@@ -292,6 +295,11 @@ impl Plan {
             },
             boots,
             margin: s.margin,
+            max_other_load: (s.host.backend != crate::scenario::BackendKind::Host).then(|| {
+                s.host
+                    .max_other_load
+                    .unwrap_or(crate::scenario::model::DEFAULT_MAX_OTHER_LOAD)
+            }),
             level_boots,
         })
     }

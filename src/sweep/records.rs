@@ -406,6 +406,52 @@ fn parse_report(
     Ok(report)
 }
 
+/// Where a disturbed run's records keep what disturbed them: `{"other_load", "bound"}`.
+pub const DISTURBED_KEY: &str = "disturbed";
+
+/// Judges a counted attempt (every record `ok`) by the host's other load on the sweep's CPUs
+/// during it ([`crate::stats::explain::host_other_of`]: the pinned CPUs' busy time less every
+/// guest's vCPU run time, over their total time). Above `bound`, every record becomes a
+/// failed, superseded record saying so (its numbers kept for a reader, none a sample), and
+/// the load is returned. A load that could not be measured judges nothing.
+pub fn mark_disturbed(records: &mut [RunRecord], bound: f64) -> Option<f64> {
+    use crate::stats::explain::{RecordContext, Telemetry, host_other_of, host_other_part_of};
+    if records.is_empty() || !records.iter().all(|r| r.ok) {
+        return None;
+    }
+    // Only the backend matters here (a guestless run has no vCPU time to take off).
+    let ctx = RecordContext {
+        accel: "",
+        backend: "guests",
+    };
+    let parts: Vec<_> = records
+        .iter()
+        .map(|r| host_other_part_of(&Telemetry::of(&r.extra), &ctx))
+        .collect();
+    let load = host_other_of(parts.iter()).ok()?;
+    if load <= bound {
+        return None;
+    }
+    let why = format!(
+        "{}the host's other load on the sweep's CPUs was {:.1} % of their time during the run \
+         (anything but this run's vCPUs: other processes, QEMU's own threads, ocrig), above \
+         host.max_other_load {:.1} %",
+        crate::journal::DISTURBED_REASON,
+        load * 100.0,
+        bound * 100.0
+    );
+    for r in records.iter_mut() {
+        r.ok = false;
+        r.error = Some(why.clone());
+        r.extra.insert(
+            DISTURBED_KEY.into(),
+            json!({ "other_load": load, "bound": bound }),
+        );
+    }
+    supersede_if_failed(records);
+    Some(load)
+}
+
 /// Whether a failed attempt failed only by its payload's own self-checks: every record that
 /// is not `ok` is a self-check rejection ([`SELF_CHECK_REASON`]), so every guest answered and
 /// ran the run to its end, and what the checks saw was the run, not the guests.

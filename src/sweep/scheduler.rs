@@ -51,6 +51,10 @@ pub struct PhaseTotals {
     pub warm_ups: u32,
     /// Attempts that failed (each retried while retries were left).
     pub attempts_failed: u32,
+    /// Of those, attempts the host disturbed (`host.max_other_load`), and the seconds spent
+    /// waiting for a quiet host before their retries.
+    pub disturbed: u32,
+    pub disturbed_wait_s: f64,
     /// Largest measured go-signal skew across workers, microseconds.
     pub max_start_skew_us: f64,
 }
@@ -251,6 +255,9 @@ enum Ended {
     /// A guest failed (timed out, died, lost its session, no report): the guests are taken
     /// down, as they may be hung or dead, and whatever runs next gets fresh ones.
     GuestFailed,
+    /// Every guest finished, but the host's other load on the sweep's CPUs was above
+    /// `host.max_other_load` during the run: the guests stay up, the host is waited out.
+    Disturbed,
 }
 
 impl<E: Executor> Scheduler<'_, E> {
@@ -409,7 +416,7 @@ impl<E: Executor> Scheduler<'_, E> {
     ) -> anyhow::Result<()> {
         let timeouts = &self.plan.timeouts;
         let mut attempt = self.settled.last_attempt(&run_key(group, cell, false, run)) + 1;
-        let (mut guest_failures, mut rejections) = (0, 0);
+        let (mut guest_failures, mut rejections, mut disturbances) = (0, 0, 0);
         loop {
             if state.up.is_none() && state.broken.is_none() {
                 self.bring_up_warmed(group, state, cell).await?;
@@ -422,9 +429,15 @@ impl<E: Executor> Scheduler<'_, E> {
                 self.progress.run_done();
                 return Ok(());
             };
-            self.progress
-                .doing(describe(group, cell, false, run, guest_failures + rejections + 1));
-            match self.attempt(group, state, cell, id, &facts).await? {
+            self.progress.doing(describe(
+                group,
+                cell,
+                false,
+                run,
+                guest_failures + rejections + disturbances + 1,
+            ));
+            let ended = self.attempt(group, state, cell, id, &facts).await?;
+            match ended {
                 Ended::Counted => {
                     self.totals.runs_ok += 1;
                     self.progress.run_done();
@@ -432,9 +445,16 @@ impl<E: Executor> Scheduler<'_, E> {
                 }
                 Ended::Rejected => rejections += 1,
                 Ended::GuestFailed => guest_failures += 1,
+                Ended::Disturbed => disturbances += 1,
             }
-            if guest_failures > timeouts.retries || rejections > timeouts.self_check_retries {
+            if guest_failures > timeouts.retries
+                || rejections > timeouts.self_check_retries
+                || disturbances > timeouts.disturbed_retries
+            {
                 break;
+            }
+            if let (Ended::Disturbed, Some(bound)) = (&ended, self.plan.max_other_load) {
+                self.wait_quiet(bound).await;
             }
             attempt += 1;
         }
@@ -470,11 +490,19 @@ impl<E: Executor> Scheduler<'_, E> {
             .filter_map(|w| w.run_s)
             .fold(0.0, f64::max);
         self.totals.max_start_skew_us = self.totals.max_start_skew_us.max(outcome.start_skew_us);
-        let recs = records::attempt_records(cell, id, outcome, facts, state.facts_on.as_ref());
+        let mut recs = records::attempt_records(cell, id, outcome, facts, state.facts_on.as_ref());
         if state.facts_on.is_none() && !recs.is_empty() {
             state.facts_on = Some(records::facts_on(&id, &recs));
         }
-        let ended = if recs.iter().all(|r| r.ok) {
+        // A warm-up's numbers are never used: only a measured run is judged disturbed.
+        let disturbed = match self.plan.max_other_load {
+            Some(bound) if !id.warmup => records::mark_disturbed(&mut recs, bound),
+            _ => None,
+        };
+        let ended = if disturbed.is_some() {
+            self.totals.disturbed += 1;
+            Ended::Disturbed
+        } else if recs.iter().all(|r| r.ok) {
             Ended::Counted
         } else if records::only_self_checks_failed(&recs) {
             Ended::Rejected
@@ -491,6 +519,30 @@ impl<E: Executor> Scheduler<'_, E> {
             self.tear_down().await;
         }
         Ok(ended)
+    }
+
+    /// Waits for the host to be quiet before a disturbed run's retry (up to
+    /// `timeouts.disturbed_wait_s`), and says how that went.
+    async fn wait_quiet(&mut self, bound: f64) {
+        let limit = std::time::Duration::from_secs(self.plan.timeouts.disturbed_wait_s);
+        let w = self.exec.wait_quiet(bound, limit).await;
+        self.totals.disturbed_wait_s += w.waited_s;
+        let load = w
+            .last_load
+            .map_or_else(String::new, |l| format!(", other load {:.1} %", l * 100.0));
+        let msg = match (&w.note, w.quiet) {
+            (Some(note), _) => format!("disturbed run: retried at once ({note})"),
+            (None, true) => format!(
+                "disturbed run: the host was quiet again after {:.0} s{load}",
+                w.waited_s
+            ),
+            (None, false) => format!(
+                "disturbed run: the host was still busy after {:.0} s{load}; retried all the same",
+                w.waited_s
+            ),
+        };
+        self.progress.println(&msg);
+        tracing::warn!("{msg}");
     }
 
     /// Brings up a fresh guest set and warms it before its first measured run, which is of
@@ -535,7 +587,8 @@ impl<E: Executor> Scheduler<'_, E> {
                 let id = self.warm_up_id(group, state, cell, w);
                 self.progress.doing(describe(group, cell, true, w, 1));
                 match self.attempt(group, state, cell, id, &facts).await? {
-                    Ended::Counted | Ended::Rejected => self.totals.warm_ups += 1,
+                    // Warm-ups are never judged disturbed (their numbers are not used).
+                    Ended::Counted | Ended::Rejected | Ended::Disturbed => self.totals.warm_ups += 1,
                     Ended::GuestFailed => {
                         failure = Some(format!("warm-up {w} of {} {}", cell.variant, cell.workload.id));
                         break;

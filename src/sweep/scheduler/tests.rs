@@ -664,6 +664,64 @@ async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
 }
 
 #[tokio::test]
+async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_guests() {
+    let dir = tempfile::tempdir().unwrap();
+    // Call 1 (run 0 of a): 12 % of the CPUs' time went to something else; every other run
+    // has the 1 % of a quiet host. Call 3 (run 0 of b, round 0 goes on after a's retry):
+    // 30 %, and again at its retry.
+    let script = Script {
+        realistic_host_cpus: Some(2),
+        other_load: BTreeMap::from([(1, 0.12), (3, 0.30), (4, 0.30)]),
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let attempts = |v: &str, run: u32| -> Vec<(u32, u32, bool)> {
+        o.records
+            .iter()
+            .filter(|r| r.variant == v && r.run == run && r.guest == 0 && !r.warmup)
+            .map(|r| (r.attempt, r.slot.unwrap().bring_up, r.ok))
+            .collect()
+    };
+    // Retried on the same guests, each retry after a wait for a quiet host.
+    assert_eq!(attempts("a", 0), [(1, 1, false), (2, 1, true)]);
+    assert_eq!(attempts("b", 0), [(1, 1, false), (2, 1, false), (3, 1, true)]);
+    assert_eq!(attempts("a", 1), [(1, 1, true)]);
+    assert_eq!(o.calls.bring_ups.len(), 1);
+    let bound = crate::scenario::model::DEFAULT_MAX_OTHER_LOAD;
+    assert_eq!(o.calls.quiet_waits, [(1, bound), (3, bound), (4, bound)]);
+    // Named in the journal with the load, the bound and what it was; its numbers kept but
+    // no sample.
+    let d = o
+        .records
+        .iter()
+        .find(|r| r.variant == "a" && r.run == 0 && r.attempt == 1 && r.guest == 0)
+        .unwrap();
+    let error = d.error.as_deref().unwrap();
+    assert!(error.starts_with(crate::journal::DISTURBED_REASON), "{error}");
+    // The 12 % added to the 1 % of a quiet host.
+    assert!(
+        error.contains("was 13.1 %") && error.contains("above host.max_other_load 5.0 %"),
+        "{error}"
+    );
+    assert!(d.superseded.is_some());
+    let load = d.extra[crate::sweep::records::DISTURBED_KEY]["other_load"]
+        .as_f64()
+        .unwrap();
+    assert!((load - 0.13).abs() < 0.01, "{load}");
+    each_run_counted_once(&o.records, 3, 2);
+    assert_eq!((o.totals.disturbed, o.totals.attempts_failed), (3, 3));
+    assert_eq!(o.totals.disturbed_wait_s, 3.0);
+    // The reports count them apart from self-check rejections.
+    let model = stats_model(&o.records);
+    assert_eq!(model.disturbed.attempts, 3);
+    assert_eq!(model.self_checks.attempts, 0);
+    assert_eq!(
+        model.workloads[0].series[0].cells[0].summary.as_ref().unwrap().n,
+        3
+    );
+}
+
+#[tokio::test]
 async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("runs: {min: 3, max: 8, target_mde: 0.05}\n");
