@@ -66,6 +66,8 @@ pub struct Script {
     /// Run call → the other load (a share of the CPUs' time) the host adds to it, with
     /// `realistic_host_cpus` (a disturbed run).
     pub other_load: BTreeMap<u32, f64>,
+    /// Every wait for a quiet host ends with the host still busy.
+    pub host_stays_busy: bool,
 }
 
 /// A lock payload report as the real payload prints it (fields and sizes of a real run's).
@@ -284,10 +286,11 @@ impl Executor for MockExecutor {
         let mut calls = self.calls.lock().unwrap();
         let made = calls.runs.len() as u32;
         calls.quiet_waits.push((made, bound));
+        let busy = self.script.host_stays_busy;
         super::QuietWait {
             waited_s: 1.0,
-            quiet: true,
-            last_load: Some(bound / 2.0),
+            quiet: !busy,
+            last_load: Some(if busy { bound * 2.0 } else { bound / 2.0 }),
             note: None,
         }
     }

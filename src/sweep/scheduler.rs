@@ -172,6 +172,7 @@ pub async fn run_with<E: Executor>(
         last_bring_ups: bring_ups,
         totals: PhaseTotals::default(),
         share,
+        host_busy: false,
     };
     let swept = s.run_levels().await;
     s.exec.shut_down().await;
@@ -213,6 +214,10 @@ struct Scheduler<'a, E> {
     /// Per boot group, the last bring-up this host journaled before this `ocrig run`.
     last_bring_ups: Vec<u32>,
     totals: PhaseTotals,
+    /// The last wait for a quiet host ended with the host still busy, and no run has been
+    /// counted since: a host under lasting load is not waited for again (each wait would cost
+    /// its whole `disturbed_wait_s`), its disturbed runs are retried at once.
+    host_busy: bool,
 }
 
 /// The state of one boot group's workers, kept across the group's blocks.
@@ -503,6 +508,7 @@ impl<E: Executor> Scheduler<'_, E> {
             self.totals.disturbed += 1;
             Ended::Disturbed
         } else if recs.iter().all(|r| r.ok) {
+            self.host_busy = false;
             Ended::Counted
         } else if records::only_self_checks_failed(&recs) {
             Ended::Rejected
@@ -524,8 +530,15 @@ impl<E: Executor> Scheduler<'_, E> {
     /// Waits for the host to be quiet before a disturbed run's retry (up to
     /// `timeouts.disturbed_wait_s`), and says how that went.
     async fn wait_quiet(&mut self, bound: f64) {
+        if self.host_busy {
+            self.progress.println(
+                "disturbed run: retried at once (the host stayed busy through the last wait, and no run has counted since)",
+            );
+            return;
+        }
         let limit = std::time::Duration::from_secs(self.plan.timeouts.disturbed_wait_s);
         let w = self.exec.wait_quiet(bound, limit).await;
+        self.host_busy = !w.quiet;
         self.totals.disturbed_wait_s += w.waited_s;
         let load = w
             .last_load

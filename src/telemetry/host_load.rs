@@ -88,7 +88,10 @@ mod tests {
         stranger.wait().unwrap();
         let foreign = foreign_since(&m, &cpus).unwrap();
         let expected = ran / t.elapsed().as_secs_f64() / cpus.len() as f64;
-        assert!(expected > 0.2 / cpus.len() as f64, "the stranger hardly ran: {ran} s");
+        assert!(
+            expected > 0.2 / cpus.len() as f64,
+            "the stranger hardly ran: {ran} s"
+        );
         assert!(
             foreign >= expected * 0.8 - 0.05,
             "a stranger that had {expected:.2} of the CPU read as {foreign:.2}"

@@ -722,6 +722,25 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
 }
 
 #[tokio::test]
+async fn a_host_that_stays_busy_is_not_waited_for_again_until_a_run_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    // Calls 1-3 (run 0 of a, three attempts) and 5 (run 0 of b) disturbed; every wait ends
+    // with the host still busy.
+    let script = Script {
+        realistic_host_cpus: Some(2),
+        other_load: BTreeMap::from([(1, 0.2), (2, 0.2), (3, 0.2), (5, 0.2)]),
+        host_stays_busy: true,
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let bound = crate::scenario::model::DEFAULT_MAX_OTHER_LOAD;
+    // Waited after call 1 only; after call 4 counted, call 5's disturbance is waited for again.
+    assert_eq!(o.calls.quiet_waits, [(1, bound), (5, bound)]);
+    each_run_counted_once(&o.records, 3, 2);
+    assert_eq!(o.totals.disturbed, 4);
+}
+
+#[tokio::test]
 async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("runs: {min: 3, max: 8, target_mde: 0.05}\n");
