@@ -215,8 +215,10 @@ struct Scheduler<'a, E> {
     last_bring_ups: Vec<u32>,
     totals: PhaseTotals,
     /// The last wait for a quiet host ended with the host still busy, and no run has been
-    /// counted since: a host under lasting load is not waited for again (each wait would cost
-    /// its whole `disturbed_wait_s`), its disturbed runs are retried at once.
+    /// counted since: under a lasting load a disturbed run is neither waited for nor retried
+    /// (each would cost a wait and attempts that are disturbed too: a persistent 25 % hog of
+    /// one CPU took ticket-vs-tas from 124 s to 528 s and still left 25 of 32 slots empty);
+    /// its slot is left for `--resume`, and the first run that counts ends the state.
     host_busy: bool,
 }
 
@@ -459,6 +461,15 @@ impl<E: Executor> Scheduler<'_, E> {
                 break;
             }
             if let (Ended::Disturbed, Some(bound)) = (&ended, self.plan.max_other_load) {
+                if self.host_busy {
+                    // Busy through a whole wait and nothing counted since: more attempts
+                    // now would only be disturbed too. The slot stays for `--resume`.
+                    self.progress.println(&format!(
+                        "disturbed run: {} left without a result (the host stayed busy through the last wait; `--resume` retries it)",
+                        describe(group, cell, false, run, attempt)
+                    ));
+                    break;
+                }
                 self.wait_quiet(bound).await;
             }
             attempt += 1;
@@ -530,12 +541,6 @@ impl<E: Executor> Scheduler<'_, E> {
     /// Waits for the host to be quiet before a disturbed run's retry (up to
     /// `timeouts.disturbed_wait_s`), and says how that went.
     async fn wait_quiet(&mut self, bound: f64) {
-        if self.host_busy {
-            self.progress.println(
-                "disturbed run: retried at once (the host stayed busy through the last wait, and no run has counted since)",
-            );
-            return;
-        }
         let limit = std::time::Duration::from_secs(self.plan.timeouts.disturbed_wait_s);
         let w = self.exec.wait_quiet(bound, limit).await;
         self.host_busy = !w.quiet;

@@ -722,22 +722,40 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
 }
 
 #[tokio::test]
-async fn a_host_that_stays_busy_is_not_waited_for_again_until_a_run_counts() {
+async fn a_host_that_stays_busy_gets_one_wait_and_its_disturbed_slots_are_left_for_resume() {
     let dir = tempfile::tempdir().unwrap();
-    // Calls 1-3 (run 0 of a, three attempts) and 5 (run 0 of b) disturbed; every wait ends
-    // with the host still busy.
+    // Calls 1-3 disturbed; every wait ends with the host still busy.
     let script = Script {
         realistic_host_cpus: Some(2),
-        other_load: BTreeMap::from([(1, 0.2), (2, 0.2), (3, 0.2), (5, 0.2)]),
+        other_load: BTreeMap::from([(1, 0.2), (2, 0.2), (3, 0.2), (6, 0.2)]),
         host_stays_busy: true,
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
     let bound = crate::scenario::model::DEFAULT_MAX_OTHER_LOAD;
-    // Waited after call 1 only; after call 4 counted, call 5's disturbance is waited for again.
-    assert_eq!(o.calls.quiet_waits, [(1, bound), (5, bound)]);
-    each_run_counted_once(&o.records, 3, 2);
-    assert_eq!(o.totals.disturbed, 4);
+    let tried: Vec<(String, u32, u32, bool)> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .map(|r| (r.variant.clone(), r.run, r.attempt, r.ok))
+        .collect();
+    // Call 1: a wait that ends busy, one retry (call 2), disturbed too: run 0 of a is left.
+    // Call 3 (run 0 of b): left at once. Call 4 counts, which ends the busy state, so the
+    // disturbance of call 6 is waited for again and retried.
+    assert_eq!(o.calls.quiet_waits, [(1, bound), (6, bound)], "{tried:?}");
+    assert_eq!(
+        &tried[..4],
+        [
+            ("a".into(), 0, 1, false),
+            ("a".into(), 0, 2, false),
+            ("b".into(), 0, 1, false),
+            ("b".into(), 1, 1, true),
+        ]
+    );
+    assert_eq!(
+        (o.totals.disturbed, o.totals.runs_failed, o.totals.runs_ok),
+        (4, 2, 4)
+    );
 }
 
 #[tokio::test]
