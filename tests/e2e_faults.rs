@@ -499,7 +499,14 @@ impl Journal {
     /// The injected fault's record (the only failed one), its retry, and that every measured
     /// run of the cell ended ok exactly once.
     fn failed_then_retried(&self) -> &Value {
-        let failed: Vec<&Value> = self.runs.iter().filter(|r| r["ok"] == false).collect();
+        // An attempt the host disturbed (other load on these CPUs: this shared machine, this
+        // test's own ssh) is named as such and retried; it is not the injected fault.
+        let failed: Vec<&Value> = self
+            .runs
+            .iter()
+            .filter(|r| r["ok"] == false)
+            .filter(|r| !r["error"].as_str().is_some_and(|e| e.starts_with("disturbed: ")))
+            .collect();
         assert_eq!(
             failed.len(),
             1,
@@ -513,12 +520,14 @@ impl Journal {
             f["superseded"].is_string(),
             "a failed attempt is marked superseded: {f}"
         );
-        let retry = self
-            .runs
-            .iter()
-            .find(|r| r["run"] == f["run"] && r["warmup"] == f["warmup"] && r["attempt"] == 2);
-        let retry = retry.unwrap_or_else(|| panic!("no retry of the failed run:\n{}", self.brief()));
-        assert_eq!(retry["ok"], true, "the retry failed too: {retry}");
+        // The retry: attempt 2, or a later one where the host disturbed those between.
+        let retry = self.runs.iter().find(|r| {
+            r["run"] == f["run"]
+                && r["warmup"] == f["warmup"]
+                && r["attempt"].as_u64() > Some(1)
+                && r["ok"] == true
+        });
+        retry.unwrap_or_else(|| panic!("no successful retry of the failed run:\n{}", self.brief()));
         self.assert_each_run_ok_once(&[0, 1]);
         f
     }

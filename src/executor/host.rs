@@ -77,9 +77,18 @@ async fn run_payload(
     let mut cmd = tokio::process::Command::new(payload);
     cmd.args(argv).kill_on_drop(true);
     // SAFETY: the closure only calls sched_setaffinity (a raw syscall through rustix, no
-    // allocation) on a set copied onto its stack, which is async-signal-safe.
+    // allocation) on a set copied onto its stack, and prctl, both async-signal-safe.
+    // PR_SET_PDEATHSIG: a payload outlives a killed ocrig otherwise, and a busy one then
+    // disturbs whatever runs next on these CPUs (a 20 s hog left by a SIGKILLed sweep took a
+    // whole CPU from the next sweep's runs in the fault tests, 2026-12-04).
     unsafe {
-        cmd.pre_exec(move || rustix::thread::sched_setaffinity(None, &set).map_err(std::io::Error::from));
+        cmd.pre_exec(move || {
+            rustix::thread::sched_setaffinity(None, &set).map_err(std::io::Error::from)?;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
     let out = tokio::time::timeout(timeout, cmd.output())
         .await

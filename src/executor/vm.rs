@@ -224,6 +224,14 @@ impl Executor for VmExecutor {
                 file,
             }),
         };
+        // The host's foreign load over the attempt (processes other than this sweep's own:
+        // its guests' QEMUs, every thread, and ocrig), on this machine only: what judges a
+        // run disturbed (`host.max_other_load`).
+        let load_mark = if fs.is_local() {
+            Some(crate::telemetry::host_load::mark(&crate::backend::live::pids()))
+        } else {
+            None
+        };
         let run = barrier::gated_run(&participants, request.argv.len(), host, limits);
         let rotation = self.rotation();
         let mut outcome = match rotation {
@@ -234,6 +242,36 @@ impl Executor for VmExecutor {
             },
             None => run.await,
         };
+        if let Some(mark) = load_mark {
+            use crate::telemetry::host_load;
+            let reading = mark.and_then(|m| {
+                let load = host_load::foreign_since(&m, &self.cfg.host_cpus)?;
+                Ok((load, host_load::busiest_others(&m, 3)))
+            });
+            match reading {
+                Ok((load, busiest)) => {
+                    outcome
+                        .host
+                        .insert(host_load::KEY.into(), serde_json::json!(load));
+                    outcome.host.insert(
+                        host_load::BUSIEST_KEY.into(),
+                        serde_json::json!(
+                            busiest
+                                .iter()
+                                .map(
+                                    |(pid, comm, s)| serde_json::json!({"pid": pid, "comm": comm, "cpu_s": s})
+                                )
+                                .collect::<Vec<_>>()
+                        ),
+                    );
+                }
+                Err(e) => {
+                    outcome
+                        .host
+                        .insert(host_load::KEY.into(), serde_json::json!({ "unavailable": e }));
+                }
+            }
+        }
         for l in &self.live {
             if let Some(Some(w)) = outcome.workers.get_mut(l.index as usize)
                 && w.result.is_err()

@@ -40,6 +40,7 @@ pub enum Part<T> {
 
 impl<T: DeserializeOwned> Part<T> {
     /// The field `v` of a record in memory.
+    #[cfg(test)] // records in memory are digested in tests only
     fn of_value(v: Option<&Value>) -> Self {
         match v {
             None => Part::Absent,
@@ -111,7 +112,8 @@ impl Telemetry {
     /// The `extra` fields it is read from.
     pub const KEYS: [&str; 4] = ["vcpu_sched", "guest_stat", "host_stat", "kvm"];
 
-    /// Of a record in memory (the sweep judges an attempt's other load by it).
+    /// Of a record in memory.
+    #[cfg(test)] // records in memory are digested in tests only
     pub fn of(extra: &serde_json::Map<String, Value>) -> Self {
         Self {
             vcpu_sched: Part::of_value(extra.get("vcpu_sched")),

@@ -409,33 +409,49 @@ fn parse_report(
 /// Where a disturbed run's records keep what disturbed them: `{"other_load", "bound"}`.
 pub const DISTURBED_KEY: &str = "disturbed";
 
-/// Judges a counted attempt (every record `ok`) by the host's other load on the sweep's CPUs
-/// during it ([`crate::stats::explain::host_other_of`]: the pinned CPUs' busy time less every
-/// guest's vCPU run time, over their total time). Above `bound`, every record becomes a
-/// failed, superseded record saying so (its numbers kept for a reader, none a sample), and
-/// the load is returned. A load that could not be measured judges nothing.
+/// Judges a counted attempt (every record `ok`) by the host's foreign load on the sweep's
+/// CPUs during it (the executor's [`crate::telemetry::host_load`] reading on the attempt's
+/// first record: their busy time less this sweep's own processes', its guests' QEMUs and
+/// ocrig, over their total time). Above `bound`, every record becomes a failed, superseded
+/// record saying so (its numbers kept for a reader, none a sample), and the load is returned.
+/// An attempt without the reading (a remote host, an older executor) is not judged.
+///
+/// Not the report's `other load` (busy time less the vCPUs' run time): that counts QEMU's own
+/// threads too, 5-13 % of the CPUs at 0.5x under TCG here (2026-12-04), where the second CPU
+/// has nothing else to do.
 pub fn mark_disturbed(records: &mut [RunRecord], bound: f64) -> Option<f64> {
-    use crate::stats::explain::{RecordContext, Telemetry, host_other_of, host_other_part_of};
     if records.is_empty() || !records.iter().all(|r| r.ok) {
         return None;
     }
-    // Only the backend matters here (a guestless run has no vCPU time to take off).
-    let ctx = RecordContext {
-        accel: "",
-        backend: "guests",
-    };
-    let parts: Vec<_> = records
-        .iter()
-        .map(|r| host_other_part_of(&Telemetry::of(&r.extra), &ctx))
-        .collect();
-    let load = host_other_of(parts.iter()).ok()?;
+    let load = records[0].extra.get(crate::telemetry::host_load::KEY)?.as_f64()?;
     if load <= bound {
         return None;
     }
+    let busiest: Vec<String> = records[0]
+        .extra
+        .get(crate::telemetry::host_load::BUSIEST_KEY)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    format!(
+                        "{} (pid {}) {:.2} s",
+                        p["comm"].as_str().unwrap_or("?"),
+                        p["pid"],
+                        p["cpu_s"].as_f64().unwrap_or(0.0)
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let who = if busiest.is_empty() {
+        String::new()
+    } else {
+        format!("; busiest other processes: {}", busiest.join(", "))
+    };
     let why = format!(
-        "{}the host's other load on the sweep's CPUs was {:.1} % of their time during the run \
-         (anything but this run's vCPUs: other processes, QEMU's own threads, ocrig), above \
-         host.max_other_load {:.1} %",
+        "{}the host's CPUs of this sweep spent {:.1} % of their time during the run on processes \
+         other than the sweep's own (its guests' QEMUs and ocrig), above host.max_other_load {:.1} %{who}",
         crate::journal::DISTURBED_REASON,
         load * 100.0,
         bound * 100.0
@@ -445,7 +461,7 @@ pub fn mark_disturbed(records: &mut [RunRecord], bound: f64) -> Option<f64> {
         r.error = Some(why.clone());
         r.extra.insert(
             DISTURBED_KEY.into(),
-            json!({ "other_load": load, "bound": bound }),
+            json!({ "foreign_load": load, "bound": bound }),
         );
     }
     supersede_if_failed(records);

@@ -7,12 +7,27 @@
 
 use super::cpu_stat::{StatSnapshot, cpus_delta};
 
-/// CPU time of `pid` (all its threads), ticks; None once it is gone.
+/// Where an attempt's record keeps its foreign load (a share, or `{"unavailable": why}`).
+pub const KEY: &str = "foreign_load";
+/// Where it keeps the other processes that used the most CPU meanwhile (`[{pid, comm, cpu_s}]`).
+pub const BUSIEST_KEY: &str = "foreign_busiest";
+
+/// CPU time of `pid` (all its threads, and its children it has waited for: ocrig's `cp`,
+/// `mkfs`, `ssh`), ticks; None once it is gone.
 fn process_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the ")" that ends the command name start at field 3; utime is 14, stime 15.
-    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    Some(f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?)
+    // Fields after the ")" that ends the command name start at field 3; utime, stime, cutime
+    // and cstime are 14 to 17.
+    let f: Vec<u64> = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse::<i64>().map(|v| v.max(0) as u64))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some(f.iter().sum())
 }
 
 /// A reading to take the next one against.
@@ -20,16 +35,59 @@ pub struct LoadMark {
     stat: StatSnapshot,
     own_ticks: u64,
     own: Vec<u32>,
+    /// Every other process's CPU ticks then, to name what ran meanwhile.
+    others: std::collections::HashMap<u32, u64>,
+}
+
+/// Every process's (pid, command, CPU ticks) now.
+fn all_processes() -> Vec<(u32, String, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_string();
+            let mut f = rest.split_whitespace().skip(11);
+            let ticks = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+            Some((pid, comm, ticks))
+        })
+        .collect()
+}
+
+/// The processes other than the own ones that used the most CPU since `since`, most first:
+/// `(pid, command, seconds)`, at most `n`, none under 10 ms.
+pub fn busiest_others(since: &LoadMark, n: usize) -> Vec<(u32, String, f64)> {
+    let mut used: Vec<(u32, String, f64)> = all_processes()
+        .into_iter()
+        .filter(|(pid, _, _)| !since.own.contains(pid))
+        .filter_map(|(pid, comm, ticks)| {
+            let before = since.others.get(&pid).copied().unwrap_or(0);
+            let d = ticks.checked_sub(before)?;
+            (d > 0).then(|| (pid, comm, d as f64 / 100.0))
+        })
+        .collect();
+    used.sort_by(|a, b| b.2.total_cmp(&a.2));
+    used.truncate(n);
+    used
 }
 
 /// Marks now: the host's /proc/stat and the CPU time of `own` (pids) and of this process.
 pub fn mark(own: &[u32]) -> Result<LoadMark, String> {
     let mut own = own.to_vec();
     own.push(std::process::id());
+    let others = all_processes()
+        .into_iter()
+        .filter(|(pid, _, _)| !own.contains(pid))
+        .map(|(pid, _, ticks)| (pid, ticks))
+        .collect();
     Ok(LoadMark {
         stat: StatSnapshot::host()?,
         own_ticks: own.iter().filter_map(|&p| process_ticks(p)).sum(),
         own,
+        others,
     })
 }
 

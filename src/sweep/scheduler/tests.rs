@@ -700,11 +700,11 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
     assert!(error.starts_with(crate::journal::DISTURBED_REASON), "{error}");
     // The 12 % added to the 1 % of a quiet host.
     assert!(
-        error.contains("was 13.1 %") && error.contains("above host.max_other_load 5.0 %"),
+        error.contains("spent 13.0 %") && error.contains("above host.max_other_load 5.0 %"),
         "{error}"
     );
     assert!(d.superseded.is_some());
-    let load = d.extra[crate::sweep::records::DISTURBED_KEY]["other_load"]
+    let load = d.extra[crate::sweep::records::DISTURBED_KEY]["foreign_load"]
         .as_f64()
         .unwrap();
     assert!((load - 0.13).abs() < 0.01, "{load}");
