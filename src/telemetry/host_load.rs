@@ -143,8 +143,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(500));
         let ran = process_ticks(stranger.id()).unwrap() as f64 / 100.0;
         stranger.kill().unwrap();
-        stranger.wait().unwrap();
+        // Read before it is reaped: a reaped child's time is its parent's (cutime), and this
+        // process is its parent.
         let foreign = foreign_since(&m, &cpus).unwrap();
+        stranger.wait().unwrap();
         let expected = ran / t.elapsed().as_secs_f64() / cpus.len() as f64;
         assert!(
             expected > 0.2 / cpus.len() as f64,
