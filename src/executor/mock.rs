@@ -143,6 +143,7 @@ fn realistic_host(cpus: usize, vcpu_run_s: f64, other: f64) -> serde_json::Map<S
             json!({"cpu_ms": 0.31, "run_cpu_ms": 160.0, "share": 0.002}),
         ),
         (crate::telemetry::host_load::KEY.to_string(), json!(other)),
+        (crate::telemetry::host_load::NAMED_KEY.to_string(), json!(other)),
     ])
 }
 

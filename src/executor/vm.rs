@@ -246,13 +246,17 @@ impl Executor for VmExecutor {
             use crate::telemetry::host_load;
             let reading = mark.and_then(|m| {
                 let load = host_load::foreign_since(&m, &self.cfg.host_cpus)?;
-                Ok((load, host_load::busiest_others(&m, 3)))
+                let named = host_load::named_share(&m, self.cfg.host_cpus.len());
+                Ok((load, named, host_load::busiest_others(&m, 3)))
             });
             match reading {
-                Ok((load, busiest)) => {
+                Ok((load, named, busiest)) => {
                     outcome
                         .host
                         .insert(host_load::KEY.into(), serde_json::json!(load));
+                    outcome
+                        .host
+                        .insert(host_load::NAMED_KEY.into(), serde_json::json!(named));
                     outcome.host.insert(
                         host_load::BUSIEST_KEY.into(),
                         serde_json::json!(

@@ -11,6 +11,8 @@ use super::cpu_stat::{StatSnapshot, cpus_delta};
 pub const KEY: &str = "foreign_load";
 /// Where it keeps the other processes that used the most CPU meanwhile (`[{pid, comm, cpu_s}]`).
 pub const BUSIEST_KEY: &str = "foreign_busiest";
+/// Where it keeps [`named_share`].
+pub const NAMED_KEY: &str = "foreign_named";
 
 /// CPU time of `pid` (all its threads, and its children it has waited for: ocrig's `cp`,
 /// `mkfs`, `ssh`), ticks; None once it is gone.
@@ -37,6 +39,7 @@ pub struct LoadMark {
     own: Vec<u32>,
     /// Every other process's CPU ticks then, to name what ran meanwhile.
     others: std::collections::HashMap<u32, u64>,
+    at: std::time::Instant,
 }
 
 /// Every process's (pid, command, CPU ticks) now.
@@ -55,6 +58,23 @@ fn all_processes() -> Vec<(u32, String, u64)> {
             Some((pid, comm, ticks))
         })
         .collect()
+}
+
+/// The CPU time every other process still alive used since `since`, as a share of `cpus`
+/// CPUs' time since then: the part of the foreign load a process can be named for. (The rest
+/// is time of processes that started or ended in between, which /proc no longer or not yet
+/// shows apart — on a quiet host, mostly this sweep's own short-lived work.)
+pub fn named_share(since: &LoadMark, cpus: usize) -> f64 {
+    let used: u64 = all_processes()
+        .into_iter()
+        .filter(|(pid, _, _)| !since.own.contains(pid))
+        .filter_map(|(pid, _, ticks)| ticks.checked_sub(*since.others.get(&pid)?))
+        .sum();
+    let span = since.at.elapsed().as_secs_f64() * cpus.max(1) as f64;
+    if span <= 0.0 {
+        return 0.0;
+    }
+    (used as f64 / 100.0 / span).clamp(0.0, 1.0)
 }
 
 /// The processes other than the own ones that used the most CPU since `since`, most first:
@@ -88,6 +108,7 @@ pub fn mark(own: &[u32]) -> Result<LoadMark, String> {
         own_ticks: own.iter().filter_map(|&p| process_ticks(p)).sum(),
         own,
         others,
+        at: std::time::Instant::now(),
     })
 }
 
