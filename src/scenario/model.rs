@@ -180,17 +180,19 @@ pub struct HostSpec {
     /// same for one invocation).
     #[serde(default)]
     pub timeline: Option<bool>,
-    /// A run during which the host's other load on the sweep's CPUs (their time spent on
-    /// anything but this run's vCPUs: other processes, QEMU's own threads, ocrig) was above
-    /// this share is disturbed: journaled as such, not a sample, waited out and retried on
-    /// the same guests. Default [`DEFAULT_MAX_OTHER_LOAD`].
+    /// A run during which other processes took more than this share of the sweep's CPUs'
+    /// time (their busy time less this sweep's own processes', as far as a running process
+    /// can be named for it: [`crate::telemetry::host_load`]) is disturbed: journaled as such,
+    /// not a sample, waited out and retried on the same guests. Default
+    /// [`DEFAULT_MAX_OTHER_LOAD`].
     #[serde(default)]
     pub max_other_load: Option<f64>,
 }
 
-/// Default of `host.max_other_load`. A quiet run's other load on this project's 2-CPU VMs
-/// under TCG was 1.0-2.2 % (cell means, ticket-vs-tas, 2026-12-04); a busy loop taking 25 %
-/// of one host CPU put it at 7-8 % (issue 33).
+/// Default of `host.max_other_load`. On this project's 2-CPU VMs (2026-12-04) the report's
+/// other load of a quiet run was 1.0-2.2 % (cell means, ticket-vs-tas under TCG), and the
+/// processes other than the sweep's own took ~0 % of a quiet run; a busy loop taking 25 % of
+/// one of the 2 CPUs is 12.5 % of their time.
 pub const DEFAULT_MAX_OTHER_LOAD: f64 = 0.05;
 
 /// One host of a sweep over several hosts.
