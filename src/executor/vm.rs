@@ -244,30 +244,22 @@ impl Executor for VmExecutor {
         };
         if let Some(mark) = load_mark {
             use crate::telemetry::host_load;
-            let reading = mark.and_then(|m| {
-                let load = host_load::foreign_since(&m, &self.cfg.host_cpus)?;
-                let named = host_load::named_share(&m, self.cfg.host_cpus.len());
-                Ok((load, named, host_load::busiest_others(&m, 3)))
-            });
-            match reading {
-                Ok((load, named, busiest)) => {
+            match mark.and_then(|m| host_load::read(&m, &self.cfg.host_cpus, 3)) {
+                Ok(r) => {
+                    let busiest: Vec<serde_json::Value> = r
+                        .busiest
+                        .iter()
+                        .map(|(pid, comm, s)| serde_json::json!({"pid": pid, "comm": comm, "cpu_s": s}))
+                        .collect();
                     outcome
                         .host
-                        .insert(host_load::KEY.into(), serde_json::json!(load));
+                        .insert(host_load::KEY.into(), serde_json::json!(r.foreign));
                     outcome
                         .host
-                        .insert(host_load::NAMED_KEY.into(), serde_json::json!(named));
-                    outcome.host.insert(
-                        host_load::BUSIEST_KEY.into(),
-                        serde_json::json!(
-                            busiest
-                                .iter()
-                                .map(
-                                    |(pid, comm, s)| serde_json::json!({"pid": pid, "comm": comm, "cpu_s": s})
-                                )
-                                .collect::<Vec<_>>()
-                        ),
-                    );
+                        .insert(host_load::NAMED_KEY.into(), serde_json::json!(r.named));
+                    outcome
+                        .host
+                        .insert(host_load::BUSIEST_KEY.into(), serde_json::json!(busiest));
                 }
                 Err(e) => {
                     outcome

@@ -5,118 +5,105 @@
 //! A guest's QEMU thread that ran on a CPU outside the set is taken off all the same, so the
 //! figure errs low: a wait can end a little early, never late.
 
+use std::collections::{HashMap, HashSet};
+
 use super::cpu_stat::{StatSnapshot, cpus_delta};
 
 /// Where an attempt's record keeps its foreign load (a share, or `{"unavailable": why}`).
 pub const KEY: &str = "foreign_load";
 /// Where it keeps the other processes that used the most CPU meanwhile (`[{pid, comm, cpu_s}]`).
 pub const BUSIEST_KEY: &str = "foreign_busiest";
-/// Where it keeps [`named_share`].
+/// Where it keeps [`Reading::named`].
 pub const NAMED_KEY: &str = "foreign_named";
 
-/// CPU time of `pid` (all its threads, and its children it has waited for: ocrig's `cp`,
-/// `mkfs`, `ssh`), ticks; None once it is gone.
-fn process_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the ")" that ends the command name start at field 3; utime, stime, cutime
-    // and cstime are 14 to 17.
-    let f: Vec<u64> = stat
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .map(|v| v.parse::<i64>().map(|v| v.max(0) as u64))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    Some(f.iter().sum())
+/// One process as /proc/<pid>/stat has it, CPU times in ticks.
+struct ProcStat {
+    comm: String,
+    /// utime + stime: all its threads. (Not its reaped children's: a guest's QEMU reaped in
+    /// between would bring its whole life's time with it; ocrig's short-lived `cp` and `mkfs`
+    /// are foreign time no running process is named for, which [`Reading::named`] leaves out.)
+    ticks: u64,
 }
 
-/// A reading to take the next one against.
-pub struct LoadMark {
-    stat: StatSnapshot,
-    own_ticks: u64,
-    own: Vec<u32>,
-    /// Every other process's CPU ticks then, to name what ran meanwhile.
-    others: std::collections::HashMap<u32, u64>,
-    at: std::time::Instant,
-}
-
-/// Every process's (pid, command, CPU ticks) now.
-fn all_processes() -> Vec<(u32, String, u64)> {
+/// Every process now, by pid: one pass over /proc.
+fn processes() -> HashMap<u32, ProcStat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return HashMap::new();
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let (head, rest) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1.to_string();
+            // Fields after the ")" that ends the command name start at field 3; utime and
+            // stime are 14 and 15.
             let mut f = rest.split_whitespace().skip(11);
             let ticks = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
-            Some((pid, comm, ticks))
+            Some((
+                pid,
+                ProcStat {
+                    comm: head.split_once('(')?.1.to_string(),
+                    ticks,
+                },
+            ))
         })
         .collect()
 }
 
-/// The CPU time every other process still alive used since `since`, as a share of `cpus`
-/// CPUs' time since then: the part of the foreign load a process can be named for. (The rest
-/// is time of processes that started or ended in between, which /proc no longer or not yet
-/// shows apart — on a quiet host, mostly this sweep's own short-lived work.)
-pub fn named_share(since: &LoadMark, cpus: usize) -> f64 {
-    let used: u64 = all_processes()
-        .into_iter()
-        .filter(|(pid, _, _)| !since.own.contains(pid))
-        .filter_map(|(pid, _, ticks)| ticks.checked_sub(*since.others.get(&pid)?))
-        .sum();
-    let span = since.at.elapsed().as_secs_f64() * cpus.max(1) as f64;
-    if span <= 0.0 {
-        return 0.0;
-    }
-    (used as f64 / 100.0 / span).clamp(0.0, 1.0)
+/// A reading to take the next one against.
+pub struct LoadMark {
+    stat: StatSnapshot,
+    /// This sweep's own processes: its guests' and this one.
+    own: HashSet<u32>,
+    own_ticks: u64,
+    /// Every other process's CPU ticks then, to name what ran meanwhile.
+    others: HashMap<u32, u64>,
+    at: std::time::Instant,
 }
 
-/// The processes other than the own ones that used the most CPU since `since`, most first:
-/// `(pid, command, seconds)`, at most `n`, none under 10 ms.
-pub fn busiest_others(since: &LoadMark, n: usize) -> Vec<(u32, String, f64)> {
-    let mut used: Vec<(u32, String, f64)> = all_processes()
-        .into_iter()
-        .filter(|(pid, _, _)| !since.own.contains(pid))
-        .filter_map(|(pid, comm, ticks)| {
-            let before = since.others.get(&pid).copied().unwrap_or(0);
-            let d = ticks.checked_sub(before)?;
-            (d > 0).then(|| (pid, comm, d as f64 / 100.0))
-        })
-        .collect();
-    used.sort_by(|a, b| b.2.total_cmp(&a.2));
-    used.truncate(n);
-    used
+/// The CPU ticks of the `own` processes among `procs`.
+fn own_ticks(procs: &HashMap<u32, ProcStat>, own: &HashSet<u32>) -> u64 {
+    own.iter().filter_map(|p| procs.get(p)).map(|p| p.ticks).sum()
 }
 
-/// Marks now: the host's /proc/stat and the CPU time of `own` (pids) and of this process.
+/// Marks now: the host's /proc/stat and the CPU time of `own` (pids), of this process and of
+/// every other process.
 pub fn mark(own: &[u32]) -> Result<LoadMark, String> {
-    let mut own = own.to_vec();
-    own.push(std::process::id());
-    let others = all_processes()
-        .into_iter()
-        .filter(|(pid, _, _)| !own.contains(pid))
-        .map(|(pid, _, ticks)| (pid, ticks))
-        .collect();
+    let own: HashSet<u32> = own.iter().copied().chain([std::process::id()]).collect();
+    let procs = processes();
     Ok(LoadMark {
         stat: StatSnapshot::host()?,
-        own_ticks: own.iter().filter_map(|&p| process_ticks(p)).sum(),
+        own_ticks: own_ticks(&procs, &own),
+        others: procs
+            .iter()
+            .filter(|(pid, _)| !own.contains(pid))
+            .map(|(&pid, p)| (pid, p.ticks))
+            .collect(),
         own,
-        others,
         at: std::time::Instant::now(),
     })
 }
 
-/// The foreign share of `cpus`' time since `since`, in [0, 1]. Err: the CPUs' time could not
-/// be read, or none passed.
-pub fn foreign_since(since: &LoadMark, cpus: &[usize]) -> Result<f64, String> {
+/// What the host's CPUs did since a mark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// The foreign share of the CPUs' time, in [0, 1]: their busy time less the own processes'.
+    pub foreign: f64,
+    /// The CPU time the other processes still alive used, as a share of the CPUs' time: the
+    /// part of the foreign load a process can be named for. (The rest is time of processes
+    /// that started or ended in between, which /proc no longer or not yet shows apart — on a
+    /// quiet host, mostly this sweep's own short-lived work.)
+    pub named: f64,
+    /// The other processes that used the most CPU, most first: `(pid, command, seconds)`, at
+    /// most `busiest` of them, none without a tick.
+    pub busiest: Vec<(u32, String, f64)>,
+}
+
+/// Reads the CPUs `cpus` since `since` (one /proc/stat read, one pass over /proc), naming the
+/// `busiest` other processes. Err: the CPUs' time could not be read, or none passed.
+pub fn read(since: &LoadMark, cpus: &[usize], busiest: usize) -> Result<Reading, String> {
     let now = StatSnapshot::host()?;
-    let own_now: u64 = since.own.iter().filter_map(|&p| process_ticks(p)).sum();
+    let procs = processes();
     let split = cpus_delta(&since.stat, &now, cpus)?;
     let s = &split.sum;
     let total = (s.user + s.system + s.idle + s.steal) as f64;
@@ -124,8 +111,41 @@ pub fn foreign_since(since: &LoadMark, cpus: &[usize]) -> Result<f64, String> {
         return Err("no time passed on the CPUs".into());
     }
     // A process that ended between the marks takes its ticks with it: never below 0.
-    let own = own_now.saturating_sub(since.own_ticks) as f64;
-    Ok((((s.user + s.system) as f64 - own) / total).clamp(0.0, 1.0))
+    let own = own_ticks(&procs, &since.own).saturating_sub(since.own_ticks) as f64;
+    let foreign = (((s.user + s.system) as f64 - own) / total).clamp(0.0, 1.0);
+    // (pid, command, seconds, seen at the mark): one that started since is named among the
+    // busiest with all its time, but only those seen at the mark make up `named`.
+    let mut used: Vec<(u32, String, f64, bool)> = procs
+        .into_iter()
+        .filter(|(pid, _)| !since.own.contains(pid))
+        .filter_map(|(pid, p)| {
+            let before = since.others.get(&pid);
+            let d = p.ticks.checked_sub(before.copied().unwrap_or(0))?;
+            (d > 0).then(|| (pid, p.comm, d as f64 / 100.0, before.is_some()))
+        })
+        .collect();
+    let span = since.at.elapsed().as_secs_f64() * cpus.len().max(1) as f64;
+    let named_s: f64 = used.iter().filter(|u| u.3).map(|u| u.2).sum();
+    let named = if span > 0.0 {
+        (named_s / span).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    used.sort_by(|a, b| b.2.total_cmp(&a.2));
+    Ok(Reading {
+        foreign,
+        named,
+        busiest: used
+            .into_iter()
+            .take(busiest)
+            .map(|(pid, comm, s, _)| (pid, comm, s))
+            .collect(),
+    })
+}
+
+/// The foreign share of `cpus`' time since `since` ([`Reading::foreign`]).
+pub fn foreign_since(since: &LoadMark, cpus: &[usize]) -> Result<f64, String> {
+    read(since, cpus, 0).map(|r| r.foreign)
 }
 
 #[cfg(test)]
@@ -162,10 +182,9 @@ mod tests {
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let ran = process_ticks(stranger.id()).unwrap() as f64 / 100.0;
+        let ran = processes()[&stranger.id()].ticks as f64 / 100.0;
         stranger.kill().unwrap();
-        // Read before it is reaped: a reaped child's time is its parent's (cutime), and this
-        // process is its parent.
+        // Read before it is reaped: a reaped process is gone from /proc.
         let foreign = foreign_since(&m, &cpus).unwrap();
         stranger.wait().unwrap();
         let expected = ran / t.elapsed().as_secs_f64() / cpus.len() as f64;
