@@ -149,11 +149,7 @@ impl Exporter for HtmlExporter {
             }
             out.push_str("</ul>\n</section>\n");
         }
-        for line in super::self_check_line(model)
-            .into_iter()
-            .chain(super::disturbed_line(model))
-            .chain(super::host_speed_line(model))
-        {
+        for line in super::sweep_lines(model) {
             out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&line)));
         }
         out.push_str("</body>\n</html>\n");

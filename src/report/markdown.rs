@@ -74,11 +74,7 @@ impl Exporter for MarkdownExporter {
                 out.push_str(&format!("- {n}\n"));
             }
         }
-        for line in super::self_check_line(model)
-            .into_iter()
-            .chain(super::disturbed_line(model))
-            .chain(super::host_speed_line(model))
-        {
+        for line in super::sweep_lines(model) {
             out.push_str(&format!("\n{line}\n"));
         }
         Ok(out)

@@ -630,6 +630,16 @@ pub fn disturbed_line(model: &Model) -> Option<String> {
     })
 }
 
+/// The lines about the sweep as a whole that close every text format: attempts the
+/// self-checks rejected, attempts the host disturbed, and how steady the host was.
+pub fn sweep_lines(model: &Model) -> Vec<String> {
+    self_check_line(model)
+        .into_iter()
+        .chain(disturbed_line(model))
+        .chain(host_speed_line(model))
+        .collect()
+}
+
 /// How steady the host's own speed was before the sweep (probed then), when it was probed.
 pub fn host_speed_line(model: &Model) -> Option<String> {
     model

@@ -87,11 +87,7 @@ impl Exporter for TableExporter {
             workloads.push(blocks.join("\n"));
         }
         let mut text = workloads.join("\n");
-        for line in super::self_check_line(model)
-            .into_iter()
-            .chain(super::disturbed_line(model))
-            .chain(super::host_speed_line(model))
-        {
+        for line in super::sweep_lines(model) {
             text.push_str(&format!("\n{line}\n"));
         }
         Ok(text)
