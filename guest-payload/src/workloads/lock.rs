@@ -1023,11 +1023,13 @@ mod tests {
             let report = run(&a).unwrap();
             let r: LockResult = report.detail_as().unwrap();
             let w = r.work_as_run.as_ref().unwrap();
-            let control = if gap { &w.hold } else { &w.gap };
-            if control.ratio.is_some_and(|q| q.ln().abs() <= 0.05f64.ln_1p()) {
+            let (tested, control) = if gap { (&w.gap, &w.hold) } else { (&w.hold, &w.gap) };
+            if work_as_run::held_still(factor, tested, control) {
                 return Some((check(&report, scaled).clone(), r));
             }
-            eprintln!("{scaled} x{factor}: the unscaled control moved, retrying: {control:?}");
+            eprintln!(
+                "{scaled} x{factor}: the loop moved within the run, retrying: {tested:?} beside {control:?}"
+            );
         }
         None
     }
