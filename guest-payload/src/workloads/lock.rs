@@ -848,8 +848,9 @@ mod tests {
                 ],
                 "{algo}"
             );
-            // The work as it ran: each figure judged, or null with the reason; the net is the
-            // timed median less the timing cost; the asked lengths are the arguments.
+            // The work as it ran: each figure judged, or null with the reason; the judged net is
+            // the timed 10th percentile less the timing cost's, the median net beside it; the
+            // asked lengths are the arguments.
             let w = r.work_as_run.as_ref().expect("work_as_run in a new report");
             for (t, asked) in [(&w.hold, 100), (&w.gap, 100)] {
                 assert_eq!(t.asked_ns, asked);
@@ -858,8 +859,14 @@ mod tests {
                 {
                     assert!(cost > 0.0 && net == timed - cost, "{algo}: {t:?}");
                 }
+                if let (Some(timed), Some(cost), Some(net)) =
+                    (t.timed_p10_ns, t.timing_cost_p10_ns, t.net_p10_ns)
+                {
+                    assert!(cost > 0.0 && net == timed - cost, "{algo}: {t:?}");
+                    assert!(timed <= t.timed_p50_ns.unwrap(), "{algo}: {t:?}");
+                }
                 if let Some(ratio) = t.ratio {
-                    assert_eq!(ratio, t.net_p50_ns.unwrap() / asked as f64);
+                    assert_eq!(ratio, t.net_p10_ns.unwrap() / asked as f64);
                 }
             }
             // Every sampled cycle timed its gap and read the timing cost once.

@@ -144,7 +144,7 @@ pub const WORK_SAMPLE_EVERY: u64 = 64;
 /// How the `work_as_run` figures of a mutex run were read.
 pub const WORK_METHOD: &str = "1 in 64 iterations per thread (the first, then every 64th): its work inside read as two TSC reads right \
      around the busy loop (inside the critical section), its work outside the same way, and the timing's own cost as the same two reads \
-     around an empty call of the loop (after the work outside); figures are medians, net = timed - cost, ratio = net / asked; the \
+     around an empty call of the loop (after the work outside); judged by the undisturbed intervals: net = 10th percentile timed - 10th percentile cost, ratio = net / asked (medians reported beside); the \
      contended delay runs the same loop and is not timed";
 
 impl Args {
@@ -959,6 +959,7 @@ mod tests {
             max_ns_per_iter: ns,
             trial_iters: 1000,
             trials: 9,
+            span_ms: None,
         };
         let report = run(&args("tas", 2)).unwrap();
         let mut r: MutexResult = report.detail_as().unwrap();
