@@ -51,12 +51,6 @@ workloads:
       hold-ns: 2000
       gap-ns: 200
       duration-ms: 1000
-      # This project's machines are cloud VMs whose loop speed flips between states up to 2x
-      # apart (measured natively 2026-12-04: 0.27 and 0.45-0.55 ns per iteration, seconds
-      # apart; under TCG 1.63 and 2.3-2.9 ns): the default bounds (x1.05, x1.1) reject half the
-      # runs there. Keep the defaults on a host whose speed holds.
-      max-calibration-drift: 1.0
-      max-work-error: 1.0
     metric: ops_per_sec
     better: higher
 runs: 6

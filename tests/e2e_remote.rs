@@ -500,7 +500,7 @@ fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
     let text = format!(
         "name: two-hosts\nhost:\n  backend: libvirt\n  hosts:\n    - uri: \"qemu:///system\"\n      cpus: [0]\n    \
          - uri: \"{}\"\n      cpus: [1]\nguest:\n  vcpus: 1\n  memory_mib: 256\n  start: boot\nlevels: [1.0, 2.0]\n\
-         workloads:\n  - name: lock-tas\n    command: lock\n    args: {{algo: tas, threads: 2, duration-ms: 1000, hold-ns: 200, gap-ns: 200, max-calibration-drift: 1.0, max-work-error: 1.0}}\n    \
+         workloads:\n  - name: lock-tas\n    command: lock\n    args: {{algo: tas, threads: 2, duration-ms: 1000, hold-ns: 200, gap-ns: 200}}\n    \
          metric: ops_per_sec\n    better: higher\nruns: 4\n",
         sshd.libssh2_uri(&sshd.path("known_hosts"))
     );

@@ -39,8 +39,6 @@ workloads:
       hold-ns: 200
       gap-ns: 200
       duration-ms: 1500
-      max-calibration-drift: 1.0
-      max-work-error: 1.0
     metric: ops_per_sec
     better: higher
 runs: 6

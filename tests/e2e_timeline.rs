@@ -31,7 +31,7 @@ levels: [2.0]
 workloads:
   - name: lock-tas
     command: lock
-    args: {algo: tas, threads: 2, duration-ms: 2000, hold-ns: 200, gap-ns: 200, max-calibration-drift: 1.0, max-work-error: 1.0}
+    args: {algo: tas, threads: 2, duration-ms: 2000, hold-ns: 200, gap-ns: 200}
     metric: ops_per_sec
     better: higher
 runs: 1

@@ -17,8 +17,13 @@ use crate::work_as_run::TimedWork;
 /// Margin for clock and accounting granularity on every bound.
 pub const TOLERANCE: f64 = 1.02;
 /// Largest accepted change of the calibration between before and after the run: a factor
-/// `1 + this` either way (see [`calibration_drift`]).
-pub const MAX_CALIBRATION_DRIFT: f64 = 0.05;
+/// `1 + this` either way (see [`calibration_drift`]). The same tolerance as the work's own
+/// ([`crate::work_as_run::MAX_WORK_ERROR`]): the run is judged by its work as it ran, and the
+/// drift is the backstop where an interval is too short to time closely; a calibration off by
+/// less than the work may be is not a reason to refuse a run. (At 5 %, in 1-vCPU TCG guests side
+/// by side on this VM's two CPUs, 300 ms runs of 200 ns holds, 26 of 98 runs were refused for
+/// drifts of 5-10 % that the work check would have allowed, 2026-12-04.)
+pub const MAX_CALIBRATION_DRIFT: f64 = 0.10;
 /// Exit status of a run that completed but broke a check.
 pub const EXIT_CHECK_FAILED: u8 = 3;
 /// Start of the stderr line printed for each failed check.
@@ -290,9 +295,9 @@ mod tests {
             "{}",
             drift.detail
         );
-        // The bound is in the words: x1/1.05..x1.05 and its log.
+        // The bound is in the words: x1/1.1..x1.1 and its log.
         assert!(
-            drift.detail.contains("x0.952..x1.050") && drift.detail.contains("ln(1 + 0.05) = 0.0488"),
+            drift.detail.contains("x0.909..x1.100") && drift.detail.contains("ln(1 + 0.1) = 0.0953"),
             "{}",
             drift.detail
         );
@@ -315,11 +320,11 @@ mod tests {
             assert!((c.value.unwrap() - 1.2f64.ln()).abs() < 1e-12, "{c:?}");
             assert!(calibration_drift(before, after, 0.21).ok);
         }
-        // The edges of the default: x1.05 and x1/1.05 pass, a hair beyond fails, both ways.
-        assert!(calibration_drift(1.0, 1.0499, MAX_CALIBRATION_DRIFT).ok);
-        assert!(calibration_drift(1.0499, 1.0, MAX_CALIBRATION_DRIFT).ok);
-        assert!(!calibration_drift(1.0, 1.051, MAX_CALIBRATION_DRIFT).ok);
-        assert!(!calibration_drift(1.051, 1.0, MAX_CALIBRATION_DRIFT).ok);
+        // The edges of the default: x1.1 and x1/1.1 pass, a hair beyond fails, both ways.
+        assert!(calibration_drift(1.0, 1.0999, MAX_CALIBRATION_DRIFT).ok);
+        assert!(calibration_drift(1.0999, 1.0, MAX_CALIBRATION_DRIFT).ok);
+        assert!(!calibration_drift(1.0, 1.101, MAX_CALIBRATION_DRIFT).ok);
+        assert!(!calibration_drift(1.101, 1.0, MAX_CALIBRATION_DRIFT).ok);
         // A bound of 1 (the old statistic's "anything goes" for a too-slow first calibration,
         // whose drift 1 - 1/k never reaches 1) accepts x2 either way, and refuses x3 either way.
         assert!(calibration_drift(2.9, 1.5, 1.0).ok && calibration_drift(1.5, 2.9, 1.0).ok);

@@ -557,7 +557,7 @@ async fn clones_measure_what_booted_guests_measure() {
     let cpus = crate::host::allowed_cpus();
     assert!(cpus.len() >= 2, "needs two host CPUs: {cpus:?}");
     let cmd = format!(
-        "{} lock --algo ticket --threads 1 --duration-ms 300 --hold-ns 200 --gap-ns 200 --max-calibration-drift 1.0 --max-work-error 1.0",
+        "{} lock --algo ticket --threads 1 --duration-ms 300 --hold-ns 200 --gap-ns 200",
         crate::payload_bin::GUEST_PATH
     );
     // One run in each guest at once; None where a run's own checks rejected it (e.g. the

@@ -23,7 +23,7 @@ const SAMPLE: Duration = Duration::from_micros(500);
 pub const PREFLIGHT: Duration = Duration::from_millis(500);
 
 /// Above this spread (the slowest 5 % of samples against the fastest 5 %), the host's speed
-/// is not steady for the payload's default drift bound (5 %).
+/// is not steady: the same work takes more than 5 % longer at some moments than at others.
 pub const STEADY_SPREAD: f64 = 1.05;
 
 /// What a probe saw, in ns per iteration of the payload's busy loop.
@@ -63,7 +63,9 @@ impl HostSpeed {
         } else {
             format!(
                 "NOT steady, x{:.2} between its fast and slow samples, {:.0} % of samples over 10 % slower than the fast state: {figures}. \
-                 The payload's work checks (holds within 10 %, calibration within 5 %) will reject many runs here for what the host did",
+                 Runs are judged by their undisturbed holds and gaps (the 10th percentile), so they still count, but the typical hold \
+                 runs longer than asked in the slow spells (the median in each run's work_as_run says how much), and a calibration \
+                 made in a long slow spell is refused and retried",
                 self.spread,
                 self.slow_share * 100.0
             )
