@@ -523,7 +523,7 @@ mod tests {
         assert_eq!(
             loosened_bounds([a.as_slice(), b.as_slice(), c.as_slice()].into_iter()),
             vec![
-                "--max-calibration-drift 0.3 (default 0.05)".to_string(),
+                "--max-calibration-drift 0.3 (default 0.1)".to_string(),
                 "--max-work-error 1 (default 0.1)".to_string()
             ]
         );
