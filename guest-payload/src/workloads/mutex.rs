@@ -1011,7 +1011,11 @@ mod tests {
         } else {
             "work_inside_as_asked"
         };
-        for _ in 0..15 {
+        // Until the loop holds still or two minutes pass: the other tests of this binary load
+        // the CPUs for tens of seconds at its start, and the loop then ran x1.1-1.6 off its
+        // calibration in 15 attempts in a row (a full suite, 2026-12-04).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while std::time::Instant::now() < deadline {
             // One thread: its work inside and outside run under the same conditions.
             let mut a = args("tas", 1);
             (a.work_inside, a.work_outside) = (1_000, 1_000);
@@ -1048,7 +1052,7 @@ mod tests {
         for outside in [false, true] {
             for factor in [0.5, 2.0, 1.0] {
                 let (c, t) = scaled_run(factor, outside)
-                    .expect("the loop never held its calibrated speed in 15 attempts");
+                    .expect("the loop never held its calibrated speed in two minutes of attempts");
                 assert_eq!(c.ok, factor == 1.0, "x{factor}: {c:?}");
                 assert!((t.ratio.unwrap() / factor).ln().abs() < 0.15, "x{factor}: {t:?}");
             }
