@@ -110,13 +110,7 @@ pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Ch
         (w.ratio, w.timed_p10_ns, w.timing_cost_p10_ns, w.net_p10_ns)
     else {
         let why = w.unavailable.as_deref().unwrap_or("no figures");
-        return Check {
-            name: name.into(),
-            ok: true,
-            value: None,
-            bound: Some(bound),
-            detail: format!("not judged: {why}"),
-        };
+        return not_judged(name, bound, why);
     };
     // The net cannot be read closer than about the timing's own cost: the TSC's steps (10 ns
     // under TCG here), the spread of the cost itself, and what a call of a real loop costs that
@@ -127,18 +121,13 @@ pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Ch
     let resolution = w.timing_cost_ns.unwrap_or(cost).max(cost);
     let finest = max_error / 2.0 * w.asked_ns as f64;
     if resolution > finest {
-        return Check {
-            name: name.into(),
-            ok: true,
-            value: None,
-            bound: Some(bound),
-            detail: format!(
-                "not judged: the timing's own cost ({resolution:.0} ns at the median) is more than half the tolerance \
-                 ({finest:.0} ns of the asked {arg} {}), so the net ({net:.0} ns, x{ratio:.3}) cannot be read closely \
-                 enough; the calibration drift still applies",
-                w.asked_ns
-            ),
-        };
+        let why = format!(
+            "the timing's own cost ({resolution:.0} ns at the median) is more than half the tolerance \
+             ({finest:.0} ns of the asked {arg} {}), so the net ({net:.0} ns, x{ratio:.3}) cannot be read closely \
+             enough; the calibration drift still applies",
+            w.asked_ns
+        );
+        return not_judged(name, bound, &why);
     }
     // A net of 0 or less (ratio <= 0) has no logarithm: it is infinitely too short.
     let error = if ratio > 0.0 {
@@ -163,6 +152,17 @@ pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Ch
         1.0 + max_error,
     );
     Check::at_most(name, error, bound, detail)
+}
+
+/// A work check that cannot judge: it passes with no value and says why.
+fn not_judged(name: &str, bound: f64, why: &str) -> Check {
+    Check {
+        name: name.into(),
+        ok: true,
+        value: None,
+        bound: Some(bound),
+        detail: format!("not judged: {why}"),
+    }
 }
 
 /// Parses a positive fraction (a drift bound such as `--max-calibration-drift`).
