@@ -585,7 +585,13 @@ async fn clones_measure_what_booted_guests_measure() {
     };
     let mut ratios = Vec::new();
     let mut first = None;
-    for i in 0..PAIRS * 3 / 2 {
+    let mut rejected = 0;
+    // Up to 2.5 pairs tried for each one needed: the runs here are 200 ns holds, too short for
+    // the work check to time under emulation, so the calibration drift judges them, and on
+    // this host it refuses a fifth to a quarter of pairs when quiet (the host's speed state
+    // changes between a run's two calibrations; measured 13–14 of ~63) and more beside a
+    // fresh cache's image builds (CI fell short of 48 in 72).
+    for i in 0..PAIRS * 5 / 2 {
         if ratios.len() == PAIRS {
             break;
         }
@@ -598,6 +604,7 @@ async fn clones_measure_what_booted_guests_measure() {
         booted.guest.pin_vcpus(&[vec![cb]]).await.unwrap();
         cloned.guest.pin_vcpus(&[vec![cc]]).await.unwrap();
         let [Some(b), Some(c)] = side_by_side() else {
+            rejected += 1;
             continue;
         };
         if first.is_none() {
@@ -606,12 +613,17 @@ async fn clones_measure_what_booted_guests_measure() {
             ratios.push(c / b);
         }
     }
-    assert_eq!(ratios.len(), PAIRS, "too many pairs rejected by their own checks");
+    assert_eq!(
+        ratios.len(),
+        PAIRS,
+        "too many pairs rejected by their own checks: {rejected} of {}",
+        PAIRS * 5 / 2
+    );
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);
     let median = (sorted[PAIRS / 2 - 1] + sorted[PAIRS / 2]) / 2.0;
     eprintln!(
-        "clone/booted side by side: first pair {:.4} (kept out), median of {PAIRS} pairs {median:.4}, quartiles {:.4} {:.4}, range {:.4}..{:.4}",
+        "clone/booted side by side: first pair {:.4} (kept out), median of {PAIRS} pairs {median:.4}, quartiles {:.4} {:.4}, range {:.4}..{:.4}; {rejected} pair(s) rejected by their checks",
         first.unwrap(),
         sorted[PAIRS / 4],
         sorted[3 * PAIRS / 4],
