@@ -422,6 +422,29 @@ fn malformed_scenarios_are_refused_with_file_line_and_field() {
             "target_mde",
         ),
         case(
+            "until-concluded-with-one-variant",
+            &with_tail("runs: {until: concluded, min: 3, max: 8}\n"),
+            9,
+            Some("runs.until"),
+            "nothing to compare",
+        ),
+        case(
+            "until-concluded-with-a-cv-target",
+            &with_tail(
+                "variants:\n  - {name: a}\n  - {name: b, args: {algo: ticket}}\nruns: {until: concluded, min: 3, max: 8, target_cv: 0.05}\n",
+            ),
+            12,
+            Some("runs.until"),
+            "give one",
+        ),
+        case(
+            "until-something-else",
+            &with_tail("runs: {until: stable, min: 3, max: 8}\n"),
+            9,
+            Some("runs"),
+            "until",
+        ),
+        case(
             "warmup-runs-negative",
             &with_tail("warmup_runs: -2\n"),
             9,

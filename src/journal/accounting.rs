@@ -415,15 +415,26 @@ impl Settled {
         metric: &str,
         runs: std::ops::Range<u32>,
     ) -> Vec<f64> {
-        if runs.is_empty() {
-            return Vec::new();
-        }
-        let from = RunKey::new(cell.variant, cell.level, cell.workload, false, runs.start);
-        let to = RunKey::new(cell.variant, cell.level, cell.workload, false, runs.end - 1);
-        self.valid
-            .range(from..=to)
-            .filter_map(|(k, _)| self.primary(records, k)?.metric(metric))
+        self.primaries(records, cell, runs)
+            .filter_map(|r| r.metric(metric))
             .collect()
+    }
+
+    /// The primary records of a cell's valid measured results among `runs`, in run order.
+    pub fn primaries<'a, R: Attempted>(
+        &'a self,
+        records: &'a [R],
+        cell: &CellKey<'_>,
+        runs: std::ops::Range<u32>,
+    ) -> impl Iterator<Item = &'a R> + 'a {
+        let range = (!runs.is_empty()).then(|| {
+            RunKey::new(cell.variant, cell.level, cell.workload, false, runs.start)
+                ..=RunKey::new(cell.variant, cell.level, cell.workload, false, runs.end - 1)
+        });
+        range
+            .into_iter()
+            .flat_map(|r| self.valid.range(r))
+            .filter_map(|(k, _)| self.primary(records, k))
     }
 }
 

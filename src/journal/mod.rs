@@ -145,6 +145,12 @@ pub struct SweepHeader {
     /// "equivalent" within 1 ± margin (`ocrig report --margin` overrides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub margin: Option<f64>,
+    /// Under `runs: {until: concluded}`, how many times the sweep may have looked at each
+    /// comparison to decide whether to stop: reports multiply its p values by it (Bonferroni
+    /// over the looks, as the stopping rule did). Absent: runs were a fixed count or stopped
+    /// by another rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub looks: Option<u32>,
     /// The host's busy-loop speed on the sweep's CPUs, probed before the first guest booted
     /// (`telemetry::host_speed`): whether the host itself was steady. Absent: not probed (a
     /// remote host, a resumed sweep's later passes, an older ocrig).
@@ -1009,6 +1015,7 @@ pub(crate) mod tests {
             payload_sha256: None,
             images: BTreeMap::new(),
             margin: None,
+            looks: None,
             host_speed: None,
         }
     }

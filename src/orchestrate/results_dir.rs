@@ -166,6 +166,7 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
         hosts: Vec::new(),
         journal_format: JOURNAL_FORMAT,
         margin: plan.margin,
+        looks: plan.looks,
         host_speed: None,
         payload_sha256: None,
         images: BTreeMap::new(),

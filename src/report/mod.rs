@@ -499,11 +499,19 @@ pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
     let mut notes = vec![format!(
         "ratio = variant / {} over the design's units (rounds of variants sharing guests, bring-up pairs\n    \
          of variants with their own): geometric mean with a {:.0}% t interval; p (Holm) over the report's\n    \
-         {} tested comparisons; differs: p (Holm) < {} (*); equivalent: both one-sided tests against\n    \
+         {} tested comparisons{}; differs: p (Holm) < {} (*); equivalent: both one-sided tests against\n    \
          ±{}% below {} after Holm; otherwise not concluded",
         model.baseline,
         crate::stats::effect::CONFIDENCE * 100.0,
         model.family,
+        if model.looks > 1 {
+            format!(
+                ", each p first × {} for the looks of `runs: {{until: concluded}}`",
+                model.looks
+            )
+        } else {
+            String::new()
+        },
         model.alpha,
         fmt_margin(model.margin),
         model.alpha,

@@ -119,7 +119,7 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
                 format!("{}.{key}", err.field)
             };
         } else if err.line.is_none_or(|l| l == 1)
-            && let Some((field, (line, col))) = relocate(&text, &msg)
+            && let Some((field, (line, col), forms)) = relocate(&text, &msg)
         {
             // Some errors are placed at the document start; find the field they are about.
             let found = text
@@ -129,6 +129,9 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
                 .map(|(_, v)| v.trim());
             if let Some(v) = found.filter(|v| !v.is_empty()) {
                 err.message = format!("{}; found `{v}`", err.message);
+            }
+            if !forms.is_empty() {
+                err.message = format!("{}: {forms}", err.message);
             }
             (err.field, err.column, err.line) = (field, Some(col), Some(line));
         }
@@ -187,17 +190,21 @@ fn duplicate_position(text: &str, key: &str, line: usize, col: usize) -> Option<
 
 /// Where an error that yaml_serde reports at the document start really is: a value that fits
 /// none of an untagged enum's forms.
-fn relocate(text: &str, msg: &str) -> Option<(String, (usize, usize))> {
+fn relocate(text: &str, msg: &str) -> Option<(String, (usize, usize), &'static str)> {
     let untagged = [
-        ("RunCount", "runs"),
-        ("CpuSet", "host.cpus"),
-        ("KernelRef", "guest.kernel"),
+        (
+            "RunCount",
+            "runs",
+            "runs is a count (e.g. 5) or {min, max} with target_cv, target_mde or `until: concluded`",
+        ),
+        ("CpuSet", "host.cpus", ""),
+        ("KernelRef", "guest.kernel", ""),
     ];
-    let (_, field) = untagged
+    let (_, field, forms) = untagged
         .iter()
-        .find(|(e, _)| msg.contains(&format!("untagged enum {e}")))?;
+        .find(|(e, _, _)| msg.contains(&format!("untagged enum {e}")))?;
     let path: Vec<locate::Seg> = field.split('.').map(|k| locate::Seg::Key(k.into())).collect();
-    Some((field.to_string(), locate::locate(text, &path)?))
+    Some((field.to_string(), locate::locate(text, &path)?, *forms))
 }
 
 /// yaml_serde prefixes messages with the path of the field being read ("workloads[0]: ...").

@@ -28,7 +28,8 @@ pub struct Scenario {
     pub background: Background,
     /// Measured runs per cell: a count, or `{min, max, target_cv, target_mde}` to keep running a
     /// cell until its coefficient of variation is under target and/or an effect of
-    /// `target_mde` against the baseline is detectable (or max is reached).
+    /// `target_mde` against the baseline is detectable (or max is reached), or
+    /// `{until: concluded, min, max}` to run each comparison until it is concluded.
     #[serde(default)]
     pub runs: RunCount,
     /// Warm-up runs, made on every freshly brought-up guest set before its first measured run
@@ -108,6 +109,19 @@ pub struct DynamicRuns {
     /// 0.8), as a fraction of the baseline mean (0.05 = 5 %).
     #[serde(default)]
     pub target_mde: Option<f64>,
+    /// `concluded`: run each comparison with the baseline until the report's own rule
+    /// concludes it (`differs` or `equivalent`) or `max`, the baseline while any of its
+    /// comparisons at the level still runs (see `sweep::stopping`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Until>,
+}
+
+/// What a stopping rule runs until.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Until {
+    /// The comparison with the baseline is concluded.
+    Concluded,
 }
 
 impl Default for RunCount {
@@ -131,6 +145,17 @@ impl RunCount {
             RunCount::Fixed(_) => None,
             RunCount::Dynamic(d) => d.target_mde,
         }
+    }
+
+    /// Whether runs go on until each comparison is concluded.
+    pub fn until_concluded(&self) -> bool {
+        matches!(
+            *self,
+            RunCount::Dynamic(DynamicRuns {
+                until: Some(Until::Concluded),
+                ..
+            })
+        )
     }
 }
 

@@ -298,7 +298,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             if d.min < 2 {
                 err(
                     &[key("runs"), key("min")],
-                    "must be at least 2 to estimate a CV".into(),
+                    "must be at least 2: one run has no spread to judge a stopping rule by".into(),
                 );
             }
             if d.max < d.min {
@@ -317,11 +317,26 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
                     );
                 }
             }
-            if d.target_cv.is_none() && d.target_mde.is_none() {
-                err(
+            match d.until {
+                Some(super::Until::Concluded) => {
+                    if d.target_cv.is_some() || d.target_mde.is_some() {
+                        err(
+                            &[key("runs"), key("until")],
+                            "`until: concluded` stops each comparison on its conclusion; target_cv and target_mde are other stopping rules: give one".into(),
+                        );
+                    }
+                    if expand::variants(s).len() < 2 {
+                        err(
+                            &[key("runs"), key("until")],
+                            "`until: concluded` runs each comparison with the baseline until it is concluded, and this scenario has one variant: nothing to compare".into(),
+                        );
+                    }
+                }
+                None if d.target_cv.is_none() && d.target_mde.is_none() => err(
                     &[key("runs")],
-                    "give target_cv (a CV to reach) or target_mde (an effect to make detectable), or a run count".into(),
-                );
+                    "give target_cv (a CV to reach), target_mde (an effect to make detectable) or `until: concluded`, or a run count".into(),
+                ),
+                None => {}
             }
         }
         _ => {}

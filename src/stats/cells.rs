@@ -47,6 +47,10 @@ pub struct Model {
     /// Comparison rows that were tested: the family the Holm adjustment is over.
     #[serde(default)]
     pub family: usize,
+    /// Looks a stopping rule (`runs: {until: concluded}`) may have taken at each comparison:
+    /// every p is multiplied by it before Holm's adjustment (1: runs of a fixed count).
+    #[serde(default = "one_look")]
+    pub looks: u32,
     /// Accelerator the guests ran under (`kvm`, `tcg`) and the backend, from the header.
     #[serde(default)]
     pub accel: String,
@@ -435,7 +439,8 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         })
         .collect();
     let mut workloads: Vec<WorkloadModel> = workloads;
-    let family = conclude(&mut workloads, alpha);
+    let looks = header.looks.unwrap_or(1).max(1);
+    let family = conclude(&mut workloads, alpha, looks);
 
     Model {
         scenario: header.scenario.clone(),
@@ -446,6 +451,7 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         alpha,
         margin,
         family,
+        looks,
         accel: header.accel.clone(),
         backend: header.backend.clone(),
         host_speed: header
@@ -634,17 +640,27 @@ fn retention_of(
     })
 }
 
+fn one_look() -> u32 {
+    1
+}
+
 /// Holm-adjusts every tested comparison row of the model as one family and sets each row's
-/// conclusion; returns the family's size.
-fn conclude(workloads: &mut [WorkloadModel], alpha: f64) -> usize {
+/// conclusion; returns the family's size. Each p is first multiplied by `looks` (Bonferroni
+/// over the looks a stopping rule took, as it did: `sweep::stopping::Concluded`).
+fn conclude(workloads: &mut [WorkloadModel], alpha: f64, looks: u32) -> usize {
     let rows = || {
         workloads
             .iter()
             .flat_map(|w| &w.comparisons)
             .flat_map(|c| &c.rows)
     };
+    let k = f64::from(looks.max(1));
     let tested: Vec<(f64, f64)> = rows()
-        .filter_map(|r| r.effect.as_ref().map(|e| (e.p, e.p_equivalent)))
+        .filter_map(|r| {
+            r.effect
+                .as_ref()
+                .map(|e| ((e.p * k).min(1.0), (e.p_equivalent * k).min(1.0)))
+        })
         .collect();
     let p = holm(&tested.iter().map(|t| t.0).collect::<Vec<_>>());
     let p_eq = holm(&tested.iter().map(|t| t.1).collect::<Vec<_>>());

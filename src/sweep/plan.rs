@@ -119,6 +119,9 @@ pub struct Cell {
     pub target_cv: Option<f64>,
     /// Effect to make detectable against the baseline (see `sweep::stopping`).
     pub target_mde: Option<f64>,
+    /// `runs: {until: concluded}`: the comparison with the baseline runs until concluded
+    /// (the baseline's cell while any of its comparisons at the level runs).
+    pub concluded: Option<super::stopping::Concluded>,
 }
 
 /// How boots are shared and runs ordered.
@@ -183,6 +186,9 @@ pub struct Plan {
     pub boots: Vec<BootGroup>,
     /// The scenario's equivalence margin (`margin`), journaled in the header.
     pub margin: Option<f64>,
+    /// Under `runs: {until: concluded}`, the looks each comparison may take
+    /// ([`super::stopping::looks`]), journaled so that reports test at the same level.
+    pub looks: Option<u32>,
     /// Above this other load on the sweep's CPUs a run is disturbed (`host.max_other_load`);
     /// None on the host backend, whose runs are the host's load themselves.
     pub max_other_load: Option<f64>,
@@ -216,6 +222,19 @@ impl Plan {
         let workloads = expand::workloads(s);
         let host = s.host.backend == BackendKind::Host;
         let (runs, max_runs, target_cv) = s.runs.bounds();
+        let looks = s
+            .runs
+            .until_concluded()
+            .then(|| super::stopping::looks(runs, max_runs));
+        // The report's family: every non-baseline variant at every level in every workload.
+        let family = variants.len().saturating_sub(1) * s.levels.len() * workloads.len();
+        let concluded = looks.map(|k| {
+            super::stopping::Concluded::new(
+                family,
+                k,
+                s.margin.unwrap_or(crate::stats::effect::DEFAULT_MARGIN),
+            )
+        });
         let mut boots: Vec<BootGroup> = Vec::new();
         let mut level_boots = Vec::new();
         for &level in &s.levels {
@@ -265,6 +284,7 @@ impl Plan {
                             max_runs,
                             target_cv,
                             target_mde: s.runs.target_mde(),
+                            concluded,
                         });
                     }
                 }
@@ -295,6 +315,7 @@ impl Plan {
             },
             boots,
             margin: s.margin,
+            looks,
             max_other_load: (s.host.backend != crate::scenario::BackendKind::Host).then(|| {
                 s.host
                     .max_other_load

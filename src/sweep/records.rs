@@ -552,6 +552,7 @@ mod tests {
             max_runs: 1,
             target_cv: None,
             target_mde: None,
+            concluded: None,
         }
     }
 

@@ -402,7 +402,7 @@ impl<E: Executor> Scheduler<'_, E> {
         next_run(
             &self.settled,
             &lock(self.journal).records[..self.synced],
-            &self.plan.baseline,
+            self.plan,
             group,
             cell,
             run,
@@ -767,7 +767,7 @@ fn attempt_id(group: &BootGroup, state: &GroupState, run: u32, warmup: bool, att
 fn next_run(
     settled: &Settled,
     records: &[RunRecord],
-    baseline: &str,
+    plan: &Plan,
     group: &BootGroup,
     cell: &Cell,
     run: u32,
@@ -780,7 +780,7 @@ fn next_run(
     if broken && run >= cell.runs {
         return Next::Enough;
     }
-    if decided_at(settled, records, baseline, group, cell, run).is_some() {
+    if decided_at(settled, records, plan, group, cell, run).is_some() {
         Next::Enough
     } else {
         Next::Run
@@ -795,11 +795,15 @@ fn next_run(
 fn decided_at(
     settled: &Settled,
     records: &[RunRecord],
-    baseline: &str,
+    plan: &Plan,
     group: &BootGroup,
     cell: &Cell,
     run: u32,
 ) -> Option<u32> {
+    if let Some(rule) = cell.concluded {
+        return decided_by_conclusion(settled, records, plan, group, cell, run, &rule);
+    }
+    let baseline = plan.baseline.as_str();
     let this = CellKey {
         variant: &cell.variant,
         level: group.level,
@@ -825,6 +829,86 @@ fn decided_at(
             let values = unit_values(settled, records, group, &this, metric, r);
             enough_runs(cell, r, &values, baseline.as_deref())
         })
+}
+
+/// [`decided_at`] under `runs: {until: concluded}` ([`super::stopping::Concluded`]). A
+/// variant's cell has enough at the first slot `r` (from its `runs`, where its group may stop)
+/// before which every slot of it and of the baseline's cell at the level has a journaled
+/// attempt and whose valid results before `r` conclude the comparison, or at its most runs.
+/// The baseline's cell runs on while any comparison it is in at the level does: it has
+/// enough at the first slot where it may stop at or after the last of theirs.
+fn decided_by_conclusion(
+    settled: &Settled,
+    records: &[RunRecord],
+    plan: &Plan,
+    group: &BootGroup,
+    cell: &Cell,
+    run: u32,
+    rule: &super::stopping::Concluded,
+) -> Option<u32> {
+    let key = |variant| CellKey {
+        variant,
+        level: group.level,
+        workload: &cell.workload.id,
+    };
+    let stops = |r: u32| group.may_stop_before(r, cell.max_runs);
+    if cell.variant == plan.baseline {
+        let level = plan
+            .level_boots
+            .iter()
+            .find(|b| plan.boots[b.start].level.to_bits() == group.level.to_bits())?;
+        let mut last = cell.runs;
+        for g in &plan.boots[level.clone()] {
+            for c in g
+                .cells
+                .iter()
+                .filter(|c| c.variant != plan.baseline && c.workload.id == cell.workload.id)
+            {
+                last = last.max(decided_by_conclusion(settled, records, plan, g, c, run, rule)?);
+            }
+        }
+        return (last.min(run)..=run).find(|&r| stops(r) && (r >= last || r >= cell.max_runs));
+    }
+    let (this, base) = (key(&cell.variant), key(&plan.baseline));
+    let attempted = |k: &CellKey<'_>, j: u32| {
+        settled.last_attempt(&RunKey::new(k.variant, k.level, k.workload, false, j)) > 0
+    };
+    let judged = (0..run)
+        .find(|&j| !attempted(&this, j) || !attempted(&base, j))
+        .unwrap_or(run);
+    let metric = &cell.workload.metric;
+    (cell.runs.min(judged)..=judged).filter(|&r| stops(r)).find(|&r| {
+        r >= cell.max_runs
+            || (r >= cell.runs
+                && rule.reached(
+                    &placed_samples(settled, records, &base, metric, r),
+                    &placed_samples(settled, records, &this, metric, r),
+                ))
+    })
+}
+
+/// A cell's valid primary results in its first `runs` slots with where the design put them
+/// (host, boot group, bring-up, block): what a comparison pairs.
+fn placed_samples<'a>(
+    settled: &'a Settled,
+    records: &'a [RunRecord],
+    cell: &CellKey<'_>,
+    metric: &str,
+    runs: u32,
+) -> Vec<crate::stats::effect::Sample<'a>> {
+    settled
+        .primaries(records, cell, 0..runs)
+        .filter_map(|r| {
+            Some(crate::stats::effect::Sample {
+                value: *r.metrics.get(metric)?,
+                run: r.run,
+                host: r.host.as_deref(),
+                boot: r.slot.map(|s| s.boot),
+                bring_up: r.slot.map(|s| s.bring_up),
+                block: r.slot.and_then(|s| s.block),
+            })
+        })
+        .collect()
 }
 
 /// The values a stopping rule judges of a cell's valid results in its first `runs` slots:
@@ -858,7 +942,7 @@ pub fn work_left(plan: &Plan, records: &[RunRecord]) -> usize {
     for group in &plan.boots {
         for cell in &group.cells {
             for run in 0..cell.max_runs {
-                match next_run(&settled, records, &plan.baseline, group, cell, run, false) {
+                match next_run(&settled, records, plan, group, cell, run, false) {
                     Next::Done => {}
                     Next::Enough => break,
                     Next::Run => left += 1,

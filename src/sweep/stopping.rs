@@ -10,8 +10,50 @@
 //! targets given: both must be met.
 
 use crate::stats::compare::DEFAULT_ALPHA;
+use crate::stats::effect::{Sample, compare};
 use crate::stats::power::{DEFAULT_POWER, mde_of_samples};
 use crate::stats::summary::cv_reached;
+
+/// `runs: {until: concluded, min, max}`: a comparison stops once the report's own rule
+/// concludes it — its interval over the units the design replicated ([`compare`]) shows a
+/// ratio of 1 excluded (`differs`) or the ratio inside 1 ± margin (`equivalent`) — at a
+/// level strict enough for every look and every comparison at once: α / (family × looks),
+/// Bonferroni over the report's family of comparisons and over the runs at which the rule
+/// may look (`min` to `max`). Bonferroni's test rejecting implies Holm's does, so a
+/// comparison stopped as concluded is concluded in the report, whose p values are
+/// multiplied by the same number of looks ([`looks`]): a small SD seen by luck at an early
+/// look stops nothing that the report would not stand by, and the family's chance of one
+/// false conclusion stays within α however many looks were taken.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Concluded {
+    /// The level each look tests at.
+    pub alpha: f64,
+    /// Equivalence margin (the report's).
+    pub margin: f64,
+}
+
+impl Concluded {
+    /// The rule for a sweep whose report compares `family` pairs, each looked at up to
+    /// `looks` times.
+    pub fn new(family: usize, looks: u32, margin: f64) -> Self {
+        Self {
+            alpha: DEFAULT_ALPHA / (family.max(1) as f64 * f64::from(looks.max(1))),
+            margin,
+        }
+    }
+
+    /// Whether the comparison of `variant` with `base` (valid results so far, where the
+    /// design put them) is concluded either way.
+    pub fn reached(&self, base: &[Sample], variant: &[Sample]) -> bool {
+        compare(base, variant, self.margin).is_ok_and(|e| e.p < self.alpha || e.p_equivalent < self.alpha)
+    }
+}
+
+/// The runs at which a rule of `min` to `max` runs may stop a cell: every count from `min` to
+/// `max` (fewer where blocks must stay whole, but a report cannot tell, so it counts all).
+pub fn looks(min: u32, max: u32) -> u32 {
+    max.saturating_sub(min) + 1
+}
 
 /// How many runs a cell makes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,6 +106,94 @@ pub fn block_value(values: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One round of a shared-guests sweep: baseline and variant measured in the same guests.
+    fn round(run: u32, value: f64) -> Sample<'static> {
+        Sample {
+            value,
+            run,
+            host: None,
+            boot: Some(0),
+            bring_up: Some(1),
+            block: Some(0),
+        }
+    }
+
+    /// Standard normal draws (Box-Muller) from a seeded generator.
+    fn normal(rng: &mut fastrand::Rng) -> f64 {
+        let (u, v) = (1.0 - rng.f64(), rng.f64());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// Runs `sequences` simulated comparisons of a variant `effect`× the baseline, each round's
+    /// values log-normal with spread `sd` (and a round effect both sides share), looking after
+    /// every round from `min` to `max` with `rule`; returns how many stopped on `differs`,
+    /// on `equivalent`, and the rounds all of them took.
+    fn simulate(
+        rule: &Concluded,
+        effect: f64,
+        sd: f64,
+        min: u32,
+        max: u32,
+        sequences: u32,
+    ) -> (u32, u32, u32) {
+        let mut rng = fastrand::Rng::with_seed(33);
+        let (mut differs, mut equivalent, mut rounds) = (0, 0, 0);
+        for _ in 0..sequences {
+            let (mut base, mut variant) = (Vec::new(), Vec::new());
+            for r in 0..max {
+                let shared = 100.0 * (0.1 * normal(&mut rng)).exp();
+                base.push(round(r, shared * (sd * normal(&mut rng)).exp()));
+                variant.push(round(r, effect * shared * (sd * normal(&mut rng)).exp()));
+                let n = r + 1;
+                if n < min {
+                    continue;
+                }
+                let e = compare(&base, &variant, rule.margin).unwrap();
+                if e.p < rule.alpha {
+                    differs += 1;
+                } else if e.p_equivalent < rule.alpha {
+                    equivalent += 1;
+                } else if n < max {
+                    continue;
+                }
+                rounds += n;
+                break;
+            }
+        }
+        (differs, equivalent, rounds)
+    }
+
+    /// The rule's point: looking after every round must not turn noise into `differs`. On
+    /// 2000 simulated A/A comparisons (spread 3 % a run, looks 3..=12) the corrected rule
+    /// concludes `differs` in under α = 5 % of them, where the same looks at an uncorrected
+    /// α concludes it several times as often; and a real 10 % effect is still found.
+    #[test]
+    fn looking_after_every_round_keeps_false_differences_within_alpha() {
+        let (min, max, n) = (3, 12, 2000);
+        let corrected = Concluded::new(1, looks(min, max), 0.05);
+        assert!((corrected.alpha - 0.005).abs() < 1e-12);
+        let naive = Concluded {
+            alpha: DEFAULT_ALPHA,
+            margin: 0.05,
+        };
+        let (false_differs, equivalent, _) = simulate(&corrected, 1.0, 0.03, min, max, n);
+        let (naive_differs, _, _) = simulate(&naive, 1.0, 0.03, min, max, n);
+        let rate = f64::from(false_differs) / f64::from(n);
+        let naive_rate = f64::from(naive_differs) / f64::from(n);
+        eprintln!("A/A: corrected {rate:.4} differs ({equivalent} equivalent), uncorrected {naive_rate:.4}");
+        assert!(rate <= DEFAULT_ALPHA, "{rate}");
+        assert!(
+            naive_rate > 2.0 * DEFAULT_ALPHA,
+            "uncorrected looks: {naive_rate}"
+        );
+        // Equal sides are mostly shown equivalent within ±5 % by max.
+        assert!(equivalent > n / 2, "{equivalent} of {n}");
+        // A 10 % effect at the same spread: found nearly always, and early.
+        let (found, _, rounds) = simulate(&corrected, 1.1, 0.03, min, max, n);
+        assert!(found > n * 95 / 100, "{found} of {n}");
+        assert!(f64::from(rounds) / f64::from(n) < 8.0, "{rounds}");
+    }
 
     fn rule(target_cv: Option<f64>, target_mde: Option<f64>) -> StopRule {
         StopRule {

@@ -958,7 +958,7 @@ fn a_cells_stopping_rule_decides_once_on_the_pooled_results() {
     };
     let next = |records: &[RunRecord], run: u32| {
         let settled = settle(records);
-        match next_run(&settled, records, &p.baseline, group, cell, run, false) {
+        match next_run(&settled, records, &p, group, cell, run, false) {
             Next::Done => "done",
             Next::Enough => "enough",
             Next::Run => "run",
@@ -1445,7 +1445,7 @@ fn a_stopping_rule_in_a_blocked_group_judges_whole_blocks() {
     };
     let next = |records: &[RunRecord], run: u32| {
         let settled = settle(records);
-        match next_run(&settled, records, &p.baseline, group, cell, run, false) {
+        match next_run(&settled, records, &p, group, cell, run, false) {
             Next::Done => "done",
             Next::Enough => "enough",
             Next::Run => "run",
@@ -1474,4 +1474,116 @@ fn a_stopping_rule_in_a_blocked_group_judges_whole_blocks() {
         &[90.0, 110.0, 110.0, 90.0],
         0.09
     ));
+}
+
+/// `runs: {until: concluded}` over variants sharing guests (4 variants, 3 comparisons, looks
+/// 3..=12 so α 0.05 / (3 × 10) per look): b (×1.5) is concluded `differs` at its first look,
+/// c (within ±0.5 % round by round) `equivalent` once its interval is narrow enough at that
+/// level, d (+3 % ± 5 %) never, so d and the baseline run to max and the report, testing each
+/// p × 10 looks, concludes what the rule stopped on.
+#[tokio::test]
+async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baseline_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}}}\n  - {{name: d, args: {{algo: clh}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: {{until: concluded, min: 3, max: 12}}\n"
+    ))
+    .unwrap();
+    let p = Plan::build(&s, &[0, 1], 1).unwrap();
+    assert_eq!(p.looks, Some(10));
+    let base = |k: u32| [100.0, 103.0, 97.0, 101.0][k as usize % 4];
+    let script = Script {
+        value: Some(by_variants_run(move |argv, k| {
+            let algo = &argv[argv.iter().position(|a| a == "--algo").unwrap() + 1];
+            match algo.as_str() {
+                "ticket" => 1.5 * base(k) * [1.0, 1.01, 0.99][k as usize % 3],
+                "mcs" => base(k) * [1.005, 0.995][k as usize % 2],
+                "clh" => base(k) * [1.08, 0.98][k as usize % 2],
+                _ => base(k),
+            }
+        })),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    let runs_of = |v: &str| {
+        o.records
+            .iter()
+            .filter(|r| r.variant == v && r.guest == 0)
+            .count()
+    };
+    let counts = ["a", "b", "c", "d"].map(runs_of);
+    assert_eq!(counts[1], 3, "b concluded at min: {}", brief(&o.records));
+    assert!(counts[2] > 3 && counts[2] < 12, "c: {counts:?}");
+    assert_eq!((counts[0], counts[3]), (12, 12), "a and d: {counts:?}");
+    assert_eq!(o.progress, o.total, "skipped runs are counted as done");
+    // The report, told the looks, concludes b and c and leaves d open.
+    let mut model_records = o.records.clone();
+    model_records.retain(|r| !r.warmup);
+    let header: crate::sweep::journal::SweepHeader = serde_json::from_value(serde_json::json!({
+        "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b", "c", "d"],
+        "levels": [1.0], "looks": 10,
+        "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
+        "backend": "mock", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
+        "started_at": "t", "ocrig_version": "0",
+    }))
+    .unwrap();
+    let journal = crate::sweep::journal::Journal {
+        header,
+        runs: model_records,
+    };
+    let model = crate::stats::cells::build(&journal, 0.05, None);
+    assert_eq!((model.family, model.looks), (3, 10));
+    let conclusion = |v: &str| {
+        let c = model.workloads[0]
+            .comparisons
+            .iter()
+            .find(|c| c.variant == v)
+            .unwrap();
+        (c.rows[0].conclusion, c.rows[0].effect.clone().unwrap())
+    };
+    use crate::stats::cells::Conclusion;
+    let (b, eb) = conclusion("b");
+    assert_eq!(b, Conclusion::Differs, "{eb:?}");
+    assert!((eb.ratio - 1.5).abs() < 0.01, "{eb:?}");
+    let (c, ec) = conclusion("c");
+    assert_eq!(c, Conclusion::Equivalent, "{ec:?}");
+    let (d, ed) = conclusion("d");
+    assert_eq!(d, Conclusion::NotConcluded, "{ed:?}");
+    let rule = p.boots[0].cells[0].concluded.unwrap();
+    assert!((rule.alpha - 0.05 / 30.0).abs() < 1e-12);
+}
+
+/// The rule over variants with guests of their own judges whole blocks (bring-up pairs, the
+/// geometric mean of each block's runs) and stops both sides at the same block's end once the
+/// one comparison is concluded: b is ×1.3 with a spread of about 1 % from block to block, so
+/// with looks 4..=12 (9; α 0.05 / 9 per look) 2 blocks (df 1) cannot conclude it and 3 do.
+#[tokio::test]
+async fn until_concluded_with_guests_of_their_own_stops_at_a_blocks_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: mitigations=off, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: {{until: concluded, min: 4, max: 12}}\nschedule: {{runs_per_bring_up: 2}}\n"
+    ))
+    .unwrap();
+    let p = Plan::build(&s, &[0, 1], 1).unwrap();
+    assert_eq!((p.boots.len(), p.looks), (2, Some(9)));
+    let script = Script {
+        value: Some(by_variants_run(|argv, k| {
+            let noise = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98, 1.01, 1.0, 0.99, 1.02, 1.0, 1.01][k as usize % 12];
+            if argv.contains(&"ticket".to_string()) {
+                130.0 * noise * if k % 4 < 2 { 1.005 } else { 0.995 }
+            } else {
+                100.0 * noise
+            }
+        })),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    let runs_of = |v: &str| {
+        o.records
+            .iter()
+            .filter(|r| r.variant == v && r.guest == 0)
+            .count()
+    };
+    assert_eq!((runs_of("a"), runs_of("b")), (6, 6), "{}", brief(&o.records));
+    assert_eq!(o.calls.bring_ups.len(), 6, "three bring-ups a side");
+    assert_eq!(o.progress, o.total);
 }
