@@ -601,11 +601,17 @@ fn checks_of(
     let usable = (r.threads as usize).min(cpus_allowed.max(1));
     let work = r.ops_per_sec * (hold_s + gap_s);
     let holds = r.ops_per_sec * hold_s;
+    let hold = checks::work_as_asked("hold_as_asked", "--hold-ns", &as_run.hold, bounds.max_work_error);
+    let gap = checks::work_as_asked("gap_as_asked", "--gap-ns", &as_run.gap, bounds.max_work_error);
+    let drift = checks::drift_unless_work_judged(
+        checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, bounds.max_drift),
+        &[&hold, &gap],
+    );
     vec![
         checks::cpu_within_elapsed(r.window_cpu_ns, elapsed_ns, cpus_allowed),
-        checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, bounds.max_drift),
-        checks::work_as_asked("hold_as_asked", "--hold-ns", &as_run.hold, bounds.max_work_error),
-        checks::work_as_asked("gap_as_asked", "--gap-ns", &as_run.gap, bounds.max_work_error),
+        drift,
+        hold,
+        gap,
         Check::at_most(
             "work_within_cpus",
             work,

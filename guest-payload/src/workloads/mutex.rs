@@ -622,25 +622,22 @@ fn checks_of(
     );
     let usable = (r.threads as usize).min(cpus_allowed.max(1));
     let work = ops_per_sec * (inside_s + outside_s) + delays_per_sec * delay_s;
-    out.push(checks::calibration_drift(
-        c.ns_per_iter_before,
-        c.ns_per_iter_after,
-        max_drift,
-    ));
+    let drift = checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, max_drift);
     // A report made before the work was timed has no figures to judge.
     if let Some(w) = &c.work_as_run {
-        out.push(checks::work_as_asked(
-            "work_inside_as_asked",
-            "--work-inside",
-            &w.inside,
-            max_work_error,
-        ));
-        out.push(checks::work_as_asked(
+        let inside =
+            checks::work_as_asked("work_inside_as_asked", "--work-inside", &w.inside, max_work_error);
+        let outside = checks::work_as_asked(
             "work_outside_as_asked",
             "--work-outside",
             &w.outside,
             max_work_error,
-        ));
+        );
+        out.push(checks::drift_unless_work_judged(drift, &[&inside, &outside]));
+        out.push(inside);
+        out.push(outside);
+    } else {
+        out.push(drift);
     }
     out.push(Check::at_most(
         "work_within_cpus",
