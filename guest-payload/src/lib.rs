@@ -10,6 +10,7 @@ pub mod checks;
 pub mod cli;
 pub mod env;
 pub mod locks;
+pub mod loop_memory;
 pub mod metrics;
 pub mod preempt_sample;
 pub mod probe;
