@@ -109,6 +109,11 @@ pub struct Args {
     #[arg(long, default_value_t = work_as_run::MAX_WORK_ERROR, value_parser = checks::positive_fraction)]
     #[serde(default = "default_work_error")]
     pub max_work_error: f64,
+    /// Size the work from this run's calibration alone, never from the loop speed earlier runs
+    /// in this guest remembered (as the `lock` workload's `--no-loop-memory`).
+    #[arg(long)]
+    #[serde(default)]
+    pub no_loop_memory: bool,
     /// Test only: multiplies the work inside's iteration count by this after the calibration
     /// chose it (the work outside, unscaled, shows meanwhile that the loop kept its speed).
     #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
@@ -230,6 +235,13 @@ pub struct MutexCalibration {
     pub effective_outside_ns_after: f64,
     pub effective_delay_ns: f64,
     pub effective_delay_ns_after: f64,
+    /// This run's own calibration where the remembered speed sized the work instead (as the
+    /// `lock` workload's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_ns_per_iter_before: Option<f64>,
+    /// The speed earlier runs in this guest remembered, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered_ns_per_iter: Option<f64>,
     /// Each calibrating worker's calibration, before and after.
     pub before: Vec<Calibration>,
     pub after: Vec<Calibration>,
@@ -395,6 +407,10 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     } else {
         0
     };
+    let memory = (!args.no_loop_memory)
+        .then(crate::loop_memory::LoopMemory::of_this_binary)
+        .flatten();
+    let remembered = memory.as_ref().and_then(|m| m.recall());
     futex::reset_counts();
     let workers: Vec<_> = (0..args.threads)
         .map(|t| {
@@ -432,13 +448,19 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         if calibrating == 0 {
             return Ok(None);
         }
-        let ns_per_iter = busywork::median_ns_per_iter(&before).unwrap_or(f64::NAN);
+        let measured = busywork::median_ns_per_iter(&before).unwrap_or(f64::NAN);
+        let (ns_per_iter, from_memory) = crate::loop_memory::sizing_speed(measured, remembered);
         match iteration_counts(args, ns_per_iter) {
             Ok(counts) => {
                 for (slot, n) in shared.iters.iter().zip([counts.0, counts.1, counts.2]) {
                     slot.store(n, Ordering::Relaxed);
                 }
-                Ok(Some((counts, before, ns_per_iter)))
+                Ok(Some((
+                    counts,
+                    before,
+                    ns_per_iter,
+                    from_memory.then_some(measured),
+                )))
             }
             Err(e) => {
                 shared.refused.store(true, Ordering::Relaxed);
@@ -462,7 +484,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         .map(|o| o.end.duration_since(start).as_nanos() as u64)
         .collect();
     let elapsed_ns = thread_ns.iter().copied().max().unwrap_or(0);
-    let calibration = counts.map(|((inside, outside, delay), before, ns_before)| {
+    let calibration = counts.map(|((inside, outside, delay), before, ns_before, measured_before)| {
         let after: Vec<Calibration> = outcomes.iter().filter_map(|o| o.after).collect();
         let ns_after = busywork::median_ns_per_iter(&after).unwrap_or(f64::NAN);
         MutexCalibration {
@@ -477,6 +499,8 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             effective_outside_ns_after: outside as f64 * ns_after,
             effective_delay_ns: delay as f64 * ns_before,
             effective_delay_ns_after: delay as f64 * ns_after,
+            measured_ns_per_iter_before: measured_before,
+            remembered_ns_per_iter: remembered,
             before,
             after,
             work_as_run: Some(work_as_run_of(
@@ -550,6 +574,21 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         args.max_calibration_drift,
         args.max_work_error,
     );
+    if let (Some(m), Some(c)) = (&memory, &result.calibration) {
+        // Sized from memory and the work inside held too long.
+        let too_long = c.measured_ns_per_iter_before.is_some()
+            && checks.iter().any(|k| k.name == "work_inside_as_asked" && !k.ok)
+            && c.work_as_run
+                .as_ref()
+                .and_then(|w| w.inside.ratio)
+                .is_some_and(|r| r > 1.0);
+        m.after_run(
+            c.measured_ns_per_iter_before
+                .unwrap_or(c.ns_per_iter_before)
+                .min(c.ns_per_iter_after),
+            too_long,
+        );
+    }
     Ok(Report::new("mutex", elapsed_ns, env, metrics_of(&result), &result)?.with_checks(checks))
 }
 
@@ -799,6 +838,7 @@ mod tests {
             contended_delay_ns: 0,
             max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
             max_work_error: work_as_run::MAX_WORK_ERROR,
+            no_loop_memory: true,
             debug_scale_inside: 1.0,
             debug_scale_outside: 1.0,
         }
@@ -978,6 +1018,8 @@ mod tests {
             before: vec![cal(1.0)],
             after: vec![cal(1.5)],
             work_as_run: None,
+            measured_ns_per_iter_before: None,
+            remembered_ns_per_iter: None,
             debug_scale_inside: 1.0,
             debug_scale_outside: 1.0,
         });
