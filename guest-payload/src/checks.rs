@@ -84,8 +84,8 @@ pub fn cpu_within_elapsed(window_cpu_ns: u64, elapsed_ns: u64, cpus_allowed: usi
 }
 
 /// Calibration before and after the run within a factor `1 + max_drift` of each other, in either
-/// direction: `|ln(after / before)| <= ln(1 + max_drift)`, so the default 0.05 accepts
-/// after/before within [1/1.05, 1.05]. (The old `|after − before| / before` was lopsided: a
+/// direction: `|ln(after / before)| <= ln(1 + max_drift)`, so the default 0.10 accepts
+/// after/before within [1/1.1, 1.1]. (The old `|after − before| / before` was lopsided: a
 /// before-calibration k× too slow read as a drift of 1 − 1/k < 1, so a bound of 1 or more
 /// accepted any hold that came out too short.)
 pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_drift: f64) -> Check {
@@ -99,6 +99,28 @@ pub fn calibration_drift(before_ns_per_iter: f64, after_ns_per_iter: f64, max_dr
     );
     // A NaN (no calibration after the run) compares false: not accepted.
     Check::at_most("calibration_drift", drift, bound, detail)
+}
+
+/// The drift a run is judged by: between the speed its work was sized at (`sized`: its own
+/// calibration before the gate, or the remembered speed, [`crate::loop_memory`]) and the fastest
+/// the loop ran in the calibrations made around the run (`fresh_before`, this run's own before
+/// the gate, and `after`), through [`calibration_drift`] (symmetric). The fastest, because each
+/// calibration reads the loop's undisturbed speed only when it does not sit wholly in one of the
+/// host's slow spells: an after-calibration in a slow spell says the host was slow then, not that
+/// the holds were wrong, while a fresh calibration faster than the sizing says the holds were
+/// short, and both fresh ones slower than a remembered sizing say the run sat in a slow spell.
+pub fn sizing_drift(sized: f64, fresh_before: f64, after: f64, max_drift: f64) -> Check {
+    let fastest = if fresh_before.is_finite() && after.is_finite() {
+        fresh_before.min(after)
+    } else {
+        f64::NAN // a missing calibration is not accepted
+    };
+    let mut c = calibration_drift(sized, fastest, max_drift);
+    c.detail = format!(
+        "{} [sized at {sized:.3} ns/iter; the loop's fastest around the run {fastest:.3}: this run's calibration before {fresh_before:.3}, after {after:.3}]",
+        c.detail
+    );
+    c
 }
 
 /// The calibration drift as the backstop it is: judged only where no work check could judge
@@ -357,6 +379,23 @@ mod tests {
         assert!(!calibration_drift(3.0, 1.0, 1.0).ok && !calibration_drift(1.0, 3.0, 1.0).ok);
         // No calibration after the run (NaN) is not accepted.
         assert!(!calibration_drift(1.0, f64::NAN, 0.6).ok);
+    }
+
+    #[test]
+    fn the_sizing_drift_reads_the_fastest_calibration_around_the_run() {
+        // Sized right, the after-calibration in a slow spell: accepted.
+        let c = sizing_drift(1.642, 1.642, 2.416, MAX_CALIBRATION_DRIFT);
+        assert!(c.ok, "{c:?}");
+        assert!(c.detail.contains("fastest around the run 1.642"), "{}", c.detail);
+        // Sized in a slow spell (holds short), the loop fast afterwards: refused.
+        assert!(!sizing_drift(2.5, 2.5, 1.65, MAX_CALIBRATION_DRIFT).ok);
+        // Sized from a remembered fast speed, both fresh calibrations slow: refused (the run
+        // sat in a slow spell, its holds ran long), whichever way round.
+        assert!(!sizing_drift(1.65, 2.6, 2.4, MAX_CALIBRATION_DRIFT).ok);
+        // Sized from memory, this run's own before slow, after fast: accepted.
+        assert!(sizing_drift(1.65, 2.6, 1.70, MAX_CALIBRATION_DRIFT).ok);
+        // No calibration after: not accepted.
+        assert!(!sizing_drift(1.65, 1.65, f64::NAN, MAX_CALIBRATION_DRIFT).ok);
     }
 
     #[test]

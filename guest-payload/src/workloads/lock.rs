@@ -638,7 +638,12 @@ fn checks_of(
     let hold = checks::work_as_asked("hold_as_asked", "--hold-ns", &as_run.hold, bounds.max_work_error);
     let gap = checks::work_as_asked("gap_as_asked", "--gap-ns", &as_run.gap, bounds.max_work_error);
     let drift = checks::drift_unless_work_judged(
-        checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, bounds.max_drift),
+        checks::sizing_drift(
+            c.ns_per_iter_before,
+            c.measured_ns_per_iter_before.unwrap_or(c.ns_per_iter_before),
+            c.ns_per_iter_after,
+            bounds.max_drift,
+        ),
         &[&hold, &gap],
     );
     vec![

@@ -661,7 +661,12 @@ fn checks_of(
     );
     let usable = (r.threads as usize).min(cpus_allowed.max(1));
     let work = ops_per_sec * (inside_s + outside_s) + delays_per_sec * delay_s;
-    let drift = checks::calibration_drift(c.ns_per_iter_before, c.ns_per_iter_after, max_drift);
+    let drift = checks::sizing_drift(
+        c.ns_per_iter_before,
+        c.measured_ns_per_iter_before.unwrap_or(c.ns_per_iter_before),
+        c.ns_per_iter_after,
+        max_drift,
+    );
     // A report made before the work was timed has no figures to judge.
     if let Some(w) = &c.work_as_run {
         let inside =
@@ -1004,19 +1009,20 @@ mod tests {
         r.ops_total = 2_000_000;
         r.window_cpu_ns = 1_000_000_000;
         r.calibration = Some(MutexCalibration {
-            ns_per_iter_before: 1.0,
-            ns_per_iter_after: 1.5,
+            // Sized in a slow spell: the loop ran faster after the run (holds too short).
+            ns_per_iter_before: 1.5,
+            ns_per_iter_after: 1.0,
             inside_iters: 1000,
             outside_iters: 0,
             delay_iters: 0,
-            effective_inside_ns: 1000.0,
-            effective_inside_ns_after: 1500.0,
+            effective_inside_ns: 1500.0,
+            effective_inside_ns_after: 1000.0,
             effective_outside_ns: 0.0,
             effective_outside_ns_after: 0.0,
             effective_delay_ns: 0.0,
             effective_delay_ns_after: 0.0,
-            before: vec![cal(1.0)],
-            after: vec![cal(1.5)],
+            before: vec![cal(1.5)],
+            after: vec![cal(1.0)],
             work_as_run: None,
             measured_ns_per_iter_before: None,
             remembered_ns_per_iter: None,
@@ -1027,7 +1033,7 @@ mod tests {
         let by = |n: &str| by_name(&checks, n);
         assert!(by("cpu_within_elapsed").ok);
         let drift = by("calibration_drift");
-        assert!(!drift.ok && drift.detail.contains("x1.500"), "{drift:?}");
+        assert!(!drift.ok && drift.detail.contains("x0.667"), "{drift:?}");
         let holds = by("holds_serialised");
         assert!(!holds.ok && holds.value == Some(2.0), "{holds:?}");
         assert!(
