@@ -822,13 +822,19 @@ fn decided_at(
     let judged = (0..run)
         .find(|&j| settled.last_attempt(&run_key(group, cell, false, j)) == 0)
         .unwrap_or(run);
-    // No rule stops a cell before its `runs` (`enough` says so too; this only saves work).
+    first_stop(group, cell, judged, |r| {
+        let values = unit_values(settled, records, group, &this, metric, r);
+        enough_runs(cell, r, &values, baseline.as_deref())
+    })
+}
+
+/// The first slot up to `judged` where `group` may stop `cell` and `enough` says it has
+/// enough. No rule stops a cell before its `runs` (each rule says so too; starting there only
+/// saves work).
+fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) -> bool) -> Option<u32> {
     (cell.runs.min(judged)..=judged)
         .filter(|&r| group.may_stop_before(r, cell.max_runs))
-        .find(|&r| {
-            let values = unit_values(settled, records, group, &this, metric, r);
-            enough_runs(cell, r, &values, baseline.as_deref())
-        })
+        .find(|&r| enough(r))
 }
 
 /// [`decided_at`] under `runs: {until: concluded}` ([`super::stopping::Concluded`]). A
@@ -837,9 +843,9 @@ fn decided_at(
 /// attempt and whose valid results before `r` conclude the comparison, or at its most runs.
 /// The baseline's cell runs on while any comparison it is in at the level does: it has
 /// enough at the first slot where it may stop at or after the last of theirs.
-fn decided_by_conclusion(
-    settled: &Settled,
-    records: &[RunRecord],
+fn decided_by_conclusion<'a>(
+    settled: &'a Settled,
+    records: &'a [RunRecord],
     plan: &Plan,
     group: &BootGroup,
     cell: &Cell,
@@ -876,14 +882,17 @@ fn decided_by_conclusion(
     let judged = (0..run)
         .find(|&j| !attempted(&this, j) || !attempted(&base, j))
         .unwrap_or(run);
+    // Read once; each look takes the slots before it.
     let metric = &cell.workload.metric;
-    (cell.runs.min(judged)..=judged).filter(|&r| stops(r)).find(|&r| {
-        r >= cell.max_runs
-            || (r >= cell.runs
-                && rule.reached(
-                    &placed_samples(settled, records, &base, metric, r),
-                    &placed_samples(settled, records, &this, metric, r),
-                ))
+    let (base, this) = (
+        placed_samples(settled, records, &base, metric, judged),
+        placed_samples(settled, records, &this, metric, judged),
+    );
+    let before = |side: &[crate::stats::effect::Sample<'a>], r: u32| {
+        side.iter().filter(|s| s.run < r).copied().collect::<Vec<_>>()
+    };
+    first_stop(group, cell, judged, |r| {
+        r >= cell.max_runs || (r >= cell.runs && rule.reached(&before(&base, r), &before(&this, r)))
     })
 }
 

@@ -487,12 +487,7 @@ async fn a_cv_target_reached_early_stops_that_cell_only() {
         ..Default::default()
     };
     let o = sweep(&p, script, vec![], dir.path()).await;
-    let runs_of = |v: &str| {
-        o.records
-            .iter()
-            .filter(|r| r.variant == v && r.guest == 0)
-            .count()
-    };
+    let runs_of = |v: &str| guest0_runs(&o.records, v);
     assert_eq!((runs_of("a"), runs_of("b")), (2, 5), "{}", brief(&o.records));
     assert_eq!(o.progress, o.total, "skipped runs are counted as done");
     let model = stats_model(&o.records);
@@ -554,11 +549,29 @@ async fn idle_and_hog_backgrounds_give_the_other_guests_their_commands() {
     each_run_counted_once(&o.records, 1, 1);
 }
 
+/// Guest 0's records of `variant`: its attempts, failed ones and warm-ups included.
+fn guest0_runs(records: &[RunRecord], variant: &str) -> usize {
+    records
+        .iter()
+        .filter(|r| r.variant == variant && r.guest == 0)
+        .count()
+}
+
 /// The reports' model of a journal holding `records`.
 fn stats_model(records: &[RunRecord]) -> crate::stats::cells::Model {
+    stats_model_of(records, &["a", "b"], None)
+}
+
+/// [`stats_model`] of a sweep of `variants` (the first the baseline) whose header journaled
+/// `looks`.
+fn stats_model_of(
+    records: &[RunRecord],
+    variants: &[&str],
+    looks: Option<u32>,
+) -> crate::stats::cells::Model {
     let header: crate::sweep::journal::SweepHeader = serde_json::from_value(serde_json::json!({
-        "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b"],
-        "levels": [1.0],
+        "scenario": "t", "scenario_sha256": "00", "baseline": variants[0], "variants": variants,
+        "levels": [1.0], "looks": looks,
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
         "backend": "mock", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
         "started_at": "t", "ocrig_version": "0",
@@ -775,12 +788,7 @@ async fn a_detectable_effect_target_runs_the_noisy_side_longer() {
         ..Default::default()
     };
     let o = sweep(&p, script, vec![], dir.path()).await;
-    let runs_of = |v: &str| {
-        o.records
-            .iter()
-            .filter(|r| r.variant == v && r.guest == 0)
-            .count()
-    };
+    let runs_of = |v: &str| guest0_runs(&o.records, v);
     assert_eq!((runs_of("a"), runs_of("b")), (3, 8), "{}", brief(&o.records));
     assert_eq!(o.progress, o.total, "skipped runs are counted as done");
     let model = stats_model(&o.records);
@@ -1504,33 +1512,14 @@ async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baselin
         ..Default::default()
     };
     let o = sweep(&p, script, vec![], dir.path()).await;
-    let runs_of = |v: &str| {
-        o.records
-            .iter()
-            .filter(|r| r.variant == v && r.guest == 0)
-            .count()
-    };
+    let runs_of = |v: &str| guest0_runs(&o.records, v);
     let counts = ["a", "b", "c", "d"].map(runs_of);
     assert_eq!(counts[1], 3, "b concluded at min: {}", brief(&o.records));
     assert!(counts[2] > 3 && counts[2] < 12, "c: {counts:?}");
     assert_eq!((counts[0], counts[3]), (12, 12), "a and d: {counts:?}");
     assert_eq!(o.progress, o.total, "skipped runs are counted as done");
     // The report, told the looks, concludes b and c and leaves d open.
-    let mut model_records = o.records.clone();
-    model_records.retain(|r| !r.warmup);
-    let header: crate::sweep::journal::SweepHeader = serde_json::from_value(serde_json::json!({
-        "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b", "c", "d"],
-        "levels": [1.0], "looks": 10,
-        "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
-        "backend": "mock", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
-        "started_at": "t", "ocrig_version": "0",
-    }))
-    .unwrap();
-    let journal = crate::sweep::journal::Journal {
-        header,
-        runs: model_records,
-    };
-    let model = crate::stats::cells::build(&journal, 0.05, None);
+    let model = stats_model_of(&o.records, &["a", "b", "c", "d"], Some(10));
     assert_eq!((model.family, model.looks), (3, 10));
     let conclusion = |v: &str| {
         let c = model.workloads[0]
@@ -1577,12 +1566,7 @@ async fn until_concluded_with_guests_of_their_own_stops_at_a_blocks_end() {
         ..Default::default()
     };
     let o = sweep(&p, script, vec![], dir.path()).await;
-    let runs_of = |v: &str| {
-        o.records
-            .iter()
-            .filter(|r| r.variant == v && r.guest == 0)
-            .count()
-    };
+    let runs_of = |v: &str| guest0_runs(&o.records, v);
     assert_eq!((runs_of("a"), runs_of("b")), (6, 6), "{}", brief(&o.records));
     assert_eq!(o.calls.bring_ups.len(), 6, "three bring-ups a side");
     assert_eq!(o.progress, o.total);
