@@ -47,6 +47,20 @@ pub const SELF_CHECK_REASON: &str = "self-check failed: ";
 /// was above `host.max_other_load` during it (the sweep writes them, the reports count by them).
 pub const DISTURBED_REASON: &str = "disturbed: ";
 
+/// Where a disturbed run's records keep what disturbed them: `{"foreign_load", "bound"}`, and
+/// `"counted": true` with the disturbance's words (`"why"`) on a run counted all the same
+/// (the host stayed busy through a whole wait: the sweep's `records::Disturbed::Count`).
+pub const DISTURBED_KEY: &str = "disturbed";
+
+/// Whether a record's `extra` marks a run counted although the host disturbed it.
+pub fn counted_disturbed(extra: &serde_json::Map<String, serde_json::Value>) -> bool {
+    extra
+        .get(DISTURBED_KEY)
+        .and_then(|d| d.get("counted"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
 pub use crate::vocabulary::Better;
 use crate::vocabulary::{GuestSharing, RunOrder};
 

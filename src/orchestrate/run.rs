@@ -453,8 +453,16 @@ pub(crate) fn finish(
     if let Err(e) = crate::report::write_all(&j, results_dir) {
         tracing::warn!("writing reports: {e:#}");
     }
+    let disturbed = if totals.disturbed + totals.disturbed_counted > 0 {
+        format!(
+            "; the host disturbed {} attempt(s) (waited {:.0} s) and {} run(s) counted marked disturbed",
+            totals.disturbed, totals.disturbed_wait_s, totals.disturbed_counted
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "ocrig: {} runs ok, {} failed ({} failed attempts); {} warm-up(s); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
+        "ocrig: {} runs ok, {} failed ({} failed attempts{disturbed}); {} warm-up(s); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
         totals.runs_ok,
         totals.runs_failed,
         totals.attempts_failed,

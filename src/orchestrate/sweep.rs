@@ -162,6 +162,7 @@ fn add(t: &mut PhaseTotals, o: &PhaseTotals) {
     t.attempts_failed += o.attempts_failed;
     t.disturbed += o.disturbed;
     t.disturbed_wait_s += o.disturbed_wait_s;
+    t.disturbed_counted += o.disturbed_counted;
     t.max_start_skew_us = t.max_start_skew_us.max(o.max_start_skew_us);
 }
 

@@ -15,7 +15,7 @@ use crate::stats::cells::{Cell, Comparison, Model, RetentionRow, Row, WorkloadMo
 pub struct CsvExporter;
 
 /// The fixed columns; the KVM counters of [`KVM_COLUMNS`] follow as `kvm_<name>`.
-pub const COLUMNS: [&str; 51] = [
+pub const COLUMNS: [&str; 52] = [
     "kind",
     "workload",
     "command",
@@ -55,6 +55,7 @@ pub const COLUMNS: [&str; 51] = [
     "contention_rate",
     "jain",
     "failed",
+    "disturbed_runs",
     "vcpu_wait_share",
     "vcpu_wait_n",
     "vcpu_wait_note",
@@ -198,6 +199,12 @@ fn row(
         num(c.contention_rate),
         num(c.jain),
         c.failed.to_string(),
+        // The run indices, ';'-separated (empty: none counted disturbed).
+        c.disturbed_runs
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(";"),
         num(c.vcpu_wait.mean()),
         c.vcpu_wait.samples.len().to_string(),
         text(c.vcpu_wait.unavailable.as_ref()),

@@ -621,18 +621,34 @@ pub fn self_check_line(model: &Model) -> Option<String> {
     ))
 }
 
-/// The line that says how many measured attempts the host disturbed (each was failed, waited
-/// out and retried on the same guests; none of it is a sample).
+/// The line that says how many measured attempts the host disturbed: failed, waited out and
+/// retried on the same guests (none of it a sample), and counted marked disturbed where the
+/// host stayed busy through a whole wait (each named in its cell's note).
 pub fn disturbed_line(model: &Model) -> Option<String> {
     let d = &model.disturbed;
-    (d.attempts > 0).then(|| {
-        format!(
-            "{} attempt{} disturbed by the host (failed, waited out and retried on the same guests){}",
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let mut parts = Vec::new();
+    if d.attempts > 0 {
+        parts.push(format!(
+            "{} attempt{} failed, waited out and retried on the same guests",
             d.attempts,
-            if d.attempts == 1 { "" } else { "s" },
+            plural(d.attempts)
+        ));
+    }
+    if d.counted > 0 {
+        parts.push(format!(
+            "{} run{} counted marked disturbed (the host stayed busy through a whole wait; each named in its cell)",
+            d.counted,
+            plural(d.counted)
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "disturbed by the host (its other load on the sweep's CPUs above host.max_other_load): {}{}",
+            parts.join("; "),
             d.example
                 .as_deref()
-                .map(|e| format!(", e.g. {e}"))
+                .map(|e| format!("; e.g. {e}"))
                 .unwrap_or_default()
         )
     })
@@ -999,6 +1015,16 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
                     s.variant,
                     fmt_level(c.level),
                     c.failed
+                ));
+            }
+            if !c.disturbed_runs.is_empty() {
+                let runs: Vec<String> = c.disturbed_runs.iter().map(u32::to_string).collect();
+                let n = c.summary.as_ref().map_or(0, |s| s.n);
+                notes.push(format!(
+                    "{} at {}: run(s) {} of {n} counted though the host disturbed them (it stayed busy through a whole wait)",
+                    s.variant,
+                    fmt_level(c.level),
+                    runs.join(", ")
                 ));
             }
             if !c.outlier_runs.is_empty() {

@@ -208,8 +208,9 @@ pub struct HostSpec {
     /// A run during which other processes took more than this share of the sweep's CPUs'
     /// time (their busy time less this sweep's own processes', as far as a running process
     /// can be named for it: [`crate::telemetry::host_load`]) is disturbed: journaled as such,
-    /// not a sample, waited out and retried on the same guests. Default
-    /// [`DEFAULT_MAX_OTHER_LOAD`].
+    /// not a sample, waited out and retried on the same guests; once the host stayed busy
+    /// through a whole wait, counted marked disturbed (named in its cell) until a run runs
+    /// quiet. Default [`DEFAULT_MAX_OTHER_LOAD`].
     #[serde(default)]
     pub max_other_load: Option<f64>,
 }

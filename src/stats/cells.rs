@@ -129,10 +129,15 @@ pub fn self_check_rejections(records: &[RunDigest]) -> SelfCheckRejections {
 }
 
 /// Measured attempts the host disturbed (its other load on the sweep's CPUs above
-/// `host.max_other_load`): each was failed, waited out and retried on the same guests.
+/// `host.max_other_load`): each was failed, waited out and retried on the same guests, or,
+/// where the host stayed busy through a whole wait, counted marked disturbed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Disturbances {
+    /// Failed (waited out and retried).
     pub attempts: usize,
+    /// Counted, marked disturbed (each named in its cell: [`Cell::disturbed_runs`]).
+    #[serde(default)]
+    pub counted: usize,
     /// One example of the journal's words (they carry the load and the bound).
     pub example: Option<String>,
 }
@@ -140,8 +145,12 @@ pub struct Disturbances {
 /// Counts the attempts of `records` the host disturbed.
 pub fn disturbances(records: &[RunDigest]) -> Disturbances {
     let mut attempts = std::collections::BTreeSet::new();
+    let mut counted = std::collections::BTreeSet::new();
     let mut example = None;
     for r in records {
+        if r.ok && r.disturbed {
+            counted.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
+        }
         let Some(why) = r
             .rejected
             .as_deref()
@@ -154,6 +163,7 @@ pub fn disturbances(records: &[RunDigest]) -> Disturbances {
     }
     Disturbances {
         attempts: attempts.len(),
+        counted: counted.len(),
         example,
     }
 }
@@ -222,6 +232,10 @@ pub struct Cell {
     pub points: Vec<RunPoint>,
     /// Run indices of primary results flagged by the modified Z-score (|M| > 3.5).
     pub outlier_runs: Vec<u32>,
+    /// Run indices of primary results counted although the host disturbed them (it stayed
+    /// busy through a whole wait; [`crate::journal::counted_disturbed`]).
+    #[serde(default)]
+    pub disturbed_runs: Vec<u32>,
     /// Measured runs with no valid result (every attempt failed; see `journal::accounting`).
     pub failed: usize,
     /// Mean `contention_rate` of the primary results, when reported.
@@ -503,6 +517,10 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
             .map(|(&run, &value)| RunPoint { run, value })
             .collect(),
         outlier_runs: outlier_indices(&samples).into_iter().map(|i| runs[i]).collect(),
+        disturbed_runs: primary(records)
+            .filter(|r| r.disturbed && r.metric(metric).is_some())
+            .map(|r| r.run)
+            .collect(),
         failed,
         contention_rate: metric_mean(CONTENTION_METRIC),
         jain: metric_mean(JAIN_METRIC),

@@ -95,6 +95,8 @@ pub struct RunDigest {
     pub ok: bool,
     /// Marked superseded (some guest of its attempt failed).
     pub superseded: bool,
+    /// Counted although the host disturbed it ([`crate::journal::counted_disturbed`]).
+    pub disturbed: bool,
     pub attempt: u32,
     pub attempt_records: Option<u32>,
     /// Why a run that finished was not counted, in the journal's words with their prefix: the
@@ -250,6 +252,7 @@ fn digest_with(
             .and_then(|b| std::num::NonZeroU32::new(b.saturating_add(1))),
         ok: r.ok,
         superseded: r.superseded.is_some(),
+        disturbed: r.ok && crate::journal::counted_disturbed(&r.extra),
         attempt: r.attempt,
         attempt_records: r.attempt_records,
         rejected: r

@@ -406,36 +406,55 @@ fn parse_report(
     Ok(report)
 }
 
-/// Where a disturbed run's records keep what disturbed them: `{"other_load", "bound"}`.
-pub const DISTURBED_KEY: &str = "disturbed";
+pub use crate::journal::DISTURBED_KEY;
 
-/// Judges a counted attempt (every record `ok`) by the host's foreign load on the sweep's
-/// CPUs during it (the executor's [`crate::telemetry::host_load`] reading on the attempt's
-/// first record: their busy time less this sweep's own processes', its guests' QEMUs and
-/// ocrig, over their total time). Above `bound`, every record becomes a failed, superseded
-/// record saying so (its numbers kept for a reader, none a sample), and the load is returned.
-/// An attempt without the reading (a remote host, an older executor) is not judged.
-///
-/// Not the report's `other load` (busy time less the vCPUs' run time): that counts QEMU's own
-/// threads too, 5-13 % of the CPUs at 0.5x under TCG here (2026-12-04), where the second CPU
-/// has nothing else to do.
-pub fn mark_disturbed(records: &mut [RunRecord], bound: f64) -> Option<f64> {
-    if records.is_empty() || !records.iter().all(|r| r.ok) {
-        return None;
-    }
-    let extra = &records[0].extra;
+/// The foreign load an attempt is judged disturbed by (on its first record), if read: the
+/// share of the sweep's CPUs' time that went to processes other than the sweep's own.
+pub fn foreign_load(records: &[RunRecord]) -> Option<f64> {
+    let extra = &records.first()?.extra;
     let foreign = extra.get(crate::telemetry::host_load::KEY)?.as_f64()?;
     // Only what a process still running can be named for: a load nobody can be named for is,
     // on a quiet host, this sweep's own short-lived work (6-11 % of 2 CPUs at a fresh own-guest
     // set's first runs here, 2026-12-04, with no other process above 0.01 s), not a
     // disturbance. (A record without the named share judges by the whole foreign load.)
-    let load = match extra
-        .get(crate::telemetry::host_load::NAMED_KEY)
-        .and_then(Value::as_f64)
-    {
-        Some(named) => foreign.min(named),
-        None => foreign,
-    };
+    Some(
+        match extra
+            .get(crate::telemetry::host_load::NAMED_KEY)
+            .and_then(Value::as_f64)
+        {
+            Some(named) => foreign.min(named),
+            None => foreign,
+        },
+    )
+}
+
+/// What a disturbed attempt becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disturbed {
+    /// Failed and superseded: it is waited out and retried.
+    Fail,
+    /// Counted, its records `ok` and marked disturbed: the host stayed busy through a whole
+    /// wait, so a retry would be disturbed too (and a slot left empty would lose the design's
+    /// pairing); the report names every such run in its cell.
+    Count,
+}
+
+/// Judges a counted attempt (every record `ok`) by the host's foreign load on the sweep's
+/// CPUs during it (the executor's [`crate::telemetry::host_load`] reading on the attempt's
+/// first record: their busy time less this sweep's own processes', its guests' QEMUs and
+/// ocrig, over their total time). Above `bound`, the load is returned and, as `then` says,
+/// every record becomes a failed, superseded record saying so (its numbers kept for a reader,
+/// none a sample), or stays counted, marked disturbed. An attempt without the reading (a
+/// remote host, an older executor) is not judged.
+///
+/// Not the report's `other load` (busy time less the vCPUs' run time): that counts QEMU's own
+/// threads too, 5-13 % of the CPUs at 0.5x under TCG here (2026-12-04), where the second CPU
+/// has nothing else to do.
+pub fn mark_disturbed(records: &mut [RunRecord], bound: f64, then: Disturbed) -> Option<f64> {
+    if records.is_empty() || !records.iter().all(|r| r.ok) {
+        return None;
+    }
+    let load = foreign_load(records)?;
     if load <= bound {
         return None;
     }
@@ -468,6 +487,15 @@ pub fn mark_disturbed(records: &mut [RunRecord], bound: f64) -> Option<f64> {
         load * 100.0,
         bound * 100.0
     );
+    if then == Disturbed::Count {
+        for r in records.iter_mut() {
+            r.extra.insert(
+                DISTURBED_KEY.into(),
+                json!({ "foreign_load": load, "bound": bound, "counted": true, "why": why }),
+            );
+        }
+        return Some(load);
+    }
     for r in records.iter_mut() {
         r.ok = false;
         r.error = Some(why.clone());

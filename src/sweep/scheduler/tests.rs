@@ -735,9 +735,9 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
 }
 
 #[tokio::test]
-async fn a_host_that_stays_busy_gets_one_wait_and_its_disturbed_slots_are_left_for_resume() {
+async fn a_host_that_stays_busy_gets_one_wait_and_its_runs_then_count_marked_disturbed() {
     let dir = tempfile::tempdir().unwrap();
-    // Calls 1-3 disturbed; every wait ends with the host still busy.
+    // Calls 1-3 and 6 disturbed; every wait ends with the host still busy.
     let script = Script {
         realistic_host_cpus: Some(2),
         other_load: BTreeMap::from([(1, 0.2), (2, 0.2), (3, 0.2), (6, 0.2)]),
@@ -752,22 +752,90 @@ async fn a_host_that_stays_busy_gets_one_wait_and_its_disturbed_slots_are_left_f
         .filter(|r| r.guest == 0)
         .map(|r| (r.variant.clone(), r.run, r.attempt, r.ok))
         .collect();
-    // Call 1: a wait that ends busy, one retry (call 2), disturbed too: run 0 of a is left.
-    // Call 3 (run 0 of b): left at once. Call 4 counts, which ends the busy state, so the
-    // disturbance of call 6 is waited for again and retried.
+    // Call 1: failed, a wait that ends busy, its retry (call 2) disturbed too: counted, marked.
+    // Call 3 (run 0 of b): counted at once, marked. Call 4 runs quiet, which ends the busy
+    // state, so the disturbance of call 6 is failed, waited for again and retried.
     assert_eq!(o.calls.quiet_waits, [(1, bound), (6, bound)], "{tried:?}");
     assert_eq!(
         &tried[..4],
         [
             ("a".into(), 0, 1, false),
-            ("a".into(), 0, 2, false),
-            ("b".into(), 0, 1, false),
+            ("a".into(), 0, 2, true),
+            ("b".into(), 0, 1, true),
             ("b".into(), 1, 1, true),
         ]
     );
+    each_run_counted_once(&o.records, 3, 2);
     assert_eq!(
-        (o.totals.disturbed, o.totals.runs_failed, o.totals.runs_ok),
-        (4, 2, 4)
+        (
+            o.totals.disturbed,
+            o.totals.disturbed_counted,
+            o.totals.runs_failed,
+            o.totals.runs_ok,
+            o.totals.attempts_failed
+        ),
+        (2, 2, 0, 6, 2)
+    );
+    // Every record of a counted disturbed run is ok and says so, with the load, the bound and
+    // the words a failed one would have had.
+    let counted: Vec<&RunRecord> = o
+        .records
+        .iter()
+        .filter(|r| crate::journal::counted_disturbed(&r.extra))
+        .collect();
+    assert_eq!(counted.len(), 4, "two runs of two guests");
+    for r in &counted {
+        assert!(r.ok && r.error.is_none() && r.superseded.is_none(), "{r:?}");
+        let d = &r.extra[crate::journal::DISTURBED_KEY];
+        assert!(d["foreign_load"].as_f64().unwrap() > bound, "{d}");
+        assert!(
+            d["why"].as_str().unwrap().starts_with(crate::journal::DISTURBED_REASON),
+            "{d}"
+        );
+    }
+    // The report counts both kinds and names the counted runs in their cells.
+    let model = stats_model(&o.records);
+    assert_eq!((model.disturbed.attempts, model.disturbed.counted), (2, 2));
+    let named: Vec<(String, Vec<u32>)> = model.workloads[0]
+        .series
+        .iter()
+        .map(|s| (s.variant.clone(), s.cells[0].disturbed_runs.clone()))
+        .collect();
+    assert_eq!(named, [("a".into(), vec![0]), ("b".into(), vec![0])]);
+    let line = crate::report::disturbed_line(&model).unwrap();
+    assert!(
+        line.contains("2 attempts failed, waited out") && line.contains("2 runs counted marked disturbed"),
+        "{line}"
+    );
+    let notes = crate::report::notes(&model, &model.workloads[0]);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("a at ") && n.contains("run(s) 0 of 3 counted though the host disturbed them")),
+        "{notes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lasting_load_that_dips_under_its_bound_stays_busy_until_a_run_is_clearly_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1 % of a quiet host plus: 20 % (disturbed), 3 % (4 %: under the 5 % bound, above half
+    // of it), and nothing at calls 5 and 7 (clearly quiet).
+    let script = Script {
+        realistic_host_cpus: Some(2),
+        other_load: BTreeMap::from([(1, 0.2), (2, 0.2), (3, 0.03), (4, 0.2), (6, 0.2)]),
+        host_stays_busy: true,
+        ..Default::default()
+    };
+    let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    let bound = crate::scenario::model::DEFAULT_MAX_OTHER_LOAD;
+    // Call 3 counts as a quiet run but does not end the busy state, so call 4 counts marked
+    // disturbed without a wait; call 5 ends it, so call 6 is failed and waited for.
+    assert_eq!(o.calls.quiet_waits, [(1, bound), (6, bound)]);
+    each_run_counted_once(&o.records, 3, 2);
+    assert_eq!(
+        (o.totals.disturbed, o.totals.disturbed_counted, o.totals.runs_failed),
+        (2, 2, 0)
     );
 }
 
