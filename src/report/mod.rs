@@ -654,6 +654,38 @@ pub fn disturbed_line(model: &Model) -> Option<String> {
     })
 }
 
+/// The one note naming every run counted though the host disturbed it, by variant and level
+/// (run indices of the cell's n), so a reader sees which cells hold them.
+pub fn disturbed_runs_note(wl: &WorkloadModel) -> Option<String> {
+    let per_variant: Vec<String> = wl
+        .series
+        .iter()
+        .filter_map(|s| {
+            let cells: Vec<String> = s
+                .cells
+                .iter()
+                .filter(|c| !c.disturbed_runs.is_empty())
+                .map(|c| {
+                    let runs: Vec<String> = c.disturbed_runs.iter().map(u32::to_string).collect();
+                    format!(
+                        "{} run {} of {}",
+                        fmt_level(c.level),
+                        runs.join(","),
+                        c.summary.as_ref().map_or(0, |s| s.n)
+                    )
+                })
+                .collect();
+            (!cells.is_empty()).then(|| format!("{} {}", s.variant, cells.join(", ")))
+        })
+        .collect();
+    (!per_variant.is_empty()).then(|| {
+        format!(
+            "counted though the host disturbed them (it stayed busy through a whole wait): {}",
+            per_variant.join("; ")
+        )
+    })
+}
+
 /// The lines about the sweep as a whole that close every text format: attempts the
 /// self-checks rejected, attempts the host disturbed, and how steady the host was.
 pub fn sweep_lines(model: &Model) -> Vec<String> {
@@ -1007,6 +1039,7 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
     notes.extend(conclusion_notes(model, wl));
     notes.extend(retention_notes(wl));
     notes.extend(telemetry_notes(wl));
+    notes.extend(disturbed_runs_note(wl));
     for s in &wl.series {
         for c in &s.cells {
             if c.failed > 0 {
@@ -1015,16 +1048,6 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
                     s.variant,
                     fmt_level(c.level),
                     c.failed
-                ));
-            }
-            if !c.disturbed_runs.is_empty() {
-                let runs: Vec<String> = c.disturbed_runs.iter().map(u32::to_string).collect();
-                let n = c.summary.as_ref().map_or(0, |s| s.n);
-                notes.push(format!(
-                    "{} at {}: run(s) {} of {n} counted though the host disturbed them (it stayed busy through a whole wait)",
-                    s.variant,
-                    fmt_level(c.level),
-                    runs.join(", ")
                 ));
             }
             if !c.outlier_runs.is_empty() {

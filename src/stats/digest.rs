@@ -340,28 +340,35 @@ pub struct ForReport {
     pub timeline: bool,
 }
 
-/// The record's `extra` fields a digest reads (the functions of [`explain`]) besides its
-/// [`Telemetry`], each as far as it reads it: of the boot group's facts (kilobytes: every
-/// guest's start, dmesg lines, memory) only the guests' `-cpu` and their kernels' PV lines.
-pub static EXTRA: [(&str, Pick); 1] = [(
-    "group",
-    Pick::Fields(&[
-        (
-            "start",
-            Pick::Each(&Pick::Fields(&[
-                ("guest", Pick::All),
-                ("start", Pick::Fields(&[("boot", Pick::Keys(&["cpu"]))])),
-            ])),
-        ),
-        (
-            "guest_kernel",
-            Pick::Each(&Pick::Fields(&[
-                ("pv_words", Pick::StringsWith(&explain::PV_WORDS)),
-                ("dmesg", Pick::StringsWith(&explain::PV_WORDS)),
-            ])),
-        ),
-    ]),
-)];
+/// The record's `extra` fields a digest reads (the functions of [`explain`], and whether a
+/// counted run was disturbed) besides its [`Telemetry`], each as far as it reads it: of the
+/// boot group's facts (kilobytes: every guest's start, dmesg lines, memory) only the guests'
+/// `-cpu` and their kernels' PV lines.
+pub static EXTRA: [(&str, Pick); 2] = [
+    (
+        crate::journal::DISTURBED_KEY,
+        Pick::Fields(&[("counted", Pick::All)]),
+    ),
+    (
+        "group",
+        Pick::Fields(&[
+            (
+                "start",
+                Pick::Each(&Pick::Fields(&[
+                    ("guest", Pick::All),
+                    ("start", Pick::Fields(&[("boot", Pick::Keys(&["cpu"]))])),
+                ])),
+            ),
+            (
+                "guest_kernel",
+                Pick::Each(&Pick::Fields(&[
+                    ("pv_words", Pick::StringsWith(&explain::PV_WORDS)),
+                    ("dmesg", Pick::StringsWith(&explain::PV_WORDS)),
+                ])),
+            ),
+        ]),
+    ),
+];
 
 impl RunLine for ForReport {
     fn parse(line: &[u8]) -> serde_json::Result<Self> {
@@ -697,6 +704,18 @@ mod tests {
                 json!({"path": path, "segments": 3, "vcpu_slices": [], "host_slice": {"name": "base_slice_ns", "ns": 3000000, "hz": 250}}),
             );
             r.extra.insert("console_tail".into(), "naïve → ü".into());
+            // Counted though disturbed, on some; a failed disturbed run's marks on another.
+            match i % 3 {
+                0 => r.extra.insert(
+                    crate::journal::DISTURBED_KEY.into(),
+                    json!({"foreign_load": 0.07, "bound": 0.05, "counted": true, "why": "disturbed: ..."}),
+                ),
+                1 => r.extra.insert(
+                    crate::journal::DISTURBED_KEY.into(),
+                    json!({"foreign_load": 0.07, "bound": 0.05}),
+                ),
+                _ => None,
+            };
             let group = match i % 4 {
                 // An attempt's first record: every guest's facts.
                 0 => json!({"boot_s": 1.5, "start": [start(1, "max"), start(0, "host,kvm-steal-time=off")],
@@ -839,6 +858,7 @@ mod tests {
     fn a_record_parsed_for_the_report_digests_as_the_whole_record() {
         let j = rich_journal();
         let ctx = context(&j.header);
+        let mut counted_disturbed = 0;
         for r in &j.runs {
             let line = serde_json::to_vec(&Entry::Run(Box::new(r.clone()))).unwrap();
             let lite = ForReport::parse(&line).unwrap();
@@ -863,7 +883,12 @@ mod tests {
                 &mut names,
             );
             assert_eq!(streamed, digest(r, &ctx, &mut Names::default()));
+            counted_disturbed += usize::from(streamed.disturbed);
         }
+        assert!(
+            counted_disturbed > 0,
+            "the fixture has runs counted though disturbed"
+        );
     }
 
     /// A record line torn anywhere (the damage a crash leaves) is never read as a shorter

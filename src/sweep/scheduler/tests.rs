@@ -789,7 +789,10 @@ async fn a_host_that_stays_busy_gets_one_wait_and_its_runs_then_count_marked_dis
         let d = &r.extra[crate::journal::DISTURBED_KEY];
         assert!(d["foreign_load"].as_f64().unwrap() > bound, "{d}");
         assert!(
-            d["why"].as_str().unwrap().starts_with(crate::journal::DISTURBED_REASON),
+            d["why"]
+                .as_str()
+                .unwrap()
+                .starts_with(crate::journal::DISTURBED_REASON),
             "{d}"
         );
     }
@@ -807,13 +810,13 @@ async fn a_host_that_stays_busy_gets_one_wait_and_its_runs_then_count_marked_dis
         line.contains("2 attempts failed, waited out") && line.contains("2 runs counted marked disturbed"),
         "{line}"
     );
-    let notes = crate::report::notes(&model, &model.workloads[0]);
+    let note = crate::report::disturbed_runs_note(&model.workloads[0]).unwrap();
     assert!(
-        notes
-            .iter()
-            .any(|n| n.starts_with("a at ") && n.contains("run(s) 0 of 3 counted though the host disturbed them")),
-        "{notes:?}"
+        note.starts_with("counted though the host disturbed them")
+            && note.ends_with(": a 1x run 0 of 3; b 1x run 0 of 3"),
+        "{note}"
     );
+    assert!(crate::report::notes(&model, &model.workloads[0]).contains(&note));
 }
 
 #[tokio::test]
@@ -834,7 +837,11 @@ async fn a_lasting_load_that_dips_under_its_bound_stays_busy_until_a_run_is_clea
     assert_eq!(o.calls.quiet_waits, [(1, bound), (6, bound)]);
     each_run_counted_once(&o.records, 3, 2);
     assert_eq!(
-        (o.totals.disturbed, o.totals.disturbed_counted, o.totals.runs_failed),
+        (
+            o.totals.disturbed,
+            o.totals.disturbed_counted,
+            o.totals.runs_failed
+        ),
         (2, 2, 0)
     );
 }
