@@ -541,6 +541,19 @@ pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
             if let Some(c) = caveat {
                 notes.push(format!("{} at {}: {c}", cmp.variant, fmt_level(r.level)));
             }
+            if let Some(w) = &r.without_disturbed {
+                let figure = match (&w.effect, &w.why) {
+                    (Some(e), _) => format!("{} over {}", fmt_ratio(Some(e)), e.units_words()),
+                    (None, Some(why)) => format!("no ratio ({why})"),
+                    (None, None) => "no ratio".into(),
+                };
+                notes.push(format!(
+                    "{} at {}: without the {} run(s) counted though the host disturbed them: {figure} (a figure, not a conclusion)",
+                    cmp.variant,
+                    fmt_level(r.level),
+                    w.runs_left_out
+                ));
+            }
         }
     }
     notes

@@ -300,6 +300,21 @@ pub struct Row {
     pub p_holm: Option<f64>,
     pub p_equivalent_holm: Option<f64>,
     pub conclusion: Conclusion,
+    /// Where runs counted though the host disturbed them are on either side: the same ratio
+    /// over the other runs alone, so a reader sees whether they moved it (a figure, not a
+    /// conclusion: no Holm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub without_disturbed: Option<WithoutDisturbed>,
+}
+
+/// A row's ratio without its runs counted though disturbed ([`Row::without_disturbed`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WithoutDisturbed {
+    /// The runs left out, of both sides.
+    pub runs_left_out: usize,
+    pub effect: Option<Effect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -542,9 +557,11 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
     }
 }
 
-/// A cell's valid primary results with where the design put them.
-fn samples<'a>(records: &'a [&'a RunDigest], metric: &str) -> Vec<Sample<'a>> {
+/// A cell's valid primary results with where the design put them; with `quiet_only`, not
+/// those counted though the host disturbed them.
+fn samples<'a>(records: &'a [&'a RunDigest], metric: &str, quiet_only: bool) -> Vec<Sample<'a>> {
     primary(records)
+        .filter(|r| !(quiet_only && r.disturbed))
         .filter_map(|r| {
             Some(Sample {
                 value: r.metric(metric)?,
@@ -578,8 +595,8 @@ fn compare_variant(
             let tested = match (b.is_empty(), v.is_empty()) {
                 (true, _) | (_, true) => Err("no results on a side".to_string()),
                 _ => super::effect::compare(
-                    &samples(base_records, metric),
-                    &samples(variant_records, metric),
+                    &samples(base_records, metric, false),
+                    &samples(variant_records, metric, false),
                     margin,
                 ),
             };
@@ -587,6 +604,35 @@ fn compare_variant(
                 Ok(e) => (Some(e), None),
                 Err(why) => (None, Some(why)),
             };
+            let disturbed = |records: &[&RunDigest]| {
+                primary(records)
+                    .filter(|r| r.disturbed && r.metric(metric).is_some())
+                    .count()
+            };
+            let runs_left_out = disturbed(base_records) + disturbed(variant_records);
+            let without_disturbed = (runs_left_out > 0).then(|| {
+                let (b, v) = (
+                    samples(base_records, metric, true),
+                    samples(variant_records, metric, true),
+                );
+                let quiet = if b.is_empty() || v.is_empty() {
+                    Err("every run of a side was disturbed".to_string())
+                } else {
+                    super::effect::compare(&b, &v, margin)
+                };
+                match quiet {
+                    Ok(e) => WithoutDisturbed {
+                        runs_left_out,
+                        effect: Some(e),
+                        why: None,
+                    },
+                    Err(why) => WithoutDisturbed {
+                        runs_left_out,
+                        effect: None,
+                        why: Some(why),
+                    },
+                }
+            });
             Row {
                 level,
                 base,
@@ -597,6 +643,7 @@ fn compare_variant(
                 p_holm: None,
                 p_equivalent_holm: None,
                 conclusion: Conclusion::Untested,
+                without_disturbed,
             }
         })
         .collect();
@@ -632,7 +679,7 @@ fn retention_of(
 ) -> Option<Retention> {
     let mut with_results = per_level
         .iter()
-        .map(|&(l, records)| (l, samples(records, metric)))
+        .map(|&(l, records)| (l, samples(records, metric, false)))
         .filter(|(_, s)| !s.is_empty());
     let (from_level, lowest) = with_results.next()?;
     let rows: Vec<RetentionRow> = with_results

@@ -742,6 +742,11 @@ async fn a_host_that_stays_busy_gets_one_wait_and_its_runs_then_count_marked_dis
         realistic_host_cpus: Some(2),
         other_load: BTreeMap::from([(1, 0.2), (2, 0.2), (3, 0.2), (6, 0.2)]),
         host_stays_busy: true,
+        // Some spread, so each comparison has an interval.
+        value: Some(by_variants_run(|argv, k| {
+            let of_b = argv.contains(&"ticket".to_string());
+            [100.0, 102.0, 99.0, 101.0][k as usize % 4] * if of_b { 1.1 } else { 1.0 }
+        })),
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
@@ -816,7 +821,21 @@ async fn a_host_that_stays_busy_gets_one_wait_and_its_runs_then_count_marked_dis
             && note.ends_with(": a 1x run 0 of 3; b 1x run 0 of 3"),
         "{note}"
     );
-    assert!(crate::report::notes(&model, &model.workloads[0]).contains(&note));
+    let notes = crate::report::notes(&model, &model.workloads[0]);
+    assert!(notes.contains(&note), "{notes:?}");
+    // The comparison's ratio without them: run 0 of both sides left out, two rounds remain.
+    let row = &model.workloads[0].comparisons[0].rows[0];
+    let w = row.without_disturbed.as_ref().unwrap();
+    assert_eq!(w.runs_left_out, 2);
+    let quiet = w.effect.as_ref().unwrap();
+    let all = row.effect.as_ref().unwrap();
+    assert_eq!((all.n_base, quiet.n_base), (3, 2), "{all:?} {quiet:?}");
+    assert!(
+        notes.iter().any(|n| n
+            .starts_with("b at 1x: without the 2 run(s) counted though the host disturbed them: ")
+            && n.contains("over 2 rounds")),
+        "{notes:?}"
+    );
 }
 
 #[tokio::test]
