@@ -532,10 +532,7 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
             .map(|(&run, &value)| RunPoint { run, value })
             .collect(),
         outlier_runs: outlier_indices(&samples).into_iter().map(|i| runs[i]).collect(),
-        disturbed_runs: primary(records)
-            .filter(|r| r.disturbed && r.metric(metric).is_some())
-            .map(|r| r.run)
-            .collect(),
+        disturbed_runs: disturbed_runs(records, metric),
         failed,
         contention_rate: metric_mean(CONTENTION_METRIC),
         jain: metric_mean(JAIN_METRIC),
@@ -554,6 +551,22 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
         preemption: super::preemption::aggregate(
             primary(records).filter_map(|r| r.preemption.as_deref().cloned()),
         ),
+    }
+}
+
+/// The run indices of a cell's valid primary results counted though the host disturbed them.
+fn disturbed_runs(records: &[&RunDigest], metric: &str) -> Vec<u32> {
+    primary(records)
+        .filter(|r| r.disturbed && r.metric(metric).is_some())
+        .map(|r| r.run)
+        .collect()
+}
+
+/// An effect, or why none could be given, as the model's rows keep them.
+fn effect_or_why(tested: Result<Effect, String>) -> (Option<Effect>, Option<String>) {
+    match tested {
+        Ok(e) => (Some(e), None),
+        Err(why) => (None, Some(why)),
     }
 }
 
@@ -600,37 +613,23 @@ fn compare_variant(
                     margin,
                 ),
             };
-            let (effect, why) = match tested {
-                Ok(e) => (Some(e), None),
-                Err(why) => (None, Some(why)),
-            };
-            let disturbed = |records: &[&RunDigest]| {
-                primary(records)
-                    .filter(|r| r.disturbed && r.metric(metric).is_some())
-                    .count()
-            };
-            let runs_left_out = disturbed(base_records) + disturbed(variant_records);
+            let (effect, why) = effect_or_why(tested);
+            let runs_left_out =
+                disturbed_runs(base_records, metric).len() + disturbed_runs(variant_records, metric).len();
             let without_disturbed = (runs_left_out > 0).then(|| {
                 let (b, v) = (
                     samples(base_records, metric, true),
                     samples(variant_records, metric, true),
                 );
-                let quiet = if b.is_empty() || v.is_empty() {
+                let (effect, why) = effect_or_why(if b.is_empty() || v.is_empty() {
                     Err("every run of a side was disturbed".to_string())
                 } else {
                     super::effect::compare(&b, &v, margin)
-                };
-                match quiet {
-                    Ok(e) => WithoutDisturbed {
-                        runs_left_out,
-                        effect: Some(e),
-                        why: None,
-                    },
-                    Err(why) => WithoutDisturbed {
-                        runs_left_out,
-                        effect: None,
-                        why: Some(why),
-                    },
+                });
+                WithoutDisturbed {
+                    runs_left_out,
+                    effect,
+                    why,
                 }
             });
             Row {
@@ -683,20 +682,10 @@ fn retention_of(
         .filter(|(_, s)| !s.is_empty());
     let (from_level, lowest) = with_results.next()?;
     let rows: Vec<RetentionRow> = with_results
-        .map(
-            |(level, higher)| match super::effect::retention(&lowest, &higher, margin) {
-                Ok(e) => RetentionRow {
-                    level,
-                    effect: Some(e),
-                    why: None,
-                },
-                Err(why) => RetentionRow {
-                    level,
-                    effect: None,
-                    why: Some(why),
-                },
-            },
-        )
+        .map(|(level, higher)| {
+            let (effect, why) = effect_or_why(super::effect::retention(&lowest, &higher, margin));
+            RetentionRow { level, effect, why }
+        })
         .collect();
     (!rows.is_empty()).then(|| Retention {
         variant: variant.to_string(),

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::journal::{RunRecord, Slot};
 use super::plan::Cell;
 use crate::executor::{CHECK_FAILED_PREFIX, CHECK_FAILED_STATUS, RunOutcome, WorkerRun};
+use crate::journal::DISTURBED_KEY;
 
 /// Which attempt of which run an outcome belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -405,8 +406,6 @@ fn parse_report(
     }
     Ok(report)
 }
-
-pub use crate::journal::DISTURBED_KEY;
 
 /// The foreign load an attempt is judged disturbed by (on its first record), if read: the
 /// share of the sweep's CPUs' time that went to processes other than the sweep's own.

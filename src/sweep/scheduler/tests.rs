@@ -717,7 +717,7 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
         "{error}"
     );
     assert!(d.superseded.is_some());
-    let load = d.extra[crate::sweep::records::DISTURBED_KEY]["foreign_load"]
+    let load = d.extra[crate::journal::DISTURBED_KEY]["foreign_load"]
         .as_f64()
         .unwrap();
     assert!((load - 0.13).abs() < 0.01, "{load}");
