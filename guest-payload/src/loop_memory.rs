@@ -24,6 +24,8 @@
 
 use std::path::PathBuf;
 
+use crate::checks::Check;
+
 /// A calibration slower than the remembered speed by more than this sat in a slow spell.
 pub const SLOWER: f64 = 0.05;
 
@@ -51,6 +53,11 @@ impl LoopMemory {
         Some(Self::at(
             dir.join(format!("ocrig-payload-loop-speed-{}-{mtime}", meta.len())),
         ))
+    }
+
+    /// [`Self::of_this_binary`], unless the run was asked not to remember (`--no-loop-memory`).
+    pub fn unless_off(off: bool) -> Option<Self> {
+        (!off).then(Self::of_this_binary).flatten()
     }
 
     pub fn at(path: PathBuf) -> Self {
@@ -106,6 +113,23 @@ impl LoopMemory {
             (None, None) => return,
         };
         self.write(best, misses);
+    }
+
+    /// [`Self::after_run`] of a run whose work was sized at `sized` ns per iteration, from
+    /// memory where `measured_before` (this run's own calibration) is given, calibrated again
+    /// at `after`; `work` is the check of the sized work (`hold_as_asked`, `work_inside_as_asked`)
+    /// with the ratio of the work as it ran to as asked.
+    pub fn after_sized_run(
+        &self,
+        sized: f64,
+        measured_before: Option<f64>,
+        after: f64,
+        work: (Option<&Check>, Option<f64>),
+    ) {
+        // Sized from memory and held too long: the work's check failed with a ratio above 1.
+        let too_long =
+            measured_before.is_some() && work.0.is_some_and(|c| !c.ok) && work.1.is_some_and(|r| r > 1.0);
+        self.after_run(measured_before.unwrap_or(sized).min(after), too_long);
     }
 
     pub fn forget(&self) {

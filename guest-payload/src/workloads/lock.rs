@@ -360,7 +360,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     // CPU reading precedes it) while every worker is parked, before any calibrates again.
     let stop_gate = Arc::new(StartGate::new(args.threads as usize));
     let calibrating = (args.threads as usize).min(CALIBRATING_WORKERS);
-    let memory = (!args.no_loop_memory).then(LoopMemory::of_this_binary).flatten();
+    let memory = LoopMemory::unless_off(args.no_loop_memory);
     let remembered = memory.as_ref().and_then(LoopMemory::recall);
     futex::reset_counts();
 
@@ -552,15 +552,14 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     );
     if let Some(m) = &memory {
         let c = &result.calibration;
-        // Sized from memory and held too long: the hold's check failed with a ratio above 1.
-        let too_long = measured_before.is_some()
-            && checks.iter().any(|k| k.name == "hold_as_asked" && !k.ok)
-            && work_as_run.hold.ratio.is_some_and(|r| r > 1.0);
-        m.after_run(
-            measured_before
-                .unwrap_or(c.ns_per_iter_before)
-                .min(c.ns_per_iter_after),
-            too_long,
+        m.after_sized_run(
+            c.ns_per_iter_before,
+            measured_before,
+            c.ns_per_iter_after,
+            (
+                checks.iter().find(|k| k.name == "hold_as_asked"),
+                work_as_run.hold.ratio,
+            ),
         );
     }
     Ok(Report::new(

@@ -407,9 +407,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     } else {
         0
     };
-    let memory = (!args.no_loop_memory)
-        .then(crate::loop_memory::LoopMemory::of_this_binary)
-        .flatten();
+    let memory = crate::loop_memory::LoopMemory::unless_off(args.no_loop_memory);
     let remembered = memory.as_ref().and_then(|m| m.recall());
     futex::reset_counts();
     let workers: Vec<_> = (0..args.threads)
@@ -575,18 +573,14 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         args.max_work_error,
     );
     if let (Some(m), Some(c)) = (&memory, &result.calibration) {
-        // Sized from memory and the work inside held too long.
-        let too_long = c.measured_ns_per_iter_before.is_some()
-            && checks.iter().any(|k| k.name == "work_inside_as_asked" && !k.ok)
-            && c.work_as_run
-                .as_ref()
-                .and_then(|w| w.inside.ratio)
-                .is_some_and(|r| r > 1.0);
-        m.after_run(
-            c.measured_ns_per_iter_before
-                .unwrap_or(c.ns_per_iter_before)
-                .min(c.ns_per_iter_after),
-            too_long,
+        m.after_sized_run(
+            c.ns_per_iter_before,
+            c.measured_ns_per_iter_before,
+            c.ns_per_iter_after,
+            (
+                checks.iter().find(|k| k.name == "work_inside_as_asked"),
+                c.work_as_run.as_ref().and_then(|w| w.inside.ratio),
+            ),
         );
     }
     Ok(Report::new("mutex", elapsed_ns, env, metrics_of(&result), &result)?.with_checks(checks))
