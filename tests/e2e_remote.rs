@@ -54,10 +54,14 @@ impl Sshd {
         keygen(&d.join("client"));
         std::fs::copy(d.join("client.pub"), d.join("authorized_keys")).unwrap();
         let port = free_port();
+        // `SetEnv SHLVL=1`: every session runs through root's login shell; bash reads
+        // ~/.bashrc for an ssh command only at shell level 1, and it counts itself as 2. So the
+        // test does not depend on root's dotfiles (this host's runs `pyenv rehash`, which waits
+        // 60 s on a lock that a session killed mid-rehash leaves behind).
         let cfg = format!(
             "ListenAddress 127.0.0.1:{port}\nHostKey {hk}\nAuthorizedKeysFile {ak}\nUsePAM no\nStrictModes no\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-             PidFile {pid}\nMaxSessions 100\nMaxStartups 100\n",
+             PidFile {pid}\nMaxSessions 100\nMaxStartups 100\nSetEnv SHLVL=1\n",
             hk = d.join("hostkey").display(),
             ak = d.join("authorized_keys").display(),
             pid = d.join("sshd.pid").display(),

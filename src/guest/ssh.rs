@@ -427,10 +427,11 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
+        // `SetEnv SHLVL=1` keeps root's ~/.bashrc out of the sessions (see tests/e2e_remote.rs).
         let cfg = format!(
             "ListenAddress 127.0.0.1:{port}\nHostKey {}\nAuthorizedKeysFile {}\nUsePAM no\nStrictModes no\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-             PidFile {}\n",
+             PidFile {}\nSetEnv SHLVL=1\n",
             d.join("hostkey").display(),
             d.join("authorized_keys").display(),
             d.join("sshd.pid").display(),
