@@ -267,6 +267,11 @@ impl Executor for VmExecutor {
                         .insert(host_load::KEY.into(), serde_json::json!({ "unavailable": e }));
                 }
             }
+        } else {
+            outcome.host.insert(
+                crate::telemetry::host_load::KEY.into(),
+                serde_json::json!({ "unavailable": crate::telemetry::host_load::REMOTE }),
+            );
         }
         for l in &self.live {
             if let Some(Some(w)) = outcome.workers.get_mut(l.index as usize)

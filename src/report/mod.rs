@@ -667,6 +667,20 @@ pub fn disturbed_line(model: &Model) -> Option<String> {
     })
 }
 
+/// The runs nothing judged for a host disturbance (their record holds no reading of the
+/// host's other load), with their denominator and why: never a silent "not disturbed".
+pub fn unjudged_line(model: &Model) -> Option<String> {
+    let d = &model.disturbed;
+    (d.unjudged > 0).then(|| {
+        format!(
+            "not judged for a host disturbance: {} of {} counted runs, the host's other load not read during them ({})",
+            d.unjudged,
+            d.runs,
+            d.unjudged_why.as_deref().unwrap_or("no reason recorded")
+        )
+    })
+}
+
 /// The one note naming every run counted though the host disturbed it, by variant and level
 /// (run indices of the cell's n), so a reader sees which cells hold them.
 pub fn disturbed_runs_note(wl: &WorkloadModel) -> Option<String> {
@@ -705,6 +719,7 @@ pub fn sweep_lines(model: &Model) -> Vec<String> {
     self_check_line(model)
         .into_iter()
         .chain(disturbed_line(model))
+        .chain(unjudged_line(model))
         .chain(host_speed_line(model))
         .collect()
 }
@@ -1251,6 +1266,41 @@ mod tests {
             m["self_checks"]["by_check"][0],
             serde_json::json!(["calibration_drift", 2])
         );
+    }
+
+    #[test]
+    fn every_format_says_which_runs_nothing_judged_for_a_host_disturbance() {
+        use crate::telemetry::host_load::KEY;
+        let mut j = journal();
+        for r in &mut j.runs {
+            r.extra.insert(KEY.into(), serde_json::json!(0.002));
+        }
+        let quiet = render(&j, Format::Table, &ReportOptions::default()).unwrap();
+        assert!(!quiet.contains("not judged for a host disturbance"), "{quiet}");
+        let counted: Vec<usize> = (0..j.runs.len())
+            .filter(|&i| j.runs[i].ok && !j.runs[i].warmup && j.runs[i].guest == 0)
+            .collect();
+        assert!(counted.len() > 2);
+        j.runs[counted[0]].extra.insert(
+            KEY.into(),
+            serde_json::json!({"unavailable": crate::telemetry::host_load::REMOTE}),
+        );
+        j.runs[counted[1]].extra.remove(KEY);
+        let line = format!(
+            "not judged for a host disturbance: 2 of {} counted runs, the host's other load not read during them \
+             (a remote host: ocrig reads this machine's processes only)",
+            counted.len()
+        );
+        for format in [Format::Table, Format::Md, Format::Html] {
+            let text = render(&j, format, &ReportOptions::default())
+                .unwrap()
+                .replace("&#39;", "'");
+            assert!(text.contains(&line), "{format:?}:\n{text}");
+        }
+        let m: serde_json::Value =
+            serde_json::from_str(&render(&j, Format::Json, &ReportOptions::default()).unwrap()).unwrap();
+        assert_eq!(m["disturbed"]["unjudged"], 2);
+        assert_eq!(m["disturbed"]["runs"], counted.len());
     }
 
     #[test]

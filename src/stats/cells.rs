@@ -140,6 +140,15 @@ pub struct Disturbances {
     pub counted: usize,
     /// One example of the journal's words (they carry the load and the bound).
     pub example: Option<String>,
+    /// Counted measured runs nobody judged: the host's other load was not read during them.
+    #[serde(default)]
+    pub unjudged: usize,
+    /// Counted measured runs, judged or not: [`Disturbances::unjudged`]'s denominator.
+    #[serde(default)]
+    pub runs: usize,
+    /// Why the load was not read, for the first unjudged run.
+    #[serde(default)]
+    pub unjudged_why: Option<String>,
 }
 
 /// Counts the attempts of `records` the host disturbed.
@@ -147,9 +156,18 @@ pub fn disturbances(records: &[RunDigest]) -> Disturbances {
     let mut attempts = std::collections::BTreeSet::new();
     let mut counted = std::collections::BTreeSet::new();
     let mut example = None;
+    let (mut runs, mut unjudged, mut unjudged_why) = (0, 0, None);
     for r in records {
-        if r.ok && r.disturbed {
+        if r.ok && r.disturbed() {
             counted.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
+        }
+        // One primary record per counted measured run.
+        if r.ok && !r.superseded && !r.warmup && crate::stats::digest::is_primary_guest(r.guest) {
+            runs += 1;
+            if let Some(why) = r.load_unread() {
+                unjudged += 1;
+                unjudged_why.get_or_insert_with(|| why.to_string());
+            }
         }
         let Some(why) = r
             .rejected
@@ -165,6 +183,9 @@ pub fn disturbances(records: &[RunDigest]) -> Disturbances {
         attempts: attempts.len(),
         counted: counted.len(),
         example,
+        unjudged,
+        runs,
+        unjudged_why,
     }
 }
 
@@ -557,7 +578,7 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
 /// The run indices of a cell's valid primary results counted though the host disturbed them.
 fn disturbed_runs(records: &[&RunDigest], metric: &str) -> Vec<u32> {
     primary(records)
-        .filter(|r| r.disturbed && r.metric(metric).is_some())
+        .filter(|r| r.disturbed() && r.metric(metric).is_some())
         .map(|r| r.run)
         .collect()
 }
@@ -574,7 +595,7 @@ fn effect_or_why(tested: Result<Effect, String>) -> (Option<Effect>, Option<Stri
 /// those counted though the host disturbed them.
 fn samples<'a>(records: &'a [&'a RunDigest], metric: &str, quiet_only: bool) -> Vec<Sample<'a>> {
     primary(records)
-        .filter(|r| !(quiet_only && r.disturbed))
+        .filter(|r| !(quiet_only && r.disturbed()))
         .filter_map(|r| {
             Some(Sample {
                 value: r.metric(metric)?,
@@ -752,6 +773,8 @@ pub(crate) mod tests {
             "variant": variant, "level": level, "workload": workload, "run": run, "warmup": false,
             "guest": 0, "guests": 1, "ok": true, "attempt": 1, "metrics": metrics, "argv": [],
             "timings": {}, "finished_at": "2025-01-01T00:00:00Z",
+            // The host's other load read around the run, as every local run has it.
+            "extra": {(crate::telemetry::host_load::KEY): 0.001},
         }))
         .expect("run record fixture")
     }
@@ -764,6 +787,7 @@ pub(crate) mod tests {
         halts: u64,
     ) -> serde_json::Map<String, serde_json::Value> {
         let v = serde_json::json!({
+            (crate::telemetry::host_load::KEY): 0.001,
             "vcpu_sched": {"wall_s": 2.0, "mean_wait_share": wait, "vcpus": [{
                 "vcpu": 0, "tid": 100, "run_s": 2.0 * (1.0 - wait), "wait_s": 2.0 * wait, "wait_share": wait,
                 "timeslices": 10, "voluntary_switches": 5, "involuntary_switches": 5}]},

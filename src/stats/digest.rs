@@ -95,8 +95,9 @@ pub struct RunDigest {
     pub ok: bool,
     /// Marked superseded (some guest of its attempt failed).
     pub superseded: bool,
-    /// Counted although the host disturbed it ([`crate::journal::counted_disturbed`]).
-    pub disturbed: bool,
+    /// What judged whether the host disturbed it: read ([`RunDigest::disturbed`]) or not
+    /// ([`RunDigest::load_unread`]).
+    pub host_judged: HostJudged,
     pub attempt: u32,
     pub attempt_records: Option<u32>,
     /// Why a run that finished was not counted, in the journal's words with their prefix: the
@@ -252,7 +253,13 @@ fn digest_with(
             .and_then(|b| std::num::NonZeroU32::new(b.saturating_add(1))),
         ok: r.ok,
         superseded: r.superseded.is_some(),
-        disturbed: r.ok && crate::journal::counted_disturbed(&r.extra),
+        host_judged: if r.ok && crate::journal::counted_disturbed(&r.extra) {
+            HostJudged::CountedDisturbed
+        } else if primary && r.ok && r.superseded.is_none() && !r.warmup {
+            HostJudged::of(&r.extra)
+        } else {
+            HostJudged::Read
+        },
         attempt: r.attempt,
         attempt_records: r.attempt_records,
         rejected: r
@@ -329,6 +336,58 @@ impl Detail {
     }
 }
 
+/// How the host's other load judged a record ([`crate::telemetry::host_load`]): read, and
+/// counted though above its bound, or not read and why — one byte, so the digest keeps its
+/// size. Not read is said of a counted measured run's primary record only, so each such run
+/// is counted once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HostJudged {
+    /// Read (or a record that does not say: another guest's, a warm-up, a failed attempt).
+    #[default]
+    Read,
+    /// Counted although the host disturbed it ([`crate::journal::counted_disturbed`]).
+    CountedDisturbed,
+    /// Not read: on a remote host ([`crate::telemetry::host_load::REMOTE`]).
+    Remote,
+    /// Not read: reading it failed (the record's `foreign_load.unavailable` says how).
+    Failed,
+    /// Not read: not in the record (the host backend, or an ocrig before the reading).
+    Absent,
+}
+
+impl HostJudged {
+    /// A counted run's reading, as its record holds it.
+    fn of(extra: &serde_json::Map<String, serde_json::Value>) -> Self {
+        use crate::telemetry::host_load::{KEY, REMOTE};
+        match extra.get(KEY) {
+            Some(v) if v.is_number() => Self::Read,
+            Some(v) if v.get("unavailable").and_then(|w| w.as_str()) == Some(REMOTE) => Self::Remote,
+            Some(_) => Self::Failed,
+            None => Self::Absent,
+        }
+    }
+}
+
+impl RunDigest {
+    /// Counted although the host disturbed it ([`crate::journal::counted_disturbed`]).
+    pub fn disturbed(&self) -> bool {
+        self.host_judged == HostJudged::CountedDisturbed
+    }
+
+    /// Why nothing judged this counted run for a host disturbance (its record holds no reading
+    /// of the host's other load), or None.
+    pub fn load_unread(&self) -> Option<&'static str> {
+        match self.host_judged {
+            HostJudged::Read | HostJudged::CountedDisturbed => None,
+            HostJudged::Remote => Some(crate::telemetry::host_load::REMOTE),
+            HostJudged::Failed => Some("reading it failed; each record's foreign_load.unavailable says how"),
+            HostJudged::Absent => {
+                Some("not in the record: the host backend, or an ocrig from before the reading")
+            }
+        }
+    }
+}
+
 /// A run record's line parsed as far as [`digest`] reads it: the record without its payload
 /// report and telemetry but for what a digest reads of the report ([`Detail`]), its
 /// [`Telemetry`], both typed, and what [`EXTRA`] picks of the rest; of its timeline summary
@@ -344,11 +403,12 @@ pub struct ForReport {
 /// counted run was disturbed) besides its [`Telemetry`], each as far as it reads it: of the
 /// boot group's facts (kilobytes: every guest's start, dmesg lines, memory) only the guests'
 /// `-cpu` and their kernels' PV lines.
-pub static EXTRA: [(&str, Pick); 2] = [
+pub static EXTRA: [(&str, Pick); 3] = [
     (
         crate::journal::DISTURBED_KEY,
         Pick::Fields(&[("counted", Pick::All)]),
     ),
+    (crate::telemetry::host_load::KEY, Pick::All),
     (
         "group",
         Pick::Fields(&[
@@ -716,6 +776,17 @@ mod tests {
                 ),
                 _ => None,
             };
+            // The host's other load read, unavailable with a reason, or not in the record.
+            match i % 5 {
+                0 | 1 => r
+                    .extra
+                    .insert(crate::telemetry::host_load::KEY.into(), json!(0.004)),
+                2 => r.extra.insert(
+                    crate::telemetry::host_load::KEY.into(),
+                    json!({"unavailable": "reading /proc/stat: gone"}),
+                ),
+                _ => r.extra.remove(crate::telemetry::host_load::KEY),
+            };
             let group = match i % 4 {
                 // An attempt's first record: every guest's facts.
                 0 => json!({"boot_s": 1.5, "start": [start(1, "max"), start(0, "host,kvm-steal-time=off")],
@@ -859,6 +930,7 @@ mod tests {
         let j = rich_journal();
         let ctx = context(&j.header);
         let mut counted_disturbed = 0;
+        let mut unread = std::collections::HashSet::new();
         for r in &j.runs {
             let line = serde_json::to_vec(&Entry::Run(Box::new(r.clone()))).unwrap();
             let lite = ForReport::parse(&line).unwrap();
@@ -883,12 +955,15 @@ mod tests {
                 &mut names,
             );
             assert_eq!(streamed, digest(r, &ctx, &mut Names::default()));
-            counted_disturbed += usize::from(streamed.disturbed);
+            counted_disturbed += usize::from(streamed.disturbed());
+            unread.insert(streamed.host_judged);
         }
         assert!(
             counted_disturbed > 0,
             "the fixture has runs counted though disturbed"
         );
+        // Read, counted disturbed, failed and absent readings.
+        assert_eq!(unread.len(), 4, "{unread:?}");
     }
 
     /// A record line torn anywhere (the damage a crash leaves) is never read as a shorter

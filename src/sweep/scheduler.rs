@@ -858,9 +858,10 @@ fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) 
 }
 
 /// [`decided_at`] under `runs: {until: concluded}` ([`super::stopping::Concluded`]). A
-/// variant's cell has enough at the first slot `r` (from its `runs`, where its group may stop)
-/// before which every slot of it and of the baseline's cell at the level has a journaled
-/// attempt and whose valid results before `r` conclude the comparison, or at its most runs.
+/// variant's cell has enough at the first look (a [`super::stopping::look_points`] slot, where
+/// its group may stop) before which every slot of it and of the baseline's cell at the level
+/// has a journaled attempt and whose valid results before it conclude the comparison, or at
+/// its most runs.
 /// The baseline's cell runs on while any comparison it is in at the level does: it has
 /// enough at the first slot where it may stop at or after the last of theirs.
 fn decided_by_conclusion<'a>(
@@ -911,8 +912,14 @@ fn decided_by_conclusion<'a>(
     let before = |side: &[crate::stats::effect::Sample<'a>], r: u32| {
         side.iter().filter(|s| s.run < r).copied().collect::<Vec<_>>()
     };
+    // The rule looks at its look points only (or, where blocks stay whole, at the first slot
+    // it may stop at after each): what its α was corrected for.
+    let looks: Vec<u32> = super::stopping::look_points(cell.runs, cell.max_runs)
+        .into_iter()
+        .filter_map(|p| (p..=cell.max_runs).find(|&r| stops(r)))
+        .collect();
     first_stop(group, cell, judged, |r| {
-        r >= cell.max_runs || (r >= cell.runs && rule.reached(&before(&base, r), &before(&this, r)))
+        r >= cell.max_runs || (looks.contains(&r) && rule.reached(&before(&base, r), &before(&this, r)))
     })
 }
 

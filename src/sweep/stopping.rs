@@ -18,8 +18,8 @@ use crate::stats::summary::cv_reached;
 /// concludes it — its interval over the units the design replicated ([`compare`]) shows a
 /// ratio of 1 excluded (`differs`) or the ratio inside 1 ± margin (`equivalent`) — at a
 /// level strict enough for every look and every comparison at once: α / (family × looks),
-/// Bonferroni over the report's family of comparisons and over the runs at which the rule
-/// may look (`min` to `max`). Bonferroni's test rejecting implies Holm's does, so a
+/// Bonferroni over the report's family of comparisons and over the run counts at which the
+/// rule looks ([`look_points`]: `min`, then about 1.5× the last, and `max`). Bonferroni's test rejecting implies Holm's does, so a
 /// comparison stopped as concluded is concluded in the report, whose p values are
 /// multiplied by the same number of looks ([`looks`]): a small SD seen by luck at an early
 /// look stops nothing that the report would not stand by, and the family's chance of one
@@ -49,10 +49,29 @@ impl Concluded {
     }
 }
 
-/// The runs at which a rule of `min` to `max` runs may stop a cell: every count from `min` to
-/// `max` (fewer where blocks must stay whole, but a report cannot tell, so it counts all).
+/// How much each look's run count grows over the last one's. Every look costs the rule its
+/// share of α, so looking after every run (10 looks for 3 to 12 runs) tests each at α/10;
+/// looking at 3, 5, 8 and 12 runs tests each at α/4, and loses little: a comparison that
+/// concludes at 6 runs concludes at 8.
+const LOOK_GROWTH: f64 = 1.5;
+
+/// The run counts at which `runs: {until: concluded, min, max}` looks: `min`, then each about
+/// [`LOOK_GROWTH`]× the last (rounded up, at least one more), and `max` — 3, 5, 8, 12 for 3 to
+/// 12. (Where blocks must stay whole a look waits for the next block's end; a look point
+/// never gives more than one look.)
+pub fn look_points(min: u32, max: u32) -> Vec<u32> {
+    let mut points = vec![min.min(max)];
+    while let Some(&last) = points.last().filter(|&&l| l < max) {
+        let next = (f64::from(last) * LOOK_GROWTH).ceil() as u32;
+        points.push(next.max(last + 1).min(max));
+    }
+    points
+}
+
+/// How many looks a rule of `min` to `max` runs takes at most ([`look_points`]): what its α
+/// and the report's p values are corrected for.
 pub fn looks(min: u32, max: u32) -> u32 {
-    max.saturating_sub(min) + 1
+    look_points(min, max).len() as u32
 }
 
 /// How many runs a cell makes.
@@ -126,17 +145,11 @@ mod tests {
     }
 
     /// Runs `sequences` simulated comparisons of a variant `effect`× the baseline, each round's
-    /// values log-normal with spread `sd` (and a round effect both sides share), looking after
-    /// every round from `min` to `max` with `rule`; returns how many stopped on `differs`,
-    /// on `equivalent`, and the rounds all of them took.
-    fn simulate(
-        rule: &Concluded,
-        effect: f64,
-        sd: f64,
-        min: u32,
-        max: u32,
-        sequences: u32,
-    ) -> (u32, u32, u32) {
+    /// values log-normal with spread `sd` (and a round effect both sides share), looking with
+    /// `rule` after each round count in `points` (the last of them is the most); returns how
+    /// many stopped on `differs`, on `equivalent`, and the rounds all of them took.
+    fn simulate(rule: &Concluded, effect: f64, sd: f64, points: &[u32], sequences: u32) -> (u32, u32, u32) {
+        let max = *points.last().unwrap();
         let mut rng = fastrand::Rng::with_seed(33);
         let (mut differs, mut equivalent, mut rounds) = (0, 0, 0);
         for _ in 0..sequences {
@@ -146,7 +159,7 @@ mod tests {
                 base.push(round(r, shared * (sd * normal(&mut rng)).exp()));
                 variant.push(round(r, effect * shared * (sd * normal(&mut rng)).exp()));
                 let n = r + 1;
-                if n < min {
+                if !points.contains(&n) {
                     continue;
                 }
                 let e = compare(&base, &variant, rule.margin).unwrap();
@@ -164,21 +177,32 @@ mod tests {
         (differs, equivalent, rounds)
     }
 
-    /// The rule's point: looking after every round must not turn noise into `differs`. On
-    /// 2000 simulated A/A comparisons (spread 3 % a run, looks 3..=12) the corrected rule
-    /// concludes `differs` in under α = 5 % of them, where the same looks at an uncorrected
-    /// α concludes it several times as often; and a real 10 % effect is still found.
     #[test]
-    fn looking_after_every_round_keeps_false_differences_within_alpha() {
+    fn looks_grow_by_half_from_min_to_max() {
+        assert_eq!(look_points(3, 12), [3, 5, 8, 12]);
+        assert_eq!(look_points(3, 8), [3, 5, 8]);
+        assert_eq!(look_points(1, 4), [1, 2, 3, 4]);
+        assert_eq!(look_points(5, 5), [5]);
+        assert_eq!(looks(3, 20), 6, "{:?}", look_points(3, 20));
+    }
+
+    /// The rule's point: looking again as runs come in must not turn noise into `differs`. On
+    /// 2000 simulated A/A comparisons (spread 3 % a run, looks at 3, 5, 8, 12) the corrected
+    /// rule concludes `differs` in under α = 5 % of them, where an uncorrected α looking after
+    /// every round concludes it several times as often; and a real 10 % effect is still found.
+    #[test]
+    fn looking_again_keeps_false_differences_within_alpha() {
         let (min, max, n) = (3, 12, 2000);
         let corrected = Concluded::new(1, looks(min, max), 0.05);
-        assert!((corrected.alpha - 0.005).abs() < 1e-12);
+        assert!((corrected.alpha - 0.0125).abs() < 1e-12);
         let naive = Concluded {
             alpha: DEFAULT_ALPHA,
             margin: 0.05,
         };
-        let (false_differs, equivalent, _) = simulate(&corrected, 1.0, 0.03, min, max, n);
-        let (naive_differs, _, _) = simulate(&naive, 1.0, 0.03, min, max, n);
+        let points = look_points(min, max);
+        let every: Vec<u32> = (min..=max).collect();
+        let (false_differs, equivalent, _) = simulate(&corrected, 1.0, 0.03, &points, n);
+        let (naive_differs, _, _) = simulate(&naive, 1.0, 0.03, &every, n);
         let rate = f64::from(false_differs) / f64::from(n);
         let naive_rate = f64::from(naive_differs) / f64::from(n);
         eprintln!("A/A: corrected {rate:.4} differs ({equivalent} equivalent), uncorrected {naive_rate:.4}");
@@ -190,7 +214,7 @@ mod tests {
         // Equal sides are mostly shown equivalent within ±5 % by max.
         assert!(equivalent > n / 2, "{equivalent} of {n}");
         // A 10 % effect at the same spread: found nearly always, and early.
-        let (found, _, rounds) = simulate(&corrected, 1.1, 0.03, min, max, n);
+        let (found, _, rounds) = simulate(&corrected, 1.1, 0.03, &points, n);
         assert!(found > n * 95 / 100, "{found} of {n}");
         assert!(f64::from(rounds) / f64::from(n) < 8.0, "{rounds}");
     }

@@ -13,6 +13,8 @@ use super::cpu_stat::{StatSnapshot, cpus_delta};
 pub const KEY: &str = "foreign_load";
 /// Where it keeps the other processes that used the most CPU meanwhile (`[{pid, comm, cpu_s}]`).
 pub const BUSIEST_KEY: &str = "foreign_busiest";
+/// Why a remote host's runs hold no reading (`{"unavailable": REMOTE}`).
+pub const REMOTE: &str = "a remote host: ocrig reads this machine's processes only";
 /// Where it keeps [`Reading::named`].
 pub const NAMED_KEY: &str = "foreign_named";
 
