@@ -62,6 +62,10 @@ pub fn doctor() -> anyhow::Result<()> {
         Ok(s) => println!("host speed:     {}", s.describe()),
         Err(e) => println!("host speed:     not probed — {e}"),
     }
+    match crate::telemetry::host_handover::probe(&cpus, Duration::from_secs(2)) {
+        Ok(s) => println!("host hand-over: {}", s.describe()),
+        Err(e) => println!("host hand-over: not probed — {e}"),
+    }
     Ok(())
 }
 

@@ -170,6 +170,10 @@ pub struct SweepHeader {
     /// remote host, a resumed sweep's later passes, an older ocrig).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_speed: Option<serde_json::Value>,
+    /// The host's hand-over of a cache line between two of the sweep's CPUs, probed beside
+    /// its speed (`telemetry::host_handover`). Absent as `host_speed` is, or with one CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_handover: Option<serde_json::Value>,
 }
 
 fn format_1() -> u32 {
@@ -1031,6 +1035,7 @@ pub(crate) mod tests {
             margin: None,
             looks: None,
             host_speed: None,
+            host_handover: None,
         }
     }
 

@@ -168,6 +168,7 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
         margin: plan.margin,
         looks: plan.looks,
         host_speed: None,
+        host_handover: None,
         payload_sha256: None,
         images: BTreeMap::new(),
     }

@@ -158,6 +158,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         Some(Err(e)) => tracing::warn!("host speed not probed: {e}"),
         None => {}
     }
+    // And its hand-over of a cache line between two of them (telemetry::host_handover).
+    let host_handover = match &remote_backend {
+        Some(_) => None,
+        None => Some(crate::telemetry::host_handover::probe(
+            &plan.host_cpus,
+            crate::telemetry::host_handover::PREFLIGHT,
+        )),
+    };
+    match &host_handover {
+        Some(Ok(h)) if !h.steady() => eprintln!("ocrig: warning: host hand-over {}", h.describe()),
+        Some(Ok(h)) => tracing::info!("host hand-over {}", h.describe()),
+        Some(Err(e)) => tracing::info!("host hand-over not probed: {e}"),
+        None => {}
+    }
 
     let accel = virt.accel;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
@@ -233,6 +247,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             head.payload_sha256 = runs_on.payload_sha256.clone();
             head.images = runs_on.images.clone();
             head.host_speed = host_speed
+                .as_ref()
+                .and_then(|h| h.as_ref().ok())
+                .and_then(|h| serde_json::to_value(h).ok());
+            head.host_handover = host_handover
                 .as_ref()
                 .and_then(|h| h.as_ref().ok())
                 .and_then(|h| serde_json::to_value(h).ok());

@@ -721,6 +721,7 @@ pub fn sweep_lines(model: &Model) -> Vec<String> {
         .chain(disturbed_line(model))
         .chain(unjudged_line(model))
         .chain(host_speed_line(model))
+        .chain(host_handover_line(model))
         .collect()
 }
 
@@ -730,6 +731,14 @@ pub fn host_speed_line(model: &Model) -> Option<String> {
         .host_speed
         .as_ref()
         .map(|h| format!("host speed before the sweep: {h}"))
+}
+
+/// How steady the host's hand-over between two of its CPUs was before the sweep, when probed.
+pub fn host_handover_line(model: &Model) -> Option<String> {
+    model
+        .host_handover
+        .as_ref()
+        .map(|h| format!("host hand-over before the sweep: {h}"))
 }
 
 /// The note that a workload's runs were accepted under self-check bounds looser than the
@@ -1336,11 +1345,21 @@ mod tests {
             "cpus": [0, 1], "samples": 2000, "seconds": 0.5, "p5_ns_per_iter": 0.27,
             "p50_ns_per_iter": 0.33, "p95_ns_per_iter": 0.48, "spread": 1.78, "slow_share": 0.57
         }));
+        j.header.host_handover = Some(serde_json::json!({
+            "cpus": [0, 1], "samples": 3000, "seconds": 0.5, "p5_ns": 54.0, "p50_ns": 58.0,
+            "p95_ns": 86.0, "spread": 1.59, "slow_share": 0.31
+        }));
         for format in [Format::Table, Format::Md, Format::Html] {
             let text = render(&j, format, &ReportOptions::default()).unwrap();
             assert!(
                 text.contains(
                     "host speed before the sweep: NOT steady, x1.78 between its fast and slow samples, 57 %"
+                ),
+                "{format:?}:\n{text}"
+            );
+            assert!(
+                text.contains(
+                    "host hand-over before the sweep: NOT steady, x1.59 between its fast and slow samples, 31 %"
                 ),
                 "{format:?}:\n{text}"
             );

@@ -60,6 +60,10 @@ pub struct Model {
     /// ([`crate::telemetry::host_speed::HostSpeed::describe`]); None when not probed.
     #[serde(default)]
     pub host_speed: Option<String>,
+    /// How steady the host's hand-over of a cache line between two of its CPUs was before the
+    /// sweep, in words ([`crate::telemetry::host_handover::HostHandover::describe`]).
+    #[serde(default)]
+    pub host_handover: Option<String>,
     pub workloads: Vec<WorkloadModel>,
     /// Attempts the payload's own physics checks rejected (each was failed and retried).
     #[serde(default)]
@@ -508,6 +512,13 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
             .host_speed
             .as_ref()
             .and_then(|v| serde_json::from_value::<crate::telemetry::host_speed::HostSpeed>(v.clone()).ok())
+            .map(|h| h.describe()),
+        host_handover: header
+            .host_handover
+            .as_ref()
+            .and_then(|v| {
+                serde_json::from_value::<crate::telemetry::host_handover::HostHandover>(v.clone()).ok()
+            })
             .map(|h| h.describe()),
         workloads,
         self_checks: self_check_rejections(&journal.runs),

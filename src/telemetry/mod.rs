@@ -4,6 +4,7 @@
 //! the `procfs` crate.
 
 pub mod cpu_stat;
+pub mod host_handover;
 pub mod host_load;
 pub mod host_speed;
 pub mod kvm;
