@@ -58,6 +58,7 @@ pub fn doctor() -> anyhow::Result<()> {
         println!("{line}");
     }
     println!("{}", timeline_line(&LocalFs));
+    use crate::telemetry::host_speed::HostProbe;
     match crate::telemetry::host_speed::probe(&cpus, Duration::from_secs(2)) {
         Ok(s) => println!("host speed:     {}", s.describe()),
         Err(e) => println!("host speed:     not probed — {e}"),

@@ -143,35 +143,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         None => claims::Claim::Local(claims::claim_cpus(&plan.host_cpus, args.wait_for_cpus)?),
     };
     let s = &loaded.scenario;
-    // The host's own speed on the claimed CPUs before anything boots (telemetry::host_speed);
-    // a new sweep journals it, a resume only says it.
-    let host_speed = match &remote_backend {
-        Some(_) => None,
-        None => Some(crate::telemetry::host_speed::probe(
-            &plan.host_cpus,
-            crate::telemetry::host_speed::PREFLIGHT,
-        )),
-    };
-    match &host_speed {
-        Some(Ok(h)) if !h.steady() => eprintln!("ocrig: warning: host speed {}", h.describe()),
-        Some(Ok(h)) => tracing::info!("host speed {}", h.describe()),
-        Some(Err(e)) => tracing::warn!("host speed not probed: {e}"),
-        None => {}
-    }
-    // And its hand-over of a cache line between two of them (telemetry::host_handover).
-    let host_handover = match &remote_backend {
-        Some(_) => None,
-        None => Some(crate::telemetry::host_handover::probe(
-            &plan.host_cpus,
-            crate::telemetry::host_handover::PREFLIGHT,
-        )),
-    };
-    match &host_handover {
-        Some(Ok(h)) if !h.steady() => eprintln!("ocrig: warning: host hand-over {}", h.describe()),
-        Some(Ok(h)) => tracing::info!("host hand-over {}", h.describe()),
-        Some(Err(e)) => tracing::info!("host hand-over not probed: {e}"),
-        None => {}
-    }
+    // The host's own speed on the claimed CPUs before anything boots (telemetry::host_speed),
+    // and its hand-over of a cache line between two of them (telemetry::host_handover); a new
+    // sweep journals them, a resume only says them.
+    use crate::telemetry::{host_handover, host_speed};
+    let local = remote_backend.is_none();
+    let host_speed = local.then(|| host_speed::probe(&plan.host_cpus, host_speed::PREFLIGHT));
+    let host_speed = say_host_probe("host speed", host_speed);
+    let host_handover = (local && plan.host_cpus.len() >= 2)
+        .then(|| host_handover::probe(&plan.host_cpus, host_handover::PREFLIGHT));
+    let host_handover = say_host_probe("host hand-over", host_handover);
 
     let accel = virt.accel;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
@@ -246,14 +227,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
                 .collect();
             head.payload_sha256 = runs_on.payload_sha256.clone();
             head.images = runs_on.images.clone();
-            head.host_speed = host_speed
-                .as_ref()
-                .and_then(|h| h.as_ref().ok())
-                .and_then(|h| serde_json::to_value(h).ok());
-            head.host_handover = host_handover
-                .as_ref()
-                .and_then(|h| h.as_ref().ok())
-                .and_then(|h| serde_json::to_value(h).ok());
+            head.host_speed = host_speed.clone();
+            head.host_handover = host_handover.clone();
             head
         },
     )?;
@@ -505,4 +480,26 @@ pub(crate) fn finish(
         .into());
     }
     Ok(())
+}
+
+/// Says what a host probe before the sweep saw (a warning when the host was not steady) and
+/// gives what the journal's header keeps of it; None when not probed or when it failed.
+fn say_host_probe<T: crate::telemetry::host_speed::HostProbe>(
+    what: &str,
+    probed: Option<Result<T, String>>,
+) -> Option<serde_json::Value> {
+    match probed? {
+        Ok(h) => {
+            if h.steady() {
+                tracing::info!("{what} {}", h.describe());
+            } else {
+                eprintln!("ocrig: warning: {what} {}", h.describe());
+            }
+            serde_json::to_value(&h).ok()
+        }
+        Err(e) => {
+            tracing::warn!("{what} not probed: {e}");
+            None
+        }
+    }
 }

@@ -720,25 +720,16 @@ pub fn sweep_lines(model: &Model) -> Vec<String> {
         .into_iter()
         .chain(disturbed_line(model))
         .chain(unjudged_line(model))
-        .chain(host_speed_line(model))
-        .chain(host_handover_line(model))
+        .chain(host_probe_lines(model))
         .collect()
 }
 
-/// How steady the host's own speed was before the sweep (probed then), when it was probed.
-pub fn host_speed_line(model: &Model) -> Option<String> {
-    model
-        .host_speed
-        .as_ref()
-        .map(|h| format!("host speed before the sweep: {h}"))
-}
-
-/// How steady the host's hand-over between two of its CPUs was before the sweep, when probed.
-pub fn host_handover_line(model: &Model) -> Option<String> {
-    model
-        .host_handover
-        .as_ref()
-        .map(|h| format!("host hand-over before the sweep: {h}"))
+/// How steady the host's own speed, and its hand-over between two of its CPUs, were before
+/// the sweep (probed then), each when it was probed.
+fn host_probe_lines(model: &Model) -> impl Iterator<Item = String> + '_ {
+    [("speed", &model.host_speed), ("hand-over", &model.host_handover)]
+        .into_iter()
+        .filter_map(|(what, words)| Some(format!("host {what} before the sweep: {}", words.as_ref()?)))
 }
 
 /// The note that a workload's runs were accepted under self-check bounds looser than the

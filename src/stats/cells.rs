@@ -155,23 +155,27 @@ pub struct Disturbances {
     pub unjudged_why: Option<String>,
 }
 
-/// Counts the attempts of `records` the host disturbed.
-pub fn disturbances(records: &[RunDigest]) -> Disturbances {
+/// Counts the attempts of `records` the host disturbed, and of the measured runs the one
+/// accounting rule counts (`settled`), those nothing judged.
+pub fn disturbances(records: &[RunDigest], settled: &crate::journal::accounting::Settled) -> Disturbances {
     let mut attempts = std::collections::BTreeSet::new();
     let mut counted = std::collections::BTreeSet::new();
     let mut example = None;
     let (mut runs, mut unjudged, mut unjudged_why) = (0, 0, None);
+    // One primary record per counted measured run.
+    for r in settled
+        .counted(records)
+        .filter(|r| !r.warmup && super::digest::is_primary_guest(r.guest))
+    {
+        runs += 1;
+        if let Some(why) = r.load_unread() {
+            unjudged += 1;
+            unjudged_why.get_or_insert_with(|| why.to_string());
+        }
+    }
     for r in records {
         if r.ok && r.disturbed() {
             counted.insert((crate::journal::accounting::RunKey::of(r), r.attempt));
-        }
-        // One primary record per counted measured run.
-        if r.ok && !r.superseded && !r.warmup && crate::stats::digest::is_primary_guest(r.guest) {
-            runs += 1;
-            if let Some(why) = r.load_unread() {
-                unjudged += 1;
-                unjudged_why.get_or_insert_with(|| why.to_string());
-            }
         }
         let Some(why) = r
             .rejected
@@ -508,26 +512,27 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         looks,
         accel: header.accel.clone(),
         backend: header.backend.clone(),
-        host_speed: header
-            .host_speed
-            .as_ref()
-            .and_then(|v| serde_json::from_value::<crate::telemetry::host_speed::HostSpeed>(v.clone()).ok())
-            .map(|h| h.describe()),
-        host_handover: header
-            .host_handover
-            .as_ref()
-            .and_then(|v| {
-                serde_json::from_value::<crate::telemetry::host_handover::HostHandover>(v.clone()).ok()
-            })
-            .map(|h| h.describe()),
+        host_speed: probe_words::<crate::telemetry::host_speed::HostSpeed>(header.host_speed.as_ref()),
+        host_handover: probe_words::<crate::telemetry::host_handover::HostHandover>(
+            header.host_handover.as_ref(),
+        ),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
-        disturbed: disturbances(&journal.runs),
+        disturbed: disturbances(&journal.runs, &settled),
     }
 }
 
 /// The valid primary results of a cell (guest 0, measured): the one place that decides which
 /// of its counted records are samples (every statistic and telemetry column goes through it).
+/// A host probe the header journaled ([`crate::telemetry::host_speed::HostProbe`]), in words.
+fn probe_words<T: crate::telemetry::host_speed::HostProbe>(
+    journaled: Option<&serde_json::Value>,
+) -> Option<String> {
+    serde_json::from_value::<T>(journaled?.clone())
+        .ok()
+        .map(|h| h.describe())
+}
+
 fn primary<'a>(records: &'a [&'a RunDigest]) -> impl Iterator<Item = &'a RunDigest> + 'a {
     records
         .iter()

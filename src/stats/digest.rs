@@ -255,10 +255,8 @@ fn digest_with(
         superseded: r.superseded.is_some(),
         host_judged: if r.ok && crate::journal::counted_disturbed(&r.extra) {
             HostJudged::CountedDisturbed
-        } else if primary && r.ok && r.superseded.is_none() && !r.warmup {
-            HostJudged::of(&r.extra)
         } else {
-            HostJudged::Read
+            HostJudged::of(&r.extra)
         },
         attempt: r.attempt,
         attempt_records: r.attempt_records,
@@ -338,11 +336,9 @@ impl Detail {
 
 /// How the host's other load judged a record ([`crate::telemetry::host_load`]): read, and
 /// counted though above its bound, or not read and why — one byte, so the digest keeps its
-/// size. Not read is said of a counted measured run's primary record only, so each such run
-/// is counted once.
+/// size. The report counts the unread among the runs the accounting counts, once per run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum HostJudged {
-    /// Read (or a record that does not say: another guest's, a warm-up, a failed attempt).
     #[default]
     Read,
     /// Counted although the host disturbed it ([`crate::journal::counted_disturbed`]).

@@ -19,8 +19,9 @@ use crate::stats::summary::cv_reached;
 /// ratio of 1 excluded (`differs`) or the ratio inside 1 ± margin (`equivalent`) — at a
 /// level strict enough for every look and every comparison at once: α / (family × looks),
 /// Bonferroni over the report's family of comparisons and over the run counts at which the
-/// rule looks ([`look_points`]: `min`, then about 1.5× the last, and `max`). Bonferroni's test rejecting implies Holm's does, so a
-/// comparison stopped as concluded is concluded in the report, whose p values are
+/// rule looks ([`look_points`]: `min`, then about 1.5× the last, and `max`). Bonferroni's
+/// test rejecting implies Holm's does, so a comparison stopped as concluded is concluded in
+/// the report, whose p values are
 /// multiplied by the same number of looks ([`looks`]): a small SD seen by luck at an early
 /// look stops nothing that the report would not stand by, and the family's chance of one
 /// false conclusion stays within α however many looks were taken.

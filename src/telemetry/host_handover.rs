@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::host_speed::{HostProbe, Spread, pin_to};
+
 /// Round trips per sample: about 0.1-0.2 ms at 50-90 ns each, short enough to catch a state
 /// that lasts tens of ms, and within a host time slice.
 const ROUND_TRIPS: u32 = 2000;
@@ -47,13 +49,12 @@ pub struct HostHandover {
     pub slow_share: f64,
 }
 
-impl HostHandover {
-    pub fn steady(&self) -> bool {
+impl HostProbe for HostHandover {
+    fn steady(&self) -> bool {
         self.spread <= STEADY_SPREAD
     }
 
-    /// One line for a person: steady or not, with the numbers and what follows.
-    pub fn describe(&self) -> String {
+    fn describe(&self) -> String {
         let figures = format!(
             "a cache line's round trip between CPUs {} and {} {:.1} / {:.1} / {:.1} ns (p5 / p50 / p95 of {} samples \
              of {} round trips, {:.1} s)",
@@ -99,7 +100,7 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostHandover, String> {
         std::thread::Builder::new()
             .name(format!("ocrig-handover-{b}"))
             .spawn(move || -> Result<(), String> {
-                pin(b)?;
+                pin_to(b)?;
                 // Answers each odd value with the next even one. Acquire pairs with the
                 // asker's Release store, so the answer follows what was asked.
                 let mut expect = 1;
@@ -120,7 +121,7 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostHandover, String> {
         std::thread::Builder::new()
             .name(format!("ocrig-handover-{a}"))
             .spawn(move || -> Result<Vec<f64>, String> {
-                let pinned = pin(a);
+                let pinned = pin_to(a);
                 let mut samples = Vec::new();
                 let mut sent = 0u64;
                 let end = Instant::now() + total;
@@ -152,35 +153,17 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostHandover, String> {
     summarize([a, b], &mut samples, t0.elapsed().as_secs_f64())
 }
 
-fn pin(cpu: usize) -> Result<(), String> {
-    if cpu >= rustix::thread::CpuSet::MAX_CPU {
-        return Err(format!(
-            "pinning to CPU {cpu}: above the {} a CPU set holds",
-            rustix::thread::CpuSet::MAX_CPU
-        ));
-    }
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
-}
-
 fn summarize(cpus: [usize; 2], samples: &mut [f64], seconds: f64) -> Result<HostHandover, String> {
-    if samples.len() < 20 {
-        return Err(format!("only {} samples", samples.len()));
-    }
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    let (p5, p50, p95) = (at(0.05), at(0.50), at(0.95));
-    let slow = samples.iter().filter(|&&s| s > p5 * 1.25).count();
+    let s = Spread::of(samples, 1.25)?;
     Ok(HostHandover {
         cpus,
         samples: samples.len(),
         seconds,
-        p5_ns: p5,
-        p50_ns: p50,
-        p95_ns: p95,
-        spread: p95 / p5,
-        slow_share: slow as f64 / samples.len() as f64,
+        p5_ns: s.p5,
+        p50_ns: s.p50,
+        p95_ns: s.p95,
+        spread: s.spread,
+        slow_share: s.slow_share,
     })
 }
 

@@ -41,13 +41,63 @@ pub struct HostSpeed {
     pub slow_share: f64,
 }
 
-impl HostSpeed {
-    pub fn steady(&self) -> bool {
+/// A probe of the host made before a sweep ([`HostSpeed`], [`super::host_handover`]): what
+/// the journal keeps, and whether and how steady the host was, in words.
+pub trait HostProbe: Serialize + serde::de::DeserializeOwned {
+    fn steady(&self) -> bool;
+    /// One line for a person: steady or not, with the numbers and what follows.
+    fn describe(&self) -> String;
+}
+
+/// A probe's samples summed up: p5 / p50 / p95, their spread (p95 / p5) and the share of
+/// samples slower than the fast state (p5) by more than `slow_above`×.
+pub(crate) struct Spread {
+    pub p5: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub spread: f64,
+    pub slow_share: f64,
+}
+
+impl Spread {
+    /// Err with fewer than 20 samples.
+    pub(crate) fn of(samples: &mut [f64], slow_above: f64) -> Result<Self, String> {
+        if samples.len() < 20 {
+            return Err(format!("only {} samples", samples.len()));
+        }
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        let (p5, p50, p95) = (at(0.05), at(0.50), at(0.95));
+        let slow = samples.iter().filter(|&&s| s > p5 * slow_above).count();
+        Ok(Self {
+            p5,
+            p50,
+            p95,
+            spread: p95 / p5,
+            slow_share: slow as f64 / samples.len() as f64,
+        })
+    }
+}
+
+/// Pins the calling thread to `cpu`, or says why not.
+pub(crate) fn pin_to(cpu: usize) -> Result<(), String> {
+    if cpu >= rustix::thread::CpuSet::MAX_CPU {
+        return Err(format!(
+            "pinning to CPU {cpu}: above the {} a CPU set holds",
+            rustix::thread::CpuSet::MAX_CPU
+        ));
+    }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
+}
+
+impl HostProbe for HostSpeed {
+    fn steady(&self) -> bool {
         self.spread <= STEADY_SPREAD
     }
 
-    /// One line for a person: steady or not, with the numbers and what follows.
-    pub fn describe(&self) -> String {
+    fn describe(&self) -> String {
         let figures = format!(
             "busy loop {:.3} / {:.3} / {:.3} ns per iteration (p5 / p50 / p95 of {} samples of {} µs on CPUs {:?} at once, {:.1} s)",
             self.p5_ns_per_iter,
@@ -98,9 +148,7 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostSpeed, String> {
 
 /// Samples of ns per iteration on `cpu`, back to back for `total`.
 fn samples_on(cpu: usize, total: Duration) -> Result<Vec<f64>, String> {
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))?;
+    pin_to(cpu)?;
     // Iterations per sample from the fastest of a few short timings.
     let per_ns = (0..5)
         .map(|_| {
@@ -121,22 +169,16 @@ fn samples_on(cpu: usize, total: Duration) -> Result<Vec<f64>, String> {
 }
 
 fn summarize(cpus: &[usize], samples: &mut [f64], seconds: f64) -> Result<HostSpeed, String> {
-    if samples.len() < 20 {
-        return Err(format!("only {} samples", samples.len()));
-    }
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    let (p5, p50, p95) = (at(0.05), at(0.50), at(0.95));
-    let slow = samples.iter().filter(|&&s| s > p5 * 1.10).count();
+    let s = Spread::of(samples, 1.10)?;
     Ok(HostSpeed {
         cpus: cpus.to_vec(),
         samples: samples.len(),
         seconds,
-        p5_ns_per_iter: p5,
-        p50_ns_per_iter: p50,
-        p95_ns_per_iter: p95,
-        spread: p95 / p5,
-        slow_share: slow as f64 / samples.len() as f64,
+        p5_ns_per_iter: s.p5,
+        p50_ns_per_iter: s.p50,
+        p95_ns_per_iter: s.p95,
+        spread: s.spread,
+        slow_share: s.slow_share,
     })
 }
 
