@@ -223,6 +223,36 @@ fn stretched_handovers_rise_with_overcommit_and_cost_the_fifo_lock_most() {
     }
     let csv = std::fs::read_to_string(dir.join("report.csv")).unwrap();
     assert!(csv.lines().next().unwrap().contains("stretched_handover_share"));
+    assert!(csv.lines().next().unwrap().contains("handovers_timed_per_run"));
+
+    // Every stretched share with what it is a share of: the report's holds and hand-overs
+    // timed per run are the journal's, cell by cell, and the table says them.
+    let model: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let mut checked = 0;
+    for s in model["workloads"][0]["series"].as_array().unwrap() {
+        for c in s["cells"].as_array().unwrap() {
+            let key = (c["level"].to_string(), s["variant"].as_str().unwrap().to_string());
+            let Some((h, o)) = cells.get(&key) else { continue };
+            for (side, name) in [(h, "holds_timed"), (o, "handovers_timed")] {
+                let n = &c["preemption"][name];
+                let want = side.timed as f64 / side.runs as f64;
+                let got = n["timed_per_run"].as_f64().unwrap_or(f64::NAN);
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.max(1.0),
+                    "{key:?} {name}: {n} vs {want}"
+                );
+                assert_eq!(n["runs"].as_u64(), Some(side.runs as u64), "{key:?} {name}: {n}");
+                assert!(n["timed_per_s"].as_f64().unwrap() > 0.0, "{n}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * cells.len(), "every cell's two denominators");
+    assert!(
+        md.contains("/run, "),
+        "the table gives each share's denominator:\n{md}"
+    );
 }
 
 /// Each cell's mean `host_other` (the pinned host CPUs' time that went to anything but the

@@ -72,13 +72,20 @@ pub const COLUMNS: [&str; 52] = [
 
 /// Stretched lock holds and hand-overs (`stats::preemption`), after the KVM counters; empty for
 /// workloads without a lock, the note saying why a lock cell has none.
-pub const PREEMPTION_COLUMNS: [&str; 7] = [
+pub const PREEMPTION_COLUMNS: [&str; 13] = [
     "stretched_hold_share",
     "hold_lost_share",
     "stretched_hold_vcpu_share",
     "stretched_handover_share",
     "handover_lost_share",
     "stretched_handover_vcpu_share",
+    // What the stretched shares are of, per run (means) and per second.
+    "holds_timed_per_run",
+    "holds_stretched_per_run",
+    "holds_timed_per_s",
+    "handovers_timed_per_run",
+    "handovers_stretched_per_run",
+    "handovers_timed_per_s",
     "preemption_note",
 ];
 
@@ -108,8 +115,17 @@ fn preemption_fields(c: &Cell) -> Vec<String> {
         num(p.stretched_handovers.mean()),
         num(p.handover_lost.mean()),
         num(p.handovers_vcpu.mean()),
-        text(note.as_ref()),
     ]
+    .into_iter()
+    .chain([&p.holds_timed, &p.handovers_timed].into_iter().flat_map(|n| {
+        [
+            num(n.map(|n| n.timed_per_run)),
+            num(n.map(|n| n.stretched_per_run)),
+            num(n.and_then(|n| n.timed_per_s)),
+        ]
+    }))
+    .chain([text(note.as_ref())])
+    .collect()
 }
 
 /// Quotes a field if it contains a comma, quote or line break (RFC 4180).

@@ -208,7 +208,11 @@ pub fn digest(r: &RunRecord, ctx: &RecordContext, names: &mut Names) -> RunDiges
         .get("timeline")
         .map(|t| TimelineAt::Here(Box::new(TimelineRef::of(t))));
     let telemetry = Telemetry::of(&r.extra);
-    let detail = r.payload.as_ref().map(|p| Detail::of(&p.detail));
+    let detail = r.payload.as_ref().map(|p| {
+        let mut d = Detail::of(&p.detail);
+        d.elapsed_ns = Some(p.elapsed_ns);
+        d
+    });
     digest_with(r, &telemetry, detail, timeline, ctx, names)
 }
 
@@ -275,7 +279,11 @@ fn digest_with(
             .as_ref()
             .filter(|_| primary)
             .and_then(|d| {
-                super::preemption::of_reported(d.preemption.as_ref(), d.preemption_unavailable.as_deref())
+                super::preemption::of_reported(
+                    d.preemption.as_ref(),
+                    d.preemption_unavailable.as_deref(),
+                    d.elapsed_ns,
+                )
             })
             .map(|p| Box::new(p.map_err(|e| names.name(&e)))),
         profile: detail.and_then(|d| d.profile),
@@ -299,6 +307,8 @@ pub struct Detail {
     preemption_unavailable: Option<String>,
     /// `kernel.profile`, when the run was profiled and it reads as one.
     profile: Option<Box<ocrig_payload::probe::profile::Profile>>,
+    /// `elapsed_ns`: the run's length (what a stretched share's rate per second is over).
+    elapsed_ns: Option<u64>,
 }
 
 impl Detail {
@@ -313,7 +323,7 @@ impl Detail {
     }
 
     /// The report's fields it is read from.
-    const KEYS: [&str; 3] = ["preemption", "preemption_unavailable", "kernel"];
+    const KEYS: [&str; 4] = ["preemption", "preemption_unavailable", "kernel", "elapsed_ns"];
 
     /// Sets the field `key` of the report from its JSON text; false if a digest does not
     /// read it.
@@ -321,6 +331,7 @@ impl Detail {
         match key {
             "preemption" => self.preemption = Some(super::preemption::Reported::of_raw(raw)),
             "preemption_unavailable" => self.preemption_unavailable = serde_json::from_str(raw).ok(),
+            "elapsed_ns" => self.elapsed_ns = raw.trim().parse().ok(),
             "kernel" => {
                 // Of its kilobyte or so, only the profile: the rest is passed over unparsed.
                 self.profile = scan::members(raw.as_bytes())

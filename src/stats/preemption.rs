@@ -48,7 +48,63 @@ pub struct RunPreemption<E = String> {
     pub handover_lost: Result<f64, E>,
     /// Of the stretched hand-overs, the share with no guest context switch.
     pub handovers_vcpu: Result<f64, E>,
+    /// What the hold shares are of (None where the holds were not measured).
+    pub holds_timed: Option<Timed>,
+    /// What the hand-over shares are of.
+    pub handovers_timed: Option<Timed>,
 }
+
+/// The denominator of one run's stretched share: the intervals it timed and stretched, and
+/// the run's length, for a reader to tell a share of millions from a share of five.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Timed {
+    pub timed: u64,
+    pub stretched: u64,
+    /// The run's length, s; None when its report gives none.
+    pub run_s: Option<f64>,
+}
+
+/// A cell's denominator of one side: means per run over the runs that timed it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Denominator {
+    pub runs: usize,
+    pub timed_per_run: f64,
+    pub stretched_per_run: f64,
+    /// Timed per second of run; None when no run gave its length.
+    pub timed_per_s: Option<f64>,
+}
+
+impl Denominator {
+    fn of<'a>(runs: impl Iterator<Item = &'a Timed>) -> Option<Self> {
+        let (mut n, mut timed, mut stretched) = (0usize, 0.0, 0.0);
+        let (mut rated, mut per_s) = (0usize, 0.0);
+        for t in runs {
+            n += 1;
+            timed += t.timed as f64;
+            stretched += t.stretched as f64;
+            if let Some(s) = t.run_s.filter(|s| *s > 0.0) {
+                rated += 1;
+                per_s += t.timed as f64 / s;
+            }
+        }
+        (n > 0).then(|| Self {
+            runs: n,
+            timed_per_run: timed / n as f64,
+            stretched_per_run: stretched / n as f64,
+            timed_per_s: (rated > 0).then(|| per_s / rated as f64),
+        })
+    }
+
+    /// Too few intervals a run for a share to mean what a percentage says: shown as a count.
+    pub fn too_few(&self) -> bool {
+        self.timed_per_run < SHARE_MIN_TIMED
+    }
+}
+
+/// Intervals a run below which a stretched share is shown as a count (`3 of 41/run`), not a
+/// percentage: at 1x a two-thread lock with no contention hands over a handful of times, and
+/// "39 % of hand-overs stretched" then reads as "most hand-overs were preempted".
+pub const SHARE_MIN_TIMED: f64 = 100.0;
 
 impl RunPreemption {
     /// The same with its reasons mapped (a digest interns them: a million runs give a few).
@@ -60,6 +116,8 @@ impl RunPreemption {
             stretched_handovers: self.stretched_handovers.map_err(&mut f),
             handover_lost: self.handover_lost.map_err(&mut f),
             handovers_vcpu: self.handovers_vcpu.map_err(f),
+            holds_timed: self.holds_timed,
+            handovers_timed: self.handovers_timed,
         }
     }
 }
@@ -68,16 +126,21 @@ impl RunPreemption {
 /// lock, a failed run, or a payload older than the sampler).
 #[cfg(test)] // digests read the report's fields typed (of_reported)
 pub fn of_record(r: &RunRecord) -> Option<RunPreemption> {
-    of_detail(&r.payload.as_ref()?.detail)
+    let p = r.payload.as_ref()?;
+    of_detail(&p.detail, Some(p.elapsed_ns))
 }
 
-/// [`of_record`] from the payload report's workload fields.
+/// [`of_record`] from the payload report's workload fields and its length.
 #[cfg(test)] // digests read the report's fields typed (`of_reported`)
-pub fn of_detail(detail: &serde_json::Map<String, serde_json::Value>) -> Option<RunPreemption> {
+pub fn of_detail(
+    detail: &serde_json::Map<String, serde_json::Value>,
+    elapsed_ns: Option<u64>,
+) -> Option<RunPreemption> {
     let reported = detail.get("preemption").map(Reported::of_value);
     of_reported(
         reported.as_ref(),
         detail.get("preemption_unavailable").and_then(|w| w.as_str()),
+        elapsed_ns,
     )
 }
 
@@ -117,9 +180,13 @@ impl Reported {
     }
 }
 
-/// The run's figures from its report's `preemption` field (`None`: absent) and its
-/// `preemption_unavailable`.
-pub fn of_reported(preemption: Option<&Reported>, unavailable: Option<&str>) -> Option<RunPreemption> {
+/// The run's figures from its report's `preemption` field (`None`: absent), its
+/// `preemption_unavailable` and its `elapsed_ns` (the run's length).
+pub fn of_reported(
+    preemption: Option<&Reported>,
+    unavailable: Option<&str>,
+    elapsed_ns: Option<u64>,
+) -> Option<RunPreemption> {
     let all = |why: String| RunPreemption {
         stretched_holds: Err(why.clone()),
         hold_lost: Err(why.clone()),
@@ -127,6 +194,8 @@ pub fn of_reported(preemption: Option<&Reported>, unavailable: Option<&str>) -> 
         stretched_handovers: Err(why.clone()),
         handover_lost: Err(why.clone()),
         handovers_vcpu: Err(why),
+        holds_timed: None,
+        handovers_timed: None,
     };
     let p = match preemption? {
         Reported::Null => {
@@ -155,6 +224,14 @@ pub fn of_reported(preemption: Option<&Reported>, unavailable: Option<&str>) -> 
     };
     let (stretched_holds, hold_lost, holds_vcpu) = side(&p.holds, &p.holds_unavailable);
     let (stretched_handovers, handover_lost, handovers_vcpu) = side(&p.handovers, &p.handovers_unavailable);
+    let run_s = elapsed_ns.filter(|&n| n > 0).map(|n| n as f64 / 1e9);
+    let timed = |s: &Option<Stretch>| {
+        s.as_ref().map(|s| Timed {
+            timed: s.timed,
+            stretched: s.stretched,
+            run_s,
+        })
+    };
     Some(RunPreemption {
         stretched_holds,
         hold_lost,
@@ -162,6 +239,8 @@ pub fn of_reported(preemption: Option<&Reported>, unavailable: Option<&str>) -> 
         stretched_handovers,
         handover_lost,
         handovers_vcpu,
+        holds_timed: timed(&p.holds),
+        handovers_timed: timed(&p.handovers),
     })
 }
 
@@ -174,6 +253,12 @@ pub struct CellPreemption {
     pub stretched_handovers: Measured,
     pub handover_lost: Measured,
     pub handovers_vcpu: Measured,
+    /// What the hold shares are of; None when no run timed a hold.
+    #[serde(default)]
+    pub holds_timed: Option<Denominator>,
+    /// What the hand-over shares are of.
+    #[serde(default)]
+    pub handovers_timed: Option<Denominator>,
 }
 
 fn measured<'a, E: AsRef<str> + 'a>(runs: impl Iterator<Item = &'a Result<f64, E>>) -> Measured {
@@ -210,13 +295,17 @@ pub fn aggregate<E: AsRef<str>>(runs: impl IntoIterator<Item = RunPreemption<E>>
         stretched_handovers: measured(runs.iter().map(|r| &r.stretched_handovers)),
         handover_lost: measured(runs.iter().map(|r| &r.handover_lost)),
         handovers_vcpu: measured(runs.iter().map(|r| &r.handovers_vcpu)),
+        holds_timed: Denominator::of(runs.iter().filter_map(|r| r.holds_timed.as_ref())),
+        handovers_timed: Denominator::of(runs.iter().filter_map(|r| r.handovers_timed.as_ref())),
     })
 }
 
 /// What the report columns mean.
 pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer than the calibrated hold by more than the \
      threshold (holder preempted), and of hand-overs (a release to the waiting next owner's first instruction) longer than it \
-     (waiter preempted), all timed with the guest's TSC; hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run";
+     (waiter preempted), all timed with the guest's TSC, each followed by what it is a share of (`of 388k/run, 129k/s`: holds or \
+     hand-overs timed per run and per second; under 100 a run, the stretched ones are counted instead: `2 of 5/run`); \
+     hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run";
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -284,6 +373,37 @@ pub(crate) mod tests {
         assert!((c.stretched_handovers.mean().unwrap() - 0.1).abs() < 1e-12);
         // One run could split its hand-overs: the mean is over that one.
         assert_eq!(c.handovers_vcpu.samples, [1.0]);
+        // Each share with what it is a share of: 1000 holds and 500 hand-overs a 3 s run.
+        let h = c.holds_timed.unwrap();
+        assert_eq!((h.runs, h.timed_per_run, h.stretched_per_run), (2, 1000.0, 20.0));
+        assert!((h.timed_per_s.unwrap() - 1000.0 / 3.0).abs() < 1e-9, "{h:?}");
+        let o = c.handovers_timed.unwrap();
+        assert_eq!((o.timed_per_run, o.stretched_per_run), (500.0, 50.0));
+        assert!(!h.too_few() && !o.too_few());
+    }
+
+    #[test]
+    fn a_share_of_a_handful_of_hand_overs_is_too_few_to_be_a_percentage() {
+        let mut few = preemption_json(0, 0, 0.0, 0.0);
+        few["handovers"]["timed"] = 5.into();
+        few["handovers"]["stretched"] = 2.into();
+        few["handovers"]["stretched_share"] = 0.4.into();
+        let mut r = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
+        with_payload(&mut r, serde_json::json!({"preemption": few}));
+        let p = of_record(&r).unwrap();
+        assert_eq!(
+            p.handovers_timed,
+            Some(Timed {
+                timed: 5,
+                stretched: 2,
+                run_s: Some(3.0)
+            })
+        );
+        let c = aggregate([p]).unwrap();
+        let o = c.handovers_timed.unwrap();
+        assert!(o.too_few(), "{o:?}");
+        assert_eq!(o.stretched_per_run, 2.0);
+        assert!(!c.holds_timed.unwrap().too_few());
     }
 
     #[test]
