@@ -235,6 +235,10 @@ mod tests {
             (&["lock", "--hold-sample-rate", "nan"], "hold-sample-rate"),
             (&["lock", "--stretch-threshold-ns", "0"], "stretch-threshold-ns"),
             (&["lock", "--stretch-threshold-ns", "-5"], "stretch-threshold-ns"),
+            (
+                &["lock", "--stretch-threshold-ns", "750001"],
+                "stretch-threshold-ns",
+            ),
         ] {
             let e = v(bad).expect_err(&format!("{bad:?} accepted")).to_string();
             assert!(e.contains(needle), "{bad:?}: {e}");

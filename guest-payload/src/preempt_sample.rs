@@ -58,6 +58,10 @@ pub const DEFAULT_SAMPLE_RATE: f64 = 1.0 / 64.0;
 /// sample is a preemption, not noise.
 pub const DEFAULT_STRETCH_THRESHOLD_NS: u64 = 50_000;
 
+/// Largest threshold accepted: 750 µs, the shortest default host time slice (EEVDF's base
+/// slice); a longer threshold would miss the preemptions it is there to count.
+pub const MAX_STRETCH_THRESHOLD_NS: u64 = 750_000;
+
 /// Largest accepted change of the TSC rate (against CLOCK_MONOTONIC) between the calibrations
 /// before and after the run.
 pub const MAX_TSC_RATE_CHANGE: f64 = 0.02;

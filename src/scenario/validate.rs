@@ -1115,6 +1115,8 @@ mod tests {
             ("hold-sample-rate", "1.5", "hold-sample-rate"),
             ("stretch-threshold-ns", "0", "stretch-threshold-ns"),
             ("stretch-threshold-ns", "-1", "stretch-threshold-ns"),
+            // Above a host time slice: it would miss the preemptions it counts.
+            ("stretch-threshold-ns", "1000000", "stretch-threshold-ns"),
         ] {
             let (_d, l) = loaded(&format!(
                 "name: x\nlevels: [1]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{{arg}: {value}}}}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n"

@@ -106,9 +106,11 @@ pub struct Args {
     #[serde(default = "default_sample_rate")]
     pub hold_sample_rate: f64,
     /// A sampled hold longer than the calibrated hold by more than this, or a sampled hand-over
-    /// longer than this, is stretched (a preemption), in nanoseconds.
+    /// longer than this, is stretched (a preemption), in nanoseconds; at most a host time slice
+    /// (750 µs).
     #[arg(long, default_value_t = preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS,
-          value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+          value_parser = clap::value_parser!(u64).range(1..=preempt_sample::MAX_STRETCH_THRESHOLD_NS),
+          allow_negative_numbers = true)]
     #[serde(default = "default_threshold")]
     pub stretch_threshold_ns: u64,
     /// No hold/hand-over timing or sampling: no TSC read at all inside critical sections (the
