@@ -239,8 +239,8 @@ pub const QUIET_SHARE: f64 = 0.5;
 
 /// Measured runs in a row that must run clearly quiet to end the busy state (`host_busy`):
 /// a lasting load that competes with the guests reads clearly quiet now and then on its own
-/// (a 25 % hog of one of 2 CPUs during the 2x half of spinlock-variants: 14 single quiet runs
-/// among 150, never three in a row), and each such run ended the state and cost the next
+/// (a 25 % hog of one of 2 CPUs during the 2x half of spinlock-variants: 19 clearly quiet runs
+/// among 211, at most two in a row), and each such run ended the state and cost the next
 /// disturbance a 30 s wait that found the host still busy (20 waits, 600 s of a 2400 s
 /// sweep). A quiet host reads clearly quiet on every run, so it loses nothing.
 pub const QUIET_RUNS: u32 = 3;

@@ -614,8 +614,9 @@ struct Bounds {
 }
 
 /// The run's checks. `hold_as_asked` and `gap_as_asked` judge the work by what happened in the
-/// run; the calibration drift still says whether the loop kept its speed outside it. The other
-/// three are bookkeeping guards: they hold whatever the machine's load (load only slows a run
+/// run; the calibration drift still says whether the loop kept its speed outside it;
+/// `work_done` that the run made at least one operation (the others pass on an empty run). The
+/// other three are bookkeeping guards: they hold whatever the machine's load (load only slows a run
 /// down), and fail only when the payload's own accounting is wrong (a start stamped late, CPU
 /// counted twice, work counted that was not done). Work per operation is counted there at the
 /// faster of the two calibrations (the smaller ns per iteration), so a guard fails only if it
@@ -649,6 +650,20 @@ fn checks_of(
     );
     vec![
         checks::cpu_within_elapsed(r.window_cpu_ns, elapsed_ns, cpus_allowed),
+        // A run whose threads never got the lock in its window (8 1-vCPU guests on 2 CPUs, 800
+        // ms: one guest's vCPU ran 0.27 s of 1.97 s and made 0 operations, 2026-12-04) measured
+        // nothing: every other check passes on it vacuously.
+        Check {
+            name: "work_done".into(),
+            ok: r.ops_total >= 1,
+            value: Some(r.ops_total as f64),
+            bound: Some(1.0),
+            detail: format!(
+                "{} lock operations completed in the {:.3} s window (at least 1: a run that did none measured nothing)",
+                r.ops_total,
+                elapsed_ns as f64 / 1e9
+            ),
+        },
         drift,
         hold,
         gap,
@@ -887,6 +902,7 @@ mod tests {
                 names,
                 [
                     "cpu_within_elapsed",
+                    "work_done",
                     "calibration_drift",
                     "hold_as_asked",
                     "gap_as_asked",
