@@ -68,6 +68,22 @@ impl Check {
     }
 }
 
+/// At least one unit of work (`what`) done in the window: a run that did none measured
+/// nothing, and every other check passes on it vacuously (8 1-vCPU guests on 2 CPUs, 800 ms
+/// lock runs: one guest's vCPU ran 0.27 s of 1.97 s and made 0 operations, 2026-12-04).
+pub fn work_done(done: u64, what: &str, elapsed_ns: u64) -> Check {
+    Check {
+        name: "work_done".into(),
+        ok: done >= 1,
+        value: Some(done as f64),
+        bound: Some(1.0),
+        detail: format!(
+            "{done} {what} completed in the {:.3} s window (at least 1: a run that did none measured nothing)",
+            elapsed_ns as f64 / 1e9
+        ),
+    }
+}
+
 /// Elapsed ≥ CPU time / CPUs: the workers' CPU time inside the window, spread over every CPU
 /// they may use, cannot exceed the window.
 pub fn cpu_within_elapsed(window_cpu_ns: u64, elapsed_ns: u64, cpus_allowed: usize) -> Check {
@@ -336,6 +352,19 @@ pub fn failure_lines(checks: &[Check]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_that_did_no_work_is_refused() {
+        let none = work_done(0, "lock operations", 800_000_000);
+        assert!(
+            !none.ok
+                && none
+                    .detail
+                    .starts_with("0 lock operations completed in the 0.800 s window"),
+            "{none:?}"
+        );
+        assert!(work_done(1, "lock operations", 800_000_000).ok);
+    }
 
     #[test]
     fn bounds_hold_and_break_with_the_numbers_in_words() {
