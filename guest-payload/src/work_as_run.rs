@@ -207,23 +207,6 @@ impl TimedWork {
     }
 }
 
-/// For tests that scale one interval after the calibration: whether the loop kept its calibrated
-/// speed through the run, so the check's verdict is about the scaling and not the host. The
-/// unscaled `control` must read within x1.05 of the calibration, and at x1 (both intervals
-/// unscaled, timed in the same cycles) the two within 4 % of each other. Why the second: this
-/// VM's host switches between two speeds x1.8 apart every 40 ms-2 s, and when a short run
-/// straddles a switch the median of either interval lands in either mode (a mutex x1 run read
-/// 0.80 beside a control of about 1.0, CI, 2026-12-04): a moving host the check is right to
-/// refuse, not a sign the check is wrong.
-#[cfg(test)]
-pub fn held_still(factor: f64, tested: &TimedWork, control: &TimedWork) -> bool {
-    let near = |q: f64, within: f64| q.ln().abs() <= within.ln_1p();
-    let Some(c) = control.ratio else {
-        return false;
-    };
-    near(c, 0.05) && (factor != 1.0 || tested.ratio.is_some_and(|t| near(t / c, 0.04)))
-}
-
 /// The `work_as_run` object of a lock report.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct WorkAsRun {
