@@ -33,6 +33,12 @@
 //!   preemption, or a sleep for sleeping locks); none means the guest never took the CPU from
 //!   the thread, so the time went where the guest cannot see: the host took the vCPU (or, far
 //!   less likely at this threshold, a long interrupt handler ran).
+//!   A switch alone does not make it guest: after the host gives a vCPU back, the guest often
+//!   switches the thread out for a moment (its clock jumped the whole stall), so the thread's
+//!   runqueue wait in the guest (`/proc/thread-self/schedstat`), read with the counts, must
+//!   cover at least half the interval ([`SPLIT_METHOD`]; a host stall of 30 ms read as guest
+//!   with switches alone, 2026-12-05). The longest stretched ones are listed one by one with
+//!   their time, vCPU and wait ([`Stretch::longest`]).
 
 use std::time::Duration;
 
@@ -61,6 +67,11 @@ pub const DEFAULT_STRETCH_THRESHOLD_NS: u64 = 50_000;
 /// Largest threshold accepted: 750 µs, the shortest default host time slice (EEVDF's base
 /// slice); a longer threshold would miss the preemptions it is there to count.
 pub const MAX_STRETCH_THRESHOLD_NS: u64 = 750_000;
+
+/// How many of a run's longest stretched holds (and as many hand-overs) are listed one by one
+/// ([`Stretch::longest`]): enough for a 3 s run preempted every host slice at 2x to list the
+/// ones that cost most, few enough that the report stays a few KiB.
+pub const LONGEST_KEPT: usize = 32;
 
 /// Largest accepted change of the TSC rate (against CLOCK_MONOTONIC) between the calibrations
 /// before and after the run.
@@ -203,6 +214,21 @@ pub struct Tally {
     pub sampled_len: Histogram<u64>,
     /// Lengths of every stretched one, ns.
     pub stretched_len: Histogram<u64>,
+    /// The [`LONGEST_KEPT`] longest stretched ones, in no order.
+    pub longest: Vec<Kept>,
+}
+
+/// One stretched interval as the thread saw it (see [`StretchedInterval`] for the report's form).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Kept {
+    /// The TSC at its start (a hold's entry, a hand-over's release).
+    pub start_tick: u64,
+    pub len_ns: u64,
+    /// The guest CPU the thread was on at its end (`sched_getcpu`), None if unreadable.
+    pub cpu: Option<u32>,
+    pub guest: bool,
+    /// The thread's runqueue wait in the guest over the split's window (see [`Split`]).
+    pub guest_wait_ns: Option<u64>,
 }
 
 impl Default for Tally {
@@ -214,6 +240,7 @@ impl Default for Tally {
             lost_ns: 0.0,
             sampled_len: new_latency_histogram(),
             stretched_len: new_latency_histogram(),
+            longest: Vec::new(),
         }
     }
 }
@@ -230,12 +257,40 @@ impl Tally {
     }
 
     #[cold]
-    fn stretch(&mut self, len_ns: f64, lost_ns: f64, switched: bool) {
+    fn stretch(&mut self, start_tick: u64, len_ns: f64, lost_ns: f64, split: Split) {
+        let switched = split.guest;
         self.stretched += 1;
         self.stretched_guest += u64::from(switched);
         self.lost_ns += lost_ns;
-        let _ = self.stretched_len.record((len_ns as u64).max(1));
+        let len_ns = (len_ns as u64).max(1);
+        let _ = self.stretched_len.record(len_ns);
+        let kept = Kept {
+            start_tick,
+            len_ns,
+            cpu: current_cpu(),
+            guest: switched,
+            guest_wait_ns: split.guest_wait_ns,
+        };
+        keep_longest(&mut self.longest, kept, LONGEST_KEPT);
     }
+}
+
+/// Keeps the `n` longest in `kept` (a linear scan: only stretched intervals come here, rarely).
+fn keep_longest(kept: &mut Vec<Kept>, k: Kept, n: usize) {
+    if kept.len() < n {
+        kept.push(k);
+    } else if let Some(shortest) = kept.iter_mut().min_by_key(|x| x.len_ns)
+        && shortest.len_ns < k.len_ns
+    {
+        *shortest = k;
+    }
+}
+
+/// The CPU the calling thread runs on now.
+fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments; -1 on failure.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
 }
 
 /// One thread's counts.
@@ -251,6 +306,9 @@ pub struct ThreadSamples {
     pub not_handed_over: u64,
     /// Hand-overs whose release read later on the TSC than the entry (TSCs of two CPUs apart).
     pub clock_behind: u64,
+    /// The split read the thread's runqueue wait ([`SPLIT_METHOD`]; else
+    /// [`SPLIT_WITHOUT_SCHEDSTAT`]).
+    pub runqueue_wait_read: bool,
 }
 
 /// Per thread: decides which acquisitions are sampled and classifies every cycle.
@@ -265,7 +323,49 @@ pub struct Sampler {
     handover_limit: u64,
     /// The thread's latest context-switch reading.
     last_ctxsw: Ctxsw,
+    /// The thread's runqueue wait, and its latest reading (taken with `last_ctxsw`).
+    runqueue: Option<RunqueueWait>,
+    last_wait_ns: Option<u64>,
     pub out: ThreadSamples,
+}
+
+/// How a stretched interval was split, from what the guest saw over the split's window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Split {
+    guest: bool,
+    guest_wait_ns: Option<u64>,
+}
+
+/// The split's rule for a stretched interval of `len_ns` over whose window the thread made the
+/// switches `d` and waited `guest_wait_ns` on the guest's runqueue (None: not kept).
+fn guest_label(d: Ctxsw, guest_wait_ns: Option<u64>, len_ns: f64) -> bool {
+    d.voluntary > 0 || (d.involuntary > 0 && guest_wait_ns.is_none_or(|w| w as f64 >= len_ns / 2.0))
+}
+
+/// The calling thread's time spent runnable but waiting on a runqueue, as the guest kernel
+/// accounts it (`/proc/thread-self/schedstat`, second field, ns; CONFIG_SCHED_INFO, which
+/// Debian's kernels have): the time the guest preempted it. A vCPU the host took is invisible
+/// to it: the guest thinks the thread ran.
+struct RunqueueWait {
+    file: std::fs::File,
+}
+
+impl RunqueueWait {
+    /// Opened by the thread it reads (thread-self resolves at open).
+    fn open() -> Option<Self> {
+        let file = std::fs::File::open("/proc/thread-self/schedstat").ok()?;
+        let me = Self { file };
+        me.read().map(|_| me)
+    }
+
+    /// One pread of the file: about as costly as the getrusage beside it.
+    fn read(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        text.split_ascii_whitespace().nth(1)?.parse().ok()
+    }
 }
 
 impl Sampler {
@@ -280,8 +380,20 @@ impl Sampler {
             calibrated_hold_ticks: hold * ticks_per_ns,
             handover_limit: (settings.threshold_ns as f64 * ticks_per_ns) as u64,
             last_ctxsw: Ctxsw::this_thread(),
+            runqueue: None,
+            last_wait_ns: None,
             out: ThreadSamples::default(),
         }
+        .reading_runqueue_wait()
+    }
+
+    /// Reads the guest's runqueue wait too where the kernel keeps it (else the split falls back
+    /// to the context switches alone, [`SPLIT_WITHOUT_SCHEDSTAT`]). Call on the thread sampled.
+    fn reading_runqueue_wait(mut self) -> Self {
+        self.runqueue = RunqueueWait::open();
+        self.last_wait_ns = self.runqueue.as_ref().and_then(RunqueueWait::read);
+        self.out.runqueue_wait_read = self.runqueue.is_some();
+        self
     }
 
     /// Whether this acquisition is sampled (the first, then one in `every`); a sampled one
@@ -292,19 +404,34 @@ impl Sampler {
         if self.countdown == 0 {
             self.countdown = self.settings.every;
             self.last_ctxsw = Ctxsw::this_thread();
+            if let Some(r) = &self.runqueue {
+                self.last_wait_ns = r.read();
+            }
             true
         } else {
             false
         }
     }
 
-    /// Whether the guest switched the thread out since the latest reading (and reads anew).
+    /// Splits a stretched interval of `len_ticks` by what the guest saw since the latest
+    /// reading (and reads anew): guest when the thread slept (a voluntary switch), or when the
+    /// guest preempted it (an involuntary switch) and kept it waiting on its runqueue for at
+    /// least half the interval; vcpu otherwise. Without the runqueue wait, any switch is guest.
     #[cold]
-    fn switched(&mut self) -> bool {
+    fn split(&mut self, len_ticks: u64) -> Split {
         let now = Ctxsw::this_thread();
         let d = now.since(self.last_ctxsw);
         self.last_ctxsw = now;
-        d.voluntary + d.involuntary > 0
+        let wait_now = self.runqueue.as_ref().and_then(RunqueueWait::read);
+        let guest_wait_ns = match (wait_now, self.last_wait_ns) {
+            (Some(now), Some(then)) => Some(now.saturating_sub(then)),
+            _ => None,
+        };
+        self.last_wait_ns = wait_now;
+        Split {
+            guest: guest_label(d, guest_wait_ns, len_ticks as f64 * self.ns_per_tick),
+            guest_wait_ns,
+        }
     }
 
     /// Classifies one cycle: two subtractions and two comparisons unless something was
@@ -327,12 +454,26 @@ impl Sampler {
         };
         let hold_stretched = hold > self.hold_limit;
         let handover_stretched = handover.is_some_and(|h| h > self.handover_limit);
-        let switched = (hold_stretched || handover_stretched) && self.switched();
+        let split = if hold_stretched || handover_stretched {
+            // One reading for both, so the wait is held to both.
+            let len = if hold_stretched { hold } else { 0 }
+                + if handover_stretched {
+                    handover.unwrap_or(0)
+                } else {
+                    0
+                };
+            self.split(len)
+        } else {
+            Split {
+                guest: false,
+                guest_wait_ns: None,
+            }
+        };
         let ns = self.ns_per_tick;
         self.out.holds.timed += 1;
         if hold_stretched {
             let lost = (hold as f64 - self.calibrated_hold_ticks) * ns;
-            self.out.holds.stretch(hold as f64 * ns, lost, switched);
+            self.out.holds.stretch(c.entered, hold as f64 * ns, lost, split);
         }
         if c.sampled {
             let _ = self
@@ -345,7 +486,7 @@ impl Sampler {
             let o = &mut self.out.handovers;
             o.timed += 1;
             if handover_stretched {
-                o.stretch(h as f64 * ns, h as f64 * ns, switched);
+                o.stretch(c.previous_release, h as f64 * ns, h as f64 * ns, split);
             }
             if c.sampled {
                 let _ = o.sampled_len.record(((h as f64 * ns) as u64).max(1));
@@ -400,10 +541,34 @@ pub struct Stretch {
     pub sampled: u64,
     /// Stretched ones' lengths; null when none was stretched.
     pub stretched_len: Option<Lengths>,
+    /// The [`LONGEST_KEPT`] longest stretched ones of the run (all threads), one by one, in
+    /// the order they began: where the lock's time went, when, and on which vCPU.
+    #[serde(default)]
+    pub longest: Vec<StretchedInterval>,
+}
+
+/// One stretched hold or hand-over.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct StretchedInterval {
+    /// Its start (a hold's entry, a hand-over's release) from the window's start, on the TSC
+    /// (the window's start read just after the start gate opened; negative if an interval
+    /// began before that read).
+    pub at_ns: i64,
+    pub len_ns: u64,
+    /// The worker thread that recorded it (a hold's holder, a hand-over's next owner), from 0.
+    pub thread: u32,
+    /// The guest CPU that thread was on when the interval ended (`sched_getcpu`); null if
+    /// unreadable.
+    pub cpu: Option<u32>,
+    /// The split's label ([`SPLIT_METHOD`]): true = guest, false = vcpu.
+    pub guest: bool,
+    /// How long the guest kept the thread waiting on its runqueue over the split's window
+    /// (`/proc/thread-self/schedstat`), ns; null where the guest kernel does not keep it.
+    pub guest_wait_ns: Option<u64>,
 }
 
 impl Stretch {
-    fn of(t: &Tally, elapsed_ns: u64) -> Option<Self> {
+    fn of(t: &Tally, elapsed_ns: u64, longest: Vec<StretchedInterval>) -> Option<Self> {
         (t.timed > 0).then(|| Self {
             timed: t.timed,
             stretched: t.stretched,
@@ -415,8 +580,37 @@ impl Stretch {
             sampled_p50_ns: (!t.sampled_len.is_empty()).then(|| t.sampled_len.value_at_quantile(0.5)),
             sampled: t.sampled_len.len(),
             stretched_len: Lengths::of(&t.stretched_len),
+            longest,
         })
     }
+}
+
+/// The [`LONGEST_KEPT`] longest of every thread's kept intervals (`pick` chooses holds or
+/// hand-overs), in the order they began, timed from `origin_tick`.
+fn longest_of(
+    threads: &[ThreadSamples],
+    pick: impl Fn(&ThreadSamples) -> &Tally,
+    origin_tick: u64,
+    ns_per_tick: f64,
+) -> Vec<StretchedInterval> {
+    let mut all: Vec<StretchedInterval> = threads
+        .iter()
+        .enumerate()
+        .flat_map(|(thread, t)| {
+            pick(t).longest.iter().map(move |k| StretchedInterval {
+                at_ns: ((k.start_tick as i128 - origin_tick as i128) as f64 * ns_per_tick) as i64,
+                len_ns: k.len_ns,
+                thread: thread as u32,
+                cpu: k.cpu,
+                guest: k.guest,
+                guest_wait_ns: k.guest_wait_ns,
+            })
+        })
+        .collect();
+    all.sort_by_key(|s| std::cmp::Reverse(s.len_ns));
+    all.truncate(LONGEST_KEPT);
+    all.sort_by_key(|s| s.at_ns);
+    all
 }
 
 /// The `preemption` object of a lock report.
@@ -441,10 +635,19 @@ pub struct PreemptionReport {
     pub split: String,
 }
 
-pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches (voluntary + involuntary) read after each stretched hold or hand-over and \
-     compared with the thread's latest reading (taken before every sampled acquisition, so at most one sampling period of acquisitions earlier, \
+pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches and the thread's runqueue wait (/proc/thread-self/schedstat) read after each \
+     stretched hold or hand-over and compared with the thread's latest readings (taken before every sampled acquisition, so at most one sampling \
+     period of acquisitions earlier, or at the previous stretched one): guest = the thread slept (a voluntary switch), or the guest preempted it \
+     (an involuntary switch) and kept it waiting on its runqueue for at least half the stretched length; vcpu otherwise (the guest believed it \
+     ran the thread: the host took the vCPU). A host preemption after which the guest also switched the thread out briefly stays vcpu; \
+     each interval's runqueue wait is listed with it (longest[].guest_wait_ns)";
+
+/// The split where the guest kernel keeps no runqueue wait (no CONFIG_SCHED_INFO).
+pub const SPLIT_WITHOUT_SCHEDSTAT: &str = "getrusage(RUSAGE_THREAD) context switches (voluntary + involuntary) read after each stretched hold or hand-over \
+     and compared with the thread's latest reading (taken before every sampled acquisition, so at most one sampling period of acquisitions earlier, \
      or at the previous stretched one): a rise = guest (the guest switched the thread out or it slept somewhere in that window, so guest is an \
-     upper bound); none = vcpu (the guest kept running the thread: the host took the vCPU)";
+     upper bound: a host preemption the guest followed with a switch counts as guest); none = vcpu (the host took the vCPU). This guest kernel \
+     keeps no runqueue wait (/proc/thread-self/schedstat)";
 
 /// Why the TSC cannot time this run, if its rate against CLOCK_MONOTONIC moved by more than
 /// [`MAX_TSC_RATE_CHANGE`] between the calibrations before and after it.
@@ -461,12 +664,14 @@ pub fn tsc_rate_moved(before: &TscCalibration, after: &TscCalibration) -> Option
     })
 }
 
-/// Builds the report from every thread's samples; `elapsed_ns` is the run's window.
+/// Builds the report from every thread's samples; `elapsed_ns` is the run's window and
+/// `origin_tick` the TSC at its start.
 pub fn report(
     settings: &Settings,
     rate: f64,
     threads: &[ThreadSamples],
     elapsed_ns: u64,
+    origin_tick: u64,
     tsc_before: TscCalibration,
     tsc_after: TscCalibration,
 ) -> PreemptionReport {
@@ -479,7 +684,10 @@ pub fn report(
     }
     let clock_bad = tsc_rate_moved(&tsc_before, &tsc_after);
     let every = settings.every;
-    let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, elapsed_ns)) {
+    let ns_per_tick = 1e9 / settings.tsc_hz;
+    let longest_holds = longest_of(threads, |t| &t.holds, origin_tick, ns_per_tick);
+    let longest_handovers = longest_of(threads, |t| &t.handovers, origin_tick, ns_per_tick);
+    let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, elapsed_ns, longest_holds)) {
         (Some(why), _) => (None, Some(why.clone())),
         (None, Some(s)) => (Some(s), None),
         (None, None) => (
@@ -487,7 +695,10 @@ pub fn report(
             Some("no acquisition was sampled (fewer operations than the sampling period)".into()),
         ),
     };
-    let (handovers, handovers_unavailable) = match (&clock_bad, Stretch::of(&all.handovers, elapsed_ns)) {
+    let (handovers, handovers_unavailable) = match (
+        &clock_bad,
+        Stretch::of(&all.handovers, elapsed_ns, longest_handovers),
+    ) {
         (Some(why), _) => (None, Some(why.clone())),
         (None, Some(s)) => (Some(s), None),
         (None, None) => (
@@ -512,7 +723,12 @@ pub fn report(
         handovers_unavailable,
         not_handed_over: all.not_handed_over,
         clock_behind: all.clock_behind,
-        split: SPLIT_METHOD.into(),
+        split: if threads.iter().all(|t| t.runqueue_wait_read) {
+            SPLIT_METHOD
+        } else {
+            SPLIT_WITHOUT_SCHEDSTAT
+        }
+        .into(),
     }
 }
 
@@ -602,11 +818,31 @@ mod tests {
             0.25,
             &[o.clone(), o.clone()],
             10_000_000,
+            1_000,
             tsc.clone(),
             tsc.clone(),
         );
+        // This machine's kernel keeps the runqueue wait; the report says which split it made.
+        assert_eq!(r.split, SPLIT_METHOD);
         let h = r.holds.unwrap();
         assert_eq!((h.timed, h.stretched), (12, 2));
+        // Each stretched one listed, by thread, timed from the origin (tick 1000 = 1 µs).
+        let at: Vec<(i64, u64, u32)> = h.longest.iter().map(|l| (l.at_ns, l.len_ns, l.thread)).collect();
+        assert_eq!(at.len(), 2);
+        assert!(
+            at.iter().all(|&(a, len, _)| a == 9_100 && len == 61_000),
+            "{at:?}"
+        );
+        let mut threads: Vec<u32> = at.iter().map(|a| a.2).collect();
+        threads.sort();
+        assert_eq!(threads, [0, 1]);
+        let o = r.handovers.as_ref().unwrap();
+        assert!(
+            o.longest.iter().all(|l| l.at_ns == 149_000 && l.len_ns == 80_000),
+            "{o:?}"
+        );
+        // The CPU each ended on is read (this machine has sched_getcpu).
+        assert!(h.longest.iter().all(|l| l.cpu.is_some()), "{h:?}");
         assert_eq!(h.stretched_vcpu + h.stretched_guest, 2);
         assert!((h.stretched_share - 2.0 / 12.0).abs() < 1e-12);
         // 2 × 60 µs over 10 ms.
@@ -628,6 +864,7 @@ mod tests {
             0.25,
             &[s.out.clone()],
             10_000_000,
+            0,
             tsc.clone(),
             moved,
         );
@@ -636,9 +873,61 @@ mod tests {
         // No waited acquisition: hand-overs null with a reason, holds measured.
         let mut one = Sampler::new(settings());
         one.record(&cycle(None, 0, 10, 1_010));
-        let r = report(&settings(), 0.25, &[one.out], 10_000_000, tsc.clone(), tsc);
+        let r = report(&settings(), 0.25, &[one.out], 10_000_000, 0, tsc.clone(), tsc);
         assert!(r.holds.is_some() && r.handovers.is_none());
         assert!(r.handovers_unavailable.unwrap().contains("no acquisition waited"));
+    }
+
+    /// The list keeps the longest, the report the longest of all threads in the order they began.
+    #[test]
+    fn the_longest_stretched_intervals_are_kept_in_order() {
+        let k = |start_tick, len_ns| Kept {
+            start_tick,
+            len_ns,
+            cpu: Some(0),
+            guest: false,
+            guest_wait_ns: Some(0),
+        };
+        let mut kept = Vec::new();
+        for i in 0..100u64 {
+            // Lengths 0, 7, 14, ... 693 in a scrambled order of start.
+            keep_longest(&mut kept, k((i * 37) % 100, i * 7), 5);
+        }
+        let mut lens: Vec<u64> = kept.iter().map(|x| x.len_ns).collect();
+        lens.sort();
+        assert_eq!(lens, [665, 672, 679, 686, 693]);
+
+        let mut a = ThreadSamples::default();
+        let mut b = ThreadSamples::default();
+        for i in 0..(LONGEST_KEPT as u64) {
+            a.holds.longest.push(k(1_000 + i, 10 + i));
+            b.holds.longest.push(k(2_000 - i, 100 + i));
+        }
+        let got = longest_of(&[a, b], |t| &t.holds, 1_000, 2.0);
+        assert_eq!(got.len(), LONGEST_KEPT);
+        // Thread 1's are all longer than thread 0's, and come in the order they began.
+        assert!(got.iter().all(|s| s.thread == 1 && s.len_ns >= 100), "{got:?}");
+        assert!(got.windows(2).all(|w| w[0].at_ns < w[1].at_ns));
+        assert_eq!(got[0].at_ns, 2 * (2_000 - 31 - 1_000));
+    }
+
+    /// The split: a sleep is guest; a preemption by the guest is guest only if the guest kept the
+    /// thread waiting for at least half the interval (a host preemption of 30 ms after which the
+    /// guest ran something else for 250 µs read as guest with switches alone: the forced
+    /// preemption test, 2026-12-05); without the runqueue wait any switch is guest.
+    #[test]
+    fn the_split_holds_the_guests_runqueue_wait_to_the_interval() {
+        let sw = |voluntary, involuntary| Ctxsw {
+            voluntary,
+            involuntary,
+        };
+        let ms = 1e6;
+        assert!(!guest_label(sw(0, 0), Some(0), 30.0 * ms));
+        assert!(guest_label(sw(1, 0), Some(0), 30.0 * ms));
+        assert!(!guest_label(sw(0, 1), Some(250_000), 30.4 * ms));
+        assert!(guest_label(sw(0, 1), Some(15_200_000), 30.4 * ms));
+        assert!(guest_label(sw(0, 1), None, 30.4 * ms));
+        assert!(!guest_label(sw(0, 0), None, 30.4 * ms));
     }
 
     /// A thread that sleeps between its latest reading and a stretched hold: counted as guest.

@@ -416,6 +416,9 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         }
         counts.map(|c| (c, before, ns_per_iter, from_memory.then_some(measured)))
     });
+    // The window's start on the TSC, for the stretched intervals' times (microseconds after
+    // `start`: nothing against intervals of tens of µs and more).
+    let origin_tick = preempt_sample::ticks();
     if counts.is_ok() {
         std::thread::sleep(Duration::from_millis(args.duration_ms));
     }
@@ -480,6 +483,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             args.hold_sample_rate,
             &thread_samples,
             elapsed.as_nanos() as u64,
+            origin_tick,
             before,
             after,
         )),
