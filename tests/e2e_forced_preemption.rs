@@ -38,11 +38,21 @@ const PERIOD: Duration = Duration::from_millis(300);
 const SLACK: Duration = Duration::from_millis(3);
 const DURATION_MS: u64 = 3000;
 
-fn scenario() -> String {
+/// The sweep: `stall` adds the payload's `debug-guest-stall` (the guest preempts itself).
+fn scenario(stall: bool) -> String {
+    let stall = if stall {
+        format!(
+            "\n      debug-guest-stall: \"1:{}:{}\"",
+            ON.as_millis(),
+            PERIOD.as_millis()
+        )
+    } else {
+        String::new()
+    };
     format!(
         "\
 name: forced-preemption-e2e
-description: the host takes vCPU 1 for {on} ms every {period} ms; ticket, 1x
+description: vCPU 1 taken for {on} ms every {period} ms; ticket, 1x
 host:
   cpus: 2
   backend: qemu
@@ -61,7 +71,7 @@ workloads:
       threads: 2
       duration-ms: {DURATION_MS}
       hold-ns: 20000
-      gap-ns: 200
+      gap-ns: 200{stall}
     metric: ops_per_sec
     better: higher
 runs: 2
@@ -141,6 +151,97 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// One sweep at a time: the tests of this file each take a CPU on purpose.
+static ONE_SWEEP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The valid measured runs of the one sweep under `results`, the journal's header, and all
+/// its records.
+fn journal(results: &std::path::Path) -> (Value, Vec<Value>) {
+    let dir = std::fs::read_dir(results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let all = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (header, all)
+}
+
+fn valid_runs(all: &[Value]) -> Vec<&Value> {
+    all.iter()
+        .filter(|r| r["ok"] == true && r["guest"] == 0 && r.get("superseded").is_none())
+        .filter(|r| r["warmup"] == false)
+        .collect()
+}
+
+/// The mirror of the host's stall: the guest takes its own CPU 1 from the lock thread for known
+/// intervals (`--debug-guest-stall`: a SCHED_FIFO thread in the guest, its bursts timed on the
+/// same TSC and reported beside the stretched intervals). Each burst that finds the thread in
+/// the lock (all but at most two in ten, as above) must come back as a stretched hold or
+/// hand-over that began within [`SLACK`] of the burst and lasted it within [`SLACK`],
+/// labelled guest, with the guest's runqueue wait over at least half of it.
+#[test]
+fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
+    let _one = ONE_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
+    let (_tmp, results) = common::run_scenario("stall.yaml", &scenario(true));
+    let (_, all) = journal(&results);
+    let runs = valid_runs(&all);
+    assert_eq!(runs.len(), 2, "2 valid runs");
+    let slack = SLACK.as_nanos() as i64;
+    for r in runs {
+        let p = &r["payload"];
+        let window = p["elapsed_ns"].as_i64().unwrap();
+        let bursts: Vec<&Value> = p["debug_guest_stall"]["bursts"]
+            .as_array()
+            .unwrap_or_else(|| panic!("the report carries its bursts: {}", p["debug_guest_stall"]))
+            .iter()
+            .filter(|b| b["at_ns"].as_i64().unwrap() + b["len_ns"].as_i64().unwrap() <= window)
+            .collect();
+        assert!(
+            bursts.len() >= 8,
+            "a burst every {PERIOD:?} of {window} ns: {bursts:?}"
+        );
+        let pre = &p["preemption"];
+        let stretched: Vec<&Value> = ["holds", "handovers"]
+            .iter()
+            .flat_map(|k| pre[k]["longest"].as_array().unwrap())
+            .collect();
+        let mut matched = 0;
+        for b in &bursts {
+            let (at, len) = (b["at_ns"].as_i64().unwrap(), b["len_ns"].as_i64().unwrap());
+            let Some(s) = stretched.iter().find(|s| {
+                (s["at_ns"].as_i64().unwrap() - at).abs() <= slack
+                    && (s["len_ns"].as_i64().unwrap() - len).abs() <= slack
+            }) else {
+                eprintln!("run {}: burst {b} found no stretched interval", r["run"]);
+                continue;
+            };
+            matched += 1;
+            let wait = s["guest_wait_ns"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{s}: no runqueue wait read"));
+            assert_eq!(s["guest"], true, "burst {b}: {s} labelled vcpu");
+            assert!(wait >= len / 2, "burst {b}: {s}");
+        }
+        eprintln!(
+            "run {}: {matched} of {} guest bursts found as guest preemptions",
+            r["run"],
+            bursts.len()
+        );
+        assert!(
+            matched + 2 >= bursts.len(),
+            "{matched} of {} bursts found",
+            bursts.len()
+        );
+    }
+}
+
 #[test]
 fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_intervals() {
     // SAFETY: geteuid has no preconditions.
@@ -151,8 +252,9 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
     let cpus = allowed_cpus();
     assert!(cpus.len() >= 2, "two CPUs to run the guest on: {cpus:?}");
     let hogged = cpus[1];
+    let _one = ONE_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
     let hog = Hog::start(hogged);
-    let (_tmp, results) = common::run_scenario("forced.yaml", &scenario());
+    let (_tmp, results) = common::run_scenario("forced.yaml", &scenario(false));
     let bursts = hog.stop();
     let (shortest, longest) = (*bursts.iter().min().unwrap(), *bursts.iter().max().unwrap());
     eprintln!(
@@ -160,27 +262,10 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         bursts.len()
     );
 
-    let dir = std::fs::read_dir(&results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let (header, all) = journal(&results);
     assert_eq!(header["host_cpus"][1], hogged, "{header}");
-    let all: Vec<Value> = text
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let refs: Vec<&Value> = all.iter().collect();
-    let runs: Vec<&Value> = refs
-        .iter()
-        .copied()
-        .filter(|r| r["ok"] == true && r["guest"] == 0 && r.get("superseded").is_none())
-        .filter(|r| r["warmup"] == false)
-        .collect();
+    let runs = valid_runs(&all);
     assert_eq!(runs.len(), 2, "2 valid runs");
 
     let (on, period, slack) = (

@@ -94,6 +94,7 @@ fn lock_args(factor: f64, gap: bool) -> lock::Args {
         no_loop_memory: true,
         debug_scale_hold: if gap { 1.0 } else { factor },
         debug_scale_gap: if gap { factor } else { 1.0 },
+        debug_guest_stall: None,
     }
 }
 

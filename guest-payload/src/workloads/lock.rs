@@ -48,6 +48,7 @@ use clap::Args as ClapArgs;
 use lock_api::RawMutex;
 use serde::{Deserialize, Serialize};
 
+use super::stall::{Stall, StallReport, StallSpec};
 use super::start::StartGate;
 use crate::busywork::{self, Calibration, spin_iters};
 use crate::checks::{self, Check, TOLERANCE};
@@ -141,6 +142,12 @@ pub struct Args {
     #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
     #[serde(default = "one")]
     pub debug_scale_gap: f64,
+    /// Test only: a known guest preemption, `CPU:ON_MS:PERIOD_MS`: a thread pinned to that
+    /// guest CPU at SCHED_FIFO takes it for ON_MS every PERIOD_MS of the window
+    /// ([`super::stall`]); its bursts are reported beside the stretched intervals.
+    #[arg(long, hide = true, value_parser = super::stall::parse_spec)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_guest_stall: Option<StallSpec>,
 }
 
 fn default_work_error() -> f64 {
@@ -227,6 +234,9 @@ pub struct LockResult {
     /// before those checks existed.
     #[serde(default)]
     pub work_as_run: Option<WorkAsRun>,
+    /// The known guest preemption a test asked for (`--debug-guest-stall`), burst by burst.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_guest_stall: Option<StallReport>,
 }
 
 /// The calibration of one run's busy work.
@@ -419,18 +429,28 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     // The window's start on the TSC, for the stretched intervals' times (microseconds after
     // `start`: nothing against intervals of tens of µs and more).
     let origin_tick = preempt_sample::ticks();
-    if counts.is_ok() {
+    let stall = match (args.debug_guest_stall, &counts, &tsc_before) {
+        (Some(spec), Ok(_), Some(tsc)) => Some(Stall::start(spec, origin_tick, tsc.hz)),
+        (Some(_), Ok(_), None) => Some(Err(anyhow::anyhow!(
+            "--debug-guest-stall times its bursts on the TSC: not with --no-hold-sampling"
+        ))),
+        _ => None,
+    };
+    if counts.is_ok() && !matches!(stall, Some(Err(_))) {
         std::thread::sleep(Duration::from_millis(args.duration_ms));
     }
     // Relaxed suffices: the flag carries no data, and the stop gate synchronises the results.
     shared.stop.0.store(true, Ordering::Relaxed);
     let end = stop_gate.open();
+    // The stall ends with the window, before anything after it is timed.
+    let stall = stall.map(|s| s.and_then(Stall::stop));
     crate::probe::window_close();
     let outcomes: Vec<ThreadOutcome> = workers
         .into_iter()
         .map(|h| h.join().map_err(|_| anyhow::anyhow!("a lock worker panicked")))
         .collect::<anyhow::Result<_>>()?;
     let ((hold_iters, gap_iters), before, ns_before, measured_before) = counts?;
+    let debug_guest_stall = stall.transpose()?;
     let tsc_after = tsc_before
         .as_ref()
         .map(|_| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
@@ -534,6 +554,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         preemption,
         preemption_unavailable,
         work_as_run: Some(work_as_run.clone()),
+        debug_guest_stall,
     };
     anyhow::ensure!(
         result.owner_violations == 0,
@@ -841,6 +862,7 @@ mod tests {
             no_loop_memory: true,
             debug_scale_hold: 1.0,
             debug_scale_gap: 1.0,
+            debug_guest_stall: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod hog;
 pub mod lock;
 pub mod mutex;
 mod shm;
+pub mod stall;
 pub mod start;
 pub mod sysfs_mutex;
 
