@@ -113,12 +113,30 @@ pub fn local_query_stats_quiet() -> Result<(), String> {
 }
 
 /// Whether a QEMU `-cpu` value turns the guest's steal clock (`kvm-steal-time`) off; the
-/// guest's steal then stays 0 whatever happens, which is no measurement.
+/// guest's steal then stays 0 whatever happens, which is no measurement. Read as QEMU reads
+/// it: the feature's name with `-` or `_` (`kvm_steal_time`), `-name` / `+name` / bare `name`,
+/// or `name=` any of QEMU's booleans (`off`, `no`, `false`, `n`, `on`, `yes`, `true`, `y`); the
+/// last mention wins.
 pub fn steal_time_off(cpu: &str) -> bool {
-    cpu.split(',').skip(1).any(|f| {
+    let mut off = false;
+    for f in cpu.split(',').skip(1) {
         let f = f.trim();
-        f == "-kvm-steal-time" || f == "kvm-steal-time=off" || f == "kvm-steal-time=false"
-    })
+        let (name, on) = match f.split_once('=') {
+            Some((name, value)) => match value.to_ascii_lowercase().as_str() {
+                "off" | "no" | "false" | "n" => (name, false),
+                "on" | "yes" | "true" | "y" => (name, true),
+                _ => continue, // QEMU refuses it; nothing to read
+            },
+            None => match f.strip_prefix('-') {
+                Some(name) => (name, false),
+                None => (f.strip_prefix('+').unwrap_or(f), true),
+            },
+        };
+        if name.replace('_', "-") == "kvm-steal-time" {
+            off = !on;
+        }
+    }
+    off
 }
 
 pub const QMP_SOURCE: &str = "qmp query-stats";
@@ -355,6 +373,27 @@ mod tests {
         assert!(query_stats_quiet(None).is_err());
         assert!(steal_time_off("host,kvm-steal-time=off"));
         assert!(steal_time_off("max,-kvm-steal-time"));
+        // QEMU's other spellings, and the last mention wins.
+        for off in [
+            "host,kvm_steal_time=off",
+            "host,kvm-steal-time=no",
+            "host,kvm-steal-time=false",
+            "host,kvm-steal-time=N",
+            "host,-kvm_steal_time",
+            "host,kvm-steal-time=on,kvm-steal-time=off",
+        ] {
+            assert!(steal_time_off(off), "{off}");
+        }
+        for on in [
+            "host,kvm-steal-time=off,kvm-steal-time=on",
+            "host,kvm_steal_time=yes",
+            "host,-kvm-steal-time,+kvm-steal-time",
+            "host,kvm-steal-time",
+            "host,kvm-steal-timer=off",
+            "kvm-steal-time=off",
+        ] {
+            assert!(!steal_time_off(on), "{on}");
+        }
         assert!(!steal_time_off("host,kvm-pv-unhalt=off"));
         assert!(!steal_time_off("host"));
     }
