@@ -139,6 +139,14 @@ impl Executor for VmExecutor {
         }
         let local = self.cfg.backend.host_fs().is_local();
         let placed = placement(group.guests, self.cfg.vcpus, &self.cfg.host_cpus, local);
+        let placed = rotation_checked(
+            placed,
+            group.guests,
+            self.cfg.vcpus,
+            &self.cfg.host_cpus,
+            &self.live.iter().map(|l| l.vcpu_tids.clone()).collect::<Vec<_>>(),
+            crate::backend::pin_thread,
+        );
         let pinning = pin_all(&self.live, &placed).await;
         let t_deploy = Instant::now();
         let deployed = deploy_all(&self.live, &self.cfg.uploads, self.cfg.timeouts.deploy_s).await;
@@ -608,6 +616,45 @@ pub fn placement(guests: u32, vcpus: u32, cpus: &[usize], can_rotate: bool) -> P
     }
 }
 
+/// A rotating placement only where the rotation can move every vCPU thread: each is moved to
+/// its CPU of the first phase now (what the rotation does first anyway). A thread that cannot
+/// be moved (a libvirt guest's QEMU runs as another user, so a non-root ocrig gets EPERM) or
+/// an unknown vCPU thread makes it the shared placement, with the reason in `why`: the journal
+/// never says `rotating` for a rotation that cannot happen.
+fn rotation_checked(
+    placed: Placement,
+    guests: u32,
+    vcpus: u32,
+    cpus: &[usize],
+    vcpu_tids: &[Vec<i32>],
+    pin: impl Fn(i32, &[usize]) -> anyhow::Result<()>,
+) -> Placement {
+    if !placed.rotating {
+        return placed;
+    }
+    let refused = (|| -> anyhow::Result<()> {
+        let mut tids = Vec::new();
+        for (g, t) in vcpu_tids.iter().enumerate() {
+            anyhow::ensure!(t.len() == vcpus as usize, "guest {g}'s vCPU threads are unknown");
+            tids.extend(t);
+        }
+        anyhow::ensure!(tids.len() == (guests * vcpus) as usize, "not every guest is up");
+        for (tid, cpu) in tids.iter().zip(rotation_phase(tids.len(), cpus, 0)) {
+            pin(*tid, &[cpu])?;
+        }
+        Ok(())
+    })();
+    match refused {
+        Ok(()) => placed,
+        Err(e) => {
+            tracing::warn!("the vCPUs cannot rotate, so they share the CPUs: {e:#}");
+            let mut shared = placement(guests, vcpus, cpus, false);
+            shared.why = format!("{}; a rotation was refused: {e:#}", shared.why);
+            shared
+        }
+    }
+}
+
 /// The host CPU of each global vCPU k (of `total`) in phase `phase` of a rotation over `cpus`:
 /// position q = (k + phase) mod total goes to CPU ⌊q·n/total⌋, so every CPU holds ⌊total/n⌋
 /// or ⌈total/n⌉ vCPUs in every phase, and over `total` phases each vCPU takes every position
@@ -858,6 +905,54 @@ mod tests {
             vec![vec![vec![0]], vec![vec![1]], vec![vec![0]], vec![vec![1]]]
         );
         assert!(placement(5, 1, &cpus, true).rotating);
+    }
+
+    #[test]
+    fn a_rotation_that_cannot_move_a_thread_is_the_shared_placement_and_says_why() {
+        // 1.5x of 1-vCPU guests on 2 CPUs: uneven, so it rotates where threads can be moved.
+        let cpus = [0, 1];
+        let rotating = placement(3, 1, &cpus, true);
+        assert!(rotating.rotating);
+        let tids = vec![vec![101], vec![102], vec![103]];
+        let moved = std::cell::RefCell::new(Vec::new());
+        let ok = rotation_checked(rotating.clone(), 3, 1, &cpus, &tids, |t, c| {
+            moved.borrow_mut().push((t, c.to_vec()));
+            Ok(())
+        });
+        assert_eq!(ok, rotating);
+        assert_eq!(
+            moved.into_inner(),
+            [(101, vec![0]), (102, vec![0]), (103, vec![1])],
+            "every thread moved to its first phase"
+        );
+        // A non-root ocrig under libvirt: the first move is refused.
+        let eperm = rotation_checked(rotating.clone(), 3, 1, &cpus, &tids, |t, _| {
+            anyhow::bail!("sched_setaffinity(tid {t}): Operation not permitted (os error 1)")
+        });
+        assert!(!eperm.rotating && !eperm.pinned, "{eperm:?}");
+        assert_eq!(eperm.cpus, placement(3, 1, &cpus, false).cpus);
+        assert!(
+            eperm
+                .why
+                .contains("a rotation was refused: sched_setaffinity(tid 101)"),
+            "{}",
+            eperm.why
+        );
+        // A guest whose vCPU threads are unknown cannot rotate either.
+        let unknown = rotation_checked(rotating, 3, 1, &cpus, &[vec![101], vec![], vec![103]], |_, _| {
+            Ok(())
+        });
+        assert!(
+            !unknown.rotating && unknown.why.contains("guest 1's vCPU threads are unknown"),
+            "{}",
+            unknown.why
+        );
+        // A placement that does not rotate is left alone.
+        let even = placement(2, 1, &cpus, true);
+        assert_eq!(
+            rotation_checked(even.clone(), 2, 1, &cpus, &[], |_, _| anyhow::bail!("no")),
+            even
+        );
     }
 
     #[test]
