@@ -31,7 +31,8 @@
 //! accelerator (KVM and TCG snapshots never mix), for KVM the host CPU, size and mtime of the
 //! kernel, initrd and firmware files, and the scratch disk size. A template whose recorded
 //! inputs differ from the current ones, whose state file has the wrong size or checksum, or
-//! that QEMU cannot load, is never used: it is removed and rebuilt.
+//! that QEMU cannot load, is never used: it is removed and rebuilt, once: one this sweep built
+//! that QEMU then cannot load is not built again in the sweep, whose guests of that shape boot.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -221,13 +222,29 @@ impl TemplateCache {
         Ok((t, built_here))
     }
 
-    /// Removes a template QEMU could not load, so the next guest of its shape rebuilds it.
+    /// Removes a template QEMU could not load. One found in the cache (a stale or damaged
+    /// file) is rebuilt by the next guest of its shape; one this sweep built is not: QEMU
+    /// failing to load what it just saved fails the same way after every build (each costing
+    /// a boot), so the failure is kept for the sweep and its guests boot.
     pub async fn discard(&self, t: &Template, why: &str) {
-        super::boot::notice_once(&format!(
-            "template {} is unusable ({why}); removing it so it is rebuilt",
-            t.short()
-        ));
-        self.cells.lock().await.remove(&t.key);
+        let mut cells = self.cells.lock().await;
+        if t.built_now {
+            let kept = format!(
+                "template {} was built in this sweep and QEMU could not load it ({why}); not built again in this sweep",
+                t.short()
+            );
+            super::boot::notice_once(&kept);
+            cells.insert(
+                t.key.clone(),
+                Arc::new(tokio::sync::OnceCell::new_with(Some(Err(kept)))),
+            );
+        } else {
+            super::boot::notice_once(&format!(
+                "template {} is unusable ({why}); removing it so it is rebuilt",
+                t.short()
+            ));
+            cells.remove(&t.key);
+        }
         let _ = std::fs::remove_dir_all(&t.dir);
     }
 
@@ -865,6 +882,47 @@ mod tests {
         );
         assert!(c.contains("date -u -s @1796110000;"), "{c}");
         assert!(c.ends_with("printf %s ab01 >/dev/urandom"), "{c}");
+    }
+
+    #[test]
+    fn a_template_built_in_this_sweep_that_qemu_cannot_load_is_not_built_again() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = TemplateCache::new(root.path().to_path_buf());
+        let template = |key: &str, built_now| {
+            let dir = root.path().join(key);
+            std::fs::create_dir_all(&dir).unwrap();
+            let m = meta(&dir, "inputs", b"state");
+            Template {
+                key: key.repeat(64),
+                dir,
+                meta: m,
+                built_now,
+            }
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let cell = |key: &str| {
+            rt.block_on(async {
+                cache
+                    .cells
+                    .lock()
+                    .await
+                    .get(&key.repeat(64))
+                    .map(|c| c.get().cloned())
+            })
+        };
+        // From the cache: removed, so the next guest of its shape builds it anew.
+        let cached = template("a", false);
+        rt.block_on(cache.discard(&cached, "load failed"));
+        assert!(cell("a").is_none() && !cached.dir.exists());
+        // Built now: the failure is kept, the next guest of its shape boots instead.
+        let fresh = template("b", true);
+        rt.block_on(cache.discard(&fresh, "load failed"));
+        let kept = cell("b").flatten().expect("the failure is kept").unwrap_err();
+        assert!(
+            kept.contains("QEMU could not load it (load failed); not built again"),
+            "{kept}"
+        );
+        assert!(!fresh.dir.exists());
     }
 
     #[test]
