@@ -5,6 +5,11 @@ use clap::{Parser, Subcommand};
 
 use crate::workloads;
 
+/// A line the host may send a gated payload before `go`: asks for the guest's TSC now.
+pub const SYNC_LINE: &str = "sync";
+/// How the payload answers [`SYNC_LINE`] on stderr: this, a space, the TSC.
+pub const SYNC_ANSWER: &str = "ocrig-payload: sync";
+
 /// The line after each copy of /proc/stat that `--proc-stat` prints.
 pub const PROC_STAT_END: &str = "ocrig-proc-stat-end";
 

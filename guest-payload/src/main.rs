@@ -59,12 +59,24 @@ fn print_proc_stat(after: bool) {
 /// Everything after the arguments were accepted: the go signal, the workload, its report.
 fn run(cli: &Cli) -> ExitCode {
     if cli.go_stdin {
-        // Tell the host we are ready, then block until it says go.
+        // Tell the host we are ready, then block until it says go. Before it, the host may ask
+        // for the TSC any number of times (`sync`): each answer, timed by the host between its
+        // question and the answer, ties this guest's TSC to the host's clock.
         eprintln!("ocrig-payload: ready");
-        let mut line = String::new();
-        if std::io::stdin().lock().read_line(&mut line).is_err() {
-            eprintln!("ocrig-payload: error: reading the go signal failed");
-            return ExitCode::from(1);
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut line = String::new();
+            if stdin.read_line(&mut line).is_err() {
+                eprintln!("ocrig-payload: error: reading the go signal failed");
+                return ExitCode::from(1);
+            }
+            if line.trim_end() != ocrig_payload::cli::SYNC_LINE {
+                break;
+            }
+            let tsc = ocrig_payload::preempt_sample::ticks();
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{} {tsc}", ocrig_payload::cli::SYNC_ANSWER);
+            let _ = err.flush();
         }
     }
     // Only workloads get a probe (not `list`); a trace event the kernel lacks is bad input here.

@@ -133,6 +133,39 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The run's window on the TSC and on the guest's CLOCK_MONOTONIC, each end read as a pair:
+/// the TSC's rate over the whole run, which times the stretched intervals from the window's
+/// start and lets the host put them on its own clock (a 20 ms calibration's rate can be off
+/// by 1e-4, 0.3 ms over a 3 s run).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct TscWindow {
+    pub start_tick: u64,
+    pub start_mono_ns: u64,
+    pub end_tick: u64,
+    pub end_mono_ns: u64,
+    /// (end_tick - start_tick) / (end_mono_ns - start_mono_ns), Hz.
+    pub hz: f64,
+}
+
+impl TscWindow {
+    /// The TSC and CLOCK_MONOTONIC read back to back, now.
+    pub fn read_pair() -> (u64, u64) {
+        let t = ticks();
+        (t, monotonic_ns())
+    }
+
+    pub fn of(start: (u64, u64), end: (u64, u64)) -> Self {
+        let (ticks, ns) = (end.0.wrapping_sub(start.0), end.1.saturating_sub(start.1));
+        Self {
+            start_tick: start.0,
+            start_mono_ns: start.1,
+            end_tick: end.0,
+            end_mono_ns: end.1,
+            hz: ticks as f64 * 1e9 / ns.max(1) as f64,
+        }
+    }
+}
+
 /// A measurement of the TSC's rate against CLOCK_MONOTONIC.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TscCalibration {
@@ -633,6 +666,10 @@ pub struct PreemptionReport {
     pub clock_behind: u64,
     /// How stretched samples were split into guest and vCPU preemption.
     pub split: String,
+    /// The run's window on the TSC (what `longest[].at_ns` count from); absent from reports
+    /// made before it was.
+    #[serde(default)]
+    pub window: Option<TscWindow>,
 }
 
 pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches and the thread's runqueue wait (/proc/thread-self/schedstat) read after each \
@@ -665,13 +702,13 @@ pub fn tsc_rate_moved(before: &TscCalibration, after: &TscCalibration) -> Option
 }
 
 /// Builds the report from every thread's samples; `elapsed_ns` is the run's window and
-/// `origin_tick` the TSC at its start.
+/// `window` its ends on the TSC (the stretched intervals are timed from its start at its rate).
 pub fn report(
     settings: &Settings,
     rate: f64,
     threads: &[ThreadSamples],
     elapsed_ns: u64,
-    origin_tick: u64,
+    window: TscWindow,
     tsc_before: TscCalibration,
     tsc_after: TscCalibration,
 ) -> PreemptionReport {
@@ -684,9 +721,14 @@ pub fn report(
     }
     let clock_bad = tsc_rate_moved(&tsc_before, &tsc_after);
     let every = settings.every;
-    let ns_per_tick = 1e9 / settings.tsc_hz;
-    let longest_holds = longest_of(threads, |t| &t.holds, origin_tick, ns_per_tick);
-    let longest_handovers = longest_of(threads, |t| &t.handovers, origin_tick, ns_per_tick);
+    let hz = if window.hz.is_finite() && window.hz > 0.0 {
+        window.hz
+    } else {
+        settings.tsc_hz
+    };
+    let origin_tick = window.start_tick;
+    let longest_holds = longest_of(threads, |t| &t.holds, origin_tick, 1e9 / hz);
+    let longest_handovers = longest_of(threads, |t| &t.handovers, origin_tick, 1e9 / hz);
     let (holds, holds_unavailable) = match (&clock_bad, Stretch::of(&all.holds, elapsed_ns, longest_holds)) {
         (Some(why), _) => (None, Some(why.clone())),
         (None, Some(s)) => (Some(s), None),
@@ -723,6 +765,7 @@ pub fn report(
         handovers_unavailable,
         not_handed_over: all.not_handed_over,
         clock_behind: all.clock_behind,
+        window: Some(window),
         split: if threads.iter().all(|t| t.runqueue_wait_read) {
             SPLIT_METHOD
         } else {
@@ -818,7 +861,7 @@ mod tests {
             0.25,
             &[o.clone(), o.clone()],
             10_000_000,
-            1_000,
+            TscWindow::of((1_000, 0), (10_001_000, 10_000_000)),
             tsc.clone(),
             tsc.clone(),
         );
@@ -864,7 +907,7 @@ mod tests {
             0.25,
             &[s.out.clone()],
             10_000_000,
-            0,
+            TscWindow::of((0, 0), (10_000_000, 10_000_000)),
             tsc.clone(),
             moved,
         );
@@ -873,7 +916,15 @@ mod tests {
         // No waited acquisition: hand-overs null with a reason, holds measured.
         let mut one = Sampler::new(settings());
         one.record(&cycle(None, 0, 10, 1_010));
-        let r = report(&settings(), 0.25, &[one.out], 10_000_000, 0, tsc.clone(), tsc);
+        let r = report(
+            &settings(),
+            0.25,
+            &[one.out],
+            10_000_000,
+            TscWindow::of((0, 0), (10_000_000, 10_000_000)),
+            tsc.clone(),
+            tsc,
+        );
         assert!(r.holds.is_some() && r.handovers.is_none());
         assert!(r.handovers_unavailable.unwrap().contains("no acquisition waited"));
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::future::join_all;
+use serde_json::{Value, json};
 
 use super::{Finished, RunOutcome, WorkerRun};
 use crate::backend::Guest;
@@ -104,6 +105,48 @@ struct Started {
     argv: Vec<String>,
     /// The guest's /proc/stat printed right before the payload started.
     stat_before: Result<String, String>,
+    /// Its TSC tied to this host's clock ([`guest_clock`]), or why not.
+    clock: Value,
+}
+
+/// Exchanges made to tie a guest's TSC to the host's clock: the quickest is kept. Each takes
+/// one SSH round trip (about 0.2-2 ms here under TCG), all guests at once.
+pub const CLOCK_EXCHANGES: usize = 8;
+
+/// Ties the gated payload's TSC to this host's CLOCK_MONOTONIC (the tracefs `mono` clock of
+/// the vCPU timeline): [`CLOCK_EXCHANGES`] sync questions, each timed on the host; the guest
+/// read its TSC between the question and the answer, so the quickest exchange's midpoint is
+/// the host's time of that reading within half its round trip (`error_ns`). With the run's own
+/// TSC rate (the payload's `preemption.window`) it puts the payload's stretched intervals on
+/// the host's timeline.
+fn guest_clock(gated: &mut GatedCommand) -> Value {
+    let mut best: Option<(u64, u64, u64)> = None; // (round trip, midpoint, tsc)
+    let mut trips = Vec::new();
+    for _ in 0..CLOCK_EXCHANGES {
+        let asked = sched_trace::mono_ns();
+        let tsc = match gated.sync() {
+            Ok(t) => t,
+            Err(e) => return json!({ "unavailable": format!("{e:#}") }),
+        };
+        let answered = sched_trace::mono_ns();
+        let trip = answered.saturating_sub(asked);
+        trips.push(trip);
+        if best.is_none_or(|b| trip < b.0) {
+            best = Some((trip, asked + trip / 2, tsc));
+        }
+    }
+    let Some((trip, mid, tsc)) = best else {
+        return json!({ "unavailable": "no exchange was made" });
+    };
+    trips.sort_unstable();
+    json!({
+        "host_mono_ns": mid,
+        "tsc": tsc,
+        "error_ns": trip / 2,
+        "exchanges": trips.len(),
+        "round_trip_ns": { "min": trips[0], "median": trips[trips.len() / 2], "max": trips[trips.len() - 1] },
+        "method": "the guest's TSC read while the host waited for it over SSH; the quickest of the exchanges, at its midpoint on the host's CLOCK_MONOTONIC, within half its round trip",
+    })
 }
 
 /// The probe's view of the participants; `ok(index)` says whose SSH session may be used.
@@ -148,11 +191,13 @@ pub async fn gated_run(
                     limits.run + Duration::from_secs(30),
                 )?;
                 let stat_before = gated.stdout_until(STAT_END).map_err(|e| format!("{e:#}"));
+                let clock = guest_clock(&mut gated);
                 Ok(Started {
                     index,
                     gated,
                     argv: argv_c,
                     stat_before,
+                    clock,
                 })
             })
             .await
@@ -179,8 +224,10 @@ pub async fn gated_run(
     // By worker index, so each guest's lookup is one step (a run may have hundreds).
     let mut failed: Vec<bool> = (0..workers).map(|i| results[i].is_some()).collect();
     let mut stat_before: Vec<Option<Result<String, String>>> = vec![None; workers];
+    let mut clocks: Vec<Option<Value>> = vec![None; workers];
     for s in &started {
         stat_before[s.index] = Some(s.stat_before.clone());
+        clocks[s.index] = Some(s.clock.clone());
     }
     let probe = RunProbe::start(
         &targets(participants, |i| !failed[i], |i| stat_before[i].clone()),
@@ -289,6 +336,9 @@ pub async fn gated_run(
     for (p, m) in participants.iter().zip(telemetry.per_guest) {
         if let Some(Some(w)) = results.get_mut(p.index) {
             w.telemetry = m;
+            if let Some(c) = clocks[p.index].take() {
+                w.telemetry.insert("guest_clock".into(), c);
+            }
         }
     }
     steps.mark();

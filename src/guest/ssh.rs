@@ -285,6 +285,29 @@ impl GatedCommand {
         }
     }
 
+    /// Asks the gated payload for its TSC (before the go line): writes the sync line and reads
+    /// stderr up to the answer. The caller times the call; the guest read its TSC within it.
+    pub fn sync(&mut self) -> anyhow::Result<u64> {
+        use ocrig_payload::cli::{SYNC_ANSWER, SYNC_LINE};
+        self.ch.write_all(format!("{SYNC_LINE}\n").as_bytes())?;
+        self.ch.flush()?;
+        loop {
+            match self.stderr_line() {
+                Ok(Some(line)) => match line.strip_prefix(SYNC_ANSWER) {
+                    Some(tsc) => {
+                        return tsc
+                            .trim()
+                            .parse()
+                            .with_context(|| format!("the payload's sync answer {line:?}"));
+                    }
+                    None => self.early.push_str(&line),
+                },
+                Ok(None) => anyhow::bail!("the guest's shell ended while `{}` waited to start", self.command),
+                Err(e) => return Err(anyhow::Error::from(e).context("reading the payload's sync answer")),
+            }
+        }
+    }
+
     /// Sends the go line; returns the instant it was written. Nothing else is written to the
     /// shell until the command ends, so the line is the command's to read.
     pub fn go(&mut self) -> anyhow::Result<Instant> {

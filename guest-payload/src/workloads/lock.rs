@@ -57,7 +57,7 @@ use crate::locks::owner::{OwnerCheck, OwnerId};
 use crate::locks::{self, LockInfo, LockVisitor, futex};
 use crate::loop_memory::{self, LoopMemory};
 use crate::metrics::{Ctxsw, Fairness, Latency, new_latency_histogram};
-use crate::preempt_sample::{self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration};
+use crate::preempt_sample::{self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration, TscWindow};
 use crate::report::Report;
 use crate::work_as_run::{self, TimedWork, WorkAsRun, WorkSamples};
 
@@ -428,9 +428,10 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     });
     // The window's start on the TSC, for the stretched intervals' times (microseconds after
     // `start`: nothing against intervals of tens of µs and more).
-    let origin_tick = preempt_sample::ticks();
+    let window_start = TscWindow::read_pair();
+    let origin_tick = window_start.0;
     let stall = match (args.debug_guest_stall, &counts, &tsc_before) {
-        (Some(spec), Ok(_), Some(tsc)) => Some(Stall::start(spec, origin_tick, tsc.hz)),
+        (Some(spec), Ok(_), Some(_)) => Some(Stall::start(spec, origin_tick)),
         (Some(_), Ok(_), None) => Some(Err(anyhow::anyhow!(
             "--debug-guest-stall times its bursts on the TSC: not with --no-hold-sampling"
         ))),
@@ -442,8 +443,10 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     // Relaxed suffices: the flag carries no data, and the stop gate synchronises the results.
     shared.stop.0.store(true, Ordering::Relaxed);
     let end = stop_gate.open();
+    let window_end = TscWindow::read_pair();
     // The stall ends with the window, before anything after it is timed.
-    let stall = stall.map(|s| s.and_then(Stall::stop));
+    let hz = TscWindow::of(window_start, window_end).hz;
+    let stall = stall.map(|s| s.and_then(|s| s.stop(hz)));
     crate::probe::window_close();
     let outcomes: Vec<ThreadOutcome> = workers
         .into_iter()
@@ -503,7 +506,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             args.hold_sample_rate,
             &thread_samples,
             elapsed.as_nanos() as u64,
-            origin_tick,
+            TscWindow::of(window_start, window_end),
             before,
             after,
         )),

@@ -63,13 +63,15 @@ pub struct Stall {
     spec: StallSpec,
     /// Dropped or sent to: the thread stops at once, between bursts.
     stop: Sender<()>,
-    thread: JoinHandle<Vec<Burst>>,
+    origin_tick: u64,
+    /// Each burst's first and last TSC reading.
+    thread: JoinHandle<Vec<(u64, u64)>>,
 }
 
 impl Stall {
-    /// Starts the stalling thread now (the window's start, `origin_tick` on the TSC running at
-    /// `tsc_hz`); fails if it cannot be pinned or made SCHED_FIFO (needs root in the guest).
-    pub fn start(spec: StallSpec, origin_tick: u64, tsc_hz: f64) -> anyhow::Result<Self> {
+    /// Starts the stalling thread now (the window's start, `origin_tick` on the TSC); fails if
+    /// it cannot be pinned or made SCHED_FIFO (needs root in the guest).
+    pub fn start(spec: StallSpec, origin_tick: u64) -> anyhow::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -80,7 +82,6 @@ impl Stall {
                     Duration::from_millis(spec.on_ms),
                     Duration::from_millis(spec.period_ms),
                 );
-                let ns_per_tick = 1e9 / tsc_hz;
                 let mut bursts = Vec::new();
                 // The first burst one period in: the workers have all taken their CPUs.
                 let mut next = Instant::now() + period;
@@ -93,11 +94,7 @@ impl Stall {
                     while began.elapsed() < on {
                         std::hint::spin_loop();
                     }
-                    let t1 = ticks();
-                    bursts.push(Burst {
-                        at_ns: ((t0 as i128 - origin_tick as i128) as f64 * ns_per_tick) as i64,
-                        len_ns: ((t1 - t0) as f64 * ns_per_tick) as u64,
-                    });
+                    bursts.push((t0, ticks()));
                     next += period;
                 }
                 bursts
@@ -111,15 +108,30 @@ impl Stall {
                     spec.cpu
                 )
             })?;
-        Ok(Self { spec, stop, thread })
+        Ok(Self {
+            spec,
+            stop,
+            origin_tick,
+            thread,
+        })
     }
 
-    pub fn stop(self) -> anyhow::Result<StallReport> {
+    /// Stops the thread; its bursts timed from the window's start with the TSC at `tsc_hz` (the
+    /// rate the stretched intervals are timed with).
+    pub fn stop(self, tsc_hz: f64) -> anyhow::Result<StallReport> {
         let _ = self.stop.send(());
         let bursts = self
             .thread
             .join()
             .map_err(|_| anyhow::anyhow!("the guest-stall thread panicked"))?;
+        let ns_per_tick = 1e9 / tsc_hz;
+        let bursts = bursts
+            .into_iter()
+            .map(|(t0, t1)| Burst {
+                at_ns: ((t0 as i128 - self.origin_tick as i128) as f64 * ns_per_tick) as i64,
+                len_ns: (t1.saturating_sub(t0) as f64 * ns_per_tick) as u64,
+            })
+            .collect();
         Ok(StallReport {
             spec: self.spec,
             bursts,
