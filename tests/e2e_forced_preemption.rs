@@ -164,6 +164,43 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// How long the host's record (`extra.stretched_on_host`) says the vCPU of `s`, one of the
+/// record's `kind` intervals, was off its host CPU during it, ns.
+fn off_on_host(r: &Value, kind: &str, s: &Value) -> i64 {
+    let list = r["payload"]["preemption"][kind]["longest"].as_array().unwrap();
+    let i = list.iter().position(|x| x == s).unwrap();
+    let on_host = &r["extra"]["stretched_on_host"];
+    on_host[kind][i]["off_ns"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{kind} {s}: not on the host's record: {on_host}"))
+}
+
+/// The report's judgement of the one cell's listed stretched intervals by the host's record
+/// (`report.json`: `preemption.observed`).
+fn observed(results: &std::path::Path) -> Value {
+    let dir = std::fs::read_dir(results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let model: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let cell = &model["workloads"][0]["series"][0]["cells"][0];
+    let o = cell["preemption"]["observed"].clone();
+    assert!(
+        o.is_object(),
+        "judged by the host's record: {}",
+        cell["preemption"]
+    );
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("on the host's record") && md.contains("(tie ±"),
+        "{md}"
+    );
+    o
+}
+
 /// One sweep at a time: the tests of this file each take a CPU on purpose.
 static ONE_SWEEP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -207,6 +244,7 @@ fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
     let runs = valid_runs(&all);
     assert_eq!(runs.len(), 2, "2 valid runs");
     let slack = SLACK.as_nanos() as i64;
+    let mut found_bursts = 0;
     for r in runs {
         let p = &r["payload"];
         let window = p["elapsed_ns"].as_i64().unwrap();
@@ -221,14 +259,14 @@ fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
             "a burst every {PERIOD:?} of {window} ns: {bursts:?}"
         );
         let pre = &p["preemption"];
-        let stretched: Vec<&Value> = ["holds", "handovers"]
+        let stretched: Vec<(&str, &Value)> = ["holds", "handovers"]
             .iter()
-            .flat_map(|k| pre[k]["longest"].as_array().unwrap())
+            .flat_map(|k| pre[k]["longest"].as_array().unwrap().iter().map(move |s| (*k, s)))
             .collect();
         let mut matched = 0;
         for b in &bursts {
             let (at, len) = (b["at_ns"].as_i64().unwrap(), b["len_ns"].as_i64().unwrap());
-            let Some(s) = stretched.iter().find(|s| {
+            let Some((kind, s)) = stretched.iter().find(|(_, s)| {
                 (s["at_ns"].as_i64().unwrap() - at).abs() <= slack
                     && (s["len_ns"].as_i64().unwrap() - len).abs() <= slack
             }) else {
@@ -241,6 +279,10 @@ fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
                 .unwrap_or_else(|| panic!("{s}: no runqueue wait read"));
             assert_eq!(s["guest"], true, "burst {b}: {s} labelled vcpu");
             assert!(wait >= len / 2, "burst {b}: {s}");
+            // The host's record agrees: the vCPU ran (the guest's own thread) through most of
+            // it (the host's own load may take it for a slice meanwhile: 4.8 ms of one, seen).
+            let off = off_on_host(r, kind, s);
+            assert!(off < len / 2, "burst {b}: {s} off the host CPU {off} ns");
         }
         eprintln!(
             "run {}: {matched} of {} guest bursts found as guest preemptions",
@@ -252,7 +294,15 @@ fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
             "{matched} of {} bursts found",
             bursts.len()
         );
+        found_bursts += matched;
     }
+    // The report, judging with the host's record, counts each as guest.
+    let o = observed(&results);
+    eprintln!("the report's judgement: {o}");
+    assert!(
+        o["guest"]["count"].as_u64().unwrap() >= found_bursts as u64,
+        "{o}"
+    );
 }
 
 #[test]
@@ -282,6 +332,7 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
     let runs = valid_runs(&all);
     assert_eq!(runs.len(), 2, "2 valid runs");
 
+    let mut found_bursts = 0;
     let (on, period, slack) = (
         ON.as_nanos() as i64,
         PERIOD.as_nanos() as i64,
@@ -369,6 +420,13 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         // a hold 30.58 ms long, its runqueue wait 30.38 ms, 2026-12-05). So at most one a run.
         let mut inferred_guest = Vec::new();
         for (kind, s) in &matched {
+            // The host's own record: the vCPU's thread was off its CPU for (nearly) all of it.
+            let off = off_on_host(r, kind, s);
+            let len = s["len_ns"].as_i64().unwrap();
+            assert!(
+                off >= len * 9 / 10,
+                "{kind} {s}: off the host CPU {off} ns of {len}"
+            );
             s["guest_wait_ns"]
                 .as_i64()
                 .unwrap_or_else(|| panic!("{kind} {s}: no runqueue wait read"));
@@ -377,6 +435,7 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
             }
         }
         assert!(inferred_guest.len() <= 1, "labelled guest: {inferred_guest:?}");
+        found_bursts += matched.len();
         // On the host's clock: the guest's TSC tied to it before the run (`extra.guest_clock`)
         // and the run's TSC rate put each found interval within the tie's error of a burst the
         // hog began (an interval starts within a hold, 20 µs, of its burst).
@@ -415,4 +474,10 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
             );
         }
     }
+    // The report, judging with the host's record, counts each as vcpu (or both, where the
+    // guest had switched the thread out just before).
+    let o = observed(&results);
+    eprintln!("the report's judgement: {o}");
+    let host = o["vcpu"]["count"].as_u64().unwrap() + o["both"]["count"].as_u64().unwrap();
+    assert!(host >= found_bursts as u64, "{o}");
 }

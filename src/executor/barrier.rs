@@ -320,9 +320,17 @@ pub async fn gated_run(
     };
     let read_from = targets(participants, |i| !failed[i], |i| stat_after[i].clone());
     let (mut telemetry, timeline) = tokio::join!(probe.finish(&read_from), timeline);
-    if let Some(timeline) = timeline {
-        telemetry.shared.insert("timeline".into(), timeline);
+    let kept = timeline.and_then(|(summary, kept)| {
+        telemetry.shared.insert("timeline".into(), summary);
+        kept
+    });
+    let mut on_host: Vec<Option<Value>> = vec![None; workers];
+    for (index, _, result, _, _) in &collected {
+        if let Ok(f) = result {
+            on_host[*index] = stretched_on_host(&f.stdout, clocks[*index].as_ref(), kept.as_ref(), *index);
+        }
     }
+    drop(kept);
     for (index, argv, result, run_s, _) in collected {
         let run_s = if result.is_ok() { run_s } else { None };
         results[index] = Some(WorkerRun {
@@ -338,6 +346,9 @@ pub async fn gated_run(
             w.telemetry = m;
             if let Some(c) = clocks[p.index].take() {
                 w.telemetry.insert("guest_clock".into(), c);
+            }
+            if let Some(h) = on_host[p.index].take() {
+                w.telemetry.insert("stretched_on_host".into(), h);
             }
         }
     }
@@ -444,16 +455,36 @@ async fn finish_trace(
     trace: Result<SchedTrace, String>,
     window: Option<(u64, u64)>,
     file: std::path::PathBuf,
-) -> serde_json::Value {
+) -> (Value, Option<(sched_trace::Timeline, i64)>) {
     match (trace, window) {
-        (Ok(t), Some(w)) => tokio::task::spawn_blocking(move || t.finish(w, &file))
+        (Ok(t), Some(w)) => tokio::task::spawn_blocking(move || t.finish_keeping(w, &file))
             .await
-            .unwrap_or_else(|e| serde_json::json!({ "unavailable": format!("reading the trace: {e}") })),
-        (Err(why), _) => serde_json::json!({ "unavailable": why }),
-        (Ok(_), None) => {
-            serde_json::json!({ "unavailable": "no guest was started, so the run has no window" })
-        }
+            .unwrap_or_else(|e| (json!({ "unavailable": format!("reading the trace: {e}") }), None)),
+        (Err(why), _) => (json!({ "unavailable": why }), None),
+        (Ok(_), None) => (
+            json!({ "unavailable": "no guest was started, so the run has no window" }),
+            None,
+        ),
     }
+}
+
+/// Each stretched interval the guest's payload listed, against the host's timeline
+/// ([`crate::telemetry::stretched_on_host`]); None where the payload timed none.
+fn stretched_on_host(
+    stdout: &str,
+    clock: Option<&Value>,
+    timeline: Option<&(sched_trace::Timeline, i64)>,
+    guest: usize,
+) -> Option<Value> {
+    let report: Value = serde_json::from_str(stdout.trim()).ok()?;
+    let preemption = report.get("preemption").filter(|p| p.is_object())?;
+    Some(match (timeline, clock) {
+        (Some((tl, offset)), Some(clock)) => {
+            crate::telemetry::stretched_on_host::of_run(preemption, clock, tl, guest as u32, *offset)
+        }
+        (None, _) => json!({ "unavailable": "the run has no vCPU timeline (see extra.timeline)" }),
+        (Some(_), None) => json!({ "unavailable": "the guest's TSC was not tied to the host's clock" }),
+    })
 }
 
 /// The measured window on the trace clock: the first go signal to the last guest's end.

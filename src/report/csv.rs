@@ -72,7 +72,7 @@ pub const COLUMNS: [&str; 52] = [
 
 /// Stretched lock holds and hand-overs (`stats::preemption`), after the KVM counters; empty for
 /// workloads without a lock, the note saying why a lock cell has none.
-pub const PREEMPTION_COLUMNS: [&str; 13] = [
+pub const PREEMPTION_COLUMNS: [&str; 21] = [
     "stretched_hold_share",
     "hold_lost_share",
     "stretched_hold_vcpu_share",
@@ -86,6 +86,15 @@ pub const PREEMPTION_COLUMNS: [&str; 13] = [
     "handovers_timed_per_run",
     "handovers_stretched_per_run",
     "handovers_timed_per_s",
+    // The listed stretched intervals judged by the host's record, per run (means).
+    "observed_vcpu_per_run",
+    "observed_both_per_run",
+    "observed_guest_per_run",
+    "observed_unexplained_per_run",
+    "observed_too_short_per_run",
+    "observed_clock_error_ns",
+    "observed_runs",
+    "observed_note",
     "preemption_note",
 ];
 
@@ -124,8 +133,32 @@ fn preemption_fields(c: &Cell) -> Vec<String> {
             num(n.and_then(|n| n.timed_per_s)),
         ]
     }))
+    .chain(observed_fields(p))
     .chain([text(note.as_ref())])
     .collect()
+}
+
+fn observed_fields(p: &crate::stats::preemption::CellPreemption) -> Vec<String> {
+    match &p.observed {
+        Some(o) => {
+            let per_run = |x: u64| num(Some(x as f64 / o.runs.max(1) as f64));
+            vec![
+                per_run(o.vcpu.count),
+                per_run(o.both.count),
+                per_run(o.guest.count),
+                per_run(o.unexplained.count),
+                per_run(o.too_short),
+                num(Some(o.error_ns as f64)),
+                num(Some(o.runs as f64)),
+                String::new(),
+            ]
+        }
+        None => {
+            let mut v = vec![String::new(); 7];
+            v.push(text(p.observed_unavailable.as_ref()));
+            v
+        }
+    }
 }
 
 /// Quotes a field if it contains a comma, quote or line break (RFC 4180).

@@ -906,17 +906,18 @@ pub fn cell_rows(wl: &WorkloadModel) -> Vec<Vec<String>> {
 
 /// The stretched hold / hand-over columns of the cell table (lock workloads; see
 /// `stats::preemption`), placed right after the vCPU wait they explain.
-pub const PREEMPTION_COLUMNS: [&str; 4] = [
+pub const PREEMPTION_COLUMNS: [&str; 5] = [
     "stretched hold",
     "hold loss",
     "stretched hand-over",
     "hand-over loss",
+    "on the host's record",
 ];
 
 /// A cell's [`PREEMPTION_COLUMNS`]: shares as percentages (two decimals: 1 % is the line between
 /// alone and preempted), the stretched ones with what they are shares of ([`stretched_of`]),
 /// `-` when not measured.
-fn preemption_cells(c: &Cell) -> [String; 4] {
+fn preemption_cells(c: &Cell) -> [String; 5] {
     use crate::stats::explain::Measured;
     let pct = |m: &Measured| {
         m.mean()
@@ -932,9 +933,34 @@ fn preemption_cells(c: &Cell) -> [String; 4] {
             pct(&p.hold_lost),
             of(&p.stretched_handovers, p.handovers_timed.as_ref()),
             pct(&p.handover_lost),
+            p.observed.as_ref().map_or_else(|| "-".into(), observed_text),
         ],
-        None => ["-".into(), "-".into(), "-".into(), "-".into()],
+        None => ["-".into(), "-".into(), "-".into(), "-".into(), "-".into()],
     }
+}
+
+/// The listed stretched intervals judged by the host's record, per run: `vcpu 9.5 · both 0.5 ·
+/// guest 0 · unexpl. 1 of 11/run ≥ 1.0 ms (tie ±0.25 ms)`.
+pub fn observed_text(o: &crate::stats::preemption::Observed) -> String {
+    let runs = o.runs.max(1) as f64;
+    let n = |x: u64| {
+        let v = x as f64 / runs;
+        if (v - v.round()).abs() < 0.05 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.1}")
+        }
+    };
+    let ms = o.error_ns as f64 / 1e6;
+    format!(
+        "vcpu {} · both {} · guest {} · unexpl. {} of {}/run ≥ {:.1} ms (tie ±{ms:.2} ms)",
+        n(o.vcpu.count),
+        n(o.both.count),
+        n(o.guest.count),
+        n(o.unexplained.count),
+        n(o.judged()),
+        crate::stats::preemption::ATTRIBUTABLE_ERRORS * ms,
+    )
 }
 
 /// A stretched share with what it is a share of: `0.07% of 388.2k/run, 129.4k/s`; where a run
@@ -1132,6 +1158,26 @@ pub fn notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hosts_judgement_reads_per_run_with_its_bounds() {
+        use crate::stats::preemption::{Labelled, Observed};
+        let l = |count| Labelled { count, ns: 0.0 };
+        let o = Observed {
+            vcpu: l(19),
+            both: l(1),
+            guest: l(0),
+            unexplained: l(3),
+            too_short: 40,
+            unread: 0,
+            error_ns: 250_000,
+            runs: 2,
+        };
+        assert_eq!(
+            observed_text(&o),
+            "vcpu 9.5 · both 0.5 · guest 0 · unexpl. 1.5 of 11.5/run ≥ 1.0 ms (tie ±0.25 ms)"
+        );
+    }
     use crate::stats::cells::tests::journal;
 
     #[test]

@@ -283,6 +283,9 @@ fn digest_with(
                     d.preemption.as_ref(),
                     d.preemption_unavailable.as_deref(),
                     d.elapsed_ns,
+                    telemetry
+                        .stretched_on_host
+                        .read(super::preemption::NO_HOST_RECORD),
                 )
             })
             .map(|p| Box::new(p.map_err(|e| names.name(&e)))),

@@ -38,6 +38,18 @@ pub enum Part<T> {
     Read(Result<T, String>),
 }
 
+impl<T> Part<T> {
+    /// Its value, or why there is none (`absent`: the words for a record without it).
+    pub fn read(&self, absent: &str) -> Result<&T, String> {
+        match self {
+            Part::Absent => Err(absent.to_string()),
+            Part::Why(why) => Err(why.clone()),
+            Part::Read(Ok(v)) => Ok(v),
+            Part::Read(Err(e)) => Err(format!("unreadable: {e}")),
+        }
+    }
+}
+
 impl<T: DeserializeOwned> Part<T> {
     /// The field `v` of a record in memory.
     #[cfg(test)] // records in memory are digested in tests only
@@ -95,6 +107,8 @@ pub struct Telemetry {
     pub guest_stat: Part<GuestSteal>,
     pub host_stat: Part<HostTicks>,
     pub kvm: Part<KvmRun>,
+    /// The host's record of the payload's listed stretched intervals.
+    pub stretched_on_host: Part<super::preemption::OnHost>,
 }
 
 impl Default for Telemetry {
@@ -104,13 +118,20 @@ impl Default for Telemetry {
             guest_stat: Part::Absent,
             host_stat: Part::Absent,
             kvm: Part::Absent,
+            stretched_on_host: Part::Absent,
         }
     }
 }
 
 impl Telemetry {
     /// The `extra` fields it is read from.
-    pub const KEYS: [&str; 4] = ["vcpu_sched", "guest_stat", "host_stat", "kvm"];
+    pub const KEYS: [&str; 5] = [
+        "vcpu_sched",
+        "guest_stat",
+        "host_stat",
+        "kvm",
+        "stretched_on_host",
+    ];
 
     /// Of a record in memory.
     #[cfg(test)] // records in memory are digested in tests only
@@ -120,6 +141,7 @@ impl Telemetry {
             guest_stat: Part::of_value(extra.get("guest_stat")),
             host_stat: Part::of_value(extra.get("host_stat")),
             kvm: Part::of_value(extra.get("kvm")),
+            stretched_on_host: Part::of_value(extra.get("stretched_on_host")),
         }
     }
 
@@ -130,6 +152,7 @@ impl Telemetry {
             "guest_stat" => self.guest_stat = Part::of_raw(raw),
             "host_stat" => self.host_stat = Part::of_raw(raw),
             "kvm" => self.kvm = Part::of_raw(raw),
+            "stretched_on_host" => self.stretched_on_host = Part::of_raw(raw),
             _ => return false,
         }
         true

@@ -52,6 +52,129 @@ pub struct RunPreemption<E = String> {
     pub holds_timed: Option<Timed>,
     /// What the hand-over shares are of.
     pub handovers_timed: Option<Timed>,
+    /// The payload's listed stretched intervals judged against the host's own record, or why
+    /// they could not be.
+    pub observed: Result<Observed, E>,
+}
+
+/// The host's record of one run's stretched intervals (`extra.stretched_on_host`, aligned with
+/// the payload's `longest` lists), as [`of_reported`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct OnHost {
+    pub error_ns: Option<u64>,
+    #[serde(default)]
+    pub holds: Vec<OffCpu>,
+    #[serde(default)]
+    pub handovers: Vec<OffCpu>,
+    pub unavailable: Option<String>,
+}
+
+/// How long one listed interval's vCPU was off its host CPU during it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct OffCpu {
+    pub off_ns: Option<i64>,
+}
+
+/// One label's share of a run's (or a cell's) listed stretched intervals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Labelled {
+    pub count: u64,
+    pub ns: f64,
+}
+
+impl Labelled {
+    fn add(&mut self, other: &Labelled) {
+        self.count += other.count;
+        self.ns += other.ns;
+    }
+}
+
+/// The listed stretched intervals (both sides) judged with the host's record:
+/// - `vcpu`: the host had the vCPU's thread off its CPU for at least half of it, and the guest
+///   kept the thread running (the payload's split said vcpu);
+/// - `both`: off the host CPU for at least half, and the guest had switched the thread out or
+///   kept it waiting (the split said guest: it waited on the guest's runqueue while the host
+///   held the vCPU);
+/// - `guest`: the vCPU ran for more than half of it, and the guest switched the thread out;
+/// - `unexplained`: the vCPU ran and the guest kept the thread running (an interrupt, an
+///   emulation stall, or the clock tie's error).
+///
+/// Only intervals at least [`ATTRIBUTABLE_ERRORS`] times the clock tie's error long are judged;
+/// the rest are `too_short`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    pub vcpu: Labelled,
+    pub both: Labelled,
+    pub guest: Labelled,
+    pub unexplained: Labelled,
+    /// Listed but shorter than [`ATTRIBUTABLE_ERRORS`] × the tie's error, or outside the trace.
+    pub too_short: u64,
+    pub unread: u64,
+    /// The clock tie's error, ns (a cell: the largest of its runs').
+    pub error_ns: u64,
+    /// Runs judged (1 for a run).
+    pub runs: usize,
+}
+
+/// An interval shorter than this many clock-tie errors is not judged: placed up to one error
+/// early or late, half of it could fall on either side of a host switch.
+pub const ATTRIBUTABLE_ERRORS: f64 = 4.0;
+
+impl Observed {
+    pub fn judged(&self) -> u64 {
+        self.vcpu.count + self.both.count + self.guest.count + self.unexplained.count
+    }
+
+    fn add(&mut self, o: &Observed) {
+        self.vcpu.add(&o.vcpu);
+        self.both.add(&o.both);
+        self.guest.add(&o.guest);
+        self.unexplained.add(&o.unexplained);
+        self.too_short += o.too_short;
+        self.unread += o.unread;
+        self.error_ns = self.error_ns.max(o.error_ns);
+        self.runs += o.runs;
+    }
+
+    /// One run's listed intervals of both sides with the host's record of them.
+    fn of(p: &Sides, on_host: &OnHost) -> Result<Self, String> {
+        if let Some(why) = &on_host.unavailable {
+            return Err(format!("not judged by the host's record: {why}"));
+        }
+        let error = on_host
+            .error_ns
+            .ok_or("not judged by the host's record: the clock tie has no error")?;
+        let mut o = Observed {
+            error_ns: error,
+            runs: 1,
+            ..Default::default()
+        };
+        let sides = [(&p.holds, &on_host.holds), (&p.handovers, &on_host.handovers)];
+        for (side, host) in sides {
+            let Some(side) = side else { continue };
+            for (i, s) in side.longest.iter().enumerate() {
+                let Some(off) = host.get(i).and_then(|h| h.off_ns) else {
+                    o.unread += 1;
+                    continue;
+                };
+                let len = s.len_ns as f64;
+                if len < ATTRIBUTABLE_ERRORS * error as f64 {
+                    o.too_short += 1;
+                    continue;
+                }
+                let off_host = off as f64 >= len / 2.0;
+                let label = match (off_host, s.guest) {
+                    (true, false) => &mut o.vcpu,
+                    (true, true) => &mut o.both,
+                    (false, true) => &mut o.guest,
+                    (false, false) => &mut o.unexplained,
+                };
+                label.count += 1;
+                label.ns += len;
+            }
+        }
+        Ok(o)
+    }
 }
 
 /// The denominator of one run's stretched share: the intervals it timed and stretched, and
@@ -115,9 +238,10 @@ impl RunPreemption {
             holds_vcpu: self.holds_vcpu.map_err(&mut f),
             stretched_handovers: self.stretched_handovers.map_err(&mut f),
             handover_lost: self.handover_lost.map_err(&mut f),
-            handovers_vcpu: self.handovers_vcpu.map_err(f),
+            handovers_vcpu: self.handovers_vcpu.map_err(&mut f),
             holds_timed: self.holds_timed,
             handovers_timed: self.handovers_timed,
+            observed: self.observed.map_err(f),
         }
     }
 }
@@ -141,6 +265,7 @@ pub fn of_detail(
         reported.as_ref(),
         detail.get("preemption_unavailable").and_then(|w| w.as_str()),
         elapsed_ns,
+        Err(NO_HOST_RECORD.into()),
     )
 }
 
@@ -180,12 +305,18 @@ impl Reported {
     }
 }
 
+/// Why a run's stretched intervals were not judged by the host's record when its record has
+/// none.
+pub const NO_HOST_RECORD: &str = "no host record of the stretched intervals (extra.stretched_on_host: a run without a vCPU timeline, or an ocrig before it)";
+
 /// The run's figures from its report's `preemption` field (`None`: absent), its
-/// `preemption_unavailable` and its `elapsed_ns` (the run's length).
+/// `preemption_unavailable`, its `elapsed_ns` (the run's length) and the host's record of its
+/// listed stretched intervals (or why there is none).
 pub fn of_reported(
     preemption: Option<&Reported>,
     unavailable: Option<&str>,
     elapsed_ns: Option<u64>,
+    on_host: Result<&OnHost, String>,
 ) -> Option<RunPreemption> {
     let all = |why: String| RunPreemption {
         stretched_holds: Err(why.clone()),
@@ -193,9 +324,10 @@ pub fn of_reported(
         holds_vcpu: Err(why.clone()),
         stretched_handovers: Err(why.clone()),
         handover_lost: Err(why.clone()),
-        handovers_vcpu: Err(why),
+        handovers_vcpu: Err(why.clone()),
         holds_timed: None,
         handovers_timed: None,
+        observed: Err(why),
     };
     let p = match preemption? {
         Reported::Null => {
@@ -241,6 +373,7 @@ pub fn of_reported(
         handovers_vcpu,
         holds_timed: timed(&p.holds),
         handovers_timed: timed(&p.handovers),
+        observed: on_host.and_then(|h| Observed::of(p, h)),
     })
 }
 
@@ -259,6 +392,12 @@ pub struct CellPreemption {
     /// What the hand-over shares are of.
     #[serde(default)]
     pub handovers_timed: Option<Denominator>,
+    /// The listed stretched intervals of the runs the host's record judged, summed; None with
+    /// `observed_unavailable` where no run was.
+    #[serde(default)]
+    pub observed: Option<Observed>,
+    #[serde(default)]
+    pub observed_unavailable: Option<String>,
 }
 
 fn measured<'a, E: AsRef<str> + 'a>(runs: impl Iterator<Item = &'a Result<f64, E>>) -> Measured {
@@ -297,6 +436,19 @@ pub fn aggregate<E: AsRef<str>>(runs: impl IntoIterator<Item = RunPreemption<E>>
         handovers_vcpu: measured(runs.iter().map(|r| &r.handovers_vcpu)),
         holds_timed: Denominator::of(runs.iter().filter_map(|r| r.holds_timed.as_ref())),
         handovers_timed: Denominator::of(runs.iter().filter_map(|r| r.handovers_timed.as_ref())),
+        observed: runs.iter().filter_map(|r| r.observed.as_ref().ok()).fold(
+            None,
+            |acc: Option<Observed>, o| {
+                let mut a = acc.unwrap_or_default();
+                a.add(o);
+                Some(a)
+            },
+        ),
+        observed_unavailable: runs.iter().all(|r| r.observed.is_err()).then(|| {
+            runs.iter()
+                .find_map(|r| r.observed.as_ref().err().map(|e| e.as_ref().to_string()))
+                .unwrap_or_else(|| "no valid runs".into())
+        }),
     })
 }
 
@@ -305,7 +457,12 @@ pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer t
      threshold (holder preempted), and of hand-overs (a release to the waiting next owner's first instruction) longer than it \
      (waiter preempted), all timed with the guest's TSC, each followed by what it is a share of (`of 388k/run, 129k/s`: holds or \
      hand-overs timed per run and per second; under 100 a run, the stretched ones are counted instead: `2 of 5/run`); \
-     hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run";
+     hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run; \
+     on the host's record: the payload's 32 longest stretched holds and hand-overs a run, placed on the host's clock (the guest's TSC \
+     tied to it before the run, within the tie's error) and judged by the host's own timeline of their vCPU: vcpu = off its host CPU \
+     for at least half and the guest kept the thread running, both = off it and the guest had switched the thread out, guest = the \
+     vCPU ran and the guest switched the thread out, unexpl. = neither (interrupts, emulation stalls); only those at least 4 tie \
+     errors long are judged";
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -380,6 +537,64 @@ pub(crate) mod tests {
         let o = c.handovers_timed.unwrap();
         assert_eq!((o.timed_per_run, o.stretched_per_run), (500.0, 50.0));
         assert!(!h.too_few() && !o.too_few());
+    }
+
+    #[test]
+    fn listed_intervals_are_judged_by_the_hosts_record() {
+        let mut p = preemption_json(5, 0, 0.0, 0.0);
+        let ms = 1_000_000u64;
+        let listed = |len: u64, guest: bool| serde_json::json!({"at_ns": 0, "len_ns": len, "thread": 0, "cpu": 1, "guest": guest, "guest_wait_ns": 0});
+        p["holds"]["longest"] = serde_json::json!([
+            listed(30 * ms, false),
+            listed(30 * ms, true),
+            listed(2 * ms, true),
+            listed(ms, false),
+            listed(ms / 10, false),
+            listed(5 * ms, false),
+        ]);
+        let on_host: OnHost = serde_json::from_value(serde_json::json!({
+            "error_ns": 250_000,
+            "holds": [{"off_ns": 30 * ms}, {"off_ns": 29 * ms}, {"off_ns": 0}, {"off_ns": 100_000}, {"off_ns": 0}, {"off_ns": null, "why": "outside what the trace kept"}],
+            "handovers": [],
+        }))
+        .unwrap();
+        let reported = Reported::of_value(&p);
+        let run = of_reported(Some(&reported), None, Some(3_000_000_000), Ok(&on_host)).unwrap();
+        let o = run.observed.clone().unwrap();
+        let counts = (
+            o.vcpu.count,
+            o.both.count,
+            o.guest.count,
+            o.unexplained.count,
+            o.too_short,
+            o.unread,
+        );
+        assert_eq!(counts, (1, 1, 1, 1, 1, 1), "{o:?}");
+        assert_eq!(o.vcpu.ns, 30e6);
+        assert_eq!((o.judged(), o.error_ns, o.runs), (4, 250_000, 1));
+        // Without the host's record: why, and the cell says it too.
+        let none = of_reported(
+            Some(&reported),
+            None,
+            Some(3_000_000_000),
+            Err(NO_HOST_RECORD.into()),
+        )
+        .unwrap();
+        assert_eq!(none.observed.clone().unwrap_err(), NO_HOST_RECORD);
+        let unavailable: OnHost =
+            serde_json::from_value(serde_json::json!({"unavailable": "no vCPU timeline"})).unwrap();
+        let why = of_reported(Some(&reported), None, None, Ok(&unavailable))
+            .unwrap()
+            .observed
+            .unwrap_err();
+        assert!(why.contains("no vCPU timeline"), "{why}");
+        // A cell sums the judged runs and keeps the largest error.
+        let c = aggregate([run.clone(), run, none.clone()]).unwrap();
+        let o = c.observed.unwrap();
+        assert_eq!((o.vcpu.count, o.runs, o.error_ns), (2, 2, 250_000));
+        assert!(c.observed_unavailable.is_none());
+        let c = aggregate([none]).unwrap();
+        assert!(c.observed.is_none() && c.observed_unavailable.as_deref() == Some(NO_HOST_RECORD));
     }
 
     #[test]

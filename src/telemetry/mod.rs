@@ -11,4 +11,5 @@ pub mod kvm;
 pub mod orchestrator;
 pub mod probe;
 pub mod sched_trace;
+pub mod stretched_on_host;
 pub mod vcpu;

@@ -338,7 +338,9 @@ impl SchedTrace {
     /// Stops the trace, writes the timeline to `file` and returns the record's summary.
     /// `run` is the measured window (this machine's mono ns: the first go signal, the last
     /// guest's end).
-    pub fn finish(mut self, run: (u64, u64), file: &Path) -> Value {
+    /// Also hands back the timeline and the trace's clock minus this machine's (ns), for what
+    /// is read against it while it is in memory.
+    pub fn finish_keeping(mut self, run: (u64, u64), file: &Path) -> (Value, Option<(Timeline, i64)>) {
         let cpu0 = super::probe::process_cpu_ns();
         let stopped_ns = mono_ns();
         let t = &self.tracer;
@@ -356,12 +358,12 @@ impl SchedTrace {
         t.reset_in_background();
         let mut files = match read {
             Ok(files) => files.into_iter(),
-            Err(e) => return json!({ "unavailable": format!("stopping the trace: {e}") }),
+            Err(e) => return (json!({ "unavailable": format!("stopping the trace: {e}") }), None),
         };
         let text = match files.next() {
             Some(Ok(t)) => t,
-            Some(Err(e)) => return json!({ "unavailable": format!("reading the trace: {e}") }),
-            None => return json!({ "unavailable": "reading the trace: no answer" }),
+            Some(Err(e)) => return (json!({ "unavailable": format!("reading the trace: {e}") }), None),
+            None => return (json!({ "unavailable": "reading the trace: no answer" }), None),
         };
         let dropped: u64 = files
             .filter_map(Result::ok)
@@ -376,9 +378,12 @@ impl SchedTrace {
             match clock_tie(&text, &self.markers) {
                 Some(t) => t,
                 None => {
-                    return json!({ "unavailable": format!(
-                        "none of the {MARKERS} clock markers written to {} came back in its trace", t.fs.label()
-                    ) });
+                    return (
+                        json!({ "unavailable": format!(
+                            "none of the {MARKERS} clock markers written to {} came back in its trace", t.fs.label()
+                        ) }),
+                        None,
+                    );
                 }
             }
         };
@@ -409,9 +414,12 @@ impl SchedTrace {
                         format!("trace markers written over SSH, the shortest round trip of {MARKERS}")
                     },
                 });
-                s
+                (s, Some((tl, tie.offset_ns)))
             }
-            Err(e) => json!({ "unavailable": format!("the timeline could not be kept: {e}") }),
+            Err(e) => (
+                json!({ "unavailable": format!("the timeline could not be kept: {e}") }),
+                None,
+            ),
         }
     }
 }
@@ -1158,7 +1166,7 @@ mod tests {
                     let from = mono_ns();
                     h.join().unwrap();
                     let file = tmp.path().join(format!("run{run}.json.gz"));
-                    let s = t.finish((from, mono_ns()), &file);
+                    let s = t.finish_keeping((from, mono_ns()), &file).0;
                     assert!(s.get("unavailable").is_none(), "{s}");
                     let tl = read_timeline(&file).unwrap();
                     assert_eq!(tl.dropped_events, 0);
