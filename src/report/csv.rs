@@ -72,7 +72,7 @@ pub const COLUMNS: [&str; 52] = [
 
 /// Stretched lock holds and hand-overs (`stats::preemption`), after the KVM counters; empty for
 /// workloads without a lock, the note saying why a lock cell has none.
-pub const PREEMPTION_COLUMNS: [&str; 21] = [
+pub const PREEMPTION_COLUMNS: [&str; 22] = [
     "stretched_hold_share",
     "hold_lost_share",
     "stretched_hold_vcpu_share",
@@ -90,6 +90,7 @@ pub const PREEMPTION_COLUMNS: [&str; 21] = [
     "observed_vcpu_per_run",
     "observed_both_per_run",
     "observed_guest_per_run",
+    "observed_other_vcpu_per_run",
     "observed_unexplained_per_run",
     "observed_too_short_per_run",
     "observed_clock_error_ns",
@@ -146,6 +147,7 @@ fn observed_fields(p: &crate::stats::preemption::CellPreemption) -> Vec<String> 
                 per_run(o.vcpu.count),
                 per_run(o.both.count),
                 per_run(o.guest.count),
+                per_run(o.other_vcpu.count),
                 per_run(o.unexplained.count),
                 per_run(o.too_short),
                 num(Some(o.error_ns as f64)),
@@ -154,7 +156,7 @@ fn observed_fields(p: &crate::stats::preemption::CellPreemption) -> Vec<String> 
             ]
         }
         None => {
-            let mut v = vec![String::new(); 7];
+            let mut v = vec![String::new(); 8];
             v.push(text(p.observed_unavailable.as_ref()));
             v
         }

@@ -940,7 +940,7 @@ fn preemption_cells(c: &Cell) -> [String; 5] {
 }
 
 /// The listed stretched intervals judged by the host's record, per run: `vcpu 9.5 · both 0.5 ·
-/// guest 0 · unexpl. 1 of 11/run ≥ 1.0 ms (tie ±0.25 ms)`.
+/// guest 0 · other vCPU 2 · unexpl. 1 of 13/run ≥ 1.0 ms (tie ±0.25 ms)`.
 pub fn observed_text(o: &crate::stats::preemption::Observed) -> String {
     let runs = o.runs.max(1) as f64;
     let n = |x: u64| {
@@ -953,10 +953,11 @@ pub fn observed_text(o: &crate::stats::preemption::Observed) -> String {
     };
     let ms = o.error_ns as f64 / 1e6;
     format!(
-        "vcpu {} · both {} · guest {} · unexpl. {} of {}/run ≥ {:.1} ms (tie ±{ms:.2} ms)",
+        "vcpu {} · both {} · guest {} · other vCPU {} · unexpl. {} of {}/run ≥ {:.1} ms (tie ±{ms:.2} ms)",
         n(o.vcpu.count),
         n(o.both.count),
         n(o.guest.count),
+        n(o.other_vcpu.count),
         n(o.unexplained.count),
         n(o.judged()),
         crate::stats::preemption::ATTRIBUTABLE_ERRORS * ms,
@@ -1167,6 +1168,7 @@ mod tests {
             vcpu: l(19),
             both: l(1),
             guest: l(0),
+            other_vcpu: l(4),
             unexplained: l(3),
             too_short: 40,
             unread: 0,
@@ -1175,7 +1177,7 @@ mod tests {
         };
         assert_eq!(
             observed_text(&o),
-            "vcpu 9.5 · both 0.5 · guest 0 · unexpl. 1.5 of 11.5/run ≥ 1.0 ms (tie ±0.25 ms)"
+            "vcpu 9.5 · both 0.5 · guest 0 · other vCPU 2 · unexpl. 1.5 of 13.5/run ≥ 1.0 ms (tie ±0.25 ms)"
         );
     }
     use crate::stats::cells::tests::journal;

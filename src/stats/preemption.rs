@@ -73,6 +73,9 @@ pub struct OnHost {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct OffCpu {
     pub off_ns: Option<i64>,
+    /// How long at least one of the guest's other vCPUs was off its CPU meanwhile.
+    #[serde(default)]
+    pub others_off_ns: Option<i64>,
 }
 
 /// One label's share of a run's (or a cell's) listed stretched intervals.
@@ -96,8 +99,11 @@ impl Labelled {
 ///   kept it waiting (the split said guest: it waited on the guest's runqueue while the host
 ///   held the vCPU);
 /// - `guest`: the vCPU ran for more than half of it, and the guest switched the thread out;
-/// - `unexplained`: the vCPU ran and the guest kept the thread running (an interrupt, an
-///   emulation stall, or the clock tie's error).
+/// - `other_vcpu`: its vCPU ran and the guest kept the thread running, but another vCPU of the
+///   guest was off its host CPU for at least half of it: the thread waited inside the guest's
+///   kernel for that vCPU (a kernel lock its preempted holder kept, an IPI it had to answer;
+///   under 2x most of the stretched holds whose own vCPU ran were these, a guest tick long);
+/// - `unexplained`: none of these (an interrupt, an emulation stall, or the clock tie's error).
 ///
 /// Only intervals at least [`ATTRIBUTABLE_ERRORS`] times the clock tie's error long are judged;
 /// the rest are `too_short`.
@@ -106,6 +112,8 @@ pub struct Observed {
     pub vcpu: Labelled,
     pub both: Labelled,
     pub guest: Labelled,
+    #[serde(default)]
+    pub other_vcpu: Labelled,
     pub unexplained: Labelled,
     /// Listed but shorter than [`ATTRIBUTABLE_ERRORS`] × the tie's error, or outside the trace.
     pub too_short: u64,
@@ -122,13 +130,14 @@ pub const ATTRIBUTABLE_ERRORS: f64 = 4.0;
 
 impl Observed {
     pub fn judged(&self) -> u64 {
-        self.vcpu.count + self.both.count + self.guest.count + self.unexplained.count
+        self.vcpu.count + self.both.count + self.guest.count + self.other_vcpu.count + self.unexplained.count
     }
 
     fn add(&mut self, o: &Observed) {
         self.vcpu.add(&o.vcpu);
         self.both.add(&o.both);
         self.guest.add(&o.guest);
+        self.other_vcpu.add(&o.other_vcpu);
         self.unexplained.add(&o.unexplained);
         self.too_short += o.too_short;
         self.unread += o.unread;
@@ -153,7 +162,10 @@ impl Observed {
         for (side, host) in sides {
             let Some(side) = side else { continue };
             for (i, s) in side.longest.iter().enumerate() {
-                let Some(off) = host.get(i).and_then(|h| h.off_ns) else {
+                let Some((off, others)) = host
+                    .get(i)
+                    .and_then(|h| Some((h.off_ns?, h.others_off_ns.unwrap_or(0))))
+                else {
                     o.unread += 1;
                     continue;
                 };
@@ -162,12 +174,13 @@ impl Observed {
                     o.too_short += 1;
                     continue;
                 }
-                let off_host = off as f64 >= len / 2.0;
-                let label = match (off_host, s.guest) {
-                    (true, false) => &mut o.vcpu,
-                    (true, true) => &mut o.both,
-                    (false, true) => &mut o.guest,
-                    (false, false) => &mut o.unexplained,
+                let half = |ns: i64| ns as f64 >= len / 2.0;
+                let label = match (half(off), s.guest, half(others)) {
+                    (true, false, _) => &mut o.vcpu,
+                    (true, true, _) => &mut o.both,
+                    (false, true, _) => &mut o.guest,
+                    (false, false, true) => &mut o.other_vcpu,
+                    (false, false, false) => &mut o.unexplained,
                 };
                 label.count += 1;
                 label.ns += len;
@@ -461,8 +474,9 @@ pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer t
      on the host's record: the payload's 32 longest stretched holds and hand-overs a run, placed on the host's clock (the guest's TSC \
      tied to it before the run, within the tie's error) and judged by the host's own timeline of their vCPU: vcpu = off its host CPU \
      for at least half and the guest kept the thread running, both = off it and the guest had switched the thread out, guest = the \
-     vCPU ran and the guest switched the thread out, unexpl. = neither (interrupts, emulation stalls); only those at least 4 tie \
-     errors long are judged";
+     vCPU ran and the guest switched the thread out, other vCPU = its vCPU ran and the guest kept the thread, but another vCPU of the \
+     guest was off its CPU for at least half (the thread waited in the guest kernel for it: a lock its preempted holder kept, an IPI), \
+     unexpl. = none of these (interrupts, emulation stalls); only those at least 4 tie errors long are judged";
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -551,10 +565,11 @@ pub(crate) mod tests {
             listed(ms, false),
             listed(ms / 10, false),
             listed(5 * ms, false),
+            listed(4 * ms, false),
         ]);
         let on_host: OnHost = serde_json::from_value(serde_json::json!({
             "error_ns": 250_000,
-            "holds": [{"off_ns": 30 * ms}, {"off_ns": 29 * ms}, {"off_ns": 0}, {"off_ns": 100_000}, {"off_ns": 0}, {"off_ns": null, "why": "outside what the trace kept"}],
+            "holds": [{"off_ns": 30 * ms}, {"off_ns": 29 * ms}, {"off_ns": 0}, {"off_ns": 100_000}, {"off_ns": 0}, {"off_ns": null, "why": "outside what the trace kept"}, {"off_ns": 0, "others_off_ns": 3 * ms}],
             "handovers": [],
         }))
         .unwrap();
@@ -570,8 +585,9 @@ pub(crate) mod tests {
             o.unread,
         );
         assert_eq!(counts, (1, 1, 1, 1, 1, 1), "{o:?}");
+        assert_eq!((o.other_vcpu.count, o.other_vcpu.ns), (1, 4e6));
         assert_eq!(o.vcpu.ns, 30e6);
-        assert_eq!((o.judged(), o.error_ns, o.runs), (4, 250_000, 1));
+        assert_eq!((o.judged(), o.error_ns, o.runs), (5, 250_000, 1));
         // Without the host's record: why, and the cell says it too.
         let none = of_reported(
             Some(&reported),

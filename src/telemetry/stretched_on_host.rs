@@ -7,7 +7,10 @@
 //! (`preemption.window`), then onto the trace's clock with the trace's own tie (0 on this
 //! machine, the markers' offset for a remote host). The result is a measurement, per interval,
 //! aligned with the payload's lists: `off_ns` (null, with `why`, where it cannot be read: the
-//! interval lies outside what was traced, or its vCPU was not traced). Judging it (vcpu, guest,
+//! interval lies outside what was traced, or its vCPU was not traced), and `others_off_ns`:
+//! how long at least one of the guest's other vCPUs was off its CPU meanwhile (a thread whose
+//! own vCPU ran but waited inside the guest's kernel for another vCPU: a kernel lock its
+//! preempted holder kept, an IPI it had to answer). Judging it (vcpu, guest,
 //! both, unexplained) is the report's (`stats::preemption`).
 
 use std::collections::BTreeMap;
@@ -44,7 +47,16 @@ pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trac
                     return json!({ "off_ns": null, "why": format!("vCPU {vcpu} of guest {guest} is not in the trace") });
                 };
                 let on_us = overlap_us(segments, start_us, end_us);
-                json!({ "off_ns": ((end_us - start_us - on_us) * 1e3).max(0.0).round() as i64 })
+                let mut others: Vec<(f64, f64)> = on_cpu
+                    .iter()
+                    .filter(|(v, _)| **v != vcpu as u32)
+                    .flat_map(|(_, segs)| gaps_us(segs, start_us, end_us))
+                    .collect();
+                let others_off_us = union_us(&mut others);
+                json!({
+                    "off_ns": ((end_us - start_us - on_us) * 1e3).max(0.0).round() as i64,
+                    "others_off_ns": (others_off_us * 1e3).round() as i64,
+                })
             })
             .collect()
     };
@@ -102,6 +114,37 @@ fn overlap_us(segments: &[(i64, i64)], start: f64, end: f64) -> f64 {
         .map(|&(s, e)| (e as f64).min(end) - (s as f64).max(start))
         .filter(|d| *d > 0.0)
         .sum()
+}
+
+/// The parts of `[start, end]` that `segments` (sorted, one thread's) do not cover, µs.
+fn gaps_us(segments: &[(i64, i64)], start: f64, end: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    let from = segments.partition_point(|&(_, e)| (e as f64) <= start);
+    for &(s, e) in segments[from..].iter().take_while(|&&(s, _)| (s as f64) < end) {
+        if s as f64 > at {
+            out.push((at, s as f64));
+        }
+        at = at.max(e as f64);
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
+/// The length of the union of `parts`, µs (sorts them).
+fn union_us(parts: &mut [(f64, f64)]) -> f64 {
+    parts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut total, mut reach) = (0.0, f64::NEG_INFINITY);
+    for &(s, e) in parts.iter() {
+        let s = s.max(reach);
+        if e > s {
+            total += e - s;
+            reach = e;
+        }
+    }
+    total
 }
 
 #[cfg(test)]
@@ -180,6 +223,9 @@ mod tests {
             ]
         );
         assert_eq!(out["holds"][3]["why"], "outside what the trace kept");
+        // Meanwhile the other vCPU: vCPU 0 never off; for vCPU 0's interval, vCPU 1 off 25 ms.
+        let others: Vec<Value> = (0..3).map(|i| out["holds"][i]["others_off_ns"].clone()).collect();
+        assert_eq!(others, [json!(0), json!(25_000_000), json!(0)]);
         assert!(out["holds"][4]["why"].as_str().unwrap().contains("vCPU 7"));
         assert_eq!(out["error_ns"], 250_000);
         assert_eq!(out["handovers"], json!([]));
@@ -201,6 +247,19 @@ mod tests {
         let old = json!({"holds": {"longest": []}});
         let no_window = of_run(&old, &clock(), &timeline(), 0, 0);
         assert!(no_window["unavailable"].as_str().unwrap().contains("no window"));
+    }
+
+    #[test]
+    fn gaps_and_their_union() {
+        let segs = [(0, 10), (20, 30), (40, 50)];
+        assert_eq!(gaps_us(&segs, 5.0, 45.0), [(10.0, 20.0), (30.0, 40.0)]);
+        assert_eq!(
+            gaps_us(&segs, -5.0, 55.0),
+            [(-5.0, 0.0), (10.0, 20.0), (30.0, 40.0), (50.0, 55.0)]
+        );
+        assert_eq!(gaps_us(&[], 1.0, 2.0), [(1.0, 2.0)]);
+        let mut parts = [(30.0, 40.0), (0.0, 10.0), (5.0, 15.0), (12.0, 14.0)];
+        assert_eq!(union_us(&mut parts), 15.0 + 10.0);
     }
 
     #[test]
