@@ -3,8 +3,9 @@
 //! own record, as the run's side file holds it: both guests placed on a CPU appear on it and
 //! nowhere else, they take turns (many times over a run), each turn is physically plausible
 //! (longer than 0.1 ms, shorter than 100 ms) and the record reports it beside the host's
-//! slice setting (or why that setting could not be read); the HTML report draws the timeline
-//! and a real Chromium lays it out with its rows, legend and marks inside the plot; no tracefs
+//! slice setting (or why that setting could not be read); the HTML report draws the timeline,
+//! with the drawn guest's lock stalls on its vCPU's lane, and a real Chromium lays it out with
+//! its rows, legend and marks inside the plot; no tracefs
 //! instance of a finished ocrig is left behind.
 //!
 //! Where the host cannot be traced (not root, no tracefs) the record must say why instead, and
@@ -287,6 +288,10 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
             "guest 3 vCPU 0",
             "other thread",
             "ms from the run's start",
+            // The drawn run's own lock stalls, on its vCPU's lane (issue 34).
+            "g0 vCPU 0 lock",
+            "stalled hold",
+            "stalled hand-over",
         ] {
             assert!(texts.contains(&want), "{want} missing: {texts:?}");
         }

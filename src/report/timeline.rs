@@ -2,11 +2,17 @@
 //! stretch one thread ran, coloured by guest vCPU ("other" threads grey, idle left blank), the
 //! run's start and end as dashed lines. One run per cell (the first counted one with a
 //! timeline), each drawn twice: the whole traced window (at most one bar per pixel column, the
-//! thread that had most of it, so the SVG stays small however long the run), and the first
-//! [`ZOOM_MS`] of the run with every segment, where the slices can be read.
+//! thread that had most of it, so the SVG stays small however long the run), and [`ZOOM_MS`]
+//! with every segment, where the slices can be read: around the run's longest lock stall where
+//! it has them, else its first.
 //!
 //! The timelines are the side files named by each record's `extra.timeline.path`
 //! ([`crate::telemetry::sched_trace`]); a run whose host could not be traced shows why.
+//!
+//! Below the CPUs, a lane per guest vCPU shows where the lock stood still: the stretched holds
+//! and hand-overs the drawn record's payload listed (its longest), placed on the timeline by
+//! the guest's clock tie (`extra.stretched_on_host`), so a reader sees the host take a vCPU
+//! (its colour gone from its CPU) and the lock stall on that vCPU's lane at the same moment.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +30,51 @@ const ROW_PX: u32 = 46;
 /// The zoomed view: this much of the run from its start.
 pub const ZOOM_MS: f64 = 60.0;
 const OTHER: RGBColor = RGBColor(170, 170, 170);
+const STALLED_HOLD: RGBColor = RGBColor(214, 39, 40);
+const STALLED_HANDOVER: RGBColor = RGBColor(255, 127, 14);
+
+/// One stretched hold or hand-over of the drawn run, on its timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stall {
+    /// Its start, ms from the run's start (the timeline's clock).
+    pub at_ms: f64,
+    pub len_ms: f64,
+    /// A hold (else a hand-over).
+    pub hold: bool,
+    pub guest: u32,
+    /// The guest vCPU it ended on.
+    pub vcpu: u32,
+}
+
+/// The stretched intervals a record's payload listed, where the host's record placed them.
+fn stalls_of(r: &crate::journal::RunRecord) -> Vec<Stall> {
+    let (Some(p), Some(on_host)) = (r.payload.as_ref(), r.extra.get("stretched_on_host")) else {
+        return Vec::new();
+    };
+    let Some(pre) = p.detail.get("preemption") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (kind, hold) in [("holds", true), ("handovers", false)] {
+        let (Some(listed), Some(placed)) = (pre[kind]["longest"].as_array(), on_host[kind].as_array()) else {
+            continue;
+        };
+        for (s, h) in listed.iter().zip(placed) {
+            if let (Some(at_us), Some(len_ns), Some(vcpu)) =
+                (h["at_us"].as_f64(), s["len_ns"].as_f64(), s["cpu"].as_u64())
+            {
+                out.push(Stall {
+                    at_ms: at_us / 1e3,
+                    len_ms: len_ns / 1e6,
+                    hold,
+                    guest: r.guest,
+                    vcpu: vcpu as u32,
+                });
+            }
+        }
+    }
+    out
+}
 
 /// `html` with a timeline section before `</body>`, when any run of `journal` has a timeline
 /// (or says why it has none).
@@ -56,8 +107,10 @@ pub fn section(journal: &Digested) -> String {
     let mut out = String::from(
         "<section>\n<h2>vCPU timelines (host scheduler's record)</h2>\n<p class=\"notes\">Per pinned host \
          CPU, which thread ran when (<code>sched:sched_switch</code> on the host): one colour per guest vCPU, \
-         grey for any other thread, blank for idle; dashed lines mark the run's start and end. Per cell, its \
-         first counted run.</p>\n",
+         grey for any other thread, blank for idle; dashed lines mark the run's start and end. Below them, per \
+         vCPU of the cell's first guest, its lock's stretched holds (red) and hand-overs (orange): the longest \
+         its payload listed, placed by the guest's clock tie (at least a pixel wide). Per cell, its first \
+         counted run.</p>\n",
     );
     for ((workload, variant, level), (run, at)) in seen {
         let level = f64::from_bits(level);
@@ -72,10 +125,26 @@ pub fn section(journal: &Digested) -> String {
         };
         out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&summary.words)));
         let whole = (tl.traced_from_us as f64 / 1e3, tl.traced_to_us as f64 / 1e3);
-        let zoom = (0.0, ZOOM_MS.min(tl.run_end_us as f64 / 1e3).max(1.0));
-        let zoomed = format!("first {:.0} ms of the run", zoom.1);
+        // Zoomed on the longest stall where the run has them (the lock's window opens after
+        // the payload's calibration, so its first milliseconds have none), else its start.
+        let (zoom, zoomed) = match summary.stalls.iter().max_by(|a, b| a.len_ms.total_cmp(&b.len_ms)) {
+            Some(s) => {
+                let from = (s.at_ms - 10.0).max(tl.traced_from_us as f64 / 1e3);
+                (
+                    (from, from + ZOOM_MS.max(s.len_ms + 20.0)),
+                    format!(
+                        "{:.0} ms around its longest lock stall",
+                        ZOOM_MS.max(s.len_ms + 20.0)
+                    ),
+                )
+            }
+            None => {
+                let zoom = (0.0, ZOOM_MS.min(tl.run_end_us as f64 / 1e3).max(1.0));
+                (zoom, format!("first {:.0} ms of the run", zoom.1))
+            }
+        };
         for (window, what) in [(whole, "whole trace"), (zoom, zoomed.as_str())] {
-            match draw(&tl, window, &format!("{title}: {what}")) {
+            match draw(&tl, window, &format!("{title}: {what}"), &summary.stalls) {
                 Ok(svg) => out.push_str(&format!(
                     "<div class=\"timeline plot-timeline\">\n{svg}\n</div>\n"
                 )),
@@ -130,10 +199,11 @@ impl TimelineAt {
             TimelineAt::Here(t) => Ok((**t).clone()),
             TimelineAt::Journal { file, offset } => {
                 let r = crate::journal::read_record_at(file, *offset).map_err(|e| format!("{e:#}"))?;
-                r.extra
-                    .get("timeline")
-                    .map(TimelineRef::of)
-                    .ok_or_else(|| format!("{}: the record at byte {offset} has no timeline", file.display()))
+                let mut t = r.extra.get("timeline").map(TimelineRef::of).ok_or_else(|| {
+                    format!("{}: the record at byte {offset} has no timeline", file.display())
+                })?;
+                t.stalls = stalls_of(&r);
+                Ok(t)
             }
         }
     }
@@ -147,6 +217,9 @@ pub struct TimelineRef {
     pub path: Option<String>,
     pub unavailable: Option<String>,
     pub words: String,
+    /// The record's stretched intervals on the timeline (read with the record, for the drawn
+    /// runs only).
+    pub stalls: Vec<Stall>,
 }
 
 impl TimelineRef {
@@ -161,6 +234,7 @@ impl TimelineRef {
                 slice_words(summary)
             },
             unavailable,
+            stalls: Vec::new(),
         }
     }
 }
@@ -240,10 +314,22 @@ fn color_of(who: &Who, vcpus: &[(u32, u32)]) -> Option<RGBColor> {
     }
 }
 
-/// The timeline between `window` (ms from the run's start) as an SVG.
-pub fn draw(tl: &Timeline, window: (f64, f64), title: &str) -> anyhow::Result<String> {
+/// The timeline between `window` (ms from the run's start) as an SVG, with `stalls` on a lane
+/// per guest vCPU below the CPUs.
+pub fn draw(tl: &Timeline, window: (f64, f64), title: &str, stalls: &[Stall]) -> anyhow::Result<String> {
     let (x0, x1) = (window.0, window.1.max(window.0 + 0.001));
-    let rows = tl.cpus.len().max(1);
+    let mut lanes: Vec<(u32, u32)> = stalls.iter().map(|s| (s.guest, s.vcpu)).collect();
+    lanes.sort();
+    lanes.dedup();
+    let cpu_rows = tl.cpus.len().max(1);
+    let rows = cpu_rows + lanes.len();
+    // Top to bottom: the CPUs, then the lanes.
+    let labels: Vec<String> = tl
+        .cpus
+        .iter()
+        .map(|c| format!("CPU {c}"))
+        .chain(lanes.iter().map(|(g, v)| format!("g{g} vCPU {v} lock")))
+        .collect();
     let height = 110 + ROW_PX * rows as u32;
     let mut vcpus: Vec<(u32, u32)> = tl
         .who
@@ -266,13 +352,12 @@ pub fn draw(tl: &Timeline, window: (f64, f64), title: &str) -> anyhow::Result<St
             .caption(title, ("sans-serif", 15))
             .margin(12)
             .x_label_area_size(40)
-            .y_label_area_size(60)
+            .y_label_area_size(if lanes.is_empty() { 60 } else { 110 })
             .build_cartesian_2d(x0..x1, 0.0..rows as f64)?;
-        let cpus = tl.cpus.clone();
         let y_fmt = move |y: &f64| {
             let r = y.floor() as usize;
-            if (y - y.floor() - 0.5).abs() < 1e-6 && r < cpus.len() {
-                format!("CPU {}", cpus[rows - 1 - r])
+            if (y - y.floor() - 0.5).abs() < 1e-6 && r < labels.len() {
+                labels[rows - 1 - r].clone()
             } else {
                 String::new()
             }
@@ -297,6 +382,22 @@ pub fn draw(tl: &Timeline, window: (f64, f64), title: &str) -> anyhow::Result<St
                 Some(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], c.filled()))
             }))?;
         }
+        // Each stall on its lane, at least a pixel wide (a 50 µs stall in a 3 s view).
+        let px_ms = us_per_px / 1e3;
+        for (i, lane) in lanes.iter().enumerate() {
+            let y = (lanes.len() - 1 - i) as f64;
+            chart.draw_series(
+                stalls
+                    .iter()
+                    .filter(|s| (s.guest, s.vcpu) == *lane && s.at_ms < x1 && s.at_ms + s.len_ms > x0)
+                    .map(|s| {
+                        let a = s.at_ms.max(x0);
+                        let b = (s.at_ms + s.len_ms).min(x1).max(a + px_ms);
+                        let c = if s.hold { STALLED_HOLD } else { STALLED_HANDOVER };
+                        Rectangle::new([(a, y + 0.25), (b, y + 0.75)], c.filled())
+                    }),
+            )?;
+        }
         let mark = BLACK.stroke_width(1);
         for (t, _) in [(0.0, "start"), (tl.run_end_us as f64 / 1e3, "end")] {
             if t >= x0 && t <= x1 {
@@ -319,6 +420,11 @@ pub fn draw(tl: &Timeline, window: (f64, f64), title: &str) -> anyhow::Result<St
             })
             .collect();
         entries.push(("other thread".into(), OTHER.stroke_width(8)));
+        if !lanes.is_empty() {
+            // Short enough for the legend's lines (17 characters).
+            entries.push(("stalled hold".into(), STALLED_HOLD.stroke_width(8)));
+            entries.push(("stalled hand-over".into(), STALLED_HANDOVER.stroke_width(8)));
+        }
         entries.push(("run start / end".into(), mark));
         draw_legend(&legend_area, &entries)?;
         root.present()?;
@@ -415,8 +521,36 @@ mod tests {
         assert_eq!(fine.len(), 20, "10 turns, each a vCPU stint and an other blip");
         assert_eq!(fine[0], (0.0, 3.98, 0));
         assert_eq!(fine[1], (3.98, 4.0, 2));
-        let svg = draw(&tl, (0.0, 40.0), "t").unwrap();
+        let svg = draw(&tl, (0.0, 40.0), "t", &[]).unwrap();
         assert!(svg.contains("guest 1 vCPU 0") && svg.contains("CPU 1") && svg.contains("run start"));
+        assert!(!svg.contains("stalled hold"), "no lanes without stalls");
+        // A stall of guest 0's vCPU 0 and one of guest 1's: a lane each, below the CPUs.
+        let stall = |at_ms, hold, guest| Stall {
+            at_ms,
+            len_ms: 4.0,
+            hold,
+            guest,
+            vcpu: 0,
+        };
+        let with = draw(
+            &tl,
+            (0.0, 40.0),
+            "t",
+            &[stall(8.0, true, 0), stall(12.0, false, 1), stall(90.0, true, 0)],
+        )
+        .unwrap();
+        for want in [
+            "g0 vCPU 0 lock",
+            "g1 vCPU 0 lock",
+            "stalled hold",
+            "stalled hand-over",
+        ] {
+            assert!(with.contains(want), "{want}");
+        }
+        // One bar of each in the window (the third stall is past it), in their colours.
+        let fill = |c: RGBColor| format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        assert_eq!(with.matches(&fill(STALLED_HOLD)).count(), 1, "{with}");
+        assert_eq!(with.matches(&fill(STALLED_HANDOVER)).count(), 1);
         // Idle is blank: CPU 0's row has no bar.
         assert!(bars(&tl, 0, (0.0, 40.0), 1.0).len() == 1 && color_of(&Who::Idle, &[]).is_none());
     }

@@ -6,7 +6,8 @@
 //! host's time of one guest TSC reading, within half a round trip) and the run's own TSC rate
 //! (`preemption.window`), then onto the trace's clock with the trace's own tie (0 on this
 //! machine, the markers' offset for a remote host). The result is a measurement, per interval,
-//! aligned with the payload's lists: `off_ns` (null, with `why`, where it cannot be read: the
+//! aligned with the payload's lists: `at_us` (its start on the timeline, µs from the run's
+//! start), `off_ns` (null, with `why`, where it cannot be read: the
 //! interval lies outside what was traced, or its vCPU was not traced), and `others_off_ns`:
 //! how long at least one of the guest's other vCPUs was off its CPU meanwhile (a thread whose
 //! own vCPU ran but waited inside the guest's kernel for another vCPU: a kernel lock its
@@ -54,6 +55,7 @@ pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trac
                     .collect();
                 let others_off_us = union_us(&mut others);
                 json!({
+                    "at_us": start_us.round() as i64,
                     "off_ns": ((end_us - start_us - on_us) * 1e3).max(0.0).round() as i64,
                     "others_off_ns": (others_off_us * 1e3).round() as i64,
                 })
@@ -226,6 +228,7 @@ mod tests {
         // Meanwhile the other vCPU: vCPU 0 never off; for vCPU 0's interval, vCPU 1 off 25 ms.
         let others: Vec<Value> = (0..3).map(|i| out["holds"][i]["others_off_ns"].clone()).collect();
         assert_eq!(others, [json!(0), json!(25_000_000), json!(0)]);
+        assert_eq!(out["holds"][0]["at_us"], 25_000);
         assert!(out["holds"][4]["why"].as_str().unwrap().contains("vCPU 7"));
         assert_eq!(out["error_ns"], 250_000);
         assert_eq!(out["handovers"], json!([]));
