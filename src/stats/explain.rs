@@ -108,7 +108,7 @@ pub struct Telemetry {
     pub host_stat: Part<HostTicks>,
     pub kvm: Part<KvmRun>,
     /// The host's record of the payload's listed stretched intervals.
-    pub stretched_on_host: Part<super::preemption::OnHost>,
+    pub stretched_on_host: Part<OnHost>,
 }
 
 impl Default for Telemetry {
@@ -157,6 +157,27 @@ impl Telemetry {
         }
         true
     }
+}
+
+/// The host's record of one run's stretched intervals (`extra.stretched_on_host`, aligned with
+/// the payload's `longest` lists), as [`super::preemption::of_reported`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct OnHost {
+    pub error_ns: Option<u64>,
+    #[serde(default)]
+    pub holds: Vec<OffCpu>,
+    #[serde(default)]
+    pub handovers: Vec<OffCpu>,
+    pub unavailable: Option<String>,
+}
+
+/// How long one listed interval's vCPU was off its host CPU during it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct OffCpu {
+    pub off_ns: Option<i64>,
+    /// How long at least one of the guest's other vCPUs was off its CPU meanwhile.
+    #[serde(default)]
+    pub others_off_ns: Option<i64>,
 }
 
 /// A per-run quantity over a cell's valid runs, or why it was not measured.

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::explain::Measured;
+use super::explain::{Measured, OnHost};
 use super::summary::summarize;
 #[cfg(test)]
 use crate::journal::RunRecord;
@@ -55,27 +55,6 @@ pub struct RunPreemption<E = String> {
     /// The payload's listed stretched intervals judged against the host's own record, or why
     /// they could not be.
     pub observed: Result<Observed, E>,
-}
-
-/// The host's record of one run's stretched intervals (`extra.stretched_on_host`, aligned with
-/// the payload's `longest` lists), as [`of_reported`] reads it.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct OnHost {
-    pub error_ns: Option<u64>,
-    #[serde(default)]
-    pub holds: Vec<OffCpu>,
-    #[serde(default)]
-    pub handovers: Vec<OffCpu>,
-    pub unavailable: Option<String>,
-}
-
-/// How long one listed interval's vCPU was off its host CPU during it.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct OffCpu {
-    pub off_ns: Option<i64>,
-    /// How long at least one of the guest's other vCPUs was off its CPU meanwhile.
-    #[serde(default)]
-    pub others_off_ns: Option<i64>,
 }
 
 /// One label's share of a run's (or a cell's) listed stretched intervals.
