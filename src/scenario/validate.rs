@@ -662,8 +662,9 @@ fn switches_pv_spinlock_cmdline(cmdline: &str) -> bool {
 /// Whether a `-cpu` value switches a KVM PV spinlock feature (`kvm-pv-unhalt`).
 fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
     cpu.split(',').skip(1).any(|f| {
+        // QEMU takes the feature's name with `_` too (`kvm_pv_unhalt`).
         let f = f.trim().trim_start_matches(['+', '-']);
-        f.split('=').next() == Some("kvm-pv-unhalt")
+        f.split('=').next().is_some_and(|n| n.replace('_', "-") == "kvm-pv-unhalt")
     })
 }
 
@@ -1377,6 +1378,7 @@ mod tests {
         assert!(c.warnings[0].contains("single_vcpu_intended"));
         assert!(switches_pv_spinlock_cpu("host,kvm-pv-unhalt=off"));
         assert!(switches_pv_spinlock_cpu("max,-kvm-pv-unhalt"));
+        assert!(switches_pv_spinlock_cpu("max,kvm_pv_unhalt=off"));
         assert!(!switches_pv_spinlock_cpu("max,kvm-steal-time=off"));
     }
 }

@@ -115,14 +115,14 @@ pub fn local_query_stats_quiet() -> Result<(), String> {
 /// Whether a QEMU `-cpu` value turns the guest's steal clock (`kvm-steal-time`) off; the
 /// guest's steal then stays 0 whatever happens, which is no measurement. Read as QEMU reads
 /// it: the feature's name with `-` or `_` (`kvm_steal_time`), `-name` / `+name` / bare `name`,
-/// or `name=` any of QEMU's booleans (`off`, `no`, `false`, `n`, `on`, `yes`, `true`, `y`); the
-/// last mention wins.
+/// or `name=` any of QEMU's booleans (`off`, `no`, `false`, `n`, `on`, `yes`, `true`, `y`, in
+/// lower case: QEMU 10 refuses `OFF` or `N`, "expects 'on' or 'off'"); the last mention wins.
 pub fn steal_time_off(cpu: &str) -> bool {
     let mut off = false;
     for f in cpu.split(',').skip(1) {
         let f = f.trim();
         let (name, on) = match f.split_once('=') {
-            Some((name, value)) => match value.to_ascii_lowercase().as_str() {
+            Some((name, value)) => match value {
                 "off" | "no" | "false" | "n" => (name, false),
                 "on" | "yes" | "true" | "y" => (name, true),
                 _ => continue, // QEMU refuses it; nothing to read
@@ -360,6 +360,67 @@ mod tests {
         assert_eq!(fs.counters, qmp.counters, "both sources give the same counters");
     }
 
+    /// Whether this host's QEMU starts a TCG machine with `-cpu cpu` (stopped before it runs:
+    /// the features are applied when its vCPUs are made, before QMP answers).
+    fn qemu_accepts(cpu: &str) -> bool {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let mut q = Command::new("qemu-system-x86_64")
+            .args([
+                "-accel",
+                "tcg",
+                "-M",
+                "q35",
+                "-m",
+                "64",
+                "-nodefaults",
+                "-display",
+                "none",
+                "-S",
+            ])
+            .args(["-cpu", cpu, "-qmp", "stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("qemu-system-x86_64 (./scripts/setup installs it)");
+        let mut stdin = q.stdin.take().unwrap();
+        // A QEMU that refused the value has exited: the write may fail, the status says.
+        let _ = stdin.write_all(b"{\"execute\":\"qmp_capabilities\"}\n{\"execute\":\"quit\"}\n");
+        drop(stdin);
+        q.wait().unwrap().success()
+    }
+
+    /// The spellings [`steal_time_off`] reads are the ones QEMU takes: each value it counts
+    /// (either way) starts a machine, each it passes over is refused, checked against this
+    /// host's QEMU under TCG (10.0 here: lower case only).
+    #[test]
+    fn steal_time_spellings_match_what_qemu_accepts() {
+        for value in ["off", "no", "false", "n", "on", "yes", "true", "y"] {
+            let cpu = format!("max,kvm-steal-time={value}");
+            assert!(qemu_accepts(&cpu), "QEMU refused {cpu}");
+            assert_eq!(
+                steal_time_off(&format!("max,kvm-steal-time=on,kvm-steal-time={value}")),
+                !["on", "yes", "true", "y"].contains(&value)
+            );
+        }
+        for cpu in [
+            "max,kvm-steal-time=OFF",
+            "max,kvm-steal-time=N",
+            "max,kvm-steal-time=maybe",
+        ] {
+            assert!(!qemu_accepts(cpu), "QEMU took {cpu}");
+            assert!(!steal_time_off(cpu), "{cpu}");
+        }
+        for cpu in [
+            "max,kvm_steal_time=off",
+            "max,-kvm-steal-time",
+            "max,-kvm_steal_time,+kvm-steal-time",
+        ] {
+            assert!(qemu_accepts(cpu), "QEMU refused {cpu}");
+        }
+    }
+
     #[test]
     fn qemu_before_8_1_is_not_asked_and_steal_time_off_is_recognised() {
         assert_eq!(query_stats_quiet(Some((8, 1, 0))), Ok(()));
@@ -378,7 +439,6 @@ mod tests {
             "host,kvm_steal_time=off",
             "host,kvm-steal-time=no",
             "host,kvm-steal-time=false",
-            "host,kvm-steal-time=N",
             "host,-kvm_steal_time",
             "host,kvm-steal-time=on,kvm-steal-time=off",
         ] {
@@ -391,6 +451,9 @@ mod tests {
             "host,kvm-steal-time",
             "host,kvm-steal-timer=off",
             "kvm-steal-time=off",
+            // QEMU refuses these: nothing to read.
+            "host,kvm-steal-time=N",
+            "host,kvm-steal-time=OFF",
         ] {
             assert!(!steal_time_off(on), "{on}");
         }
