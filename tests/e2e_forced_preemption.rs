@@ -71,7 +71,8 @@ workloads:
       threads: 2
       duration-ms: {DURATION_MS}
       hold-ns: 20000
-      gap-ns: 200{stall}
+      gap-ns: 200
+      split-runqueue-wait: true{stall}
     metric: ops_per_sec
     better: higher
 runs: 2

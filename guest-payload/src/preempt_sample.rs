@@ -33,11 +33,12 @@
 //!   preemption, or a sleep for sleeping locks); none means the guest never took the CPU from
 //!   the thread, so the time went where the guest cannot see: the host took the vCPU (or, far
 //!   less likely at this threshold, a long interrupt handler ran).
-//!   A switch alone does not make it guest: after the host gives a vCPU back, the guest often
-//!   switches the thread out for a moment (its clock jumped the whole stall), so the thread's
-//!   runqueue wait in the guest (`/proc/thread-self/schedstat`), read with the counts, must
-//!   cover at least half the interval ([`SPLIT_METHOD`]; a host stall of 30 ms read as guest
-//!   with switches alone, 2026-12-05). The longest stretched ones are listed one by one with
+//!   With `--split-runqueue-wait` a switch alone does not make it guest: after the host gives
+//!   a vCPU back, the guest often switches the thread out for a moment (its clock jumped the
+//!   whole stall), so the thread's runqueue wait in the guest (`/proc/thread-self/schedstat`),
+//!   read with the counts, must cover at least half the interval ([`SPLIT_METHOD`]; a host
+//!   stall of 30 ms read as guest with switches alone, 2026-12-05). Off by default for its
+//!   cost to a fresh guest's first run ([`SPLIT_WITHOUT_SCHEDSTAT`]). The longest stretched ones are listed one by one with
 //!   their time, vCPU and wait ([`Stretch::longest`]).
 
 use std::time::Duration;
@@ -209,6 +210,9 @@ pub struct Settings {
     /// The calibrated hold (hold iterations × ns per iteration), ns.
     pub calibrated_hold_ns: f64,
     pub tsc_hz: f64,
+    /// Also read the thread's runqueue wait for the split (`--split-runqueue-wait`,
+    /// [`SPLIT_METHOD`]); else switches alone ([`SPLIT_WITHOUT_SCHEDSTAT`]).
+    pub runqueue_wait: bool,
 }
 
 impl Settings {
@@ -405,7 +409,7 @@ impl Sampler {
     pub fn new(settings: Settings) -> Self {
         let ticks_per_ns = settings.tsc_hz / 1e9;
         let hold = settings.calibrated_hold_ns.max(0.0);
-        Self {
+        let s = Self {
             settings,
             countdown: 1,
             ns_per_tick: 1.0 / ticks_per_ns,
@@ -416,8 +420,12 @@ impl Sampler {
             runqueue: None,
             last_wait_ns: None,
             out: ThreadSamples::default(),
+        };
+        if settings.runqueue_wait {
+            s.reading_runqueue_wait()
+        } else {
+            s
         }
-        .reading_runqueue_wait()
     }
 
     /// Reads the guest's runqueue wait too where the kernel keeps it (else the split falls back
@@ -679,7 +687,10 @@ pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches and th
      ran the thread: the host took the vCPU). A host preemption after which the guest also switched the thread out briefly stays vcpu; \
      each interval's runqueue wait is listed with it (longest[].guest_wait_ns)";
 
-/// The split where the guest kernel keeps no runqueue wait (no CONFIG_SCHED_INFO).
+/// The split by switches alone: the default (reading the runqueue wait too costs a fresh
+/// guest's first run about 2 % of its throughput against the later runs: run 0 of the
+/// run-position test fell 1.9 points further behind runs 1..5 with it, in 7 of 7 pairs against
+/// the build without it, 2026-12-05), or where the guest kernel keeps none.
 pub const SPLIT_WITHOUT_SCHEDSTAT: &str = "getrusage(RUSAGE_THREAD) context switches (voluntary + involuntary) read after each stretched hold or hand-over \
      and compared with the thread's latest reading (taken before every sampled acquisition, so at most one sampling period of acquisitions earlier, \
      or at the previous stretched one): a rise = guest (the guest switched the thread out or it slept somewhere in that window, so guest is an \
@@ -800,6 +811,7 @@ mod tests {
             threshold_ns: 50_000,
             calibrated_hold_ns: 1_000.0,
             tsc_hz: 1e9, // one tick = one ns, for readable cases
+            runqueue_wait: true,
         }
     }
 

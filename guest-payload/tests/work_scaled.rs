@@ -95,6 +95,7 @@ fn lock_args(factor: f64, gap: bool) -> lock::Args {
         debug_scale_hold: if gap { 1.0 } else { factor },
         debug_scale_gap: if gap { factor } else { 1.0 },
         debug_guest_stall: None,
+        split_runqueue_wait: false,
     }
 }
 

@@ -664,7 +664,9 @@ fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
     cpu.split(',').skip(1).any(|f| {
         // QEMU takes the feature's name with `_` too (`kvm_pv_unhalt`).
         let f = f.trim().trim_start_matches(['+', '-']);
-        f.split('=').next().is_some_and(|n| n.replace('_', "-") == "kvm-pv-unhalt")
+        f.split('=')
+            .next()
+            .is_some_and(|n| n.replace('_', "-") == "kvm-pv-unhalt")
     })
 }
 
