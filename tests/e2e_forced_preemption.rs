@@ -116,7 +116,7 @@ impl Hog {
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 let began = Instant::now();
-                let at = mono_ns();
+                let at = ocrig_payload::preempt_sample::monotonic_ns();
                 while began.elapsed() < ON {
                     std::hint::spin_loop();
                 }
@@ -137,17 +137,6 @@ impl Hog {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap()
     }
-}
-
-/// CLOCK_MONOTONIC now, ns: the host clock ocrig ties each guest's TSC to.
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The CPUs this process may run on, in order (ocrig's `host.cpus: 2` takes the first two).
@@ -179,12 +168,7 @@ fn off_on_host(r: &Value, kind: &str, s: &Value) -> i64 {
 /// The report's judgement of the one cell's listed stretched intervals by the host's record
 /// (`report.json`: `preemption.observed`).
 fn observed(results: &std::path::Path) -> Value {
-    let dir = std::fs::read_dir(results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = common::results_dir(results);
     let model: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let cell = &model["workloads"][0]["series"][0]["cells"][0];
@@ -208,12 +192,7 @@ static ONE_SWEEP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The valid measured runs of the one sweep under `results`, the journal's header, and all
 /// its records.
 fn journal(results: &std::path::Path) -> (Value, Vec<Value>) {
-    let dir = std::fs::read_dir(results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = common::results_dir(results);
     let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     let all = text

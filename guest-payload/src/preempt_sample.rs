@@ -124,7 +124,8 @@ pub fn ordered_ticks() -> u64 {
     }
 }
 
-fn monotonic_ns() -> u64 {
+/// CLOCK_MONOTONIC now, ns (the clock the host's vCPU timeline and clock tie use too).
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

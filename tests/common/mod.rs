@@ -26,6 +26,17 @@ pub fn run_scenario(file: &str, scenario: &str) -> (tempfile::TempDir, PathBuf) 
     (tmp, results)
 }
 
+/// The one results directory of a sweep run by [`run_scenario`] under `results`.
+#[allow(dead_code)] // not every test binary reads it
+pub fn results_dir(results: &std::path::Path) -> PathBuf {
+    std::fs::read_dir(results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
 /// The boot group facts that apply to `rec` (`extra.group`), whole: its own when its attempt
 /// was its guest set's first, else those of the record its `facts_on` names (same boot group
 /// and bring-up), where a guest set's facts are journaled once.
