@@ -476,8 +476,14 @@ fn stretched_on_host(
     timeline: Option<&(sched_trace::Timeline, i64)>,
     guest: usize,
 ) -> Option<Value> {
-    let report: Value = serde_json::from_str(stdout.trim()).ok()?;
-    let preemption = report.get("preemption").filter(|p| p.is_object())?;
+    // Only the report's `preemption` field is built (the rest is skipped, not made a tree).
+    #[derive(serde::Deserialize)]
+    struct Report {
+        preemption: Option<Value>,
+    }
+    let report: Report = serde_json::from_str(stdout.trim()).ok()?;
+    let preemption = report.preemption.filter(|p| p.is_object())?;
+    let preemption = &preemption;
     Some(match (timeline, clock) {
         (Some((tl, offset)), Some(clock)) => {
             crate::telemetry::stretched_on_host::of_run(preemption, clock, tl, guest as u32, *offset)
