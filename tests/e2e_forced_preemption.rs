@@ -417,8 +417,10 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         assert!(inferred_guest.len() <= 1, "labelled guest: {inferred_guest:?}");
         found_bursts += matched.len();
         // On the host's clock: the guest's TSC tied to it before the run (`extra.guest_clock`)
-        // and the run's TSC rate put each found interval within the tie's error of a burst the
-        // hog began (an interval starts within a hold, 20 µs, of its burst).
+        // and the run's TSC rate put each found interval around a burst the hog timed, within
+        // the tie's error at both ends. The interval may reach further: a hold the emulator had
+        // already stalled when the burst began starts before it (seen: 0.95 ms before, in CI,
+        // 2026-12-05), so the check is that it covers the burst, not that it starts with it.
         let clock = &r["extra"]["guest_clock"];
         let error = clock["error_ns"]
             .as_i64()
@@ -427,32 +429,51 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         let offset = clock["host_mono_ns"].as_i64().unwrap() as f64
             + (w["start_tick"].as_i64().unwrap() - clock["tsc"].as_i64().unwrap()) as f64 * 1e9
                 / w["hz"].as_f64().unwrap();
-        let mut misses: Vec<i64> = matched
+        // (start of interval − start of burst, end of burst − end of interval): both ≤ 0 where
+        // the interval covers its burst.
+        let mut overhangs: Vec<(i64, i64)> = matched
             .iter()
             .map(|(_, s)| {
-                let host = offset as i64 + s["at_ns"].as_i64().unwrap();
-                bursts
+                let start = offset as i64 + s["at_ns"].as_i64().unwrap();
+                let end = start + s["len_ns"].as_i64().unwrap();
+                let b = bursts
                     .iter()
-                    .map(|b| host - b.0 as i64)
-                    .min_by_key(|d| d.abs())
-                    .unwrap()
+                    .max_by_key(|b| {
+                        let b_end = b.0 as i64 + b.1.as_nanos() as i64;
+                        end.min(b_end) - start.max(b.0 as i64)
+                    })
+                    .unwrap();
+                (start - b.0 as i64, b.0 as i64 + b.1.as_nanos() as i64 - end)
             })
             .collect();
-        misses.sort_unstable();
+        overhangs.sort_unstable();
         eprintln!(
-            "run {}: on the host's clock the found intervals began {:?} µs from their bursts; the tie's error {} µs ({} exchanges, round trips {})",
+            "run {}: on the host's clock the found intervals began and ended (start, end) {:?} µs outside their bursts; the tie's error {} µs ({} exchanges, round trips {})",
             r["run"],
-            misses.iter().map(|m| m / 1000).collect::<Vec<_>>(),
+            overhangs
+                .iter()
+                .map(|(a, b)| (a / 1000, b / 1000))
+                .collect::<Vec<_>>(),
             error / 1000,
             clock["exchanges"],
             clock["round_trip_ns"]
         );
-        for m in &misses {
+        for (early, late) in &overhangs {
             assert!(
-                m.abs() <= error + 100_000,
-                "{m} ns off a burst, the tie's error {error} ns: {misses:?}"
+                *early <= error + 100_000 && *late <= error + 100_000,
+                "an interval not covering its burst by ({early}, {late}) ns, the tie's error {error} ns: {overhangs:?}"
             );
         }
+        // The tie places them: most start within its error of their burst.
+        let close = overhangs
+            .iter()
+            .filter(|(early, _)| early.abs() <= error + 100_000)
+            .count();
+        assert!(
+            close * 2 > overhangs.len(),
+            "{close} of {} intervals start within the tie's error of their burst: {overhangs:?}",
+            overhangs.len()
+        );
     }
     // The report, judging with the host's record, counts each as vcpu (or both, where the
     // guest had switched the thread out just before).
