@@ -102,19 +102,19 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             ),
             cond(
                 "stretched_hold_share",
-                "holds longer than the calibrated hold by more than --stretch-threshold-ns / holds (absent with --no-hold-sampling)",
+                "holds longer than the run's median hold by more than --stretch-threshold-ns / holds (absent with --no-hold-sampling)",
             ),
             cond(
                 "stretched_hold_lost_share",
-                "time lost in stretched holds (beyond the calibrated hold) / the run's time",
+                "time lost in stretched holds (beyond the run's median hold) / the run's time",
             ),
             cond(
                 "stretched_handover_share",
-                "hand-overs (release to the waiting next owner's entry) longer than --stretch-threshold-ns / hand-overs",
+                "hand-overs (release to the waiting next owner's entry) longer than the run's median hand-over by more than --stretch-threshold-ns / hand-overs",
             ),
             cond(
                 "stretched_handover_lost_share",
-                "time lost in stretched hand-overs / the run's time",
+                "time lost in stretched hand-overs (beyond the run's median hand-over) / the run's time",
             ),
         ],
         inputs: &[],

@@ -445,9 +445,9 @@ pub fn aggregate<E: AsRef<str>>(runs: impl IntoIterator<Item = RunPreemption<E>>
 }
 
 /// What the report columns mean.
-pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer than the calibrated hold by more than the \
-     threshold (holder preempted), and of hand-overs (a release to the waiting next owner's first instruction) longer than it \
-     (waiter preempted), all timed with the guest's TSC, each followed by what it is a share of (`of 388k/run, 129k/s`: holds or \
+pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer than the run's own median hold by more than the \
+     threshold (holder preempted), and of hand-overs (a release to the waiting next owner's first instruction) longer than the \
+     run's median hand-over by more than it (waiter preempted), all timed with the guest's TSC, each followed by what it is a share of (`of 388k/run, 129k/s`: holds or \
      hand-overs timed per run and per second; under 100 a run, the stretched ones are counted instead: `2 of 5/run`); \
      hold / hand-over loss: the time they took beyond normal as a share of the run; mean per run; \
      on the host's record: the payload's 32 longest stretched holds and hand-overs a run, placed on the host's clock (the guest's TSC \

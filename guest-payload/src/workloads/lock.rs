@@ -106,9 +106,9 @@ pub struct Args {
           allow_negative_numbers = true)]
     #[serde(default = "default_sample_rate")]
     pub hold_sample_rate: f64,
-    /// A sampled hold longer than the calibrated hold by more than this, or a sampled hand-over
-    /// longer than this, is stretched (a preemption), in nanoseconds; at most a host time slice
-    /// (750 µs).
+    /// A hold longer than the run's median hold by more than this, or a hand-over longer than
+    /// the run's median hand-over by more than this, is stretched (a preemption), in
+    /// nanoseconds; at most a host time slice (750 µs).
     #[arg(long, default_value_t = preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS,
           value_parser = clap::value_parser!(u64).range(1..=preempt_sample::MAX_STRETCH_THRESHOLD_NS),
           allow_negative_numbers = true)]
@@ -374,6 +374,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         calibrated_hold_ns: f64::NAN, // known after the calibration, set by each worker
         tsc_hz: t.hz,
         runqueue_wait: args.split_runqueue_wait,
+        max_work_error: args.max_work_error,
     });
     let ns_per_tick = sampling.map_or(f64::NAN, |s| 1e9 / s.tsc_hz);
     let gate = Arc::new(StartGate::new(args.threads as usize));
