@@ -400,6 +400,10 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         // a hold 30.58 ms long, its runqueue wait 30.38 ms, 2026-12-05). So at most one a run.
         let mut inferred_guest = Vec::new();
         for (kind, s) in &matched {
+            // It began on the vCPU it ended on (the guest cannot move a thread it believes
+            // runs), read with the TSC at its start (`rdtscp`: QEMU's `max` CPU has it under
+            // TCG, as KVM hosts' CPUs do).
+            assert_eq!(s["cpu_at_start"], s["cpu"], "{kind} {s}");
             // The host's own record: the vCPU's thread was off its CPU for (nearly) all of it.
             let off = off_on_host(r, kind, s);
             let len = s["len_ns"].as_i64().unwrap();
@@ -417,10 +421,12 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         assert!(inferred_guest.len() <= 1, "labelled guest: {inferred_guest:?}");
         found_bursts += matched.len();
         // On the host's clock: the guest's TSC tied to it before the run (`extra.guest_clock`)
-        // and the run's TSC rate put each found interval around a burst the hog timed, within
-        // the tie's error at both ends. The interval may reach further: a hold the emulator had
-        // already stalled when the burst began starts before it (seen: 0.95 ms before, in CI,
-        // 2026-12-05), so the check is that it covers the burst, not that it starts with it.
+        // and the run's TSC rate put each found interval on a burst the hog timed, within the
+        // tie's error: every one lasts until the burst's end (the vCPU came back); a hold also
+        // began by the burst's start (its holder was taken), and may begin earlier (a hold the
+        // emulator had already stalled: 0.95 ms before, in CI, 2026-12-05); a hand-over begins
+        // at the running holder's release, which may fall anywhere in the burst (0.82 ms in,
+        // 2026-12-05), as the stalled vCPU was the next owner's.
         let clock = &r["extra"]["guest_clock"];
         let error = clock["error_ns"]
             .as_i64()
@@ -429,11 +435,10 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         let offset = clock["host_mono_ns"].as_i64().unwrap() as f64
             + (w["start_tick"].as_i64().unwrap() - clock["tsc"].as_i64().unwrap()) as f64 * 1e9
                 / w["hz"].as_f64().unwrap();
-        // (start of interval − start of burst, end of burst − end of interval): both ≤ 0 where
-        // the interval covers its burst.
-        let mut overhangs: Vec<(i64, i64)> = matched
+        // (kind, start of interval − start of burst, end of burst − end of interval).
+        let mut overhangs: Vec<(&str, i64, i64)> = matched
             .iter()
-            .map(|(_, s)| {
+            .map(|(kind, s)| {
                 let start = offset as i64 + s["at_ns"].as_i64().unwrap();
                 let end = start + s["len_ns"].as_i64().unwrap();
                 let b = bursts
@@ -443,36 +448,39 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
                         end.min(b_end) - start.max(b.0 as i64)
                     })
                     .unwrap();
-                (start - b.0 as i64, b.0 as i64 + b.1.as_nanos() as i64 - end)
+                (
+                    *kind,
+                    start - b.0 as i64,
+                    b.0 as i64 + b.1.as_nanos() as i64 - end,
+                )
             })
             .collect();
         overhangs.sort_unstable();
         eprintln!(
-            "run {}: on the host's clock the found intervals began and ended (start, end) {:?} µs outside their bursts; the tie's error {} µs ({} exchanges, round trips {})",
+            "run {}: on the host's clock the found intervals began and ended (start, end) µs from their bursts: {:?}; the tie's error {} µs ({} exchanges, round trips {})",
             r["run"],
             overhangs
                 .iter()
-                .map(|(a, b)| (a / 1000, b / 1000))
+                .map(|(k, a, b)| format!("{k} ({}, {})", a / 1000, -b / 1000))
                 .collect::<Vec<_>>(),
             error / 1000,
             clock["exchanges"],
             clock["round_trip_ns"]
         );
-        for (early, late) in &overhangs {
+        let bound = error + 100_000;
+        for (kind, early, late) in &overhangs {
             assert!(
-                *early <= error + 100_000 && *late <= error + 100_000,
-                "an interval not covering its burst by ({early}, {late}) ns, the tie's error {error} ns: {overhangs:?}"
+                *late <= bound && (*kind != "holds" || *early <= bound),
+                "a {kind} interval off its burst by ({early}, {late}) ns, the tie's error {error} ns: {overhangs:?}"
             );
         }
-        // The tie places them: most start within its error of their burst.
-        let close = overhangs
-            .iter()
-            .filter(|(early, _)| early.abs() <= error + 100_000)
-            .count();
+        // The tie places them: most holds start within its error of their burst.
+        let holds: Vec<i64> = overhangs.iter().filter(|o| o.0 == "holds").map(|o| o.1).collect();
+        let close = holds.iter().filter(|e| e.abs() <= bound).count();
         assert!(
-            close * 2 > overhangs.len(),
-            "{close} of {} intervals start within the tie's error of their burst: {overhangs:?}",
-            overhangs.len()
+            close * 2 >= holds.len(),
+            "{close} of {} holds start within the tie's error of their burst: {overhangs:?}",
+            holds.len()
         );
     }
     // The report, judging with the host's record, counts each as vcpu (or both, where the

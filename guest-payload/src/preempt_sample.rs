@@ -128,6 +128,88 @@ pub fn ordered_ticks() -> u64 {
     }
 }
 
+/// No CPU known (the CPU can't be read with the TSC here: [`tsc_names_cpu`]).
+pub const NO_CPU: u32 = u32::MAX;
+
+/// 0: not yet checked; 1: `rdtscp` names the CPU; 2: it does not (or does not exist).
+static TSC_CPU: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the TSC can be read with the CPU it was read on: the CPU has `rdtscp` (CPUID
+/// 0x80000001 EDX bit 27) and the kernel keeps the CPU number in IA32_TSC_AUX's low 12 bits (Linux
+/// does where the CPU has RDTSCP or RDPID, for its vDSO getcpu), checked against `sched_getcpu`.
+/// Checked once per process; call before the reads that depend on it.
+pub fn tsc_names_cpu() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match TSC_CPU.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let ok = rdtscp_agrees_with_sched_getcpu();
+            TSC_CPU.store(if ok { 1 } else { 2 }, Relaxed);
+            ok
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn rdtscp_agrees_with_sched_getcpu() -> bool {
+    use core::arch::x86_64::{__cpuid, __rdtscp};
+    // Leaf 0x80000001 is read only where the highest extended leaf reaches it.
+    let has = __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).edx & (1 << 27) != 0;
+    // A migration between the two reads makes one try disagree: three tries.
+    has && (0..3).any(|_| {
+        let mut aux = 0u32;
+        // SAFETY: the CPU has rdtscp (checked above).
+        unsafe { __rdtscp(&mut aux) };
+        // SAFETY: no arguments; -1 on failure.
+        let cpu = unsafe { libc::sched_getcpu() };
+        cpu >= 0 && aux & 0xfff == cpu as u32
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn rdtscp_agrees_with_sched_getcpu() -> bool {
+    false
+}
+
+/// [`ordered_ticks`] and the CPU it was read on ([`NO_CPU`] where [`tsc_names_cpu`] is false):
+/// `mfence; lfence; rdtscp`, the CPU number coming from the same instruction as the time (no
+/// second call; a few cycles more than `rdtsc`, which [`crate::work_as_run`] times the same
+/// way).
+#[inline(always)]
+pub fn ordered_ticks_on_cpu() -> (u64, u32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if TSC_CPU.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+            let mut aux = 0u32;
+            // SAFETY: the fences have no preconditions; rdtscp exists (TSC_CPU is 1 only then).
+            let t = unsafe {
+                core::arch::x86_64::_mm_mfence();
+                core::arch::x86_64::_mm_lfence();
+                core::arch::x86_64::__rdtscp(&mut aux)
+            };
+            return (t, aux & 0xfff);
+        }
+    }
+    (ordered_ticks(), NO_CPU)
+}
+
+/// [`ticks`] and the CPU it was read on ([`NO_CPU`] where [`tsc_names_cpu`] is false); `rdtscp`
+/// waits for earlier instructions to execute, no fences.
+#[inline(always)]
+pub fn ticks_on_cpu() -> (u64, u32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if TSC_CPU.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+            let mut aux = 0u32;
+            // SAFETY: rdtscp exists (TSC_CPU is 1 only then).
+            let t = unsafe { core::arch::x86_64::__rdtscp(&mut aux) };
+            return (t, aux & 0xfff);
+        }
+    }
+    (ticks(), NO_CPU)
+}
+
 /// CLOCK_MONOTONIC now, ns (the clock the host's vCPU timeline and clock tie use too).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -250,8 +332,13 @@ impl Settings {
 pub struct Cycle {
     /// Read when the try_lock failed; None: it succeeded (no wait, no hand-over).
     pub wait_began: Option<u64>,
+    /// The CPU `wait_began` was read on ([`NO_CPU`]: unknown): the next owner's vCPU when a
+    /// hand-over to it began (it was already waiting then).
+    pub wait_cpu: u32,
     /// Read right before the hold's busy loop (the lock owned).
     pub entered: u64,
+    /// The CPU `entered` was read on ([`NO_CPU`]: unknown).
+    pub entered_cpu: u32,
     /// The previous owner's release, read under the lock (0: none yet).
     pub previous_release: u64,
     /// Read right after the hold's busy loop (the lock still owned).
@@ -281,6 +368,8 @@ pub struct Kept {
     /// The TSC at its start (a hold's entry, a hand-over's release).
     pub start_tick: u64,
     pub len_ns: u64,
+    /// The guest CPU the thread was on at its start (read with the TSC), None if unknown.
+    pub cpu_at_start: Option<u32>,
     /// The guest CPU the thread was on at its end (`sched_getcpu`), None if unreadable.
     pub cpu: Option<u32>,
     pub guest: bool,
@@ -315,7 +404,7 @@ impl Tally {
     }
 
     #[cold]
-    fn stretch(&mut self, start_tick: u64, len_ns: f64, split: Split) {
+    fn stretch(&mut self, start_tick: u64, start_cpu: u32, len_ns: f64, split: Split) {
         let switched = split.guest;
         let len_ns = (len_ns as u64).max(1);
         let _ = self.over_len.record(len_ns);
@@ -325,6 +414,7 @@ impl Tally {
         let kept = Kept {
             start_tick,
             len_ns,
+            cpu_at_start: (start_cpu != NO_CPU).then_some(start_cpu),
             cpu: current_cpu(),
             guest: switched,
             guest_wait_ns: split.guest_wait_ns,
@@ -428,6 +518,8 @@ impl RunqueueWait {
 
 impl Sampler {
     pub fn new(settings: Settings) -> Self {
+        // Before the cycles that read the CPU with the TSC.
+        tsc_names_cpu();
         let ticks_per_ns = settings.tsc_hz / 1e9;
         let s = Self {
             settings,
@@ -532,7 +624,9 @@ impl Sampler {
         let ns = self.ns_per_tick;
         self.out.holds.timed += 1;
         if hold_stretched {
-            self.out.holds.stretch(c.entered, hold as f64 * ns, split);
+            self.out
+                .holds
+                .stretch(c.entered, c.entered_cpu, hold as f64 * ns, split);
         }
         if c.sampled {
             let _ = self
@@ -545,7 +639,7 @@ impl Sampler {
             let o = &mut self.out.handovers;
             o.timed += 1;
             if handover_stretched {
-                o.stretch(c.previous_release, h as f64 * ns, split);
+                o.stretch(c.previous_release, c.wait_cpu, h as f64 * ns, split);
             }
             if c.sampled {
                 let _ = o.sampled_len.record(((h as f64 * ns) as u64).max(1));
@@ -684,6 +778,12 @@ pub struct StretchedInterval {
     pub len_ns: u64,
     /// The worker thread that recorded it (a hold's holder, a hand-over's next owner), from 0.
     pub thread: u32,
+    /// The guest CPU that thread was on when the interval began (a hold: at its entry; a
+    /// hand-over: the next owner, waiting since before the release), read with the TSC
+    /// (`rdtscp`); null where the CPU cannot be read so (see [`tsc_names_cpu`]). Differs from
+    /// `cpu` where the guest moved the thread meanwhile.
+    #[serde(default)]
+    pub cpu_at_start: Option<u32>,
     /// The guest CPU that thread was on when the interval ended (`sched_getcpu`); null if
     /// unreadable.
     pub cpu: Option<u32>,
@@ -750,6 +850,7 @@ fn longest_of(
                 at_ns: ((k.start_tick as i128 - origin_tick as i128) as f64 * ns_per_tick) as i64,
                 len_ns: k.len_ns,
                 thread: thread as u32,
+                cpu_at_start: k.cpu_at_start,
                 cpu: k.cpu,
                 guest: k.guest,
                 guest_wait_ns: k.guest_wait_ns,
@@ -931,6 +1032,39 @@ mod tests {
         assert!((secs / mono - 1.0).abs() < 0.05, "{secs} vs {mono}");
     }
 
+    /// Where the CPU has rdtscp and Linux keeps the CPU in TSC_AUX (this machine: both), the
+    /// TSC read names the CPU sched_getcpu names, on each CPU the thread is pinned to.
+    #[test]
+    fn the_tsc_read_names_the_cpu_it_ran_on() {
+        let has = std::fs::read_to_string("/proc/cpuinfo")
+            .unwrap()
+            .split_whitespace()
+            .any(|f| f == "rdtscp");
+        assert_eq!(tsc_names_cpu(), has && cfg!(target_arch = "x86_64"));
+        if !tsc_names_cpu() {
+            assert_eq!(ordered_ticks_on_cpu().1, NO_CPU);
+            return;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::thread::spawn(move || {
+            for cpu in 0..cpus {
+                // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET within its size.
+                let pinned = unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0
+                };
+                if pinned {
+                    let (t, c) = ordered_ticks_on_cpu();
+                    assert!(t > 0);
+                    assert_eq!((c, ticks_on_cpu().1), (cpu as u32, cpu as u32));
+                }
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
     fn settings() -> Settings {
         Settings {
             every: 4,
@@ -945,7 +1079,9 @@ mod tests {
     fn cycle(wait_began: Option<u64>, previous_release: u64, entered: u64, released: u64) -> Cycle {
         Cycle {
             wait_began,
+            wait_cpu: 1,
             entered,
+            entered_cpu: 0,
             previous_release,
             released,
             sampled: true,
@@ -1022,8 +1158,20 @@ mod tests {
             o.longest.iter().all(|l| l.at_ns == 149_000 && l.len_ns == 80_000),
             "{o:?}"
         );
-        // The CPU each ended on is read (this machine has sched_getcpu).
+        // The CPU each ended on is read (this machine has sched_getcpu), and the one it began
+        // on is the cycle's (holds: the entry's; hand-overs: the waiter's).
         assert!(h.longest.iter().all(|l| l.cpu.is_some()), "{h:?}");
+        assert!(h.longest.iter().all(|l| l.cpu_at_start == Some(0)), "{h:?}");
+        assert!(
+            r.handovers
+                .as_ref()
+                .unwrap()
+                .longest
+                .iter()
+                .all(|l| l.cpu_at_start == Some(1)),
+            "{:?}",
+            r.handovers
+        );
         assert_eq!(h.stretched_vcpu + h.stretched_guest, 2);
         assert!((h.stretched_share - 2.0 / 12.0).abs() < 1e-12);
         // Over the run's median hold (1 µs) + 50 µs.
@@ -1078,6 +1226,7 @@ mod tests {
     fn the_longest_stretched_intervals_are_kept_in_order() {
         let k = |start_tick, len_ns| Kept {
             start_tick,
+            cpu_at_start: Some(0),
             len_ns,
             cpu: Some(0),
             guest: false,

@@ -10,7 +10,9 @@
 //! - Timed: 1 in `--hold-sample-rate`⁻¹ acquisitions per thread (the ones the preemption sampler
 //!   samples) records its hold, read as two TSC reads right around `spin_iters(hold)` and nothing
 //!   else, and its gap, read the same way around `spin_iters(gap)`. Each read waits for every
-//!   earlier instruction ([`crate::preempt_sample::ordered_ticks`]).
+//!   earlier instruction; the first also reads the CPU where it can
+//!   ([`crate::preempt_sample::ordered_ticks_on_cpu`], then
+//!   [`crate::preempt_sample::ordered_ticks`]).
 //! - The timing's own cost: in the same sampled cycles (in the gap, outside the lock) the same
 //!   two TSC reads around `spin_iters(0)`: the call, the loop's exit and the reads themselves,
 //!   under the run's own load at the run's own moments. Natively about 30 ns with the fences (the
@@ -48,7 +50,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::busywork::spin_iters;
 use crate::metrics::new_latency_histogram;
-use crate::preempt_sample::ordered_ticks;
+use crate::preempt_sample::{ordered_ticks, ordered_ticks_on_cpu};
 
 /// Default of `--max-work-error`: a net hold or gap within a factor 1.1 of the asked one.
 pub const MAX_WORK_ERROR: f64 = 0.10;
@@ -98,15 +100,16 @@ impl WorkSamples {
     #[cold]
     #[inline(never)]
     pub fn timed_gap(&mut self, gap_iters: u64, ns_per_tick: f64) {
-        let t0 = ordered_ticks();
+        // Each interval read with the pair of reads a hold is read with (the first also reads
+        // the CPU: `rdtscp` where the hold's does).
+        let (t0, _) = ordered_ticks_on_cpu();
         spin_iters(gap_iters);
         let t1 = ordered_ticks();
+        let (t1b, _) = ordered_ticks_on_cpu();
         spin_iters(0);
         let t2 = ordered_ticks();
-        // The empty interval is read with the same pair of reads as the gap: t1 ends the gap and
-        // starts the empty one, as a hold's first read follows whatever came before it.
         record(&mut self.gaps, t1.wrapping_sub(t0), ns_per_tick);
-        record(&mut self.timing_cost, t2.wrapping_sub(t1), ns_per_tick);
+        record(&mut self.timing_cost, t2.wrapping_sub(t1b), ns_per_tick);
     }
 
     pub fn add(&mut self, other: &WorkSamples) {

@@ -1170,6 +1170,7 @@ mod tests {
             guest: l(0),
             other_vcpu: l(4),
             unexplained: l(3),
+            moved: 0,
             too_short: 40,
             unread: 0,
             error_ns: 250_000,

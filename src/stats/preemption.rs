@@ -94,6 +94,11 @@ pub struct Observed {
     #[serde(default)]
     pub other_vcpu: Labelled,
     pub unexplained: Labelled,
+    /// Of the judged, those the guest moved from one vCPU to another during the interval
+    /// (`cpu_at_start` ≠ `cpu`): it switched the thread out, so they count as the guest's
+    /// doing (guest, or both where a vCPU of theirs was off) whatever the payload's split said.
+    #[serde(default)]
+    pub moved: u64,
     /// Listed but shorter than [`ATTRIBUTABLE_ERRORS`] × the tie's error, or outside the trace.
     pub too_short: u64,
     pub unread: u64,
@@ -118,6 +123,7 @@ impl Observed {
         self.guest.add(&o.guest);
         self.other_vcpu.add(&o.other_vcpu);
         self.unexplained.add(&o.unexplained);
+        self.moved += o.moved;
         self.too_short += o.too_short;
         self.unread += o.unread;
         self.error_ns = self.error_ns.max(o.error_ns);
@@ -154,7 +160,9 @@ impl Observed {
                     continue;
                 }
                 let half = |ns: i64| ns as f64 >= len / 2.0;
-                let label = match (half(off), s.guest, half(others)) {
+                let moved = s.cpu_at_start.is_some_and(|c| Some(c) != s.cpu);
+                o.moved += u64::from(moved);
+                let label = match (half(off), s.guest || moved, half(others)) {
                     (true, false, _) => &mut o.vcpu,
                     (true, true, _) => &mut o.both,
                     (false, true, _) => &mut o.guest,
@@ -545,10 +553,13 @@ pub(crate) mod tests {
             listed(ms / 10, false),
             listed(5 * ms, false),
             listed(4 * ms, false),
+            // The guest moved it from vCPU 0 to 1 though the split said vcpu: the guest's
+            // doing, and its vCPU off: both.
+            serde_json::json!({"at_ns": 0, "len_ns": 20 * ms, "thread": 0, "cpu_at_start": 0, "cpu": 1, "guest": false}),
         ]);
         let on_host: OnHost = serde_json::from_value(serde_json::json!({
             "error_ns": 250_000,
-            "holds": [{"off_ns": 30 * ms}, {"off_ns": 29 * ms}, {"off_ns": 0}, {"off_ns": 100_000}, {"off_ns": 0}, {"off_ns": null, "why": "outside what the trace kept"}, {"off_ns": 0, "others_off_ns": 3 * ms}],
+            "holds": [{"off_ns": 30 * ms}, {"off_ns": 29 * ms}, {"off_ns": 0}, {"off_ns": 100_000}, {"off_ns": 0}, {"off_ns": null, "why": "outside what the trace kept"}, {"off_ns": 0, "others_off_ns": 3 * ms}, {"off_ns": 20 * ms, "moved_from": 0}],
             "handovers": [],
         }))
         .unwrap();
@@ -563,10 +574,10 @@ pub(crate) mod tests {
             o.too_short,
             o.unread,
         );
-        assert_eq!(counts, (1, 1, 1, 1, 1, 1), "{o:?}");
+        assert_eq!(counts, (1, 2, 1, 1, 1, 1), "{o:?}");
         assert_eq!((o.other_vcpu.count, o.other_vcpu.ns), (1, 4e6));
-        assert_eq!(o.vcpu.ns, 30e6);
-        assert_eq!((o.judged(), o.error_ns, o.runs), (5, 250_000, 1));
+        assert_eq!((o.vcpu.ns, o.both.ns, o.moved), (30e6, 50e6, 1));
+        assert_eq!((o.judged(), o.error_ns, o.runs), (6, 250_000, 1));
         // Without the host's record: why, and the cell says it too.
         let none = of_reported(
             Some(&reported),

@@ -13,6 +13,12 @@
 //! own vCPU ran but waited inside the guest's kernel for another vCPU: a kernel lock its
 //! preempted holder kept, an IPI it had to answer). Judging it (vcpu, guest,
 //! both, unexplained) is the report's (`stats::preemption`).
+//!
+//! An interval that began on one vCPU and ended on another (`cpu_at_start` ≠ `cpu`: the guest
+//! moved the thread, so it had switched it out) keeps `moved_from` and the longer of the two
+//! vCPUs' off times as `off_ns` (where the migration fell is not known; the thread waited on the
+//! first or ran on the second, and either vCPU off held it); `others_off_ns` is then over the
+//! guest's other vCPUs than those two.
 
 use std::collections::BTreeMap;
 
@@ -44,21 +50,30 @@ pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trac
                 if start_us < tl.traced_from_us as f64 || end_us > tl.traced_to_us as f64 {
                     return json!({ "off_ns": null, "why": "outside what the trace kept" });
                 }
-                let Some(segments) = on_cpu.get(&(vcpu as u32)) else {
-                    return json!({ "off_ns": null, "why": format!("vCPU {vcpu} of guest {guest} is not in the trace") });
-                };
-                let on_us = overlap_us(segments, start_us, end_us);
+                let vcpu = vcpu as u32;
+                let began_on = s["cpu_at_start"].as_u64().map_or(vcpu, |c| c as u32);
+                let mut off_us = 0.0f64;
+                for v in [began_on, vcpu] {
+                    let Some(segments) = on_cpu.get(&v) else {
+                        return json!({ "off_ns": null, "why": format!("vCPU {v} of guest {guest} is not in the trace") });
+                    };
+                    off_us = off_us.max(end_us - start_us - overlap_us(segments, start_us, end_us));
+                }
                 let mut others: Vec<(f64, f64)> = on_cpu
                     .iter()
-                    .filter(|(v, _)| **v != vcpu as u32)
+                    .filter(|(v, _)| **v != vcpu && **v != began_on)
                     .flat_map(|(_, segs)| gaps_us(segs, start_us, end_us))
                     .collect();
                 let others_off_us = union_us(&mut others);
-                json!({
+                let mut out = json!({
                     "at_us": start_us.round() as i64,
-                    "off_ns": ((end_us - start_us - on_us) * 1e3).max(0.0).round() as i64,
+                    "off_ns": (off_us * 1e3).max(0.0).round() as i64,
                     "others_off_ns": (others_off_us * 1e3).round() as i64,
-                })
+                });
+                if began_on != vcpu {
+                    out["moved_from"] = json!(began_on);
+                }
+                out
             })
             .collect()
     };
@@ -235,6 +250,37 @@ mod tests {
         // A remote trace 1 ms ahead of this machine's clock: the same interval lands 1 ms later.
         let later = of_run(&p, &clock(), &timeline(), 0, 1_000_000);
         assert_eq!(later["holds"][0]["off_ns"], 26_000_000);
+    }
+
+    /// An interval the guest moved from one vCPU to the other: judged by the longer off time of
+    /// the two, said where it began; one that stayed carries no `moved_from`.
+    #[test]
+    fn an_interval_the_guest_moved_is_read_on_both_its_vcpus() {
+        let p = preemption(json!([
+            // Began on vCPU 1 (off 25 of its 30 ms), ended on vCPU 0 (never off).
+            {"at_ns": 15_000_000, "len_ns": 30_000_000, "cpu_at_start": 1, "cpu": 0},
+            // The other way round: the same.
+            {"at_ns": 15_000_000, "len_ns": 30_000_000, "cpu_at_start": 0, "cpu": 1},
+            // Stayed on vCPU 0.
+            {"at_ns": 15_000_000, "len_ns": 30_000_000, "cpu_at_start": 0, "cpu": 0},
+            // Began on a vCPU the trace does not know.
+            {"at_ns": 15_000_000, "len_ns": 30_000_000, "cpu_at_start": 5, "cpu": 0},
+        ]));
+        let out = of_run(&p, &clock(), &timeline(), 0, 0);
+        let h = &out["holds"];
+        assert_eq!(
+            (&h[0]["off_ns"], &h[0]["moved_from"]),
+            (&json!(25_000_000), &json!(1))
+        );
+        assert_eq!(
+            (&h[1]["off_ns"], &h[1]["moved_from"]),
+            (&json!(25_000_000), &json!(0))
+        );
+        // No other vCPU than the two it ran on.
+        assert_eq!(h[0]["others_off_ns"], 0);
+        assert_eq!(h[2]["off_ns"], 0);
+        assert!(h[2].get("moved_from").is_none());
+        assert!(h[3]["why"].as_str().unwrap().contains("vCPU 5"), "{}", h[3]);
     }
 
     #[test]

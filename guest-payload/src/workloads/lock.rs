@@ -747,11 +747,11 @@ fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
 }
 
 /// One critical section: owner check around the protected update and the hold work. With
-/// `timing`, returns the TSC read right before the hold's busy loop and right after it, and
-/// nothing else between, so a timed hold is the loop (and the two reads) alone: the owner check
-/// and the update, and their cache misses, fall in the hand-overs.
+/// `timing`, returns the TSC read right before the hold's busy loop (with the CPU it was read
+/// on) and right after it, and nothing else between, so a timed hold is the loop (and the two
+/// reads) alone: the owner check and the update, and their cache misses, fall in the hand-overs.
 #[inline(always)]
-fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> (u64, u64) {
+fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> ((u64, u32), u64) {
     p.owner.enter(me);
     // SAFETY: the caller holds the lock; the data is only touched under it.
     unsafe {
@@ -761,9 +761,9 @@ fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> (u64, 
         data[1] = data[1].wrapping_add(v);
     }
     let entered = if timing {
-        preempt_sample::ordered_ticks()
+        preempt_sample::ordered_ticks_on_cpu()
     } else {
-        0
+        (0, preempt_sample::NO_CPU)
     };
     spin_iters(hold_iters);
     let released = if timing {
@@ -813,7 +813,11 @@ fn worker<R: RawMutex>(
         } else {
             out.contended += 1;
             let t0 = (out.contended % LATENCY_SAMPLE_EVERY == 1 % LATENCY_SAMPLE_EVERY).then(Instant::now);
-            let began = if timing { preempt_sample::ticks() } else { 0 };
+            let began = if timing {
+                preempt_sample::ticks_on_cpu()
+            } else {
+                (0, preempt_sample::NO_CPU)
+            };
             lock.lock();
             (Some(began), t0)
         };
@@ -823,7 +827,7 @@ fn worker<R: RawMutex>(
         } else {
             0
         };
-        let (entered, released) = critical(protected, me, hold_iters, timing);
+        let ((entered, entered_cpu), released) = critical(protected, me, hold_iters, timing);
         if timing {
             // SAFETY: still under the lock.
             unsafe { *protected.release_ticks.get() = released };
@@ -832,8 +836,10 @@ fn worker<R: RawMutex>(
         unsafe { lock.unlock() };
         if let Some(s) = sampler.as_mut() {
             s.record(&Cycle {
-                wait_began,
+                wait_began: wait_began.map(|w| w.0),
+                wait_cpu: wait_began.map_or(preempt_sample::NO_CPU, |w| w.1),
                 entered,
+                entered_cpu,
                 previous_release,
                 released,
                 sampled,
