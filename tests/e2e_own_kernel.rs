@@ -13,35 +13,16 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+mod common;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The two built trees (building them the first time on this machine).
 fn trees() -> (PathBuf, PathBuf) {
-    let t0 = Instant::now();
-    let out = Command::new(root().join("tests/kernel/build-test-kernel"))
-        .output()
-        .expect("running tests/kernel/build-test-kernel");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "building the test kernel failed (scripts/setup installs linux-source-6.1 and the build tools):\n{stderr}"
-    );
-    eprintln!(
-        "test kernel trees ready after {:.1} s:\n{}",
-        t0.elapsed().as_secs_f64(),
-        stderr.trim()
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let get = |key: &str| {
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("no {key}= in {stdout}"))
-    };
-    (get("base"), get("patched"))
+    let t = common::test_kernel_trees();
+    (t["base"].clone(), t["patched"].clone())
 }
 
 fn ocrig(args: &[&str]) -> std::process::Output {

@@ -343,6 +343,24 @@ fn malformed_scenarios_are_refused_with_file_line_and_field() {
             Some("workloads[0].args.frob"),
             "--frob",
         ),
+        // A workload whose kernel option the guest's kernel lacks: Debian's stock kernel has no
+        // locktorture module.
+        case(
+            "locktorture-on-a-debian-kernel",
+            &format!("{HEAD}workloads:\n  - command: locktorture\n    metric: writes_per_sec\n"),
+            6,
+            Some("workloads[0].command"),
+            "CONFIG_LOCK_TORTURE_TEST=m",
+        ),
+        case(
+            "locktorture-long-hold-not-shorter-than-the-run",
+            &format!(
+                "{HEAD}workloads:\n  - command: locktorture\n    args: {{long-hold: 2000, duration-ms: 1000}}\n    metric: writes_per_sec\n"
+            ),
+            7,
+            Some("workloads[0].args"),
+            "long-hold 2000 ms is not shorter than the run",
+        ),
         case(
             "empty-workloads",
             &format!("{HEAD}workloads: []\n"),

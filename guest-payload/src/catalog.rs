@@ -38,6 +38,18 @@ pub struct WorkloadSpec {
     pub name: &'static str,
     pub metrics: &'static [MetricSpec],
     pub inputs: &'static [GuestInput],
+    /// Options the guest kernel must have for it, checked by the host against each variant's
+    /// kernel config before anything boots.
+    pub kernel_options: &'static [KernelOption],
+}
+
+/// A kernel option a workload needs: `CONFIG_<name>=<value>`, and for `m` the module the tree
+/// must have built.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct KernelOption {
+    pub name: &'static str,
+    pub value: &'static str,
+    pub module: Option<&'static str>,
 }
 
 impl WorkloadSpec {
@@ -118,6 +130,7 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             ),
         ],
         inputs: &[],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "hackbench",
@@ -130,6 +143,7 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             m("receiver_finish_min_s", "earliest receiver finish"),
         ],
         inputs: &[],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "ebizzy",
@@ -143,6 +157,7 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             m("sys_s", "system CPU time"),
         ],
         inputs: &[],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "dbench",
@@ -159,6 +174,7 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             gzip: true,
             required_by_default: true,
         }],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "mutex",
@@ -199,6 +215,7 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             ),
         ],
         inputs: &[],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "futexlock",
@@ -240,6 +257,7 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             ),
         ],
         inputs: &[],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "sysfs-mutex",
@@ -264,11 +282,50 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             ),
         ],
         inputs: &[],
+        kernel_options: &[],
     },
     WorkloadSpec {
         name: "hog",
         metrics: &[m("iterations", "busy-loop iterations, all threads")],
         inputs: &[],
+        kernel_options: &[],
+    },
+    WorkloadSpec {
+        name: "locktorture",
+        metrics: &[
+            m(
+                "writes_per_sec",
+                "write-side lock acquisitions per second, all writer threads (the kernel's Writes Total / the run)",
+            ),
+            m("writes_total", "write-side lock acquisitions in the run"),
+            cond(
+                "writes_min_over_max",
+                "the least busy writer's acquisitions / the busiest's (1 = fair; the kernel flags ??? under 0.5)",
+            ),
+            cond(
+                "reads_per_sec",
+                "read-side acquisitions per second (reader-writer types)",
+            ),
+            cond(
+                "reads_min_over_max",
+                "the least busy reader's acquisitions / the busiest's",
+            ),
+        ],
+        inputs: &[],
+        kernel_options: &[
+            KernelOption {
+                name: "LOCK_TORTURE_TEST",
+                value: "m",
+                module: Some("locktorture"),
+            },
+            // The run ends by unloading the module (which stops its threads and prints its
+            // final statistics).
+            KernelOption {
+                name: "MODULE_UNLOAD",
+                value: "y",
+                module: None,
+            },
+        ],
     },
 ];
 

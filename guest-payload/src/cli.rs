@@ -66,6 +66,9 @@ pub enum Command {
     SysfsMutex(workloads::sysfs_mutex::Args),
     /// Burn CPU on every CPU for a while (the `background: hog` load for other guests).
     Hog(workloads::hog::Args),
+    /// The kernel's lock torture module (locktorture) for a while: writes/s and writer fairness
+    /// of a kernel lock (needs a guest kernel with CONFIG_LOCK_TORTURE_TEST=m).
+    Locktorture(workloads::locktorture::Args),
     /// List the lock algorithms and workloads (`--json`: every workload's metrics and inputs).
     List(ListArgs),
 }
@@ -82,6 +85,7 @@ impl Command {
             Command::Futexlock(_) => Some("futexlock"),
             Command::SysfsMutex(_) => Some("sysfs-mutex"),
             Command::Hog(_) => Some("hog"),
+            Command::Locktorture(_) => Some("locktorture"),
             Command::List(_) => None,
         }
     }
@@ -91,6 +95,7 @@ impl Command {
     pub fn check(&self) -> Result<(), clap::Error> {
         let conflict = match self {
             Command::Mutex(a) => a.check().err(),
+            Command::Locktorture(a) => a.check().err(),
             _ => None,
         };
         match conflict {
@@ -114,6 +119,7 @@ pub fn run(command: &Command) -> anyhow::Result<Option<crate::report::Report>> {
         Command::Mutex(a) => Some(workloads::mutex::run(a)?),
         Command::Futexlock(a) => Some(workloads::futexlock::run(a)?),
         Command::SysfsMutex(a) => Some(workloads::sysfs_mutex::run(a)?),
+        Command::Locktorture(a) => Some(workloads::locktorture::run(a)?),
         Command::List(_) => None,
     })
 }

@@ -14,6 +14,18 @@ use super::cmd;
 pub const WANTED_MODULES: &[&str] = &["virtio_pci", "virtio_net", "virtio_blk", "ext4"];
 /// Loaded when present; a kernel without them still works.
 pub const OPTIONAL_MODULES: &[&str] = &["virtio_rng"];
+/// Put in the image when the kernel builds them as modules, but not loaded at boot: a
+/// workload loads them when it runs (the payload's `locktorture`; Debian's stock kernels do
+/// not build it).
+pub const EXTRA_MODULES: &[&str] = &["locktorture"];
+
+/// A module kept in the image for a workload to load: its name and its files (its dependencies
+/// first), decompressed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtraModule {
+    pub name: String,
+    pub files: Vec<PathBuf>,
+}
 
 /// The candidate version of a package as apt sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

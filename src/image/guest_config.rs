@@ -110,6 +110,58 @@ pub fn missing(config: &KernelConfig, scratch: bool, modules_from: Modules<'_>) 
         .collect()
 }
 
+/// The options of `wanted` (`(name, value, module)`: `CONFIG_<name>=<value>`, and for `m` the
+/// module a tree must have built) a workload needs that the kernel given as `given` (None: a
+/// Debian kernel) lacks, each in words (empty: it has them all). A Debian kernel is judged by
+/// what ocrig's image of it ships: its boot modules only, so no `=m` option a workload loads.
+pub fn lacks_for_workload(given: Option<Given<'_>>, wanted: &[(&str, &str, Option<&str>)]) -> Vec<String> {
+    let config = match &given {
+        Some(Given::Tree(root)) => match tree::inspect(root) {
+            Ok(t) => Some((t.config.clone(), Some(t))),
+            // The tree itself is judged by `check`.
+            Err(_) => return Vec::new(),
+        },
+        Some(Given::File { path, .. }) => {
+            let data = fs::read(path).ok();
+            let inner = data.as_deref().and_then(|d| {
+                if is_elf(d) {
+                    Some(d.to_vec())
+                } else {
+                    super::vmlinux::decompressed(d).ok()
+                }
+            });
+            inner.as_deref().and_then(embedded_config).map(|c| (c, None))
+        }
+        None => None,
+    };
+    wanted
+        .iter()
+        .filter_map(|&(option, value, module)| {
+            let w = format!("CONFIG_{option}={value}");
+            match (&given, &config) {
+                (None, _) if value == "m" => Some(format!(
+                    "{w}: ocrig's image of a Debian kernel ships only the modules it boots with (and Debian's stock kernels do not build this one); give a kernel tree built with it as `kernel: {{tree: …}}`"
+                )),
+                (None, _) => None,
+                (Some(_), None) => Some(format!("{w}: the kernel carries no config to check it by (CONFIG_IKCONFIG)")),
+                (Some(_), Some((c, tree))) => {
+                    let got = c.get(option);
+                    match (got, tree) {
+                        (Some(v), _) if v != value => Some(format!("{w}, but the kernel has CONFIG_{option}={v}")),
+                        (None, _) => Some(format!("{w}, but CONFIG_{option} is not set")),
+                        (Some("m"), None) => Some(format!("{w}: a lone kernel image brings no modules; give its tree as `kernel: {{tree: …}}`")),
+                        (Some("m"), Some(t)) if module.is_some_and(|m| !t.has_module(m)) => Some(format!(
+                            "{w}, but the tree has not built {}.ko (run `make modules`)",
+                            module.unwrap_or("?")
+                        )),
+                        _ => None,
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
 /// A note when the config has no PVH entry (the kernel then boots through SeaBIOS).
 pub fn pvh_note(config: &KernelConfig) -> Option<String> {
     (config.get("PVH") != Some("y")).then(|| {
@@ -206,6 +258,61 @@ mod tests {
 CONFIG_INET=y\nCONFIG_UNIX=y\nCONFIG_DEVTMPFS=y\nCONFIG_BLK_DEV_INITRD=y\nCONFIG_BINFMT_ELF=y\nCONFIG_BINFMT_SCRIPT=y\n\
 CONFIG_PROC_FS=y\nCONFIG_SYSFS=y\nCONFIG_TMPFS=y\nCONFIG_FUTEX=y\nCONFIG_TTY=y\nCONFIG_SERIAL_8250=y\n\
 CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
+
+    /// A workload's options (locktorture's): a Debian kernel ships no extra module; a tree is
+    /// read by its config and built modules; a lone image by its embedded config.
+    #[test]
+    fn a_kernel_lacking_a_workloads_options_is_named_with_each() {
+        let wanted = [
+            ("LOCK_TORTURE_TEST", "m", Some("locktorture")),
+            ("MODULE_UNLOAD", "y", None),
+        ];
+        let debian = lacks_for_workload(None, &wanted);
+        assert_eq!(debian.len(), 1, "{debian:?}");
+        assert!(
+            debian[0].starts_with("CONFIG_LOCK_TORTURE_TEST=m: ocrig's image of a Debian kernel"),
+            "{debian:?}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let tree = |config: &str, built: bool| {
+            fs::write(d.path().join(".config"), config).unwrap();
+            fs::create_dir_all(d.path().join("arch/x86/boot")).unwrap();
+            fs::write(d.path().join("arch/x86/boot/bzImage"), "x").unwrap();
+            let order = if built {
+                "kernel/locking/locktorture.ko\n"
+            } else {
+                ""
+            };
+            fs::write(d.path().join("modules.order"), order).unwrap();
+            if built {
+                fs::create_dir_all(d.path().join("kernel/locking")).unwrap();
+                fs::write(d.path().join("kernel/locking/locktorture.ko"), "ko").unwrap();
+            }
+            lacks_for_workload(Some(Given::Tree(d.path())), &wanted)
+        };
+        let none = tree("CONFIG_MODULES=y\n", false);
+        assert_eq!(
+            none,
+            [
+                "CONFIG_LOCK_TORTURE_TEST=m, but CONFIG_LOCK_TORTURE_TEST is not set",
+                "CONFIG_MODULE_UNLOAD=y, but CONFIG_MODULE_UNLOAD is not set"
+            ]
+        );
+        let built_in = tree("CONFIG_LOCK_TORTURE_TEST=y\nCONFIG_MODULE_UNLOAD=y\n", false);
+        assert_eq!(
+            built_in,
+            ["CONFIG_LOCK_TORTURE_TEST=m, but the kernel has CONFIG_LOCK_TORTURE_TEST=y"]
+        );
+        let unbuilt = tree("CONFIG_LOCK_TORTURE_TEST=m\nCONFIG_MODULE_UNLOAD=y\n", false);
+        assert!(unbuilt[0].contains("has not built locktorture.ko"), "{unbuilt:?}");
+        assert!(
+            tree(
+                "CONFIG_MODULES=y\nCONFIG_LOCK_TORTURE_TEST=m\nCONFIG_MODULE_UNLOAD=y\n",
+                true
+            )
+            .is_empty()
+        );
+    }
 
     #[test]
     fn a_guest_config_passes_and_each_missing_option_is_named() {

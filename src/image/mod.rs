@@ -30,6 +30,7 @@ use anyhow::{Context, Result, bail};
 use cache::{Inputs, KernelInput, Manifest};
 pub use cache::{TempDir, cache_dir, sweep_stale};
 pub use cmd::{sha256_file, sha256_hex};
+use debian::ExtraModule;
 pub use host_files::GUEST_GNU_DATE;
 use host_files::{BUSYBOX, HostFile, host_files};
 use identity::KernelConfig;
@@ -38,7 +39,7 @@ use initramfs::Archive;
 use kernel::{bzimage_banner, bzimage_release, debian_kernel, pvh_vmlinux};
 
 /// Bump when the image layout or /init contract changes (invalidates every cached image).
-pub const FORMAT: &str = "ocrig-image-3";
+pub const FORMAT: &str = "ocrig-image-4";
 /// The guest's /init (busybox sh), also at images/init.
 pub const INIT_SCRIPT: &str = include_str!("../../images/init");
 /// Printed on the console (ttyS0) once dropbear listens on port 22.
@@ -341,7 +342,12 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
 }
 
 /// The key-independent part of the initramfs.
-fn base_archive(id: &str, host_files: &[HostFile], modules: &[PathBuf]) -> Result<Archive> {
+fn base_archive(
+    id: &str,
+    host_files: &[HostFile],
+    modules: &[PathBuf],
+    extra: &[ExtraModule],
+) -> Result<Archive> {
     let mut a = Archive::new();
     for d in [
         "/proc",
@@ -353,6 +359,7 @@ fn base_archive(id: &str, host_files: &[HostFile], modules: &[PathBuf]) -> Resul
         "/var/log",
         "/etc/dropbear",
         "/lib/modules/ocrig",
+        "/lib/modules/ocrig/extra",
     ] {
         a.dir(d, 0o755);
     }
@@ -393,6 +400,24 @@ fn base_archive(id: &str, host_files: &[HostFile], modules: &[PathBuf]) -> Resul
         order.push('\n');
     }
     a.file("/etc/ocrig/modules", order, 0o644);
+    // Modules a workload loads when it runs (the payload's workloads::locktorture reads this
+    // list): `name file...`, dependencies first; not loaded at boot.
+    let mut list = String::new();
+    for m in extra {
+        list.push_str(&m.name);
+        for f in &m.files {
+            let name = f
+                .file_name()
+                .context("module path")?
+                .to_string_lossy()
+                .into_owned();
+            a.copy(&format!("/lib/modules/ocrig/extra/{name}"), f, 0o644)?;
+            list.push(' ');
+            list.push_str(&name);
+        }
+        list.push('\n');
+    }
+    a.file("/etc/ocrig/extra-modules", list, 0o644);
     a.file("/init", INIT_SCRIPT, 0o755);
     Ok(a)
 }
@@ -429,7 +454,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                 Ok(vmlinux) => cache::link_or_copy(&vmlinux, &dir.join("vmlinux"))?,
                 Err(why) => pvh_unavailable = Some(why),
             }
-            let base = write_initrd(plan, &k.modules, &client, dir)?;
+            let base = write_initrd(plan, &k.modules, &[], &client, dir)?;
             let (config_sha256, config_from) = match &k.config {
                 Some(c) => (
                     Some(identity::store_config(cache, &KernelConfig::read(c)?)?),
@@ -486,12 +511,23 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                 .or_else(|| parsed.as_ref().map(|(r, _)| r.clone()))
                 .unwrap_or_else(|| "unknown".into());
             let staged = dir.join("modules-root");
-            let mods = tree::install_modules(t, &staged, &release)?;
+            let (mods, extra) = tree::install_modules(t, &staged, &release)?;
             let mods = mods
                 .iter()
                 .map(|m| debian::decompress_module(m))
                 .collect::<Result<Vec<_>>>()?;
-            let base = write_initrd(plan, &mods, &client, dir)?;
+            let extra = extra
+                .into_iter()
+                .map(|m| {
+                    let files = m
+                        .files
+                        .iter()
+                        .map(|f| debian::decompress_module(f))
+                        .collect::<Result<_>>()?;
+                    Ok(ExtraModule { files, ..m })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let base = write_initrd(plan, &mods, &extra, &client, dir)?;
             let _ = fs::remove_dir_all(&staged);
             let identity = KernelIdentity {
                 release: release.clone(),
@@ -553,7 +589,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                     (release, Vec::new(), None, false, identity)
                 }
                 None => {
-                    let base = write_initrd(plan, &[], &client, dir)?;
+                    let base = write_initrd(plan, &[], &[], &client, dir)?;
                     (release, Vec::new(), Some(base), true, identity)
                 }
             }
@@ -598,10 +634,16 @@ fn boot_kind(pvh: bool) -> String {
 const INITRD_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Write `initrd.img` (base member + keys member) and `host_key.pub`; returns the base's sha256.
-fn write_initrd(plan: &Plan, modules: &[PathBuf], client: &keys::ClientKey, dir: &Path) -> Result<String> {
+fn write_initrd(
+    plan: &Plan,
+    modules: &[PathBuf],
+    extra: &[ExtraModule],
+    client: &keys::ClientKey,
+    dir: &Path,
+) -> Result<String> {
     let host = keys::host_key(dir)?;
     fs::write(dir.join("host_key.pub"), format!("{}\n", host.public_line))?;
-    let mut bytes = base_archive(&plan.id, &plan.host_files, modules)?.to_cpio();
+    let mut bytes = base_archive(&plan.id, &plan.host_files, modules, extra)?.to_cpio();
     let base_sha = cmd::sha256_hex(&bytes);
     bytes.extend(keys_archive(&host, client).to_cpio());
     fs::write(dir.join("initrd.img"), &bytes)?;
@@ -722,7 +764,7 @@ mod tests {
         // The key-independent member is byte-identical when rebuilt from the same inputs.
         let plan = plan(&spec, tmp.path(), false).unwrap().unwrap();
         let k = debian_kernel(plan.deb.as_ref().unwrap(), tmp.path()).unwrap();
-        let cpio = base_archive(&plan.id, &plan.host_files, &k.modules)
+        let cpio = base_archive(&plan.id, &plan.host_files, &k.modules, &[])
             .unwrap()
             .to_cpio();
         assert_eq!(Some(cmd::sha256_hex(&cpio)), m.initrd_base_sha256);

@@ -13,6 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::cmd;
+use super::debian::ExtraModule;
 use super::identity::{KernelConfig, is_elf};
 
 /// A tree's parts, checked: bad input is a sentence for the user, not an error chain.
@@ -137,15 +138,20 @@ pub fn elf_pvh(path: &Path) -> std::result::Result<(), String> {
 /// runs depmod there, and lists the wanted ones with their dependencies in load order. Read
 /// from the tree directly: nothing runs in the user's tree. Empty when the tree builds none
 /// of them as modules.
-pub fn install_modules(tree: &Tree, root: &Path, release: &str) -> Result<Vec<PathBuf>> {
+pub fn install_modules(tree: &Tree, root: &Path, release: &str) -> Result<(Vec<PathBuf>, Vec<ExtraModule>)> {
     let wanted: Vec<&str> = super::debian::WANTED_MODULES
         .iter()
         .chain(super::debian::OPTIONAL_MODULES)
         .copied()
         .filter(|m| tree.has_module(m))
         .collect();
-    if wanted.is_empty() {
-        return Ok(Vec::new());
+    let extra: Vec<&str> = super::debian::EXTRA_MODULES
+        .iter()
+        .copied()
+        .filter(|m| tree.has_module(m))
+        .collect();
+    if wanted.is_empty() && extra.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
     }
     let lib = root.join("lib/modules").join(release);
     let mut order = String::new();
@@ -166,12 +172,27 @@ pub fn install_modules(tree: &Tree, root: &Path, release: &str) -> Result<Vec<Pa
     }
     cmd::run(Command::new("depmod").arg("-b").arg(root).arg(release))
         .context("depmod for the tree's modules")?;
-    let modules = super::debian::show_depends(root, release, &wanted)?;
-    if modules.is_empty() {
+    let modules = if wanted.is_empty() {
+        Vec::new()
+    } else {
+        super::debian::show_depends(root, release, &wanted)?
+    };
+    if modules.is_empty() && !wanted.is_empty() {
         bail!("modprobe found none of {wanted:?} among the tree's modules");
     }
     let mut seen = std::collections::HashSet::new();
-    Ok(modules.into_iter().filter(|m| seen.insert(m.clone())).collect())
+    let modules = modules.into_iter().filter(|m| seen.insert(m.clone())).collect();
+    let extra = extra
+        .into_iter()
+        .map(|name| {
+            let files = super::debian::show_depends(root, release, &[name])?;
+            Ok(ExtraModule {
+                name: name.to_string(),
+                files,
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok((modules, extra))
 }
 
 #[cfg(test)]

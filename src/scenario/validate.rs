@@ -501,6 +501,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         check_kernel_file(&mut err, &[key("guest"), key("kernel")], f);
     }
     check_kernel_builds(l, &mut err);
+    check_workload_kernel_options(l, &mut err);
 
     if s.workloads.is_empty() {
         err(&[key("workloads")], "name at least one workload".into());
@@ -923,6 +924,51 @@ fn check_kernel_builds(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
         }
         for n in verdict.notes {
             eprintln!("ocrig: note: {}", l.error_at(&path, n));
+        }
+    }
+}
+
+/// Every kernel a workload runs on has the options the payload's catalog says that workload
+/// needs (`locktorture`: CONFIG_LOCK_TORTURE_TEST=m), refused at the workload's `command`.
+fn check_workload_kernel_options(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
+    use crate::image::guest_config::{Given, lacks_for_workload};
+    let s = &l.scenario;
+    for (w, workload) in s.workloads.iter().enumerate() {
+        let Some(spec) = ocrig_payload::catalog::workload(&workload.command) else {
+            continue;
+        };
+        if spec.kernel_options.is_empty() {
+            continue;
+        }
+        let kernels: Vec<(String, &KernelRef)> =
+            std::iter::once(("the guest's kernel".to_string(), &s.guest.kernel))
+                .filter(|_| s.variants.is_empty() || s.variants.iter().any(|v| v.kernel.is_none()))
+                .chain(s.variants.iter().filter_map(|v| {
+                    v.kernel
+                        .as_ref()
+                        .map(|k| (format!("variant {}'s kernel", v.name), k))
+                }))
+                .collect();
+        for (whose, k) in kernels {
+            let given = match k {
+                KernelRef::Debian(_) => None,
+                KernelRef::File(f) => Some(Given::File {
+                    path: &f.path,
+                    own_initrd: f.initrd.is_some(),
+                }),
+                KernelRef::Tree(t) => Some(Given::Tree(&t.tree)),
+            };
+            let wanted: Vec<(&str, &str, Option<&str>)> = spec
+                .kernel_options
+                .iter()
+                .map(|o| (o.name, o.value, o.module))
+                .collect();
+            for lack in lacks_for_workload(given, &wanted) {
+                err(
+                    &[key("workloads"), Seg::Index(w), key("command")],
+                    format!("workload '{}' needs {lack} ({whose})", workload.command),
+                );
+            }
         }
     }
 }

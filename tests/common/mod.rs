@@ -6,6 +6,7 @@ use std::process::Command;
 /// Writes `scenario` to `file` in a fresh temporary directory and runs `ocrig run` on it there
 /// (queued behind any other sweep on these CPUs), failing the test with ocrig's stderr if the
 /// sweep fails. Returns the directory (removed when dropped) and the results root inside it.
+#[allow(dead_code)] // not every test binary runs its sweep through it
 pub fn run_scenario(file: &str, scenario: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join(file);
@@ -64,4 +65,30 @@ pub fn group_facts<'a>(
         })
         .unwrap_or_else(|| panic!("no record holds the facts {on} points at"));
     &holder["extra"]["group"]
+}
+
+/// The test kernel trees tests/kernel/build-test-kernel builds (`base`, `patched`,
+/// `spinfirst`), building them the first time on this machine (about 6 minutes here).
+#[allow(dead_code)] // not every test binary boots its own kernels
+pub fn test_kernel_trees() -> std::collections::BTreeMap<String, PathBuf> {
+    let t0 = std::time::Instant::now();
+    let out =
+        Command::new(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernel/build-test-kernel"))
+            .output()
+            .expect("running tests/kernel/build-test-kernel");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "building the test kernel failed (scripts/setup installs linux-source-6.1 and the build tools):\n{stderr}"
+    );
+    eprintln!(
+        "test kernel trees ready after {:.1} s:\n{}",
+        t0.elapsed().as_secs_f64(),
+        stderr.trim()
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('=').filter(|(k, _)| !k.contains(' ')))
+        .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+        .collect()
 }

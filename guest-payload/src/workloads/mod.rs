@@ -8,6 +8,7 @@ pub mod futexlock;
 pub mod hackbench;
 pub mod hog;
 pub mod lock;
+pub mod locktorture;
 pub mod mutex;
 mod shm;
 pub mod stall;
