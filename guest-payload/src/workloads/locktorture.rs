@@ -199,7 +199,12 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         .collect();
     if !unknown.is_empty() {
         let _ = unload(MODULE);
-        let said = log.read_new().join(" | ");
+        let said: Vec<String> = log
+            .read_new()
+            .into_iter()
+            .filter(|l| l.contains("unknown parameter"))
+            .collect();
+        let said = said.join(" | ");
         return Err(BadInput(format!(
             "this guest kernel's {MODULE} has no parameter {} (the kernel said: {said})",
             unknown.join(", ")
