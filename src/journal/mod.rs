@@ -15,6 +15,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub mod accounting;
+pub mod host;
 pub mod scan;
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
@@ -95,6 +96,10 @@ pub struct RunsOn {
     /// The hosts of a sweep over several (empty: this machine or its one remote host).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
+    /// What the host is ([`host::HostRecord`]); absent in older journals and over several
+    /// hosts, and then not compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<host::HostRecord>,
 }
 
 /// One `ocrig run --resume`: when, by which ocrig, on what, and which differences from the
@@ -174,6 +179,10 @@ pub struct SweepHeader {
     /// its speed (`telemetry::host_handover`). Absent as `host_speed` is, or with one CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_handover: Option<serde_json::Value>,
+    /// What the host is: kernel, CPU and microcode, SMT, NUMA, KVM parameters, THP, governor,
+    /// QEMU, whether it is a VM ([`host::HostRecord`]). Absent in older journals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<host::HostRecord>,
 }
 
 fn format_1() -> u32 {
@@ -197,6 +206,7 @@ impl SweepHeader {
             payload_sha256: self.payload_sha256.clone(),
             images: self.images.clone(),
             hosts: self.hosts.clone(),
+            host: self.host.clone(),
         }
     }
 }
@@ -1036,6 +1046,7 @@ pub(crate) mod tests {
             looks: None,
             host_speed: None,
             host_handover: None,
+            host: None,
         }
     }
 

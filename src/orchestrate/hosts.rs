@@ -173,6 +173,8 @@ pub fn run(
         payload_sha256: Some(preflight::file_sha256(&payload)?),
         images: results_dir::images_of(&images),
         hosts: hosts.iter().map(|h| h.label.clone()).collect(),
+        // Several hosts: one record would describe only one of them.
+        host: None,
     };
     let mut was_on = resuming.as_ref().map(|r| r.previous.runs_on.clone());
     if let (Some(was), Some(r)) = (&mut was_on, &mut resuming) {

@@ -137,6 +137,9 @@ pub fn differences(was: &RunsOn, now: &RunsOn) -> Vec<String> {
         field("images", format!("{:?}", was.images), format!("{:?}", now.images));
     }
     field("hosts", format!("{:?}", was.hosts), format!("{:?}", now.hosts));
+    if let (Some(was), Some(now)) = (&was.host, &now.host) {
+        out.extend(was.differences(now));
+    }
     out
 }
 
@@ -211,5 +214,22 @@ mod tests {
                 "host_cpus: [0, 1] (as run) → [0] (now)"
             ]
         );
+        // A host whose microcode or KVM parameters changed is another host for the figures;
+        // a journal that recorded none compares none.
+        let host = |microcode: &str| crate::journal::host::HostRecord {
+            microcode: Some(microcode.into()),
+            kvm_params: [("kvm.halt_poll_ns".to_string(), "200000".to_string())].into(),
+            ..Default::default()
+        };
+        let was = RunsOn {
+            host: Some(host("0x1")),
+            ..Default::default()
+        };
+        let now = RunsOn {
+            host: Some(host("0x2")),
+            ..Default::default()
+        };
+        assert_eq!(differences(&was, &now), ["host microcode: 0x1 → 0x2"]);
+        assert!(differences(&RunsOn::default(), &now).is_empty());
     }
 }

@@ -120,16 +120,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     validate(&loaded, &facts)?;
     // The accelerator, judged for the user that will run QEMU, and the CPU models and PV
     // variants against it: located bad input (exit 2) before anything is claimed or booted.
-    let virt = {
-        let fs = match &remote_backend {
-            Some(b) => b.host_fs(),
-            None => Arc::new(crate::hostfs::LocalFs),
-        };
-        crate::scenario::validate::check_virt(
-            &loaded,
-            &crate::scenario::validate::virt_evidence(&loaded, fs.as_ref()),
-        )?
+    let host_fs: Arc<dyn crate::hostfs::HostFs> = match &remote_backend {
+        Some(b) => b.host_fs(),
+        None => Arc::new(crate::hostfs::LocalFs),
     };
+    let virt = crate::scenario::validate::check_virt(
+        &loaded,
+        &crate::scenario::validate::virt_evidence(&loaded, host_fs.as_ref()),
+    )?;
     for w in &virt.warnings {
         eprintln!("ocrig: warning: {w}");
     }
@@ -202,6 +200,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         payload_sha256: Some(preflight::file_sha256(&payload)?),
         images: results_dir::images_of(&images),
         hosts: Vec::new(),
+        // What the host is (kernel, CPU, microcode, KVM parameters, …): journaled, and a
+        // resume on a changed host is refused like any other change.
+        host: Some(crate::telemetry::host_record::read(
+            host_fs.as_ref(),
+            &plan.host_cpus,
+            local,
+        )),
     };
     let note = resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
     let previous = resuming.as_ref().map(|r| &r.previous);
@@ -229,6 +234,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             head.images = runs_on.images.clone();
             head.host_speed = host_speed.clone();
             head.host_handover = host_handover.clone();
+            head.host = runs_on.host.clone();
             head
         },
     )?;

@@ -51,6 +51,23 @@ pub fn compare_note(a_dir: &Path, a: &Journal, b_dir: &Path, b: &Journal) -> Str
     };
     let (an, bn) = (name(a_dir), name(b_dir));
     let mut out = String::new();
+    // The hosts first: a change there moves every figure.
+    match (&a.header.host, &b.header.host) {
+        (Some(ha), Some(hb)) => {
+            let d = ha.differences(hb);
+            if d.is_empty() {
+                out.push_str(&format!("host: {an} and {bn} ran on a host that read the same: {}\n", ha.summary()));
+            } else {
+                out.push_str(&format!("hosts differ between {an} and {bn}:\n"));
+                for line in d {
+                    out.push_str(&format!("  {}\n", line.trim_start_matches("host ")));
+                }
+            }
+        }
+        _ => out.push_str(&format!(
+            "host: {an} or {bn} recorded no host (a journal of an older ocrig, or a sweep over several hosts): whether the hosts differ is not known\n"
+        )),
+    }
     for (va, vb) in pairs(a, b) {
         let side = |n: &str, v: &str| format!("{n}/{v}");
         let (sa, sb) = (side(&an, &va), side(&bn, &vb));

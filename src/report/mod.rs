@@ -727,9 +727,12 @@ pub fn sweep_lines(model: &Model) -> Vec<String> {
 /// How steady the host's own speed, and its hand-over between two of its CPUs, were before
 /// the sweep (probed then), each when it was probed.
 fn host_probe_lines(model: &Model) -> impl Iterator<Item = String> + '_ {
-    [("speed", &model.host_speed), ("hand-over", &model.host_handover)]
-        .into_iter()
-        .filter_map(|(what, words)| Some(format!("host {what} before the sweep: {}", words.as_ref()?)))
+    let host = model.host.as_ref().map(|h| format!("host: {h}"));
+    host.into_iter().chain(
+        [("speed", &model.host_speed), ("hand-over", &model.host_handover)]
+            .into_iter()
+            .filter_map(|(what, words)| Some(format!("host {what} before the sweep: {}", words.as_ref()?))),
+    )
 }
 
 /// The note that a workload's runs were accepted under self-check bounds looser than the

@@ -64,6 +64,10 @@ pub struct Model {
     /// sweep, in words ([`crate::telemetry::host_handover::HostHandover::describe`]).
     #[serde(default)]
     pub host_handover: Option<String>,
+    /// What the host was, in one line ([`crate::journal::host::HostRecord::summary`]); None in
+    /// older journals.
+    #[serde(default)]
+    pub host: Option<String>,
     pub workloads: Vec<WorkloadModel>,
     /// Attempts the payload's own physics checks rejected (each was failed and retried).
     #[serde(default)]
@@ -516,6 +520,7 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         host_handover: probe_words::<crate::telemetry::host_handover::HostHandover>(
             header.host_handover.as_ref(),
         ),
+        host: header.host.as_ref().map(|h| h.summary()),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
         disturbed: disturbances(&journal.runs, &settled),

@@ -6,6 +6,7 @@
 pub mod cpu_stat;
 pub mod host_handover;
 pub mod host_load;
+pub mod host_record;
 pub mod host_speed;
 pub mod kvm;
 pub mod orchestrator;

@@ -1,0 +1,179 @@
+//! Reads the host a sweep runs on ([`HostRecord`]) through the host-access seam: this
+//! machine's files, or a remote host's (QEMU's and libvirt's versions only here, where ocrig
+//! starts them).
+
+use std::collections::BTreeMap;
+
+use crate::hostfs::HostFs;
+use crate::journal::host::HostRecord;
+
+/// The record of the host `fs` reads, for the sweep's `cpus`; `local`: the tools' versions
+/// too (QEMU and libvirtd are this machine's).
+pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
+    let text = |p: &str| fs.read(p).ok().map(|s| s.trim().to_string());
+    let cpuinfo = fs.read("/proc/cpuinfo").unwrap_or_default();
+    let cpu_field = |name: &str| {
+        cpuinfo
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+            .filter(|v| !v.is_empty())
+    };
+    let governors: BTreeMap<usize, String> = cpus
+        .iter()
+        .filter_map(|&c| {
+            text(&format!(
+                "/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor"
+            ))
+            .map(|g| (c, g))
+        })
+        .collect();
+    let boost = text("/sys/devices/system/cpu/cpufreq/boost")
+        .map(|b| on_off(b == "1"))
+        .or_else(|| text("/sys/devices/system/cpu/intel_pstate/no_turbo").map(|n| on_off(n == "0")));
+    let nested = crate::host::NestedHost::read_from(fs);
+    HostRecord {
+        kernel_release: text("/proc/sys/kernel/osrelease"),
+        kernel_version: text("/proc/sys/kernel/version"),
+        cmdline: text("/proc/cmdline"),
+        cpu_model: cpu_field("model name"),
+        microcode: cpu_field("microcode"),
+        smt: text("/sys/devices/system/cpu/smt/control"),
+        numa_nodes: text("/sys/devices/system/node/online"),
+        thp: text("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|t| selected(&t)),
+        governors,
+        boost,
+        isolated: text("/sys/devices/system/cpu/isolated"),
+        nohz_full: text("/sys/devices/system/cpu/nohz_full"),
+        kvm_params: kvm_params(fs),
+        qemu: local
+            .then(|| crate::host::tool_version("qemu-system-x86_64", &["--version"]))
+            .flatten(),
+        libvirt: local
+            .then(|| crate::host::tool_version("libvirtd", &["--version"]))
+            .flatten(),
+        vm: Some(if nested.is_guest() {
+            format!(
+                "a VM ({}{})",
+                if nested.hypervisor_bit {
+                    "CPUID hypervisor bit"
+                } else {
+                    "DMI"
+                },
+                nested
+                    .sys_vendor
+                    .as_deref()
+                    .map(|v| format!("; DMI {v}"))
+                    .unwrap_or_default()
+            )
+        } else {
+            "bare metal".into()
+        }),
+    }
+}
+
+fn on_off(on: bool) -> String {
+    if on { "on" } else { "off" }.into()
+}
+
+/// The bracketed choice of a sysfs mode file (`always [madvise] never` → `madvise`).
+fn selected(modes: &str) -> Option<String> {
+    let start = modes.find('[')? + 1;
+    let end = start + modes[start..].find(']')?;
+    Some(modes[start..end].to_string())
+}
+
+/// Every parameter of the KVM modules loaded, `module.name` → value (`?` where unreadable).
+fn kvm_params(fs: &dyn HostFs) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for module in ["kvm", "kvm_intel", "kvm_amd"] {
+        let dir = format!("/sys/module/{module}/parameters");
+        let Ok(names) = fs.list_dir(&dir) else {
+            continue;
+        };
+        let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
+        for (n, v) in names.iter().zip(fs.read_many(&paths)) {
+            let v = v.map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into());
+            out.insert(format!("{module}.{n}"), v);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host's files laid out under a directory (hostfs::RootedFs).
+    #[test]
+    fn a_host_is_read_from_its_files() {
+        let d = tempfile::tempdir().unwrap();
+        let put = |p: &str, text: &str| {
+            let f = d.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        };
+        put("/proc/sys/kernel/osrelease", "6.1.0-41-amd64\n");
+        put(
+            "/proc/cpuinfo",
+            "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nmicrocode\t: 0xa0011d1\nflags\t\t: fpu hypervisor\n",
+        );
+        put("/sys/devices/system/cpu/smt/control", "off\n");
+        put(
+            "/sys/kernel/mm/transparent_hugepage/enabled",
+            "always [madvise] never\n",
+        );
+        put(
+            "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
+            "schedutil\n",
+        );
+        put("/sys/devices/system/cpu/cpufreq/boost", "1\n");
+        put("/sys/devices/system/cpu/isolated", "\n");
+        put("/sys/module/kvm/parameters/halt_poll_ns", "200000\n");
+        put("/sys/module/kvm_amd/parameters/pause_filter_count", "3000\n");
+        put("/sys/class/dmi/id/sys_vendor", "Google\n");
+        let fs = crate::hostfs::RootedFs::new(d.path());
+        let r = read(&fs, &[0, 1], false);
+        assert_eq!(r.kernel_release.as_deref(), Some("6.1.0-41-amd64"));
+        assert_eq!(
+            (r.cpu_model.as_deref(), r.microcode.as_deref()),
+            (Some("AMD EPYC 7B13"), Some("0xa0011d1"))
+        );
+        assert_eq!(
+            (r.smt.as_deref(), r.thp.as_deref()),
+            (Some("off"), Some("madvise"))
+        );
+        // CPU 0 has no cpufreq here: only CPU 1's governor.
+        assert_eq!(r.governors, [(1, "schedutil".to_string())].into());
+        assert_eq!(
+            (r.boost.as_deref(), r.isolated.as_deref()),
+            (Some("on"), Some(""))
+        );
+        assert_eq!(r.kvm_params["kvm.halt_poll_ns"], "200000");
+        assert_eq!(r.kvm_params["kvm_amd.pause_filter_count"], "3000");
+        assert_eq!(r.vm.as_deref(), Some("a VM (CPUID hypervisor bit; DMI Google)"));
+        // Not read: absent, never a guess; no tools asked about on a host that is not local.
+        assert!(r.cmdline.is_none() && r.numa_nodes.is_none() && r.qemu.is_none());
+    }
+
+    /// This machine, read for real: a cloud VM here.
+    #[test]
+    fn this_machine_reads_as_what_it_is() {
+        let r = read(&crate::hostfs::LocalFs, &[0], true);
+        assert!(r.kernel_release.is_some() && r.cmdline.is_some() && r.cpu_model.is_some());
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        assert_eq!(
+            r.vm.as_deref().unwrap().starts_with("a VM"),
+            cpuinfo.contains(" hypervisor")
+                || crate::host::NestedHost::read_from(&crate::hostfs::LocalFs).is_guest()
+        );
+        if std::path::Path::new("/usr/bin/qemu-system-x86_64").exists() {
+            assert!(
+                r.qemu.as_deref().unwrap().starts_with("QEMU emulator version"),
+                "{r:?}"
+            );
+        }
+    }
+}
