@@ -67,6 +67,19 @@ pub fn doctor() -> anyhow::Result<()> {
         Ok(s) => println!("host hand-over: {}", s.describe()),
         Err(e) => println!("host hand-over: not probed — {e}"),
     }
+    let record = crate::telemetry::host_record::read(&LocalFs, &cpus, true);
+    println!("host:           {}", record.summary());
+    let hazards = record.hazards();
+    if hazards.is_empty() {
+        println!("timing hazards: none found");
+    }
+    for h in hazards {
+        println!("timing hazard:  {h}");
+    }
+    match crate::telemetry::host_speed::noise_floor(&cpus, Duration::from_secs(6), Duration::from_secs(1)) {
+        Ok(f) => println!("noise floor:    {}", f.describe()),
+        Err(e) => println!("noise floor:    not measured — {e}"),
+    }
     Ok(())
 }
 

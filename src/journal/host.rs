@@ -58,6 +58,12 @@ pub struct HostRecord {
     /// DMI); `bare metal` when neither says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<String>,
+    /// The sweep's CPUs that share a core (SMT siblings), each group of two or more.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub siblings_in_set: Vec<Vec<usize>>,
+    /// Whether irqbalance runs (it moves interrupts onto any CPU, the measured ones too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irqbalance: Option<bool>,
 }
 
 /// The KVM parameters a summary names (halt polling and pause-loop exiting decide how a
@@ -114,6 +120,53 @@ impl HostRecord {
                 (&was != is).then(|| format!("host {k}: {was} → {is}"))
             })
             .collect()
+    }
+
+    /// What in this host makes timings unstable, one sentence each (`ocrig doctor`; pyperf's
+    /// `system show` checks the same kind of thing).
+    pub fn hazards(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let slow: Vec<String> = self
+            .governors
+            .iter()
+            .filter(|(_, g)| g.as_str() != "performance")
+            .map(|(c, g)| format!("{c}: {g}"))
+            .collect();
+        if !slow.is_empty() {
+            out.push(format!(
+                "cpufreq governor not `performance` on measured CPUs ({}): their clock follows the load",
+                slow.join(", ")
+            ));
+        }
+        if self.boost.as_deref() == Some("on") {
+            out.push("frequency boost (turbo) on: the clock depends on how many cores are busy and how warm they are".into());
+        }
+        for g in &self.siblings_in_set {
+            out.push(format!(
+                "measured CPUs {g:?} are SMT siblings of one core: they share its execution units (give `host.cpus` one CPU a core)"
+            ));
+        }
+        if matches!(self.isolated.as_deref(), Some(""))
+            && matches!(self.nohz_full.as_deref(), Some("") | None)
+        {
+            out.push(
+                "no isolated CPUs (isolcpus, nohz_full): the host's own tasks, timers and interrupts share the measured CPUs".into(),
+            );
+        }
+        if self.irqbalance == Some(true) {
+            out.push("irqbalance runs: it moves device interrupts onto the measured CPUs too".into());
+        }
+        if let Some(t) = self.thp.as_deref().filter(|t| *t != "never") {
+            out.push(format!(
+                "transparent huge pages `{t}`: whether guest RAM is backed by huge pages can change from boot to boot (QEMU asks for them), which moves memory-bound figures"
+            ));
+        }
+        if let Some(vm) = self.vm.as_deref().filter(|v| v.starts_with("a VM")) {
+            out.push(format!(
+                "the host is {vm}: the hypervisor below can take its CPUs at any time (steal), and KVM here is nested"
+            ));
+        }
+        out
     }
 
     /// One line for a report's header.

@@ -34,7 +34,11 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
         .map(|b| on_off(b == "1"))
         .or_else(|| text("/sys/devices/system/cpu/intel_pstate/no_turbo").map(|n| on_off(n == "0")));
     let nested = crate::host::NestedHost::read_from(fs);
+    let siblings_in_set = siblings_in(fs, cpus);
+    let irqbalance = irqbalance_runs(fs);
     HostRecord {
+        siblings_in_set,
+        irqbalance,
         kernel_release: text("/proc/sys/kernel/osrelease"),
         kernel_version: text("/proc/sys/kernel/version"),
         cmdline: text("/proc/cmdline"),
@@ -72,6 +76,36 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
             "bare metal".into()
         }),
     }
+}
+
+/// The groups of `cpus` that share a core (from each CPU's `topology/thread_siblings_list`).
+fn siblings_in(fs: &dyn HostFs, cpus: &[usize]) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for &c in cpus {
+        if let Ok(list) = fs.read(&format!(
+            "/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list"
+        )) {
+            groups.entry(list.trim().to_string()).or_default().push(c);
+        }
+    }
+    groups.into_values().filter(|g| g.len() > 1).collect()
+}
+
+/// Whether a process named irqbalance runs (None: /proc not listed).
+fn irqbalance_runs(fs: &dyn HostFs) -> Option<bool> {
+    let pids: Vec<String> = fs
+        .list_dir("/proc")
+        .ok()?
+        .into_iter()
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        .map(|p| format!("/proc/{p}/comm"))
+        .collect();
+    Some(
+        fs.read_many(&pids)
+            .into_iter()
+            .flatten()
+            .any(|c| c.trim() == "irqbalance"),
+    )
 }
 
 fn on_off(on: bool) -> String {
@@ -134,6 +168,16 @@ mod tests {
         put("/sys/module/kvm/parameters/halt_poll_ns", "200000\n");
         put("/sys/module/kvm_amd/parameters/pause_filter_count", "3000\n");
         put("/sys/class/dmi/id/sys_vendor", "Google\n");
+        put(
+            "/sys/devices/system/cpu/cpu0/topology/thread_siblings_list",
+            "0-1\n",
+        );
+        put(
+            "/sys/devices/system/cpu/cpu1/topology/thread_siblings_list",
+            "0-1\n",
+        );
+        put("/proc/812/comm", "irqbalance\n");
+        put("/proc/self/comm", "ocrig\n");
         let fs = crate::hostfs::RootedFs::new(d.path());
         let r = read(&fs, &[0, 1], false);
         assert_eq!(r.kernel_release.as_deref(), Some("6.1.0-41-amd64"));
@@ -154,6 +198,18 @@ mod tests {
         assert_eq!(r.kvm_params["kvm.halt_poll_ns"], "200000");
         assert_eq!(r.kvm_params["kvm_amd.pause_filter_count"], "3000");
         assert_eq!(r.vm.as_deref(), Some("a VM (CPUID hypervisor bit; DMI Google)"));
+        assert_eq!(
+            (r.siblings_in_set.clone(), r.irqbalance),
+            (vec![vec![0, 1]], Some(true))
+        );
+        // Each of these makes timings unstable, and doctor says so: governor, boost, SMT
+        // siblings, no isolation, irqbalance, THP, a VM.
+        let h = r.hazards();
+        assert_eq!(h.len(), 7, "{h:#?}");
+        assert!(
+            h[0].contains("1: schedutil") && h[2].contains("[0, 1] are SMT siblings"),
+            "{h:#?}"
+        );
         // Not read: absent, never a guess; no tools asked about on a host that is not local.
         assert!(r.cmdline.is_none() && r.numa_nodes.is_none() && r.qemu.is_none());
     }

@@ -146,6 +146,131 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostSpeed, String> {
     summarize(cpus, &mut all, t0.elapsed().as_secs_f64())
 }
 
+/// The noise floor of the measured CPUs, as `ocrig doctor` measures it: the busy loop on every
+/// CPU at once for a few seconds, in 0.5 ms samples, and the same samples averaged in blocks
+/// the length of a short run. The blocks' spread is how much a run of that length varies with
+/// nothing but this host's own state (runs of a lock or a guest vary more, never less).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NoiseFloor {
+    pub cpus: Vec<usize>,
+    pub seconds: f64,
+    /// Per-sample ns per iteration: p10 / p50 / p90.
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    /// The largest change between two consecutive samples of one CPU, as a factor (≥ 1).
+    pub largest_step: f64,
+    pub block_s: f64,
+    pub blocks: usize,
+    /// Coefficient of variation of the blocks' mean ns per iteration.
+    pub block_cv: f64,
+}
+
+/// Measures [`NoiseFloor`] on `cpus` for `total`, in blocks of `block`.
+pub fn noise_floor(cpus: &[usize], total: Duration, block: Duration) -> Result<NoiseFloor, String> {
+    if cpus.is_empty() {
+        return Err("no CPU to probe".into());
+    }
+    let t0 = Instant::now();
+    let threads: Vec<_> = cpus
+        .iter()
+        .map(|&cpu| {
+            std::thread::Builder::new()
+                .name(format!("ocrig-noise-{cpu}"))
+                .spawn(move || samples_on(cpu, total))
+                .map_err(|e| format!("starting a probe thread: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut per_cpu = Vec::new();
+    for t in threads {
+        per_cpu.push(t.join().map_err(|_| "a probe thread panicked".to_string())??);
+    }
+    floor_of(cpus, &per_cpu, t0.elapsed().as_secs_f64(), block)
+}
+
+fn floor_of(
+    cpus: &[usize],
+    per_cpu: &[Vec<f64>],
+    seconds: f64,
+    block: Duration,
+) -> Result<NoiseFloor, String> {
+    let per_block = ((block.as_secs_f64() / SAMPLE.as_secs_f64()).round() as usize).max(1);
+    let mut all: Vec<f64> = per_cpu.iter().flatten().copied().collect();
+    if all.len() < 20 {
+        return Err(format!("only {} samples", all.len()));
+    }
+    all.sort_by(f64::total_cmp);
+    let at = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize];
+    let largest_step = per_cpu
+        .iter()
+        .flat_map(|s| s.windows(2).map(|w| (w[0] / w[1]).max(w[1] / w[0])))
+        .fold(1.0, f64::max);
+    let means: Vec<f64> = per_cpu
+        .iter()
+        .flat_map(|s| {
+            s.chunks_exact(per_block)
+                .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+        })
+        .collect();
+    let block_cv = crate::stats::summary::summarize(&means)
+        .and_then(|s| s.cv)
+        .ok_or_else(|| format!("{} blocks of {:?}: too few to spread", means.len(), block))?;
+    Ok(NoiseFloor {
+        cpus: cpus.to_vec(),
+        seconds,
+        p10: at(0.10),
+        p50: at(0.50),
+        p90: at(0.90),
+        largest_step,
+        block_s: block.as_secs_f64(),
+        blocks: means.len(),
+        block_cv,
+    })
+}
+
+impl NoiseFloor {
+    /// The smallest difference (a fraction of the mean) a comparison of `runs` runs a side
+    /// could detect at this noise, two-sided at 5 % with 80 % power (a lower bound: runs vary
+    /// at least as much as the host does).
+    pub fn detectable(&self, runs: usize) -> Option<f64> {
+        let side = crate::stats::summary::Summary {
+            n: runs,
+            mean: 1.0,
+            stdev: Some(self.block_cv),
+            cv: Some(self.block_cv),
+            median: 1.0,
+            min: 1.0,
+            max: 1.0,
+            ci95: None,
+        };
+        crate::stats::power::min_detectable_effect(&side, &side, 0.05, crate::stats::power::DEFAULT_POWER)
+            .map(|d| d.mde)
+    }
+
+    pub fn describe(&self) -> String {
+        let mde = |n| {
+            self.detectable(n)
+                .map_or("?".into(), |m| format!("{:.1} %", m * 100.0))
+        };
+        format!(
+            "busy loop {:.3} / {:.3} / {:.3} ns per iteration (p10 / p50 / p90 on CPUs {:?}, {:.1} s), largest step between two \
+             0.5 ms samples x{:.2}; {} blocks of {:.1} s vary by CV {:.2} %, so with nothing but this host's own noise a comparison \
+             of 3 runs a side could detect {} and of 10 runs {} (two-sided 5 %, 80 % power; runs of a lock or a guest vary more)",
+            self.p10,
+            self.p50,
+            self.p90,
+            self.cpus,
+            self.seconds,
+            self.largest_step,
+            self.blocks,
+            self.block_s,
+            self.block_cv * 100.0,
+            mde(3),
+            mde(10)
+        )
+    }
+}
+
 /// Samples of ns per iteration on `cpu`, back to back for `total`.
 fn samples_on(cpu: usize, total: Duration) -> Result<Vec<f64>, String> {
     pin_to(cpu)?;
@@ -200,6 +325,40 @@ mod tests {
         assert!(s.steady(), "{}", s.describe());
         assert_eq!(s.slow_share, 0.0);
         assert!(summarize(&[0], &mut [1.0; 5], 1.0).is_err());
+    }
+
+    /// Blocks of a steady host barely vary; a host switching speed between blocks does, and
+    /// the effect a comparison could detect follows (statsmodels' TTestIndPower: d = 3.071 for
+    /// 3 a side, 1.325 for 10, at α 0.05 and power 0.8; stats::power's own tests).
+    #[test]
+    fn the_noise_floor_is_the_spread_of_run_length_blocks() {
+        let block = Duration::from_millis(5); // 10 samples a block
+        let steady: Vec<f64> = (0..200).map(|i| 1.0 + (i % 2) as f64 * 0.01).collect();
+        let f = floor_of(&[0], &[steady], 0.1, block).unwrap();
+        assert_eq!((f.blocks, f.largest_step), (20, 1.01));
+        assert!(f.block_cv < 1e-9, "{f:?}");
+        // Every other block 20 % slower.
+        let two: Vec<f64> = (0..200)
+            .map(|i| if (i / 10) % 2 == 0 { 1.0 } else { 1.2 })
+            .collect();
+        let f = floor_of(&[0], &[two], 0.1, block).unwrap();
+        assert!(
+            (f.largest_step - 1.2).abs() < 1e-12 && (f.p10, f.p90) == (1.0, 1.2),
+            "{f:?}"
+        );
+        let cv = f.block_cv;
+        assert!((cv - 0.1 / 1.1 * (20.0f64 / 19.0).sqrt()).abs() < 1e-9, "{cv}");
+        let (m3, m10) = (f.detectable(3).unwrap(), f.detectable(10).unwrap());
+        assert!(
+            (m3 / cv - 3.0709).abs() < 1e-3 && (m10 / cv - 1.3249).abs() < 1e-3,
+            "{m3} {m10} {cv}"
+        );
+        assert!(
+            f.describe().contains("of 3 runs a side could detect"),
+            "{}",
+            f.describe()
+        );
+        assert!(floor_of(&[0], &[vec![1.0; 5]], 0.1, block).is_err());
     }
 
     #[test]
