@@ -135,7 +135,7 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
         &scenario,
         format!(
             "name: own-kernel-e2e\nhost: {{cpus: 2, backend: qemu}}\n\
-             guest: {{vcpus: 1, memory_mib: 256, scratch_disk_mib: 32, start: boot}}\n\
+             guest: {{vcpus: 1, memory_mib: 256, scratch_disk_mib: 32, start: boot, single_vcpu_intended: true}}\n\
              levels: [0.5]\nvariants:\n  - name: base\n    baseline: true\n    kernel: {{tree: {}}}\n\
              \x20 - name: patched\n    kernel: {{tree: {}}}\n\
              workloads:\n  - name: hackbench\n    command: hackbench\n    args: {{groups: 1, loops: 20}}\n\

@@ -850,14 +850,34 @@ pub fn check_virt(l: &Loaded, ev: &crate::host::VirtEvidence) -> Result<VirtChec
         })
         .map(|v| v.name.as_str())
         .collect();
-    if s.guest.vcpus == 1 && !pv_variants.is_empty() {
-        let why = format!(
-            "1-vCPU guests, but variant(s) {} switch PV spinlocks: a kernel with one possible CPU \
-             disables PV spinlocks by itself (\"PV spinlocks disabled, single CPU\", and PV sched-yield \
-             and PV TLB flush with them), and one CPU cannot contend a spinlock, so the variants cannot \
-             differ; use vcpus >= 2",
+    // Variants that run another kernel than the others (another release, file or tree: the
+    // README's base-vs-patched recipe).
+    let kernel_of = |v: &crate::scenario::model::Variant| v.kernel.clone().unwrap_or_else(|| s.guest.kernel.clone());
+    let kernel_variants: Vec<&str> = match s.variants.first() {
+        Some(first) if s.variants.iter().any(|v| kernel_of(v) != kernel_of(first)) => {
+            s.variants.iter().map(|v| v.name.as_str()).collect()
+        }
+        _ => Vec::new(),
+    };
+    let single = if !pv_variants.is_empty() {
+        Some(format!(
+            "variant(s) {} switch PV spinlocks: a kernel with one possible CPU disables PV spinlocks by \
+             itself (\"PV spinlocks disabled, single CPU\", and PV sched-yield and PV TLB flush with them), \
+             and one CPU cannot contend a spinlock, so the variants cannot differ",
             pv_variants.join(", ")
-        );
+        ))
+    } else if !kernel_variants.is_empty() {
+        Some(format!(
+            "variants {} run different kernels: a kernel with one possible CPU never contends a spinlock \
+             and turns PV spinlocks off (\"PV spinlocks disabled, single CPU\"), so a spinlock change between \
+             them cannot show",
+            kernel_variants.join(", ")
+        ))
+    } else {
+        None
+    };
+    if let Some(what) = single.filter(|_| s.guest.vcpus == 1) {
+        let why = format!("1-vCPU guests, but {what}; use vcpus >= 2");
         if s.guest.single_vcpu_intended {
             warnings.push(format!(
                 "{}: guest.vcpus: {why} (kept: guest.single_vcpu_intended)",
@@ -1428,5 +1448,27 @@ mod tests {
         assert!(switches_pv_spinlock_cpu("max,-kvm-pv-unhalt"));
         assert!(switches_pv_spinlock_cpu("max,kvm_pv_unhalt=off"));
         assert!(!switches_pv_spinlock_cpu("max,kvm-steal-time=off"));
+    }
+
+    /// The README's base-vs-patched recipe in 1-vCPU guests compares nothing a spinlock patch
+    /// changes: refused like the PV switches (own-kernels.yaml shipped so, issue 36).
+    #[test]
+    fn variants_of_different_kernels_need_guests_of_two_vcpus_unless_marked() {
+        let text = |vcpus: u32, extra: &str, second: &str| {
+            format!(
+                "name: x\nguest: {{vcpus: {vcpus}{extra}}}\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: patched{second}}}\n{WORK}"
+            )
+        };
+        let (_d, l) = loaded(&text(1, "", ", kernel: 6.1.0-41-amd64"));
+        let e = check_virt(&l, &kvm_host()).unwrap_err();
+        assert_eq!(e.0[0].field, "guest.vcpus");
+        assert!(e.0[0].message.contains("base, patched run different kernels"), "{e}");
+        let (_d, l) = loaded(&text(1, ", single_vcpu_intended: true", ", kernel: 6.1.0-41-amd64"));
+        assert_eq!(check_virt(&l, &kvm_host()).unwrap().warnings.len(), 1);
+        // Two vCPUs, or one kernel for both: nothing to say.
+        let (_d, l) = loaded(&text(2, "", ", kernel: 6.1.0-41-amd64"));
+        assert!(check_virt(&l, &kvm_host()).unwrap().warnings.is_empty());
+        let (_d, l) = loaded(&text(1, "", ", cmdline: quiet"));
+        assert!(check_virt(&l, &kvm_host()).unwrap().warnings.is_empty());
     }
 }
