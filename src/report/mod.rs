@@ -143,7 +143,7 @@ fn with_hosts(mut text: String, journal: &Digested, format: Format, opts: &Repor
 /// `kvm-guest: …`), so a variant that did not take effect shows; empty without guests.
 pub fn kernel_words_text(journal: &Digested) -> String {
     let words = crate::stats::explain::kernel_words_of(journal.runs.iter().filter_map(|r| {
-        let (guests, lines) = r.pv_words.as_deref()?;
+        let (guests, lines, _) = r.pv_words.as_deref()?;
         Some((&*r.variant, *guests, lines.iter()))
     }));
     if words.is_empty() {
@@ -728,7 +728,11 @@ pub fn sweep_lines(model: &Model) -> Vec<String> {
 /// the sweep (probed then), each when it was probed.
 fn host_probe_lines(model: &Model) -> impl Iterator<Item = String> + '_ {
     let host = model.host.as_ref().map(|h| format!("host: {h}"));
-    host.into_iter().chain(
+    let pv = model
+        .pv_disagreements
+        .iter()
+        .map(|d| format!("variant not as meant: {d}"));
+    pv.chain(host).chain(
         [("speed", &model.host_speed), ("hand-over", &model.host_handover)]
             .into_iter()
             .filter_map(|(what, words)| Some(format!("host {what} before the sweep: {}", words.as_ref()?))),

@@ -852,7 +852,8 @@ pub fn check_virt(l: &Loaded, ev: &crate::host::VirtEvidence) -> Result<VirtChec
         .collect();
     // Variants that run another kernel than the others (another release, file or tree: the
     // README's base-vs-patched recipe).
-    let kernel_of = |v: &crate::scenario::model::Variant| v.kernel.clone().unwrap_or_else(|| s.guest.kernel.clone());
+    let kernel_of =
+        |v: &crate::scenario::model::Variant| v.kernel.clone().unwrap_or_else(|| s.guest.kernel.clone());
     let kernel_variants: Vec<&str> = match s.variants.first() {
         Some(first) if s.variants.iter().any(|v| kernel_of(v) != kernel_of(first)) => {
             s.variants.iter().map(|v| v.name.as_str()).collect()
@@ -1462,8 +1463,15 @@ mod tests {
         let (_d, l) = loaded(&text(1, "", ", kernel: 6.1.0-41-amd64"));
         let e = check_virt(&l, &kvm_host()).unwrap_err();
         assert_eq!(e.0[0].field, "guest.vcpus");
-        assert!(e.0[0].message.contains("base, patched run different kernels"), "{e}");
-        let (_d, l) = loaded(&text(1, ", single_vcpu_intended: true", ", kernel: 6.1.0-41-amd64"));
+        assert!(
+            e.0[0].message.contains("base, patched run different kernels"),
+            "{e}"
+        );
+        let (_d, l) = loaded(&text(
+            1,
+            ", single_vcpu_intended: true",
+            ", kernel: 6.1.0-41-amd64",
+        ));
         assert_eq!(check_virt(&l, &kvm_host()).unwrap().warnings.len(), 1);
         // Two vCPUs, or one kernel for both: nothing to say.
         let (_d, l) = loaded(&text(2, "", ", kernel: 6.1.0-41-amd64"));

@@ -68,6 +68,10 @@ pub struct Model {
     /// older journals.
     #[serde(default)]
     pub host: Option<String>,
+    /// Variants whose guests said their spinlocks were other than the variant meant (KVM,
+    /// ≥ 2 vCPUs), `variant: what it meant and what its guests said`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pv_disagreements: Vec<String>,
     pub workloads: Vec<WorkloadModel>,
     /// Attempts the payload's own physics checks rejected (each was failed and retried).
     #[serde(default)]
@@ -521,10 +525,29 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
             header.host_handover.as_ref(),
         ),
         host: header.host.as_ref().map(|h| h.summary()),
+        pv_disagreements: pv_disagreements(journal),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
         disturbed: disturbances(&journal.runs, &settled),
     }
+}
+
+/// Each variant whose guests' PV words disagree with what the variant meant
+/// ([`super::explain::PvIntent::disagreement`]), judged on its first record with guest facts.
+fn pv_disagreements(journal: &Digested) -> Vec<String> {
+    let h = &journal.header;
+    h.variants
+        .iter()
+        .filter_map(|v| {
+            let (_, lines, intent) = journal
+                .runs
+                .iter()
+                .filter(|r| &*r.variant == v.as_str())
+                .find_map(|r| r.pv_words.as_deref().filter(|w| w.0 && w.2.is_some()))?;
+            let said = intent.as_ref()?.disagreement(&h.accel, h.guest_vcpus, lines);
+            said.map(|s| format!("{v}: {s}"))
+        })
+        .collect()
 }
 
 /// The valid primary results of a cell (guest 0, measured): the one place that decides which
@@ -819,6 +842,47 @@ pub(crate) mod tests {
                           "idle": 160 + (200.0 * wait).round() as u64, "steal": 0, "per_cpu": []},
         });
         v.as_object().unwrap().clone()
+    }
+
+    /// A KVM sweep whose `patched` variant meant `nopvspin` but whose guests said PV spinlocks
+    /// were enabled is named in the model (and so in every text format and JSON); `base`,
+    /// whose guests said enabled as meant, is not.
+    #[test]
+    fn a_variant_whose_guests_said_otherwise_is_named() {
+        let mut j = journal();
+        for r in &mut j.runs {
+            let cmdline = if r.variant == "patched" {
+                "quiet nopvspin"
+            } else {
+                "quiet"
+            };
+            r.extra.insert(
+                "group".into(),
+                serde_json::json!({"guest_kernel": [{"cmdline": cmdline, "pv_words": ["[0.1] kvm-guest: PV spinlocks enabled"]}]}),
+            );
+        }
+        let m = build_digested(&Digested::of(&j), 0.05, None);
+        assert_eq!(m.pv_disagreements.len(), 1, "{:?}", m.pv_disagreements);
+        assert!(
+            m.pv_disagreements[0].starts_with("patched: meant `nopvspin`"),
+            "{:?}",
+            m.pv_disagreements
+        );
+        let md = crate::report::render(&j, crate::report::Format::Md, &Default::default()).unwrap();
+        assert!(
+            md.contains("variant not as meant: patched: meant `nopvspin`"),
+            "{md}"
+        );
+        // Streamed from a journal file the same.
+        let d = tempfile::tempdir().unwrap();
+        let mut w = crate::journal::JournalWriter::open(d.path()).unwrap();
+        w.append(&crate::journal::Entry::Sweep(Box::new(j.header.clone()))).unwrap();
+        for r in &j.runs {
+            w.append(&crate::journal::Entry::Run(Box::new(r.clone()))).unwrap();
+        }
+        drop(w);
+        let streamed = build_digested(&Digested::read(d.path(), true).unwrap(), 0.05, None);
+        assert_eq!(streamed.pv_disagreements, m.pv_disagreements);
     }
 
     /// A two-variant, two-level journal: `hackbench` (seconds, lower is better; journaled without

@@ -133,7 +133,7 @@ pub struct RunDigest {
 
 /// A record's guests' kernel words on PV features: whether its boot facts name guests, and
 /// their lines.
-pub type PvWords = Arc<(bool, Box<[Why]>)>;
+pub type PvWords = Arc<(bool, Box<[Why]>, Option<explain::PvIntent>)>;
 
 /// Whether a record is of the guest whose results are a cell's samples (the statistics read
 /// every per-run figure but the headline metric and the host's share of the primary guest's
@@ -186,13 +186,16 @@ impl Names {
 
     /// One shared copy of these PV words.
     pub fn pv_words(&mut self, w: &explain::PvWords) -> PvWords {
-        let same =
-            |p: &PvWords| p.0 == w.guests && p.1.iter().map(|l| &**l).eq(w.lines.iter().map(String::as_str));
+        let same = |p: &PvWords| {
+            p.0 == w.guests
+                && p.2 == w.intent
+                && p.1.iter().map(|l| &**l).eq(w.lines.iter().map(String::as_str))
+        };
         if let Some(i) = self.pv.iter().position(same) {
             self.pv[..=i].rotate_right(1);
             return self.pv[0].clone();
         }
-        let words: PvWords = Arc::new((w.guests, w.lines.iter().map(|l| self.name(l)).collect()));
+        let words: PvWords = Arc::new((w.guests, w.lines.iter().map(|l| self.name(l)).collect(), w.intent));
         self.pv.insert(0, words.clone());
         self.pv.truncate(64);
         words
@@ -432,6 +435,7 @@ pub static EXTRA: [(&str, Pick); 3] = [
             (
                 "guest_kernel",
                 Pick::Each(&Pick::Fields(&[
+                    ("cmdline", Pick::All),
                     ("pv_words", Pick::StringsWith(&explain::PV_WORDS)),
                     ("dmesg", Pick::StringsWith(&explain::PV_WORDS)),
                 ])),

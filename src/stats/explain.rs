@@ -429,6 +429,87 @@ pub struct PvWords {
     /// Whether the facts name any guest.
     pub guests: bool,
     pub lines: Vec<String>,
+    /// What the variant's guest was set up to have (from its command line and `-cpu`).
+    pub intent: Option<PvIntent>,
+}
+
+/// What a guest's spinlocks were meant to be, from its command line and `-cpu` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PvIntent {
+    /// The default under KVM with two or more vCPUs: PV qspinlock.
+    Pv,
+    /// `nopvspin` on the command line: native qspinlock.
+    NoPvSpin,
+    /// `-cpu …,kvm-pv-unhalt=off`: no PV qspinlock (the test-and-set virt_spin_lock).
+    UnhaltOff,
+    /// A named CPU model (not `host`/`max`), whose kvm-pv-unhalt is off unless asked for.
+    NamedModel,
+}
+
+impl PvIntent {
+    pub fn of(cmdline: Option<&str>, cpu: Option<&str>) -> Self {
+        let cpu = cpu.unwrap_or("max");
+        let mut parts = cpu.split(',');
+        let model = parts.next().unwrap_or("max").trim();
+        let mut unhalt = None;
+        for f in parts {
+            let f = f.trim();
+            let (name, on) = match f.split_once('=') {
+                Some((n, v)) => (
+                    n.trim_start_matches(['+', '-']),
+                    !matches!(v, "off" | "no" | "false" | "n"),
+                ),
+                None => (f.trim_start_matches(['+', '-']), !f.starts_with('-')),
+            };
+            if name.replace('_', "-") == "kvm-pv-unhalt" {
+                unhalt = Some(on);
+            }
+        }
+        if cmdline.is_some_and(|c| c.split_whitespace().any(|w| w == "nopvspin")) {
+            Self::NoPvSpin
+        } else if unhalt == Some(false) {
+            Self::UnhaltOff
+        } else if !matches!(model, "host" | "max") && unhalt != Some(true) {
+            Self::NamedModel
+        } else {
+            Self::Pv
+        }
+    }
+
+    /// Where a guest of this intent said otherwise (KVM only: under TCG no guest sees PV
+    /// features; 1-vCPU guests turn them off by themselves), in words; None when it agrees.
+    pub fn disagreement(self, accel: &str, vcpus: u32, lines: &[impl AsRef<str>]) -> Option<String> {
+        if accel != "kvm" || vcpus < 2 {
+            return None;
+        }
+        let said = |w: &str| lines.iter().any(|l| l.as_ref().contains(w));
+        let enabled = said("PV spinlocks enabled");
+        let words = if lines.is_empty() {
+            "nothing about PV spinlocks".to_string()
+        } else {
+            lines
+                .iter()
+                .map(|l| format!("`{}`", l.as_ref()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Self::Pv if !enabled => Some(format!(
+                "meant PV spinlocks (the default), but its guests said {words}"
+            )),
+            Self::NoPvSpin if !said("nopvspin") => {
+                Some(format!("meant `nopvspin`, but its guests said {words}"))
+            }
+            Self::UnhaltOff if enabled => {
+                Some(format!("meant `kvm-pv-unhalt=off`, but its guests said {words}"))
+            }
+            Self::NamedModel if !enabled => Some(format!(
+                "runs a named CPU model, whose kvm-pv-unhalt is off unless asked for (`…,kvm-pv-unhalt=on`): its guests said {words}, so its spinlocks are the test-and-set virt_spin_lock, not PV qspinlock"
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// What a guest kernel's line on its PV features contains.
@@ -441,6 +522,11 @@ pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
         .and_then(|g| g.get("guest_kernel"))
         .and_then(Value::as_array)?;
     let mut lines: Vec<String> = Vec::new();
+    let cmdline = guests
+        .first()
+        .and_then(|g| g.get("cmdline"))
+        .and_then(Value::as_str);
+    let intent = (!guests.is_empty()).then(|| PvIntent::of(cmdline, guest_cpu(r)));
     for g in guests {
         // `pv_words` where recorded; older journals: the PV lines of the general dmesg grep.
         let words = g.get("pv_words").or_else(|| g.get("dmesg"));
@@ -456,6 +542,7 @@ pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
     Some(PvWords {
         guests: !guests.is_empty(),
         lines,
+        intent,
     })
 }
 
@@ -675,6 +762,52 @@ mod tests {
         assert!(guest_steal(&r, &host).unwrap_err().contains("no guests"));
         let r = with(json!({"guest_stat": "not available: reading the guest's /proc/stat: timeout"}));
         assert!(guest_steal(&r, &KVM).unwrap_err().contains("timeout"));
+    }
+
+    /// What a variant meant, from its command line and `-cpu`, and where its guests disagree
+    /// (the kernel's own words since Linux 5.5).
+    #[test]
+    fn a_variant_is_held_to_what_it_meant() {
+        assert_eq!(PvIntent::of(Some("quiet"), Some("host")), PvIntent::Pv);
+        assert_eq!(PvIntent::of(None, None), PvIntent::Pv);
+        assert_eq!(
+            PvIntent::of(Some("quiet nopvspin"), Some("host")),
+            PvIntent::NoPvSpin
+        );
+        assert_eq!(
+            PvIntent::of(None, Some("host,kvm-pv-unhalt=off")),
+            PvIntent::UnhaltOff
+        );
+        assert_eq!(
+            PvIntent::of(None, Some("max,-kvm_pv_unhalt")),
+            PvIntent::UnhaltOff
+        );
+        assert_eq!(PvIntent::of(None, Some("Skylake-Server")), PvIntent::NamedModel);
+        assert_eq!(
+            PvIntent::of(None, Some("Skylake-Server,kvm-pv-unhalt=on")),
+            PvIntent::Pv
+        );
+        let enabled = ["kvm-guest: PV spinlocks enabled"];
+        let forced = ["kvm-guest: PV spinlocks disabled, forced by \"nopvspin\" parameter"];
+        let no_host = ["kvm-guest: PV spinlocks disabled, no host support"];
+        let none: [&str; 0] = [];
+        assert_eq!(PvIntent::Pv.disagreement("kvm", 2, &enabled), None);
+        assert!(
+            PvIntent::Pv
+                .disagreement("kvm", 2, &no_host)
+                .unwrap()
+                .contains("no host support")
+        );
+        assert_eq!(PvIntent::NoPvSpin.disagreement("kvm", 2, &forced), None);
+        assert!(PvIntent::NoPvSpin.disagreement("kvm", 2, &enabled).is_some());
+        assert_eq!(PvIntent::UnhaltOff.disagreement("kvm", 2, &no_host), None);
+        assert_eq!(PvIntent::UnhaltOff.disagreement("kvm", 2, &none), None);
+        assert!(PvIntent::UnhaltOff.disagreement("kvm", 2, &enabled).is_some());
+        let named = PvIntent::NamedModel.disagreement("kvm", 2, &no_host).unwrap();
+        assert!(named.contains("virt_spin_lock"), "{named}");
+        // TCG guests see no PV features, and one CPU turns them off: nothing to hold them to.
+        assert_eq!(PvIntent::Pv.disagreement("tcg", 2, &none), None);
+        assert_eq!(PvIntent::Pv.disagreement("kvm", 1, &none), None);
     }
 
     #[test]
