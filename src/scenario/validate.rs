@@ -660,6 +660,44 @@ fn switches_pv_spinlock_cmdline(cmdline: &str) -> bool {
     cmdline.split_whitespace().any(|w| w == "nopvspin")
 }
 
+/// Under KVM, a kernel of one's own (a tree or a file with its config) without SMP, KVM_GUEST or
+/// PARAVIRT_SPINLOCKS runs other spinlocks than a KVM guest's, whatever its variant says: one
+/// warning each (Debian's kernels have all three).
+fn own_kernels_for_kvm(l: &Loaded) -> Vec<String> {
+    use crate::image::guest_config::{Given, lacks_for_workload};
+    const KVM_GUEST: [(&str, &str, Option<&str>); 3] = [
+        ("SMP", "y", None),
+        ("KVM_GUEST", "y", None),
+        ("PARAVIRT_SPINLOCKS", "y", None),
+    ];
+    let s = &l.scenario;
+    let refs = std::iter::once(("the guest's kernel".to_string(), &s.guest.kernel))
+        .filter(|_| s.variants.is_empty() || s.variants.iter().any(|v| v.kernel.is_none()))
+        .chain(s.variants.iter().filter_map(|v| {
+            v.kernel
+                .as_ref()
+                .map(|k| (format!("variant {}'s kernel", v.name), k))
+        }));
+    let mut out = Vec::new();
+    for (whose, k) in refs {
+        let given = match k {
+            KernelRef::Debian(_) => continue,
+            KernelRef::File(f) => Given::File {
+                path: &f.path,
+                own_initrd: f.initrd.is_some(),
+            },
+            KernelRef::Tree(t) => Given::Tree(&t.tree),
+        };
+        for lack in lacks_for_workload(Some(given), &KVM_GUEST) {
+            out.push(format!(
+                "{}: {whose} under KVM: {lack}: its guests run other spinlocks than a KVM guest's (no PV qspinlock, or no SMP at all), whatever the variant says",
+                l.path.display()
+            ));
+        }
+    }
+    out
+}
+
 /// Whether a `-cpu` value switches a KVM PV spinlock feature (`kvm-pv-unhalt`).
 fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
     cpu.split(',').skip(1).any(|f| {
@@ -817,6 +855,9 @@ pub fn check_virt(l: &Loaded, ev: &crate::host::VirtEvidence) -> Result<VirtChec
         } else {
             Err(ScenarioErrors(errs))
         };
+    }
+    if accel.accel == Accel::Kvm {
+        warnings.extend(own_kernels_for_kvm(l));
     }
     let mut cpus: Vec<(Vec<Seg>, &str)> = Vec::new();
     if let Some(c) = &s.guest.cpu {
@@ -1449,6 +1490,29 @@ mod tests {
         assert!(switches_pv_spinlock_cpu("max,-kvm-pv-unhalt"));
         assert!(switches_pv_spinlock_cpu("max,kvm_pv_unhalt=off"));
         assert!(!switches_pv_spinlock_cpu("max,kvm-steal-time=off"));
+    }
+
+    /// Under KVM a tree without PARAVIRT_SPINLOCKS (or SMP, KVM_GUEST) is said, per kernel;
+    /// under TCG, where no guest has PV spinlocks, nothing is.
+    #[test]
+    fn own_kernels_without_pv_spinlocks_are_said_under_kvm() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".config"), "CONFIG_SMP=y\nCONFIG_KVM_GUEST=y\n").unwrap();
+        std::fs::create_dir_all(d.path().join("arch/x86/boot")).unwrap();
+        std::fs::write(d.path().join("arch/x86/boot/bzImage"), "x").unwrap();
+        let text = format!(
+            "name: x\nguest: {{vcpus: 2}}\nlevels: [1]\nvariants:\n  - {{name: base, baseline: true}}\n  - {{name: mine, kernel: {{tree: {}}}}}\n{WORK}",
+            d.path().display()
+        );
+        let (_d, l) = loaded(&text);
+        let w = check_virt(&l, &kvm_host()).unwrap().warnings;
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("variant mine's kernel under KVM: CONFIG_PARAVIRT_SPINLOCKS=y, but CONFIG_PARAVIRT_SPINLOCKS is not set"),
+            "{w:?}"
+        );
+        let tcg = crate::host::VirtEvidence::default();
+        assert!(check_virt(&l, &tcg).unwrap().warnings.is_empty());
     }
 
     /// The README's base-vs-patched recipe in 1-vCPU guests compares nothing a spinlock patch

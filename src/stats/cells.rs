@@ -876,9 +876,11 @@ pub(crate) mod tests {
         // Streamed from a journal file the same.
         let d = tempfile::tempdir().unwrap();
         let mut w = crate::journal::JournalWriter::open(d.path()).unwrap();
-        w.append(&crate::journal::Entry::Sweep(Box::new(j.header.clone()))).unwrap();
+        w.append(&crate::journal::Entry::Sweep(Box::new(j.header.clone())))
+            .unwrap();
         for r in &j.runs {
-            w.append(&crate::journal::Entry::Run(Box::new(r.clone()))).unwrap();
+            w.append(&crate::journal::Entry::Run(Box::new(r.clone())))
+                .unwrap();
         }
         drop(w);
         let streamed = build_digested(&Digested::read(d.path(), true).unwrap(), 0.05, None);
