@@ -302,28 +302,64 @@ fn cpu_flag(cpuinfo: &str, flag: &str) -> bool {
 }
 
 /// What decides the CPUID and PV features KVM hands a `-cpu host` guest besides the CPU: the
-/// host kernel release and every KVM module parameter (`/sys/module/kvm*/parameters`), e.g.
-/// kvm_intel's `ept`, kvm's `enable_pmu`, `halt_poll_ns`. One `key=value` line each, sorted.
+/// host kernel release and every KVM module parameter ([`kvm_params`]), e.g. kvm_intel's
+/// `ept`, kvm's `enable_pmu`, `halt_poll_ns`. One `key=value` line each, sorted.
 pub fn kvm_identity(fs: &dyn crate::hostfs::HostFs) -> String {
     let release = fs
         .read("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|e| format!("unknown ({e})"));
     let mut out = format!("host-kernel {release}\n");
+    for (k, v) in kvm_params(fs) {
+        out.push_str(&format!("kvm-param {k}={v}\n"));
+    }
+    out
+}
+
+/// Every parameter of the loaded KVM modules (`/sys/module/{kvm,kvm_intel,kvm_amd}/parameters`),
+/// `module.name` → value, sorted; a write-only or root-only one reads `?` (its name still
+/// counts).
+pub fn kvm_params(fs: &dyn crate::hostfs::HostFs) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
     for module in ["kvm", "kvm_intel", "kvm_amd"] {
         let dir = format!("/sys/module/{module}/parameters");
-        let Ok(mut names) = fs.list_dir(&dir) else {
+        let Ok(names) = fs.list_dir(&dir) else {
             continue;
         };
-        names.sort();
         let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
         for (n, v) in names.iter().zip(fs.read_many(&paths)) {
-            // Write-only or root-only parameters read as errors: their name still counts.
             let v = v.map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into());
-            out.push_str(&format!("kvm-param {module}.{n}={v}\n"));
+            out.insert(format!("{module}.{n}"), v);
         }
     }
     out
+}
+
+/// What a QEMU `-cpu` value says of `feature` (`kvm-steal-time`, `kvm-pv-unhalt`): Some(on) or
+/// Some(off) as QEMU reads it, None when it is not mentioned. The feature's name with `-` or
+/// `_`, `-name` / `+name` / bare `name`, or `name=` one of QEMU's booleans (`off`, `no`,
+/// `false`, `n`, `on`, `yes`, `true`, `y`, in lower case: QEMU 10 refuses `OFF` or `N`,
+/// "expects 'on' or 'off'"); the last mention wins.
+pub fn cpu_feature(cpu: &str, feature: &str) -> Option<bool> {
+    let mut said = None;
+    for f in cpu.split(',').skip(1) {
+        let f = f.trim();
+        let (name, on) = match f.split_once('=') {
+            Some((name, value)) => match value {
+                "off" | "no" | "false" | "n" => (name, false),
+                "on" | "yes" | "true" | "y" => (name, true),
+                _ => continue, // QEMU refuses it; nothing to read
+            },
+            None => match f.strip_prefix('-') {
+                Some(name) => (name, false),
+                None => (f.strip_prefix('+').unwrap_or(f), true),
+            },
+        };
+        if name.replace('_', "-") == feature {
+            said = Some(on);
+        }
+    }
+    said
 }
 
 impl VirtEvidence {

@@ -18,24 +18,10 @@ fn locktorture_runs_in_guests_of_a_kernel_built_with_it_and_compares_two_kernels
     let trees = common::test_kernel_trees();
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);
     // The shipped scenario, pointed at these trees, is valid as it stands otherwise.
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/locktorture.yaml")).unwrap();
-    assert!(shipped.contains("/srv/kernels/base") && shipped.contains("/srv/kernels/spinfirst"));
-    let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("locktorture.yaml");
-    std::fs::write(
-        &file,
-        shipped
-            .replace("/srv/kernels/base", &base.display().to_string())
-            .replace("/srv/kernels/spinfirst", &spinfirst.display().to_string()),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ocrig"))
-        .args(["validate"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    common::validate_shipped_with_trees(
+        "locktorture.yaml",
+        &[("/srv/kernels/base", base), ("/srv/kernels/spinfirst", spinfirst)],
+    );
     let scenario = format!(
         "name: locktorture-e2e\nhost: {{cpus: 2, backend: qemu}}\n\
          guest: {{vcpus: 2, memory_mib: 256}}\nlevels: [1.0, 2.0]\n\

@@ -90,19 +90,10 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
     let tmp = tempfile::tempdir().unwrap();
 
     // The shipped scenario, its two tree paths pointed at the built trees, validates.
-    let shipped = std::fs::read_to_string(root().join("scenarios/own-kernels.yaml")).unwrap();
-    assert!(shipped.contains("/srv/kernels/base") && shipped.contains("/srv/kernels/patched"));
-    let own = tmp.path().join("own-kernels.yaml");
-    std::fs::write(
-        &own,
-        shipped
-            .replace("/srv/kernels/base", &base.display().to_string())
-            .replace("/srv/kernels/patched", &patched.display().to_string()),
-    )
-    .unwrap();
-    let out = ocrig(&["validate", own.to_str().unwrap()]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "validate own-kernels.yaml:\n{stderr}");
+    common::validate_shipped_with_trees(
+        "own-kernels.yaml",
+        &[("/srv/kernels/base", &base), ("/srv/kernels/patched", &patched)],
+    );
 
     // The base tree's bzImage alone cannot serve a guest with a scratch disk: virtio_blk is a
     // module in the test kernel, and a lone image brings none (its tree does: see below).

@@ -14,7 +14,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -41,15 +41,6 @@ runs: 1
 # the warm-up every fresh guest set gets takes that run.
 warmup_runs: 1
 ";
-
-fn results_dir(results: &Path) -> PathBuf {
-    std::fs::read_dir(results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path()
-}
 
 fn records(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("journal.jsonl"))
@@ -156,7 +147,7 @@ addEventListener('load', () => {
 #[test]
 fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let (tmp, results) = common::run_scenario("timeline.yaml", SCENARIO);
-    let dir = results_dir(&results);
+    let dir = common::results_dir(&results);
     // The counted attempt (a run's attempt that broke a physics check is retried).
     let every: Vec<Value> = records(&dir);
     let all: Vec<Value> = every.iter().filter(|r| r["warmup"] == false).cloned().collect();

@@ -111,10 +111,10 @@ pub fn missing(config: &KernelConfig, scratch: bool, modules_from: Modules<'_>) 
 }
 
 /// The options of `wanted` (`(name, value, module)`: `CONFIG_<name>=<value>`, and for `m` the
-/// module a tree must have built) a workload needs that the kernel given as `given` (None: a
-/// Debian kernel) lacks, each in words (empty: it has them all). A Debian kernel is judged by
+/// module a tree must have built; a workload's, or what a KVM guest's spinlocks need) that the
+/// kernel given as `given` (None: a Debian kernel) lacks, each in words (empty: it has them all). A Debian kernel is judged by
 /// what ocrig's image of it ships: its boot modules only, so no `=m` option a workload loads.
-pub fn lacks_for_workload(given: Option<Given<'_>>, wanted: &[(&str, &str, Option<&str>)]) -> Vec<String> {
+pub fn lacks_options(given: Option<Given<'_>>, wanted: &[(&str, &str, Option<&str>)]) -> Vec<String> {
     let config = match &given {
         Some(Given::Tree(root)) => match tree::inspect(root) {
             Ok(t) => Some((t.config.clone(), Some(t))),
@@ -267,7 +267,7 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
             ("LOCK_TORTURE_TEST", "m", Some("locktorture")),
             ("MODULE_UNLOAD", "y", None),
         ];
-        let debian = lacks_for_workload(None, &wanted);
+        let debian = lacks_options(None, &wanted);
         assert_eq!(debian.len(), 1, "{debian:?}");
         assert!(
             debian[0].starts_with("CONFIG_LOCK_TORTURE_TEST=m: ocrig's image of a Debian kernel"),
@@ -288,7 +288,7 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
                 fs::create_dir_all(d.path().join("kernel/locking")).unwrap();
                 fs::write(d.path().join("kernel/locking/locktorture.ko"), "ko").unwrap();
             }
-            lacks_for_workload(Some(Given::Tree(d.path())), &wanted)
+            lacks_options(Some(Given::Tree(d.path())), &wanted)
         };
         let none = tree("CONFIG_MODULES=y\n", false);
         assert_eq!(

@@ -79,12 +79,6 @@ const KVM_SUMMARY: &[&str] = &[
 impl HostRecord {
     /// The fields as (name, value) in a fixed order, for comparing and printing.
     fn fields(&self) -> Vec<(String, Option<String>)> {
-        let governors = (!self.governors.is_empty()).then(|| {
-            let mut distinct: Vec<&str> = self.governors.values().map(String::as_str).collect();
-            distinct.sort_unstable();
-            distinct.dedup();
-            distinct.join("/")
-        });
         let mut out = vec![
             ("kernel".to_string(), self.kernel_release.clone()),
             ("kernel build".into(), self.kernel_version.clone()),
@@ -94,7 +88,7 @@ impl HostRecord {
             ("SMT".into(), self.smt.clone()),
             ("NUMA nodes".into(), self.numa_nodes.clone()),
             ("THP".into(), self.thp.clone()),
-            ("governor".into(), governors),
+            ("governor".into(), self.governor()),
             ("boost".into(), self.boost.clone()),
             ("isolated".into(), self.isolated.clone()),
             ("nohz_full".into(), self.nohz_full.clone()),
@@ -106,6 +100,15 @@ impl HostRecord {
             out.push((k.clone(), Some(v.clone())));
         }
         out
+    }
+
+    /// The measured CPUs' distinct governors (`performance`, `performance/powersave`); None
+    /// without cpufreq.
+    fn governor(&self) -> Option<String> {
+        let mut distinct: Vec<&str> = self.governors.values().map(String::as_str).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        (!distinct.is_empty()).then(|| distinct.join("/"))
     }
 
     /// Every field both records read and that differs, one line each (`name: was → now`).
@@ -189,10 +192,10 @@ impl HostRecord {
         if let Some(n) = &self.numa_nodes {
             parts.push(format!("NUMA nodes {n}"));
         }
-        parts.push(match self.fields().into_iter().find(|(k, _)| k == "governor") {
-            Some((_, Some(g))) => format!("governor {g}"),
-            _ => "no cpufreq".into(),
-        });
+        parts.push(
+            self.governor()
+                .map_or("no cpufreq".into(), |g| format!("governor {g}")),
+        );
         if let Some(b) = &self.boost {
             parts.push(format!("boost {b}"));
         }

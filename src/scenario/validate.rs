@@ -664,49 +664,56 @@ fn switches_pv_spinlock_cmdline(cmdline: &str) -> bool {
 /// PARAVIRT_SPINLOCKS runs other spinlocks than a KVM guest's, whatever its variant says: one
 /// warning each (Debian's kernels have all three).
 fn own_kernels_for_kvm(l: &Loaded) -> Vec<String> {
-    use crate::image::guest_config::{Given, lacks_for_workload};
+    use crate::image::guest_config::lacks_options;
     const KVM_GUEST: [(&str, &str, Option<&str>); 3] = [
         ("SMP", "y", None),
         ("KVM_GUEST", "y", None),
         ("PARAVIRT_SPINLOCKS", "y", None),
     ];
-    let s = &l.scenario;
-    let refs = std::iter::once(("the guest's kernel".to_string(), &s.guest.kernel))
+    kernels_run(&l.scenario)
+        .into_iter()
+        // A Debian kernel has all three.
+        .filter_map(|(whose, k)| Some((whose, given_kernel(k)?)))
+        .flat_map(|(whose, given)| {
+            lacks_options(Some(given), &KVM_GUEST).into_iter().map(move |lack| {
+                format!(
+                    "{}: {whose} under KVM: {lack}: its guests run other spinlocks than a KVM guest's (no PV qspinlock, or no SMP at all), whatever the variant says",
+                    l.path.display()
+                )
+            })
+        })
+        .collect()
+}
+
+/// Every kernel the scenario's guests run, each with whose it is: the guest's (when some
+/// variant, or the implicit one, runs it) and each variant's own.
+fn kernels_run(s: &super::Scenario) -> Vec<(String, &KernelRef)> {
+    std::iter::once(("the guest's kernel".to_string(), &s.guest.kernel))
         .filter(|_| s.variants.is_empty() || s.variants.iter().any(|v| v.kernel.is_none()))
         .chain(s.variants.iter().filter_map(|v| {
             v.kernel
                 .as_ref()
                 .map(|k| (format!("variant {}'s kernel", v.name), k))
-        }));
-    let mut out = Vec::new();
-    for (whose, k) in refs {
-        let given = match k {
-            KernelRef::Debian(_) => continue,
-            KernelRef::File(f) => Given::File {
-                path: &f.path,
-                own_initrd: f.initrd.is_some(),
-            },
-            KernelRef::Tree(t) => Given::Tree(&t.tree),
-        };
-        for lack in lacks_for_workload(Some(given), &KVM_GUEST) {
-            out.push(format!(
-                "{}: {whose} under KVM: {lack}: its guests run other spinlocks than a KVM guest's (no PV qspinlock, or no SMP at all), whatever the variant says",
-                l.path.display()
-            ));
-        }
+        }))
+        .collect()
+}
+
+/// A kernel of one's own as the config checks take it (None: a Debian kernel).
+fn given_kernel(k: &KernelRef) -> Option<crate::image::guest_config::Given<'_>> {
+    use crate::image::guest_config::Given;
+    match k {
+        KernelRef::Debian(_) => None,
+        KernelRef::File(f) => Some(Given::File {
+            path: &f.path,
+            own_initrd: f.initrd.is_some(),
+        }),
+        KernelRef::Tree(t) => Some(Given::Tree(&t.tree)),
     }
-    out
 }
 
 /// Whether a `-cpu` value switches a KVM PV spinlock feature (`kvm-pv-unhalt`).
 fn switches_pv_spinlock_cpu(cpu: &str) -> bool {
-    cpu.split(',').skip(1).any(|f| {
-        // QEMU takes the feature's name with `_` too (`kvm_pv_unhalt`).
-        let f = f.trim().trim_start_matches(['+', '-']);
-        f.split('=')
-            .next()
-            .is_some_and(|n| n.replace('_', "-") == "kvm-pv-unhalt")
-    })
+    crate::host::cpu_feature(cpu, "kvm-pv-unhalt").is_some()
 }
 
 /// Checks that need the accelerator: `accel: kvm` where the user running QEMU cannot open
@@ -993,39 +1000,22 @@ fn check_kernel_builds(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
 /// Every kernel a workload runs on has the options the payload's catalog says that workload
 /// needs (`locktorture`: CONFIG_LOCK_TORTURE_TEST=m), refused at the workload's `command`.
 fn check_workload_kernel_options(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
-    use crate::image::guest_config::{Given, lacks_for_workload};
+    use crate::image::guest_config::lacks_options;
     let s = &l.scenario;
     for (w, workload) in s.workloads.iter().enumerate() {
         let Some(spec) = ocrig_payload::catalog::workload(&workload.command) else {
             continue;
         };
-        if spec.kernel_options.is_empty() {
+        let wanted: Vec<(&str, &str, Option<&str>)> = spec
+            .kernel_options
+            .iter()
+            .map(|o| (o.name, o.value, o.module))
+            .collect();
+        if wanted.is_empty() {
             continue;
         }
-        let kernels: Vec<(String, &KernelRef)> =
-            std::iter::once(("the guest's kernel".to_string(), &s.guest.kernel))
-                .filter(|_| s.variants.is_empty() || s.variants.iter().any(|v| v.kernel.is_none()))
-                .chain(s.variants.iter().filter_map(|v| {
-                    v.kernel
-                        .as_ref()
-                        .map(|k| (format!("variant {}'s kernel", v.name), k))
-                }))
-                .collect();
-        for (whose, k) in kernels {
-            let given = match k {
-                KernelRef::Debian(_) => None,
-                KernelRef::File(f) => Some(Given::File {
-                    path: &f.path,
-                    own_initrd: f.initrd.is_some(),
-                }),
-                KernelRef::Tree(t) => Some(Given::Tree(&t.tree)),
-            };
-            let wanted: Vec<(&str, &str, Option<&str>)> = spec
-                .kernel_options
-                .iter()
-                .map(|o| (o.name, o.value, o.module))
-                .collect();
-            for lack in lacks_for_workload(given, &wanted) {
+        for (whose, k) in kernels_run(s) {
+            for lack in lacks_options(given_kernel(k), &wanted) {
                 err(
                     &[key("workloads"), Seg::Index(w), key("command")],
                     format!("workload '{}' needs {lack} ({whose})", workload.command),

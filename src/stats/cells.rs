@@ -536,14 +536,17 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
 /// ([`super::explain::PvIntent::disagreement`]), judged on its first record with guest facts.
 fn pv_disagreements(journal: &Digested) -> Vec<String> {
     let h = &journal.header;
+    // One pass over the records: each variant's first with guest facts.
+    let mut first: BTreeMap<&str, &super::digest::PvWords> = BTreeMap::new();
+    for r in &journal.runs {
+        if let Some(w) = r.pv_words.as_ref().filter(|w| w.0 && w.2.is_some()) {
+            first.entry(&*r.variant).or_insert(w);
+        }
+    }
     h.variants
         .iter()
         .filter_map(|v| {
-            let (_, lines, intent) = journal
-                .runs
-                .iter()
-                .filter(|r| &*r.variant == v.as_str())
-                .find_map(|r| r.pv_words.as_deref().filter(|w| w.0 && w.2.is_some()))?;
+            let (_, lines, intent) = first.get(v.as_str())?.as_ref();
             let said = intent.as_ref()?.disagreement(&h.accel, h.guest_vcpus, lines);
             said.map(|s| format!("{v}: {s}"))
         })

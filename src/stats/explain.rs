@@ -450,22 +450,8 @@ pub enum PvIntent {
 impl PvIntent {
     pub fn of(cmdline: Option<&str>, cpu: Option<&str>) -> Self {
         let cpu = cpu.unwrap_or("max");
-        let mut parts = cpu.split(',');
-        let model = parts.next().unwrap_or("max").trim();
-        let mut unhalt = None;
-        for f in parts {
-            let f = f.trim();
-            let (name, on) = match f.split_once('=') {
-                Some((n, v)) => (
-                    n.trim_start_matches(['+', '-']),
-                    !matches!(v, "off" | "no" | "false" | "n"),
-                ),
-                None => (f.trim_start_matches(['+', '-']), !f.starts_with('-')),
-            };
-            if name.replace('_', "-") == "kvm-pv-unhalt" {
-                unhalt = Some(on);
-            }
-        }
+        let model = cpu.split(',').next().unwrap_or("max").trim();
+        let unhalt = crate::host::cpu_feature(cpu, "kvm-pv-unhalt");
         if cmdline.is_some_and(|c| c.split_whitespace().any(|w| w == "nopvspin")) {
             Self::NoPvSpin
         } else if unhalt == Some(false) {

@@ -51,7 +51,7 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
         boost,
         isolated: text("/sys/devices/system/cpu/isolated"),
         nohz_full: text("/sys/devices/system/cpu/nohz_full"),
-        kvm_params: kvm_params(fs),
+        kvm_params: crate::host::kvm_params(fs),
         qemu: local
             .then(|| crate::host::tool_version("qemu-system-x86_64", &["--version"]))
             .flatten(),
@@ -117,23 +117,6 @@ fn selected(modes: &str) -> Option<String> {
     let start = modes.find('[')? + 1;
     let end = start + modes[start..].find(']')?;
     Some(modes[start..end].to_string())
-}
-
-/// Every parameter of the KVM modules loaded, `module.name` → value (`?` where unreadable).
-fn kvm_params(fs: &dyn HostFs) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for module in ["kvm", "kvm_intel", "kvm_amd"] {
-        let dir = format!("/sys/module/{module}/parameters");
-        let Ok(names) = fs.list_dir(&dir) else {
-            continue;
-        };
-        let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
-        for (n, v) in names.iter().zip(fs.read_many(&paths)) {
-            let v = v.map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into());
-            out.insert(format!("{module}.{n}"), v);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

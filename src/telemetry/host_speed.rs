@@ -129,6 +129,13 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostSpeed, String> {
     if cpus.is_empty() {
         return Err("no CPU to probe".into());
     }
+    let (per_cpu, seconds) = samples_per_cpu(cpus, total)?;
+    summarize(cpus, &mut per_cpu.concat(), seconds)
+}
+
+/// [`samples_on`] every CPU of `cpus` at once, one pinned thread each: each CPU's samples in
+/// time order, and the seconds it all took.
+fn samples_per_cpu(cpus: &[usize], total: Duration) -> Result<(Vec<Vec<f64>>, f64), String> {
     let t0 = Instant::now();
     let threads: Vec<_> = cpus
         .iter()
@@ -139,11 +146,11 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostSpeed, String> {
                 .map_err(|e| format!("starting a probe thread: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    let mut all = Vec::new();
+    let mut per_cpu = Vec::new();
     for t in threads {
-        all.extend(t.join().map_err(|_| "a probe thread panicked".to_string())??);
+        per_cpu.push(t.join().map_err(|_| "a probe thread panicked".to_string())??);
     }
-    summarize(cpus, &mut all, t0.elapsed().as_secs_f64())
+    Ok((per_cpu, t0.elapsed().as_secs_f64()))
 }
 
 /// The noise floor of the measured CPUs, as `ocrig doctor` measures it: the busy loop on every
@@ -171,21 +178,8 @@ pub fn noise_floor(cpus: &[usize], total: Duration, block: Duration) -> Result<N
     if cpus.is_empty() {
         return Err("no CPU to probe".into());
     }
-    let t0 = Instant::now();
-    let threads: Vec<_> = cpus
-        .iter()
-        .map(|&cpu| {
-            std::thread::Builder::new()
-                .name(format!("ocrig-noise-{cpu}"))
-                .spawn(move || samples_on(cpu, total))
-                .map_err(|e| format!("starting a probe thread: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
-    let mut per_cpu = Vec::new();
-    for t in threads {
-        per_cpu.push(t.join().map_err(|_| "a probe thread panicked".to_string())??);
-    }
-    floor_of(cpus, &per_cpu, t0.elapsed().as_secs_f64(), block)
+    let (per_cpu, seconds) = samples_per_cpu(cpus, total)?;
+    floor_of(cpus, &per_cpu, seconds, block)
 }
 
 fn floor_of(

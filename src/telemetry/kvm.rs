@@ -112,31 +112,11 @@ pub fn local_query_stats_quiet() -> Result<(), String> {
         .clone()
 }
 
-/// Whether a QEMU `-cpu` value turns the guest's steal clock (`kvm-steal-time`) off; the
-/// guest's steal then stays 0 whatever happens, which is no measurement. Read as QEMU reads
-/// it: the feature's name with `-` or `_` (`kvm_steal_time`), `-name` / `+name` / bare `name`,
-/// or `name=` any of QEMU's booleans (`off`, `no`, `false`, `n`, `on`, `yes`, `true`, `y`, in
-/// lower case: QEMU 10 refuses `OFF` or `N`, "expects 'on' or 'off'"); the last mention wins.
+/// Whether a QEMU `-cpu` value turns the guest's steal clock (`kvm-steal-time`) off, read as
+/// QEMU reads it ([`crate::host::cpu_feature`]); the guest's steal then stays 0 whatever
+/// happens, which is no measurement.
 pub fn steal_time_off(cpu: &str) -> bool {
-    let mut off = false;
-    for f in cpu.split(',').skip(1) {
-        let f = f.trim();
-        let (name, on) = match f.split_once('=') {
-            Some((name, value)) => match value {
-                "off" | "no" | "false" | "n" => (name, false),
-                "on" | "yes" | "true" | "y" => (name, true),
-                _ => continue, // QEMU refuses it; nothing to read
-            },
-            None => match f.strip_prefix('-') {
-                Some(name) => (name, false),
-                None => (f.strip_prefix('+').unwrap_or(f), true),
-            },
-        };
-        if name.replace('_', "-") == "kvm-steal-time" {
-            off = !on;
-        }
-    }
-    off
+    crate::host::cpu_feature(cpu, "kvm-steal-time") == Some(false)
 }
 
 pub const QMP_SOURCE: &str = "qmp query-stats";

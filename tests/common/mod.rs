@@ -67,6 +67,32 @@ pub fn group_facts<'a>(
     &holder["extra"]["group"]
 }
 
+/// `ocrig validate` of the shipped `scenarios/<name>`, each `(path, tree)` of `trees` put in
+/// place of the user's tree path it names (`/srv/kernels/base`): the scenario must name every
+/// one, and validate with the built trees.
+#[allow(dead_code)] // not every test binary boots its own kernels
+pub fn validate_shipped_with_trees(name: &str, trees: &[(&str, &std::path::Path)]) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut text = std::fs::read_to_string(dir.join(name)).unwrap();
+    for (path, tree) in trees {
+        assert!(text.contains(path), "{name} does not name {path}");
+        text = text.replace(path, &tree.display().to_string());
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join(name);
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "validate {name}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The test kernel trees tests/kernel/build-test-kernel builds (`base`, `patched`,
 /// `spinfirst`), building them the first time on this machine (about 6 minutes here).
 #[allow(dead_code)] // not every test binary boots its own kernels

@@ -273,15 +273,9 @@ fn module_files(list: &Path, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 fn load(path: &Path, params: &str) -> std::io::Result<()> {
     let file = std::fs::File::open(path)?;
-    let params =
-        CString::new(params).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let params = c_string(params)?;
     // SAFETY: finit_module reads the open file and the NUL-terminated parameter string.
-    let rc = unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), 0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    zero_or_errno(unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), 0) })
 }
 
 /// A dependency already loaded (by an earlier run) is fine.
@@ -294,10 +288,18 @@ fn already_loaded(e: std::io::Error, path: &Path) -> anyhow::Result<()> {
 }
 
 fn unload(name: &str) -> std::io::Result<()> {
-    let name = CString::new(name).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let name = c_string(name)?;
     // SAFETY: delete_module reads the NUL-terminated name; O_NONBLOCK: fail rather than wait
     // for users of the module (it has none).
-    let rc = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
+    zero_or_errno(unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) })
+}
+
+fn c_string(s: &str) -> std::io::Result<CString> {
+    CString::new(s).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
+/// A system call's 0, or the errno it set.
+fn zero_or_errno(rc: libc::c_long) -> std::io::Result<()> {
     if rc == 0 {
         Ok(())
     } else {
@@ -425,7 +427,8 @@ impl Parsed {
             if let Some(s) = Stats::parse(l, "Writes") {
                 p.writes = Some(s);
             }
-            if let Some(s) = Stats::parse(l, "Reads ").or_else(|| Stats::parse(l, "Reads")) {
+            // `Reads :` (the kernel pads the word to line up with `Writes:`).
+            if let Some(s) = Stats::parse(l, "Reads") {
                 p.reads = Some(s);
             }
             if let Some(i) = l.find("End of test: ") {
