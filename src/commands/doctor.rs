@@ -77,7 +77,10 @@ pub fn doctor() -> anyhow::Result<()> {
         println!("timing hazard:  {h}");
     }
     match crate::telemetry::host_speed::noise_floor(&cpus, Duration::from_secs(6), Duration::from_secs(1)) {
-        Ok(f) => println!("noise floor:    {}", f.describe()),
+        Ok(f) => println!(
+            "noise floor:    {}",
+            f.describe(crate::stats::power::detectable_at_cv)
+        ),
         Err(e) => println!("noise floor:    not measured — {e}"),
     }
     Ok(())

@@ -150,6 +150,23 @@ pub fn min_detectable_effect(
     })
 }
 
+/// The smallest difference (a fraction of the mean) a comparison of `runs` runs a side could
+/// detect where both sides vary with coefficient of variation `cv`, two-sided at 5 % with
+/// [`DEFAULT_POWER`] (`ocrig doctor`'s noise floor; a lower bound for real runs).
+pub fn detectable_at_cv(cv: f64, runs: usize) -> Option<f64> {
+    let side = Summary {
+        n: runs,
+        mean: 1.0,
+        stdev: Some(cv),
+        cv: Some(cv),
+        median: 1.0,
+        min: 1.0,
+        max: 1.0,
+        ci95: None,
+    };
+    min_detectable_effect(&side, &side, 0.05, DEFAULT_POWER).map(|d| d.mde)
+}
+
 /// Minimum detectable effect straight from samples (see [`min_detectable_effect`]).
 pub fn mde_of_samples(base: &[f64], variant: &[f64], alpha: f64, power: f64) -> Option<Detectable> {
     let (a, b) = (
@@ -197,6 +214,21 @@ mod tests {
             assert!(close(got.mde, d * cv, 1e-5), "n {n}: {} vs {}", got.mde, d * cv);
             assert!(close(got.df, 2.0 * *n as f64 - 2.0, 1e-12));
         }
+    }
+
+    /// The noise floor's figure (moved from telemetry::host_speed's test): statsmodels'
+    /// TTestIndPower d for 3 and 10 a side (3.071, 1.325 at α 0.05, power 0.8) times the CV.
+    #[test]
+    fn detectable_at_a_cv_is_cohens_d_times_it() {
+        let cv = 0.1 / 1.1 * (20.0f64 / 19.0).sqrt();
+        let (m3, m10) = (
+            detectable_at_cv(cv, 3).unwrap(),
+            detectable_at_cv(cv, 10).unwrap(),
+        );
+        assert!(
+            (m3 / cv - 3.0709).abs() < 1e-3 && (m10 / cv - 1.3249).abs() < 1e-3,
+            "{m3} {m10} {cv}"
+        );
     }
 
     #[test]
