@@ -135,6 +135,7 @@ fn mutex_args(factor: f64, outside: bool) -> mutex::Args {
         work_inside: 1_000,
         work_outside: 1_000,
         contended_delay_ns: 0,
+        contended_sleep_ns: 0,
         max_calibration_drift: MAX_CALIBRATION_DRIFT,
         max_work_error: MAX_WORK_ERROR,
         no_loop_memory: true,

@@ -384,6 +384,15 @@ fn metrics_of(r: &FutexlockResult) -> BTreeMap<String, f64> {
     m.insert("jain".into(), r.progress_fairness.jain);
     m.insert("progress_jain".into(), r.progress_fairness.jain);
     m.insert("time_jain".into(), r.time_fairness.jain);
+    // The seed's fairness question, do all threads finish together: the first and the last
+    // thread's finish times and their ratio (1 = together).
+    let max = r.thread_time_s.iter().cloned().fold(0.0, f64::max);
+    let min = r.thread_time_s.iter().cloned().fold(f64::MAX, f64::min);
+    m.insert("thread_time_max_s".into(), max);
+    m.insert("thread_time_min_s".into(), min);
+    if min > 0.0 {
+        m.insert("finish_spread".into(), max / min);
+    }
     Ctxsw::insert_metrics(&r.threads_ctxsw, &mut m);
     m
 }
@@ -454,6 +463,12 @@ mod tests {
             assert!(c.futex_wakes_woke <= c.unlock_syscalls);
             assert!(r.kiter_per_sec > 0.0);
             assert_eq!(r.thread_time_s.len(), 3);
+            let (first, last) = (
+                report.metrics["thread_time_min_s"],
+                report.metrics["thread_time_max_s"],
+            );
+            assert!(0.0 < first && first <= last && last <= r.time_s + 1e-9);
+            assert_eq!(report.metrics["finish_spread"], last / first);
             assert!(r.progress_at_first_finish.contains(&20_000));
             assert_eq!(report.metrics["kiter_per_sec"], r.kiter_per_sec);
             assert_eq!(report.metrics["lock_syscalls"], c.lock_syscalls as f64);

@@ -96,6 +96,12 @@ pub struct Args {
     /// --acquire trylock-first), ns.
     #[arg(long, default_value_t = 0)]
     pub contended_delay_ns: u64,
+    /// Sleep before blocking when the trylock failed (contended path only, needs --acquire
+    /// trylock-first), ns: the seed's "small sleep", which gives the CPU away where the busy
+    /// delay keeps it (the kernel rounds a short sleep up to its timer slack, 50 µs by default).
+    #[arg(long, default_value_t = 0)]
+    #[serde(default)]
+    pub contended_sleep_ns: u64,
     /// Largest accepted change of the busy loop's speed between the calibrations before and
     /// after the run, as the `lock` workload's: after/before within a factor 1 + this either way
     /// (0.05: [1/1.05, 1.05]); beyond it the run is not a result (exit 3). Only calibrated work (the three options above) is calibrated and checked.
@@ -160,11 +166,15 @@ impl Args {
 
     /// Checks that the arguments fit together (the parser checks each on its own).
     pub fn check(&self) -> Result<(), String> {
-        if self.contended_delay_ns > 0 && self.acquire != Acquire::TrylockFirst {
-            return Err(
-                "--contended-delay-ns needs --acquire trylock-first (only a failed trylock shows a contended acquisition)"
-                    .into(),
-            );
+        for (flag, ns) in [
+            ("--contended-delay-ns", self.contended_delay_ns),
+            ("--contended-sleep-ns", self.contended_sleep_ns),
+        ] {
+            if ns > 0 && self.acquire != Acquire::TrylockFirst {
+                return Err(format!(
+                    "{flag} needs --acquire trylock-first (only a failed trylock shows a contended acquisition)"
+                ));
+            }
         }
         Ok(())
     }
@@ -182,6 +192,8 @@ pub struct MutexResult {
     pub work_inside: u64,
     pub work_outside: u64,
     pub contended_delay_ns: u64,
+    #[serde(default)]
+    pub contended_sleep_ns: u64,
     /// Wall seconds from the start (stamped before any thread was released) until the last
     /// thread finished.
     pub time_s: f64,
@@ -365,6 +377,8 @@ struct Params {
     inside: u64,
     outside: u64,
     delay: u64,
+    /// The contended path's sleep (None: no sleep).
+    sleep: Option<std::time::Duration>,
     /// ns per TSC tick when the work is timed (there is calibrated work), else None.
     ns_per_tick: Option<f64>,
 }
@@ -396,6 +410,8 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         inside: 0,
         outside: 0,
         delay: 0,
+        sleep: (args.contended_sleep_ns > 0)
+            .then(|| std::time::Duration::from_nanos(args.contended_sleep_ns)),
         ns_per_tick: tsc_before.as_ref().map(|t| 1e9 / t.hz),
     };
     let gate = Arc::new(StartGate::new(args.threads as usize));
@@ -530,6 +546,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         work_inside: args.work_inside,
         work_outside: args.work_outside,
         contended_delay_ns: args.contended_delay_ns,
+        contended_sleep_ns: args.contended_sleep_ns,
         time_s: secs,
         ops_total,
         ops_per_sec: ops_total as f64 / secs.max(1e-9),
@@ -783,6 +800,9 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
         } else if !slot.lock.try_lock() {
             out.contended += 1;
             spin_iters(p.delay);
+            if let Some(d) = p.sleep {
+                std::thread::sleep(d);
+            }
             slot.lock.lock();
         }
         slot.owner.enter(me);
@@ -835,6 +855,7 @@ mod tests {
             work_inside: 0,
             work_outside: 0,
             contended_delay_ns: 0,
+            contended_sleep_ns: 0,
             max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
             max_work_error: work_as_run::MAX_WORK_ERROR,
             no_loop_memory: true,
