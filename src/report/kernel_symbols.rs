@@ -33,7 +33,26 @@ fn top_words(c: &CellSymbols, sep: &str) -> String {
         .join(sep)
 }
 
-/// One table per workload, as rows: `variant | oc | runs | samples | top kernel symbols`.
+/// `3.9% (565 of 14476): native_queued_spin_lock_slowpath 1.1%, …`: a cell's samples in kernel
+/// locking functions, with their denominator and the busiest three.
+fn locking_words(c: &CellSymbols, sep: &str) -> String {
+    let l = c.locking();
+    let mut words = format!("{:.1}% ({} of {})", l.share * 100.0, l.samples, l.of_samples);
+    let top: Vec<String> = l
+        .top
+        .iter()
+        .take(3)
+        .map(|s| format!("{} {:.1}%", s.symbol, s.share * 100.0))
+        .collect();
+    if !top.is_empty() {
+        words.push_str(": ");
+        words.push_str(&top.join(sep));
+    }
+    words
+}
+
+/// One table per workload, as rows: `variant | oc | runs | samples | top kernel symbols |
+/// locking functions`.
 fn rows_by_workload(cells: &[CellSymbols], sep: &str) -> Vec<(String, Vec<Vec<String>>)> {
     let mut out: Vec<(String, Vec<Vec<String>>)> = Vec::new();
     for c in cells {
@@ -46,6 +65,7 @@ fn rows_by_workload(cells: &[CellSymbols], sep: &str) -> Vec<(String, Vec<Vec<St
                     "runs",
                     "samples",
                     "top kernel symbols (self samples, share of all)",
+                    "kernel locking functions (share of all)",
                 ];
                 out.push((c.workload.clone(), vec![head.map(String::from).to_vec()]));
                 out.len() - 1
@@ -57,13 +77,15 @@ fn rows_by_workload(cells: &[CellSymbols], sep: &str) -> Vec<(String, Vec<Vec<St
             c.runs.to_string(),
             c.samples.to_string(),
             top_words(c, sep),
+            locking_words(c, sep),
         ]);
     }
     out
 }
 
 const INTRO: &str = "Guest kernel profiles: the busiest symbols per cell by self samples (leaf frame), as a share of \
-                     all samples of the cell's counted runs; [user] = samples in user space";
+                     all samples of the cell's counted runs; [user] = samples in user space; kernel locking functions = \
+                     mutex, rwsem, OSQ, spinlock and rwlock functions with their slow paths";
 
 /// `text` (what `format`'s exporter rendered for `journal`) with the kernel-symbol section.
 pub fn append(
@@ -104,10 +126,12 @@ pub fn append(
 
 /// Columns appended to every CSV row: the cell's profiled runs, samples, and top symbols as
 /// `symbol=share` pairs separated by `;` (empty on rows without a profile and on geomean rows).
-pub const CSV_COLUMNS: [&str; 3] = [
+pub const CSV_COLUMNS: [&str; 5] = [
     "kernel_profile_runs",
     "kernel_profile_samples",
     "kernel_top_symbols",
+    "kernel_locking_samples",
+    "kernel_locking_share",
 ];
 
 /// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
@@ -172,6 +196,8 @@ fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
                         .collect::<Vec<_>>()
                         .join(";"),
                 ),
+                c.locking().samples.to_string(),
+                format!("{:.4}", c.locking().share),
             ],
             None => Default::default(),
         };
@@ -181,8 +207,8 @@ fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
     out
 }
 
-/// One cell in the JSON report: where, how many runs and samples, the events sampled, and the
-/// top symbols with their samples and share.
+/// One cell in the JSON report: where, how many runs and samples, the events sampled, the
+/// top symbols with their samples and share, and the share in kernel locking functions.
 #[derive(serde::Serialize)]
 struct JsonCell<'a> {
     workload: &'a str,
@@ -192,6 +218,8 @@ struct JsonCell<'a> {
     samples: u64,
     events: &'a [String],
     top: Vec<ks::SymbolShare>,
+    /// Samples in kernel locking functions, of `samples`.
+    locking: ks::LockingShare,
 }
 
 /// The pretty-printed model with a top-level `kernel_symbols` array added as its last field
@@ -207,6 +235,7 @@ fn with_json_field(text: String, cells: &[CellSymbols]) -> anyhow::Result<String
             samples: c.samples,
             events: &c.events,
             top: c.top(TOP),
+            locking: c.locking(),
         })
         .collect();
     insert_json_field(text, "kernel_symbols", &items)
@@ -549,12 +578,16 @@ mod tests {
         assert_eq!(patched["top"][0]["samples"], 150);
         assert_eq!(patched["top"][0]["share"], 0.75);
         assert_eq!(patched["events"][0], "cpu-clock");
-        // CSV: three more columns; filled on the profiled cells' rows only.
+        // Its locking share: the mutex slow path, of every sample of the cell.
+        assert_eq!(patched["locking"]["samples"], 150);
+        assert_eq!(patched["locking"]["of_samples"], patched["samples"]);
+        assert_eq!(patched["locking"]["top"][0]["symbol"], "__mutex_lock_slowpath");
+        // CSV: five more columns; filled on the profiled cells' rows only.
         let csv = rendered(Format::Csv);
         let mut rest = csv.as_str();
         let (head, after) = csv_record(rest);
         rest = after;
-        assert_eq!(&head[head.len() - 3..], CSV_COLUMNS);
+        assert_eq!(&head[head.len() - CSV_COLUMNS.len()..], CSV_COLUMNS);
         let at = |n: &str| head.iter().position(|h| h == n).unwrap();
         let mut profiled_rows = 0;
         while !rest.is_empty() {
@@ -565,6 +598,11 @@ mod tests {
             if row[at("workload")] == "sysfs-mutex" && row[at("kind")] == "cell" && row[at("level")] == "2" {
                 profiled_rows += 1;
                 assert_eq!(row[at("kernel_profile_samples")], "200");
+                let locking = &row[at("kernel_locking_share")];
+                assert!(
+                    locking == "0.7500" || top.starts_with("native_safe_halt"),
+                    "{locking}"
+                );
                 assert!(
                     top.starts_with("native_safe_halt=0.7500;")
                         || top.starts_with("__mutex_lock_slowpath=0.7500;"),

@@ -65,6 +65,51 @@ pub fn of_profile(profile: &ocrig_payload::probe::profile::Profile) -> RecordSym
     }
 }
 
+/// Name fragments of the kernel's locking functions: mutexes (slow paths, optimistic spinning
+/// on the owner), rwsems, the OSQ, raw spinlocks and rwlocks with their queued and PV slow
+/// paths, and the test-and-set `virt_spin_lock`. A symbol naming any of them is counted as
+/// locking; the kernel's lock-free helpers (`lockref_*`, RCU) are not.
+const LOCKING_FRAGMENTS: [&str; 17] = [
+    "mutex",
+    "rwsem",
+    "osq_lock",
+    "osq_unlock",
+    "spin_on_owner",
+    "_spin_lock",
+    "_spin_unlock",
+    "_spin_trylock",
+    "_raw_read_",
+    "_raw_write_",
+    "queued_spin",
+    "queued_read",
+    "queued_write",
+    "pv_wait",
+    "pv_kick",
+    "virt_spin_lock",
+    "percpu_down",
+];
+
+/// True for a kernel locking function (see [`LOCKING_FRAGMENTS`]; also `down_read*`,
+/// `down_write*`, `up_read`, `up_write`).
+pub fn is_locking(symbol: &str) -> bool {
+    LOCKING_FRAGMENTS.iter().any(|f| symbol.contains(f))
+        || ["down_read", "down_write", "up_read", "up_write"]
+            .iter()
+            .any(|p| symbol.starts_with(p))
+}
+
+/// A cell's self samples in the kernel's locking functions ([`is_locking`]): how much of the
+/// guest's time went to taking, waiting for and releasing kernel locks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockingShare {
+    pub samples: u64,
+    /// samples / all samples of the cell (its denominator, `CellSymbols::samples`, beside it).
+    pub share: f64,
+    pub of_samples: u64,
+    /// The busiest locking symbols, busiest first (at most [`TOP`]).
+    pub top: Vec<SymbolShare>,
+}
+
 /// One symbol's place in a cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SymbolShare {
@@ -115,7 +160,17 @@ impl CellSymbols {
 
     /// The `n` symbols with the most self samples, busiest first (ties by name).
     pub fn top(&self, n: usize) -> Vec<SymbolShare> {
-        let mut v: Vec<(&String, u64)> = self.self_samples.iter().map(|(s, k)| (s, *k)).collect();
+        self.top_of(n, |_| true)
+    }
+
+    /// The `n` busiest symbols that `keep` accepts, as [`CellSymbols::top`].
+    fn top_of(&self, n: usize, keep: impl Fn(&str) -> bool) -> Vec<SymbolShare> {
+        let mut v: Vec<(&String, u64)> = self
+            .self_samples
+            .iter()
+            .filter(|(s, _)| keep(s))
+            .map(|(s, k)| (s, *k))
+            .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let total = self.samples.max(1) as f64;
         v.into_iter()
@@ -126,6 +181,22 @@ impl CellSymbols {
                 share: k as f64 / total,
             })
             .collect()
+    }
+
+    /// The cell's samples in kernel locking functions, with the busiest of them.
+    pub fn locking(&self) -> LockingShare {
+        let samples: u64 = self
+            .self_samples
+            .iter()
+            .filter(|(s, _)| is_locking(s))
+            .map(|(_, k)| k)
+            .sum();
+        LockingShare {
+            samples,
+            share: samples as f64 / self.samples.max(1) as f64,
+            of_samples: self.samples,
+            top: self.top_of(TOP, is_locking),
+        }
     }
 }
 
@@ -229,5 +300,64 @@ pub(crate) mod tests {
         assert_eq!(top[1].symbol, "[user]");
         assert_eq!(top[2].symbol, "__mutex_lock_slowpath");
         assert_eq!(cells[1].top(5).len(), 1);
+    }
+
+    #[test]
+    fn the_locking_share_counts_the_kernels_lock_functions_against_every_sample() {
+        let locking = [
+            "native_queued_spin_lock_slowpath",
+            "__pv_queued_spin_lock_slowpath",
+            "_raw_spin_lock_irqsave",
+            "_raw_spin_unlock_irqrestore",
+            "__mutex_lock_slowpath",
+            "mutex_spin_on_owner",
+            "rwsem_down_read_slowpath",
+            "osq_lock",
+            "down_write",
+            "up_read",
+            "queued_write_lock_slowpath",
+            "_raw_read_lock_irqsave",
+            "virt_spin_lock",
+            "pv_wait",
+        ];
+        let not = [
+            "memset_erms",
+            "lockref_get_not_dead",
+            "__rcu_read_unlock",
+            "[user]",
+            "down",
+            "update_blocked_averages",
+        ];
+        for s in locking {
+            assert!(is_locking(s), "{s}");
+        }
+        for s in not {
+            assert!(!is_locking(s), "{s}");
+        }
+        let r = profiled(
+            "base",
+            2.0,
+            &[
+                (
+                    "a;kernfs_fop_open;__mutex_lock_slowpath;native_queued_spin_lock_slowpath",
+                    30,
+                ),
+                ("a;kernfs_fop_open;__mutex_lock_slowpath", 10),
+                ("a;sysfs_kf_seq_show;memset_erms", 50),
+                ("[user]", 10),
+            ],
+            100,
+        );
+        let cells = aggregate([&r]);
+        let l = cells[0].locking();
+        // 40 of 200: the samples beyond the stored stacks count in the denominator, unclassified.
+        assert_eq!((l.samples, l.of_samples), (40, 200));
+        assert!((l.share - 0.2).abs() < 1e-12);
+        let names: Vec<&str> = l.top.iter().map(|s| s.symbol.as_str()).collect();
+        assert_eq!(
+            names,
+            ["native_queued_spin_lock_slowpath", "__mutex_lock_slowpath"]
+        );
+        assert!((l.top[0].share - 0.15).abs() < 1e-12);
     }
 }
