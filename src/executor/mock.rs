@@ -50,6 +50,9 @@ pub struct Script {
     /// Run call → the workers whose payload rejects its own run (exit status 3, a failed
     /// check in the report's `checks` and on stderr), each with the check's detail.
     pub failing_checks: BTreeMap<u32, Vec<(u32, String)>>,
+    /// Run call → the workers whose payload refuses its arguments (exit status 2, the words
+    /// on stderr as the payload prints them).
+    pub refused_args: BTreeMap<u32, Vec<(u32, String)>>,
     /// The run call that never returns; the test is told through the channel when it starts.
     pub hang_at: Option<(u32, tokio::sync::mpsc::UnboundedSender<()>)>,
     /// The headline value of guest 0 in a run call, from its argv (default: 100).
@@ -231,8 +234,18 @@ impl Executor for MockExecutor {
                     .failing_checks
                     .get(&n)
                     .and_then(|c| c.iter().find(|(w, _)| *w == g as u32));
+                let refused = self
+                    .script
+                    .refused_args
+                    .get(&n)
+                    .and_then(|c| c.iter().find(|(w, _)| *w == g as u32));
                 let result = match (failing.iter().find(|(w, _)| *w == g as u32), check) {
                     (Some((_, e)), _) => Err(e.clone()),
+                    _ if refused.is_some() => Ok(Finished {
+                        status: super::BAD_ARGS_STATUS,
+                        stdout: String::new(),
+                        stderr: format!("ocrig-payload: error: {}\n", refused.map_or("", |r| r.1.as_str())),
+                    }),
                     (None, Some((_, detail))) => Ok(rejected_by_check(&self.metric, value, detail)),
                     (None, None) => Ok(Finished {
                         status: 0,

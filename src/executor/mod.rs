@@ -63,6 +63,10 @@ pub struct RunRequest {
 /// Exit status of a payload whose run broke one of its own physics checks (it still prints
 /// its full report, with a `checks` array, on stdout).
 pub const CHECK_FAILED_STATUS: i32 = 3;
+
+/// The payload's exit status for arguments it refuses (unparsable, or unusable in this guest:
+/// a missing directory, a trace event or torture type its kernel lacks).
+pub const BAD_ARGS_STATUS: i32 = 2;
 /// What the payload prints on stderr before each failed check's detail.
 pub const CHECK_FAILED_PREFIX: &str = "ocrig-payload: check failed: ";
 

@@ -44,6 +44,10 @@ pub struct JournalWriteFailed {
 /// reports count rejections by them).
 pub const SELF_CHECK_REASON: &str = "self-check failed: ";
 
+/// How a record's `error` begins when the payload refused its arguments (exit status 2): the
+/// sweep stops there, as every retry would be refused alike.
+pub const BAD_ARGS_REASON: &str = "payload refused its arguments: ";
+
 /// The words a disturbed run's `error` starts with: the host's other load on the sweep's CPUs
 /// was above `host.max_other_load` during it (the sweep writes them, the reports count by them).
 pub const DISTURBED_REASON: &str = "disturbed: ";

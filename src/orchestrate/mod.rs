@@ -50,7 +50,8 @@ pub struct SweepIncomplete {
 /// Exit statuses (README.md, "Exit status"): 0 every run slot has a valid result; 1 any other
 /// error; 2 bad input (scenario, arguments, a directory that is not a results directory, a
 /// resume that would not continue the same sweep, a results directory another ocrig writes),
-/// nothing booted or written; 3 the journal could not be written (full disk, I/O error,
+/// nothing booted or written — or the payload refused a run's arguments in the guest, where the
+/// sweep stopped at once with its words and its journal; 3 the journal could not be written (full disk, I/O error,
 /// read-only file system): the sweep stopped, its guests are gone, `--resume` continues it
 /// once the cause is gone; 4 the sweep finished with run slots that have no valid result;
 /// 130 / 143 stopped by SIGINT / SIGTERM.
@@ -78,6 +79,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<crate::sweep::journal::NotAJournal>()
             || c.is::<crate::scenario::ScenarioError>()
             || c.is::<crate::scenario::ScenarioErrors>()
+            || c.is::<crate::sweep::scheduler::PayloadRefusedArgs>()
     });
     if bad { exit::BAD_INPUT } else { exit::ERROR }
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::journal::{RunRecord, Slot};
 use super::plan::Cell;
-use crate::executor::{CHECK_FAILED_PREFIX, CHECK_FAILED_STATUS, RunOutcome, WorkerRun};
+use crate::executor::{BAD_ARGS_STATUS, CHECK_FAILED_PREFIX, CHECK_FAILED_STATUS, RunOutcome, WorkerRun};
 use crate::journal::DISTURBED_KEY;
 
 /// Which attempt of which run an outcome belongs to.
@@ -286,7 +286,14 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
 /// Where a record rejected by the payload's self-checks keeps the failed checks
 /// (`[{"name","ok","value","bound","detail"}]`, or `[{"detail"}]` from stderr alone).
 pub const SELF_CHECKS_KEY: &str = "self_checks_failed";
-pub use crate::journal::SELF_CHECK_REASON;
+pub use crate::journal::{BAD_ARGS_REASON, SELF_CHECK_REASON};
+
+/// The first record of an attempt whose payload refused its arguments, if any.
+pub fn refused_args(records: &[RunRecord]) -> Option<&RunRecord> {
+    records
+        .iter()
+        .find(|r| r.error.as_deref().is_some_and(|e| e.starts_with(BAD_ARGS_REASON)))
+}
 
 /// The payload's self-check bounds and their defaults: a workload that sets one looser
 /// accepts runs the shipped defaults would reject.
@@ -390,6 +397,13 @@ fn parse_report(
     metric: &str,
     expect_metric: bool,
 ) -> anyhow::Result<ocrig_payload::report::Report> {
+    if out.status == BAD_ARGS_STATUS {
+        let words = out.stderr.trim();
+        anyhow::bail!(
+            "{BAD_ARGS_REASON}{}",
+            words.strip_prefix("ocrig-payload: error: ").unwrap_or(words)
+        );
+    }
     anyhow::ensure!(
         out.status == 0,
         "payload exited with status {}: {}",

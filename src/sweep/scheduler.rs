@@ -96,6 +96,25 @@ impl HostShare {
     }
 }
 
+/// The payload refused a run's arguments (its exit status 2): the scenario asks what this
+/// guest cannot do (a torture type or trace event its kernel lacks, a missing directory).
+/// Every retry would be refused alike, so the sweep stops at once with the payload's own
+/// words; the journal keeps the attempt. Bad input: exit status 2.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "workload `{workload}` of variant `{variant}` at {level}x: the payload in guest {guest} refused its arguments \
+     (`{argv}`): {words}. Fix the scenario (the workload's `args`, or the variant's kernel); the sweep stopped \
+     here and its journal keeps the attempt"
+)]
+pub struct PayloadRefusedArgs {
+    pub workload: String,
+    pub variant: String,
+    pub level: f64,
+    pub guest: u32,
+    pub argv: String,
+    pub words: String,
+}
+
 /// The host of a multi-host sweep could no longer be reached; its unfinished runs are left
 /// for the other hosts.
 #[derive(Debug, Clone)]
@@ -538,6 +557,14 @@ impl<E: Executor> Scheduler<'_, E> {
         if disturbed.is_some() {
             self.quiet_in_a_row = 0;
         }
+        let refused = records::refused_args(&recs).map(|r| PayloadRefusedArgs {
+            workload: cell.workload.id.clone(),
+            variant: cell.variant.clone(),
+            level: group.level,
+            guest: r.guest,
+            argv: r.argv.join(" "),
+            words: r.error.as_deref().unwrap_or_default()[records::BAD_ARGS_REASON.len()..].to_string(),
+        });
         let ended = if disturbed.is_some() && then == records::Disturbed::Count {
             self.totals.disturbed_counted += 1;
             Ended::Counted
@@ -567,11 +594,14 @@ impl<E: Executor> Scheduler<'_, E> {
         if ended != Ended::Counted {
             self.totals.attempts_failed += 1;
         }
-        if ended == Ended::GuestFailed {
+        if ended == Ended::GuestFailed || refused.is_some() {
             state.up = None;
             self.tear_down().await;
         }
-        Ok(ended)
+        match refused {
+            Some(r) => Err(r.into()),
+            None => Ok(ended),
+        }
     }
 
     /// Waits for the host to be quiet before a disturbed run's retry (up to

@@ -627,6 +627,50 @@ async fn a_journal_of_an_older_ocrig_resumes_by_the_same_rule() {
 }
 
 #[tokio::test]
+async fn arguments_the_payload_refuses_stop_the_sweep_at_once_with_its_words_and_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let words = "locktorture: the kernel does not know torture_type `spin_lok` (EINVAL from finit_module)";
+    // Run call 1 (run 0 of variant a; no warm-ups here): refused in guest 1 only.
+    let script = Script {
+        refused_args: BTreeMap::from([(1, vec![(1, words.to_string())])]),
+        ..Default::default()
+    };
+    let exec = MockExecutor::new(METRIC, script);
+    let calls = exec.calls.clone();
+    let p = plan("");
+    let progress = Progress::new(p.measured_runs(), true);
+    let journal = JournalWriter::open(dir.path()).unwrap();
+    let err = run(&p, exec, journal, vec![], &progress)
+        .await
+        .expect_err("a refused argument ends the sweep");
+    let refused = err
+        .downcast_ref::<PayloadRefusedArgs>()
+        .unwrap_or_else(|| panic!("{err:#}"));
+    assert_eq!(
+        (refused.guest, refused.level, refused.words.as_str()),
+        (1, 1.0, words)
+    );
+    let said = err.to_string();
+    assert!(said.contains("workload `lock`") && said.contains(words), "{said}");
+    // Bad input: exit status 2.
+    assert_eq!(
+        crate::orchestrate::exit_code(&err),
+        crate::orchestrate::exit::BAD_INPUT
+    );
+    // Nothing retried, the guests gone, the attempt journaled with the payload's words.
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!((calls.runs.len(), calls.bring_ups.len(), calls.up), (1, 1, false));
+    let recs = read_records(dir.path());
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    let bad = recs.iter().find(|r| r.guest == 1).unwrap();
+    assert_eq!(
+        bad.error.as_deref(),
+        Some(format!("payload refused its arguments: {words}").as_str())
+    );
+    assert!(recs.iter().all(|r| r.superseded.is_some()), "{recs:?}");
+}
+
+#[tokio::test]
 async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
     let dir = tempfile::tempdir().unwrap();
     let why = "calibration drifted 31 % during the run (12.0 → 15.7 ns per iteration)";
