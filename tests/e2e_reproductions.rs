@@ -12,9 +12,10 @@
 //!   owner's vCPU runs out its budget). Reported: Kiter/s both ways, and the first and last
 //!   thread's finish times.
 //! - **Kernel mutexes from sysfs** (seed002): a guest kernel profile per cell. Asserted: the
-//!   share of samples in the kernel's locking functions rises from 1x to 2x. Reported: the top
-//!   symbols (under TCG the emulated `rep stosb` of sysfs' page clearing, `memset_erms`, tops
-//!   them; under KVM it does not).
+//!   share of samples spent waiting for kernel locks (slow paths, spinning on the owner) rises
+//!   from 1x to 2x. Reported: the share in all locking functions (it rose in every sweep here,
+//!   by 7-18 %, too little to assert at 3 runs) and the top symbols (under TCG the emulated
+//!   `rep stosb` of sysfs' page clearing, `memset_erms`, tops them; under KVM it does not).
 //! - **qspinlock overcommit table** (seed004): base vs the spin-first kernel (64 trylocks before
 //!   the qspinlock slow path), hackbench / ebizzy / dbench at 1x-3x in 2-vCPU guests. Asserted:
 //!   the table is complete, each row with an interval and a conclusion. No direction: there are
@@ -222,7 +223,7 @@ fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcom
 }
 
 #[test]
-fn kernel_mutex_contention_from_sysfs_grows_in_the_guest_profile_under_overcommit() {
+fn waiting_for_kernel_locks_from_sysfs_walks_grows_in_the_guest_profile_under_overcommit() {
     let s = sweep(
         "seed002-small.yaml",
         "name: seed002-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
@@ -262,18 +263,20 @@ fn kernel_mutex_contention_from_sysfs_grows_in_the_guest_profile_under_overcommi
             })
             .collect();
         eprintln!(
-            "{level}x: locking {:.2} % of {} samples ({}); top {}",
+            "{level}x: locking {:.2} % of {} samples, waiting {:.2} % ({}); top {}",
             l["share"].as_f64().unwrap() * 100.0,
             l["of_samples"],
+            l["waiting_share"].as_f64().unwrap() * 100.0,
             locking.join(", "),
             top.join(", ")
         );
         assert_eq!(l["of_samples"], c["samples"]);
-        l["share"].as_f64().unwrap()
+        l["waiting_share"].as_f64().unwrap()
     };
     let (one, two) = (share(1.0), share(2.0));
-    assert!(one > 0.0, "no locking function sampled at 1x");
-    assert!(two > one, "locking share 1x {one:.4}, 2x {two:.4}");
+    assert!(one > 0.0, "no lock wait sampled at 1x");
+    // The spinlock slow path alone: 0.47-0.59 % at 1x, 0.79-1.07 % at 2x in five sweeps here.
+    assert!(two > one, "lock waiting share 1x {one:.4}, 2x {two:.4}");
     assert!(s.text.contains("kernel locking functions"), "{}", s.text);
 }
 

@@ -37,7 +37,13 @@ fn top_words(c: &CellSymbols, sep: &str) -> String {
 /// locking functions, with their denominator and the busiest three.
 fn locking_words(c: &CellSymbols, sep: &str) -> String {
     let l = c.locking();
-    let mut words = format!("{:.1}% ({} of {})", l.share * 100.0, l.samples, l.of_samples);
+    let mut words = format!(
+        "{:.1}% ({} of {}; waiting {:.1}%)",
+        l.share * 100.0,
+        l.samples,
+        l.of_samples,
+        l.waiting_share * 100.0
+    );
     let top: Vec<String> = l
         .top
         .iter()
@@ -85,7 +91,8 @@ fn rows_by_workload(cells: &[CellSymbols], sep: &str) -> Vec<(String, Vec<Vec<St
 
 const INTRO: &str = "Guest kernel profiles: the busiest symbols per cell by self samples (leaf frame), as a share of \
                      all samples of the cell's counted runs; [user] = samples in user space; kernel locking functions = \
-                     mutex, rwsem, OSQ, spinlock and rwlock functions with their slow paths";
+                     mutex, rwsem, OSQ, spinlock and rwlock functions with their slow paths (waiting: the slow paths, \
+                     spinning on the owner, the OSQ, PV waits)";
 
 /// `text` (what `format`'s exporter rendered for `journal`) with the kernel-symbol section.
 pub fn append(
@@ -126,12 +133,13 @@ pub fn append(
 
 /// Columns appended to every CSV row: the cell's profiled runs, samples, and top symbols as
 /// `symbol=share` pairs separated by `;` (empty on rows without a profile and on geomean rows).
-pub const CSV_COLUMNS: [&str; 5] = [
+pub const CSV_COLUMNS: [&str; 6] = [
     "kernel_profile_runs",
     "kernel_profile_samples",
     "kernel_top_symbols",
     "kernel_locking_samples",
     "kernel_locking_share",
+    "kernel_lock_wait_share",
 ];
 
 /// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
@@ -198,6 +206,7 @@ fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
                 ),
                 c.locking().samples.to_string(),
                 format!("{:.4}", c.locking().share),
+                format!("{:.4}", c.locking().waiting_share),
             ],
             None => Default::default(),
         };

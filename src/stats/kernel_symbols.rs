@@ -98,6 +98,22 @@ pub fn is_locking(symbol: &str) -> bool {
             .any(|p| symbol.starts_with(p))
 }
 
+/// True for the part of locking that is waiting for a lock held by another ([`is_locking`]
+/// functions that are a slow path, spinning on the owner, the OSQ, or a PV wait): what a
+/// preempted holder lengthens, where the uncontended lock and unlock calls stay as they are.
+pub fn is_lock_wait(symbol: &str) -> bool {
+    is_locking(symbol)
+        && [
+            "slowpath",
+            "spin_on_owner",
+            "osq_lock",
+            "pv_wait",
+            "virt_spin_lock",
+        ]
+        .iter()
+        .any(|f| symbol.contains(f))
+}
+
 /// A cell's self samples in the kernel's locking functions ([`is_locking`]): how much of the
 /// guest's time went to taking, waiting for and releasing kernel locks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +121,9 @@ pub struct LockingShare {
     pub samples: u64,
     /// samples / all samples of the cell (its denominator, `CellSymbols::samples`, beside it).
     pub share: f64,
+    /// Of them, waiting for a held lock ([`is_lock_wait`]), and that as a share of all samples.
+    pub waiting_samples: u64,
+    pub waiting_share: f64,
     pub of_samples: u64,
     /// The busiest locking symbols, busiest first (at most [`TOP`]).
     pub top: Vec<SymbolShare>,
@@ -191,9 +210,17 @@ impl CellSymbols {
             .filter(|(s, _)| is_locking(s))
             .map(|(_, k)| k)
             .sum();
+        let waiting_samples: u64 = self
+            .self_samples
+            .iter()
+            .filter(|(s, _)| is_lock_wait(s))
+            .map(|(_, k)| k)
+            .sum();
         LockingShare {
             samples,
             share: samples as f64 / self.samples.max(1) as f64,
+            waiting_samples,
+            waiting_share: waiting_samples as f64 / self.samples.max(1) as f64,
             of_samples: self.samples,
             top: self.top_of(TOP, is_locking),
         }
@@ -352,6 +379,12 @@ pub(crate) mod tests {
         let l = cells[0].locking();
         // 40 of 200: the samples beyond the stored stacks count in the denominator, unclassified.
         assert_eq!((l.samples, l.of_samples), (40, 200));
+        // Of them the spinlock slow path is waiting; the mutex slow path's own frame too.
+        assert_eq!(l.waiting_samples, 40);
+        assert!(is_lock_wait("mutex_spin_on_owner") && is_lock_wait("osq_lock"));
+        assert!(
+            !is_lock_wait("_raw_spin_lock") && !is_lock_wait("mutex_unlock") && !is_lock_wait("down_read")
+        );
         assert!((l.share - 0.2).abs() < 1e-12);
         let names: Vec<&str> = l.top.iter().map(|s| s.symbol.as_str()).collect();
         assert_eq!(
