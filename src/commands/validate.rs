@@ -19,14 +19,22 @@ pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
                 for w in &virt.warnings {
                     eprintln!("ocrig: warning: {w}");
                 }
-                Ok(l)
+                Ok((l, virt.accel.accel == crate::host::Accel::Kvm))
             })
-            .and_then(|l| check_kernels(&l).map(|_| l));
+            .and_then(|(l, kvm)| check_kernels(&l).map(|_| (l, kvm)));
         match checked {
-            Ok(l) => {
-                let plan = crate::sweep::plan::Plan::build(&l.scenario, &facts.allowed_cpus, 0)?;
+            Ok((l, kvm)) => {
+                let plan =
+                    crate::sweep::plan::Plan::build(&l.scenario.sized_for(kvm), &facts.allowed_cpus, 0)?;
+                // The runs as this host's accelerator would make them (a KVM block applies
+                // under KVM only).
+                let sized = match (l.scenario.has_kvm_sizing(), kvm) {
+                    (false, _) => "",
+                    (true, true) => " (sized for KVM)",
+                    (true, false) => " (not under KVM: its KVM sizing ignored)",
+                };
                 println!(
-                    "{}: ok — {} levels × {} variants × {} workloads, {} runs in {} boot group(s), up to {} guests",
+                    "{}: ok{sized} — {} levels × {} variants × {} workloads, {} runs in {} boot group(s), up to {} guests",
                     f.display(),
                     plan.levels.len(),
                     plan.variants.len(),

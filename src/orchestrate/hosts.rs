@@ -27,6 +27,7 @@ struct Host {
     label: String,
     backend: Arc<LibvirtBackend>,
     plan: Plan,
+    accel: crate::host::AccelChoice,
 }
 
 fn label_of(uri: &str) -> String {
@@ -90,14 +91,23 @@ pub fn run(
         }
         validate(&mine, &facts)?;
         preflight::check_kernels(&mine)?;
-        let plan = Plan::build(&mine.scenario, &facts.allowed_cpus, seed)?;
+        // The accelerator first: a scenario's KVM sizing applies to a host that runs KVM.
+        let ev = crate::scenario::validate::virt_evidence(&mine, backend.host_fs().as_ref());
+        let accel = crate::scenario::validate::check_virt(&mine, &ev)?.accel;
+        let kvm = accel.accel == crate::host::Accel::Kvm;
+        let plan = Plan::build(&mine.scenario.sized_for(kvm), &facts.allowed_cpus, seed)?;
         // Every record names its host, and a guest set is known by its host: two entries
         // that are the same host (split by CPUs) get labels of their own.
         let mut label = label_of(&uri);
         if hosts.iter().any(|h: &Host| h.label == label) {
             label = format!("{label} #{}", hosts.len() + 1);
         }
-        hosts.push(Host { label, backend, plan });
+        hosts.push(Host {
+            label,
+            backend,
+            plan,
+            accel,
+        });
     }
     anyhow::ensure!(
         !hosts.is_empty(),
@@ -119,8 +129,7 @@ pub fn run(
     }
     let mut accel = None;
     for h in &hosts {
-        let ev = crate::scenario::validate::virt_evidence(&loaded, h.backend.host_fs().as_ref());
-        let a = crate::scenario::validate::check_virt(&loaded, &ev)?.accel;
+        let a = &h.accel;
         if let Some(first) = &accel
             && a.accel != *first
         {
@@ -142,6 +151,7 @@ pub fn run(
         accel = Some(a.accel);
     }
     let accel = accel.expect("at least one host");
+    super::run::say_sizing(&loaded.scenario, accel == crate::host::Accel::Kvm);
 
     // The CPUs of every host, on that host.
     let mut claims = Vec::new();

@@ -32,6 +32,10 @@ pub struct Scenario {
     /// `{until: concluded, min, max}` to run each comparison until it is concluded.
     #[serde(default)]
     pub runs: RunCount,
+    /// `runs` where the guests run under KVM (a scenario sized for TCG wants more, shorter-lived
+    /// runs there: see [`Scenario::sized_for`]); absent: `runs` everywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_runs: Option<RunCount>,
     /// Warm-up runs, made on every freshly brought-up guest set before its first measured run
     /// and never counted. Absent (the default): one per fresh guest set, a run of the cell the
     /// set measures first. A fresh guest's first run is cold (TCG's translated code, page
@@ -73,6 +77,37 @@ pub struct ScheduleSpec {
     /// of the comparison. Default 1 (every run of such a variant on its own guests); a level
     /// with one boot group makes all its runs on one bring-up whatever this says.
     pub runs_per_bring_up: u32,
+}
+
+impl Scenario {
+    /// The scenario as the sweep runs it on an accelerator: under KVM (`kvm`) each workload's
+    /// `kvm_args` merged over its `args` (a key written with `_` or `-` replaces its other
+    /// spelling) and `kvm_runs` in place of `runs`; elsewhere both ignored. Either way the
+    /// result has no KVM block left, so it is what the plan, the journal's argv and the
+    /// reports see.
+    pub fn sized_for(&self, kvm: bool) -> Scenario {
+        let mut s = self.clone();
+        let kvm_runs = s.kvm_runs.take();
+        if kvm && let Some(r) = kvm_runs {
+            s.runs = r;
+        }
+        for w in &mut s.workloads {
+            let extra = std::mem::take(&mut w.kvm_args);
+            if kvm {
+                for (k, v) in extra {
+                    let norm = k.replace('_', "-");
+                    w.args.retain(|old, _| old.replace('_', "-") != norm);
+                    w.args.insert(k, v);
+                }
+            }
+        }
+        s
+    }
+
+    /// True when the scenario says anything for KVM (`kvm_runs`, a workload's `kvm_args`).
+    pub fn has_kvm_sizing(&self) -> bool {
+        self.kvm_runs.is_some() || self.workloads.iter().any(|w| !w.kvm_args.is_empty())
+    }
 }
 
 impl Default for ScheduleSpec {
@@ -416,6 +451,14 @@ pub struct Workload {
     /// `--key value` arguments; lists expand into a matrix.
     #[serde(default, deserialize_with = "unique_keys")]
     pub args: BTreeMap<String, ArgValue>,
+    /// Arguments merged over `args` where the guests run under KVM, e.g. `{loops: 1000}` for a
+    /// hackbench sized to last a second under TCG, which KVM runs ~10x faster.
+    #[serde(
+        default,
+        deserialize_with = "unique_keys",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub kvm_args: BTreeMap<String, ArgValue>,
     /// Headline metric, a key of the payload report's `metrics`.
     pub metric: String,
     #[serde(default)]
@@ -496,5 +539,41 @@ impl Default for Timeouts {
             disturbed_retries: 3,
             disturbed_wait_s: 30,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_sized_for_kvm_takes_its_kvm_block_and_elsewhere_drops_it() {
+        let s: Scenario = yaml_serde::from_str(
+            "name: x\nlevels: [1]\nworkloads:\n  - command: hackbench\n    metric: time_s\n    \
+             args: {groups: 4, loops: 100}\n    kvm_args: {loops: 2000, 'groups': 8}\n  \
+             - command: sysfs-mutex\n    metric: total_s\n    args: {tasks-per-cpu: 4}\n    kvm_args: {tasks_per_cpu: 8}\n\
+             runs: 3\nkvm_runs: {min: 5, max: 20, target_cv: 0.02}\n",
+        )
+        .unwrap();
+        assert!(s.has_kvm_sizing());
+        let kvm = s.sized_for(true);
+        assert!(!kvm.has_kvm_sizing());
+        let words = |w: &Workload| {
+            w.args
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_word().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(words(&kvm.workloads[0]), ["groups=8", "loops=2000"]);
+        // The other spelling of a key is replaced, not kept beside it.
+        assert_eq!(words(&kvm.workloads[1]), ["tasks_per_cpu=8"]);
+        assert_eq!(kvm.runs.bounds(), (5, 20, Some(0.02)));
+        let tcg = s.sized_for(false);
+        assert!(!tcg.has_kvm_sizing());
+        assert_eq!(words(&tcg.workloads[0]), ["groups=4", "loops=100"]);
+        assert_eq!(tcg.runs, RunCount::Fixed(3));
+        // A scenario without a KVM block is the same either way.
+        let plain = tcg.clone();
+        assert_eq!(plain.sized_for(true), tcg);
     }
 }

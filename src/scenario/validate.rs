@@ -3,11 +3,15 @@
 use std::collections::BTreeSet;
 
 use super::locate::Seg;
-use super::{BackendKind, CpuSet, KernelRef, Loaded, ScenarioError, ScenarioErrors, Variant, expand};
+use super::{
+    BackendKind, CpuSet, KernelRef, Loaded, Scenario, ScenarioError, ScenarioErrors, Variant, expand,
+};
 
 /// What validation needs to know about the host.
 #[derive(Debug, Clone)]
 pub struct HostFacts {
+    /// The CPUs this process may use, in the order a CPU count takes them
+    /// ([`crate::topology::Topology::preference`]: one thread a core, one node, CPU 0 last).
     pub allowed_cpus: Vec<usize>,
     pub mem_available_mib: u64,
     /// The host these facts are about when it is not this machine (a remote libvirt host).
@@ -17,7 +21,10 @@ pub struct HostFacts {
 impl HostFacts {
     pub fn read() -> Self {
         Self {
-            allowed_cpus: crate::host::allowed_cpus(),
+            allowed_cpus: crate::topology::preferred_order(
+                &crate::hostfs::LocalFs,
+                &crate::host::allowed_cpus(),
+            ),
             mem_available_mib: crate::host::memory_mib().1,
             remote: None,
         }
@@ -32,16 +39,23 @@ fn key(k: &str) -> Seg {
     Seg::Key(k.into())
 }
 
-/// The host CPUs a scenario uses.
+/// The host CPUs a scenario uses, ascending: every allowed one, the first N of `allowed` (in
+/// its order of preference, [`HostFacts::allowed_cpus`]), or the list as written.
 pub fn host_cpus(set: &Option<CpuSet>, allowed: &[usize]) -> Result<Vec<usize>, String> {
+    let sorted = |cpus: &[usize]| {
+        let mut v = cpus.to_vec();
+        v.sort_unstable();
+        v
+    };
     match set {
-        None => Ok(allowed.to_vec()),
+        None => Ok(sorted(allowed)),
         Some(CpuSet::Count(0)) => Err("must name at least one CPU".into()),
         Some(CpuSet::Count(n)) if *n > allowed.len() => Err(format!(
-            "asks for {n} CPUs but this process may use {} ({allowed:?})",
-            allowed.len()
+            "asks for {n} CPUs but this process may use {} ({:?})",
+            allowed.len(),
+            sorted(allowed)
         )),
-        Some(CpuSet::Count(n)) => Ok(allowed[..*n].to_vec()),
+        Some(CpuSet::Count(n)) => Ok(sorted(&allowed[..*n])),
         Some(CpuSet::List(list)) => {
             if list.is_empty() {
                 return Err("must name at least one CPU".into());
@@ -52,7 +66,8 @@ pub fn host_cpus(set: &Option<CpuSet>, allowed: &[usize]) -> Result<Vec<usize>, 
             }
             if let Some(bad) = list.iter().find(|c| !allowed.contains(c)) {
                 return Err(format!(
-                    "CPU {bad} is not available to this process (allowed: {allowed:?})"
+                    "CPU {bad} is not available to this process (allowed: {:?})",
+                    sorted(allowed)
                 ));
             }
             Ok(list.clone())
@@ -292,54 +307,10 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             format!("{m} is not a fraction in (0, 1): the equivalence margin, e.g. 0.05 for ±5 %"),
         );
     }
-    match s.runs {
-        super::RunCount::Fixed(0) => err(&[key("runs")], "must be at least 1".into()),
-        super::RunCount::Dynamic(d) => {
-            if d.min < 2 {
-                err(
-                    &[key("runs"), key("min")],
-                    "must be at least 2: one run has no spread to judge a stopping rule by".into(),
-                );
-            }
-            if d.max < d.min {
-                err(
-                    &[key("runs"), key("max")],
-                    format!("{} is below min {}", d.max, d.min),
-                );
-            }
-            for (name, target) in [("target_cv", d.target_cv), ("target_mde", d.target_mde)] {
-                if let Some(t) = target
-                    && !(t > 0.0 && t < 1.0)
-                {
-                    err(
-                        &[key("runs"), key(name)],
-                        format!("{t} must be a fraction in (0, 1)"),
-                    );
-                }
-            }
-            match d.until {
-                Some(super::Until::Concluded) => {
-                    if d.target_cv.is_some() || d.target_mde.is_some() {
-                        err(
-                            &[key("runs"), key("until")],
-                            "`until: concluded` stops each comparison on its conclusion; target_cv and target_mde are other stopping rules: give one".into(),
-                        );
-                    }
-                    if expand::variants(s).len() < 2 {
-                        err(
-                            &[key("runs"), key("until")],
-                            "`until: concluded` runs each comparison with the baseline until it is concluded, and this scenario has one variant: nothing to compare".into(),
-                        );
-                    }
-                }
-                None if d.target_cv.is_none() && d.target_mde.is_none() => err(
-                    &[key("runs")],
-                    "give target_cv (a CV to reach), target_mde (an effect to make detectable) or `until: concluded`, or a run count".into(),
-                ),
-                None => {}
-            }
-        }
-        _ => {}
+    let n_variants = expand::variants(s).len();
+    check_runs(&s.runs, "runs", n_variants, &mut err);
+    if let Some(r) = &s.kvm_runs {
+        check_runs(r, "kvm_runs", n_variants, &mut err);
     }
     let t = &s.timeouts;
     for (name, v, most) in [
@@ -378,8 +349,12 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             "must be at least 1 (the measured runs a variant with guests of its own makes on one bring-up)"
                 .into(),
         );
-    } else if let Some((path, msg)) = too_few_bring_ups(l) {
-        err(&path, msg);
+    } else {
+        for (field, runs) in [("runs", Some(s.runs)), ("kvm_runs", s.kvm_runs)] {
+            if let Some((path, msg)) = runs.and_then(|r| too_few_bring_ups(l, field, r)) {
+                err(&path, msg);
+            }
+        }
     }
     let on = host
         .remote
@@ -524,6 +499,27 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             );
         }
     }
+    check_workload_args(s, None, &mut err);
+    if s.workloads.iter().any(|w| !w.kvm_args.is_empty()) {
+        // As the sweep runs them under KVM: each problem of a key `kvm_args` gave is located
+        // there.
+        check_workload_args(&s.sized_for(true), Some(s), &mut err);
+    }
+    // Report each distinct problem once (a bad workload argument repeats across variants).
+    let mut seen = BTreeSet::new();
+    errs.retain(|e| seen.insert(e.to_string()));
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ScenarioErrors(errs))
+    }
+}
+
+/// Each workload's payload arguments under every variant, as the payload itself parses them,
+/// and against the run deadline. `kvm_from`: `s` is that scenario sized for KVM, and a problem
+/// with a key its `kvm_args` gave is located there.
+fn check_workload_args(s: &Scenario, kvm_from: Option<&Scenario>, err: &mut impl FnMut(&[Seg], String)) {
+    let t = &s.timeouts;
     let variants = expand::variants(s);
     let mut ids = BTreeSet::new();
     for w in expand::workloads(s) {
@@ -546,8 +542,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             };
             let argv = expand::payload_argv(&w, &unprobed);
             if let Err(e) = ocrig_payload::cli::validate(&argv) {
-                let (path, msg) =
+                let (mut path, msg) =
                     payload_error_location(&e, w.source, &argv, vi, s.variants.is_empty(), &v.args);
+                if let Some(given) = kvm_from {
+                    in_kvm_args(&mut path, &given.workloads[w.source].kvm_args);
+                }
                 err(&path, msg);
                 continue;
             }
@@ -558,7 +557,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
                     &[key("timeouts"), key("run_s")],
                     format!(
                         "{limit} s is not longer than workload {}'s own duration of {own} s \
-                         (`{}`): every run would time out",
+                     (`{}`): every run would time out",
                         w.id,
                         argv.join(" ")
                     ),
@@ -566,13 +565,81 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             }
         }
     }
-    // Report each distinct problem once (a bad workload argument repeats across variants).
-    let mut seen = BTreeSet::new();
-    errs.retain(|e| seen.insert(e.to_string()));
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(ScenarioErrors(errs))
+}
+
+/// `path` (`workloads[i].args.<key>`) moved to `workloads[i].kvm_args.<key as written>` when
+/// `kvm_args` gave that key.
+fn in_kvm_args(
+    path: &mut [Seg],
+    kvm_args: &std::collections::BTreeMap<String, crate::scenario::model::ArgValue>,
+) {
+    let [Seg::Key(w), Seg::Index(_), Seg::Key(a), Seg::Key(name)] = &path[..] else {
+        return;
+    };
+    if w != "workloads" || a != "args" {
+        return;
+    }
+    if let Some(k) = kvm_args
+        .keys()
+        .find(|k| k.replace('_', "-") == name.replace('_', "-"))
+    {
+        let k = k.clone();
+        path[2] = key("kvm_args");
+        path[3] = Seg::Key(k);
+    }
+}
+
+/// `runs` (or `kvm_runs`, named by `field`): at least one run, and a stopping rule that can
+/// stop; `variants` is the scenario's variant count.
+fn check_runs(runs: &super::RunCount, field: &str, variants: usize, err: &mut impl FnMut(&[Seg], String)) {
+    match *runs {
+        super::RunCount::Fixed(0) => err(&[key(field)], "must be at least 1".into()),
+        super::RunCount::Dynamic(d) => {
+            if d.min < 2 {
+                err(
+                    &[key(field), key("min")],
+                    "must be at least 2: one run has no spread to judge a stopping rule by".into(),
+                );
+            }
+            if d.max < d.min {
+                err(
+                    &[key(field), key("max")],
+                    format!("{} is below min {}", d.max, d.min),
+                );
+            }
+            for (name, target) in [("target_cv", d.target_cv), ("target_mde", d.target_mde)] {
+                if let Some(t) = target
+                    && !(t > 0.0 && t < 1.0)
+                {
+                    err(
+                        &[key(field), key(name)],
+                        format!("{t} must be a fraction in (0, 1)"),
+                    );
+                }
+            }
+            match d.until {
+            Some(super::Until::Concluded) => {
+                if d.target_cv.is_some() || d.target_mde.is_some() {
+                    err(
+                        &[key(field), key("until")],
+                        "`until: concluded` stops each comparison on its conclusion; target_cv and target_mde are other stopping rules: give one".into(),
+                    );
+                }
+                if variants < 2 {
+                    err(
+                        &[key(field), key("until")],
+                        "`until: concluded` runs each comparison with the baseline until it is concluded, and this scenario has one variant: nothing to compare".into(),
+                    );
+                }
+            }
+            None if d.target_cv.is_none() && d.target_mde.is_none() => err(
+                &[key(field)],
+                "give target_cv (a CV to reach), target_mde (an effect to make detectable) or `until: concluded`, or a run count".into(),
+            ),
+            None => {}
+        }
+        }
+        _ => {}
     }
 }
 
@@ -582,7 +649,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
 /// side the comparison has one replicate of what differs between boots, and no estimate of
 /// it. Where and why, located at the field to change: `schedule.runs_per_bring_up` when it is
 /// above 1, else `runs` (`runs.min`), else (no `runs` written: 1 by default) the variant.
-fn too_few_bring_ups(l: &Loaded) -> Option<(Vec<Seg>, String)> {
+fn too_few_bring_ups(l: &Loaded, field: &str, runs: super::RunCount) -> Option<(Vec<Seg>, String)> {
     let s = &l.scenario;
     if s.host.backend == BackendKind::Host {
         return None; // no guests: every variant shares the level's one "boot"
@@ -596,7 +663,7 @@ fn too_few_bring_ups(l: &Loaded) -> Option<(Vec<Seg>, String)> {
         .enumerate()
         .find(|(_, v)| v.name != baseline && (per_variant || expand::guest_for(s, v) != base_guest))?;
     let per = s.schedule.runs_per_bring_up;
-    let min = s.runs.bounds().0;
+    let min = runs.bounds().0;
     if min == 0 || u64::from(min) >= 2 * u64::from(per) {
         return None; // (runs: 0 is refused on its own)
     }
@@ -605,11 +672,11 @@ fn too_few_bring_ups(l: &Loaded) -> Option<(Vec<Seg>, String)> {
     } else {
         "schedule.guests is per-variant"
     };
-    let runs_field = match s.runs {
-        super::RunCount::Fixed(_) => vec![key("runs")],
-        super::RunCount::Dynamic(_) => vec![key("runs"), key("min")],
+    let runs_field = match runs {
+        super::RunCount::Fixed(_) => vec![key(field)],
+        super::RunCount::Dynamic(_) => vec![key(field), key("min")],
     };
-    let runs_written = super::locate::locate(&l.text, &[key("runs")]).is_some();
+    let runs_written = super::locate::locate(&l.text, &[key(field)]).is_some();
     let (path, fix) = if per > 1 {
         (
             vec![key("schedule"), key("runs_per_bring_up")],
@@ -1189,6 +1256,10 @@ mod tests {
     fn cpu_sets_are_checked_against_the_host() {
         assert_eq!(host_cpus(&None, &[0, 1]), Ok(vec![0, 1]));
         assert_eq!(host_cpus(&Some(CpuSet::Count(1)), &[0, 1]), Ok(vec![0]));
+        // A count takes the first N in the order of preference, and says them ascending.
+        assert_eq!(host_cpus(&Some(CpuSet::Count(1)), &[1, 0]), Ok(vec![1]));
+        assert_eq!(host_cpus(&Some(CpuSet::Count(2)), &[5, 3, 0]), Ok(vec![3, 5]));
+        assert_eq!(host_cpus(&None, &[5, 3, 0]), Ok(vec![0, 3, 5]));
         assert!(host_cpus(&Some(CpuSet::Count(3)), &[0, 1]).is_err());
         assert!(host_cpus(&Some(CpuSet::List(vec![5])), &[0, 1]).is_err());
         assert!(host_cpus(&Some(CpuSet::List(vec![1, 1])), &[0, 1]).is_err());
@@ -1416,6 +1487,32 @@ mod tests {
         );
         let (_d, l) = loaded(&good);
         validate(&l, &facts()).unwrap();
+    }
+
+    #[test]
+    fn a_kvm_sizing_is_checked_as_the_sweep_would_run_it_and_located_in_its_block() {
+        let base = "name: x\nlevels: [1]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {threads: 2}\n";
+        // Good: accepted as it stands.
+        let (_d, l) = loaded(&format!("{base}    kvm_args: {{threads: 4}}\nkvm_runs: 5\n"));
+        validate(&l, &facts()).unwrap();
+        // A value the payload refuses under KVM only, at its line in kvm_args.
+        let (_d, l) = loaded(&format!("{base}    kvm_args: {{threads: 0}}\n"));
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].field, "workloads[0].kvm_args.threads", "{e}");
+        assert_eq!(e.0[0].line, Some(7), "{e}");
+        assert!(e.0[0].message.contains("--threads 0"), "{e}");
+        // kvm_runs as runs.
+        let (_d, l) = loaded(&format!("{base}kvm_runs: 0\n"));
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!((e.0[0].field.as_str(), e.0[0].line), ("kvm_runs", Some(7)), "{e}");
+        // A variant with guests of its own needs 2 bring-ups a side under KVM too.
+        let text = "name: x\nlevels: [1]\nvariants:\n  - {name: base, baseline: true}\n  - {name: n, cmdline: nopvspin}\n\
+                    workloads:\n  - {command: lock, metric: ops_per_sec}\nruns: 2\nkvm_runs: 1\n";
+        let (_d, l) = loaded(text);
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0[0].field, "kvm_runs", "{e}");
+        assert!(e.0[0].message.contains("at least 2 bring-ups"), "{e}");
     }
 
     #[test]
