@@ -17,6 +17,7 @@ mod scenario;
 mod stats;
 mod sweep;
 mod telemetry;
+mod topology;
 mod vocabulary;
 
 use std::process::ExitCode;

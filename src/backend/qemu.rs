@@ -24,6 +24,10 @@ use crate::host::Accel;
 pub struct QemuBackend {
     pub binary: PathBuf,
     starter: Starter,
+    /// The host CPUs every QEMU starts on (its affinity from exec on; empty: ocrig's own), so
+    /// guest RAM is first touched, and so placed, by threads on the measured CPUs' node, before
+    /// the vCPUs are pinned one by one.
+    start_cpus: Vec<usize>,
 }
 
 impl Default for QemuBackend {
@@ -37,7 +41,14 @@ impl QemuBackend {
         Self {
             binary: PathBuf::from("qemu-system-x86_64"),
             starter,
+            start_cpus: Vec::new(),
         }
+    }
+
+    /// Every QEMU started on `cpus` (see `start_cpus`).
+    pub fn starting_on(mut self, cpus: Vec<usize>) -> Self {
+        self.start_cpus = cpus;
+        self
     }
 }
 
@@ -240,11 +251,26 @@ impl QemuBackend {
             .kill_on_drop(true)
             // Own process group: a Ctrl-C at the terminal reaches ocrig, which stops guests in order.
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe; it makes the kernel kill QEMU if ocrig dies (even by
-        // SIGKILL), so no guest outlives the orchestrator.
+        // The start CPUs as a kernel CPU set, built here: the child may only make system calls.
+        let start_set = (!self.start_cpus.is_empty()).then(|| {
+            // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in &self.start_cpus {
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            set
+        });
+        // SAFETY: prctl and sched_setaffinity are async-signal-safe system calls. The first makes
+        // the kernel kill QEMU if ocrig dies (even by SIGKILL), so no guest outlives the
+        // orchestrator; the second starts QEMU on the measured CPUs.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(set) = &start_set
+                    && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())

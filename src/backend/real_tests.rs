@@ -157,6 +157,17 @@ impl Up {
     }
 }
 
+/// The pid of the process whose command line names `name` (a guest's QEMU).
+fn process_named(name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline)
+            .contains(&format!("{name},"))
+            .then_some(pid)
+    })
+}
+
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -193,13 +204,28 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
     let run = run_id();
     let name = |i: u32| format!("ocrig-{run}-{i}");
 
-    // A cold boot: PVH with qboot, the TSC as clocksource, running at the host's rate.
+    // A cold boot: PVH with qboot, the TSC as clocksource, running at the host's rate; its
+    // QEMU started on the one CPU asked for (`starting_on`: guest RAM is first touched there).
+    let last_cpu = *crate::host::allowed_cpus().last().unwrap();
+    let on_one = super::qemu::QemuBackend::with_starter(Starter::new(TemplateCache::new(templates.clone())))
+        .starting_on(vec![last_cpu]);
     let booted = up(
-        &backend,
+        &on_one,
         &spec(&img, work.path(), &name(0), 1, 0, StartMethod::Boot),
         &img,
     )
     .await;
+    let pid = process_named(&name(0)).expect("the booted guest's QEMU process");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let allowed = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap();
+    assert_eq!(
+        allowed.split_whitespace().nth(1),
+        Some(last_cpu.to_string().as_str()),
+        "{allowed}"
+    );
     let f = booted.facts();
     assert_eq!(
         (f["method"].as_str(), f["boot"]["kernel"].as_str()),

@@ -14,6 +14,17 @@ pub fn doctor() -> anyhow::Result<()> {
         host::online_cpus(),
         cpus
     );
+    let topology = crate::topology::Topology::read(&LocalFs, &cpus);
+    let order = topology.preference();
+    println!(
+        "CPU order:      {order:?} (`host.cpus: N` takes the first N: one thread a core, one NUMA node's cores first, CPU 0's core last)"
+    );
+    let two: Vec<usize> = {
+        let mut v = order.iter().copied().take(2).collect::<Vec<_>>();
+        v.sort_unstable();
+        v
+    };
+    println!("host.cpus: 2 →  {}", topology.describe(&two, Some(&cpus)));
     println!("memory:         {total} MiB total, {avail} MiB available");
     let ev = VirtEvidence::read();
     let choice = ev.choose();

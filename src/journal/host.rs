@@ -64,6 +64,13 @@ pub struct HostRecord {
     /// Whether irqbalance runs (it moves interrupts onto any CPU, the measured ones too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irqbalance: Option<bool>,
+    /// The measured CPUs in words: cores, shared siblings, NUMA nodes, CPU 0, what is left to
+    /// the host ([`crate::topology::Topology::describe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// Each measured CPU's core, siblings, package and node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_places: Vec<crate::topology::CpuPlace>,
 }
 
 /// The KVM parameters a summary names (halt polling and pause-loop exiting decide how a

@@ -31,12 +31,16 @@ pub(crate) fn connect_remote(uri: &str) -> anyhow::Result<Option<Arc<LibvirtBack
 
 /// CPUs and available memory of a remote host, from libvirt's node info.
 pub(crate) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
+    use crate::backend::Backend;
     let label = b.remote().map_or_else(String::new, |r| r.remote.label());
     let (cpus, free_mib) = b
         .node_facts()
         .map_err(|e| BadInput(format!("preflight: remote host {label}: {e:#}")))?;
     Ok(HostFacts {
-        allowed_cpus: (0..cpus as usize).collect(),
+        allowed_cpus: crate::topology::preferred_order(
+            b.host_fs().as_ref(),
+            &(0..cpus as usize).collect::<Vec<_>>(),
+        ),
         mem_available_mib: free_mib,
         remote: Some(label),
     })

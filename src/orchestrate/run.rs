@@ -134,7 +134,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if loaded.scenario.host.backend != BackendKind::Host {
         preflight::check_kernels(&loaded)?;
     }
-    let plan = Plan::build(&loaded.scenario, &facts.allowed_cpus, seed)?;
+    let kvm = virt.accel.accel == crate::host::Accel::Kvm;
+    say_sizing(&loaded.scenario, kvm);
+    let plan = Plan::build(&loaded.scenario.sized_for(kvm), &facts.allowed_cpus, seed)?;
     preflight::raise_fd_limit(&plan)?;
     let mut cpus = match &remote_backend {
         Some(b) => claims::Claim::Remote(claims::claim_remote_cpus(b, &plan.host_cpus, args.wait_for_cpus)?),
@@ -155,7 +157,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let accel = virt.accel;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
     let backend: Option<Arc<dyn Backend>> = match s.host.backend {
-        BackendKind::Qemu => Some(Arc::new(QemuBackend::default())),
+        BackendKind::Qemu => Some(Arc::new(
+            QemuBackend::default().starting_on(plan.host_cpus.clone()),
+        )),
         BackendKind::Libvirt if remote_backend.is_some() => remote_backend.map(|b| b as Arc<dyn Backend>),
         BackendKind::Libvirt => {
             let uri = &s.host.libvirt_uri;
@@ -259,6 +263,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         plan: plan.clone(),
     }];
     let journal = SharedJournal::new(journal, previous_records);
+    keep_off_measured_cpus(&plan.host_cpus);
     let rt = tokio::runtime::Runtime::new()?;
     let outcome = rt.block_on(async {
         match backend {
@@ -335,6 +340,39 @@ fn backend_named(name: &str) -> Option<BackendKind> {
     }
 }
 
+/// Moves this thread, and so the sweep's runtime threads it starts, to the usable CPUs outside
+/// `measured` where there are any (QEMU starts on the measured ones all the same: see
+/// `QemuBackend::starting_on`); where there are none, as on a 2-CPU host measured whole, ocrig
+/// shares them, which the journal's host record says (`placement`).
+fn keep_off_measured_cpus(measured: &[usize]) {
+    let rest: Vec<usize> = crate::host::allowed_cpus()
+        .into_iter()
+        .filter(|c| !measured.contains(c))
+        .collect();
+    if rest.is_empty() {
+        return;
+    }
+    let me = rustix::thread::gettid().as_raw_nonzero().get();
+    match crate::backend::pin_thread(me, &rest) {
+        Ok(()) => tracing::info!("ocrig runs on CPUs {rest:?}, outside the measured {measured:?}"),
+        Err(e) => tracing::warn!("ocrig could not move itself off the measured CPUs: {e:#}"),
+    }
+}
+
+/// Says which sizing of a scenario with a KVM block (`kvm_runs`, `kvm_args`) the sweep runs.
+pub(crate) fn say_sizing(s: &crate::scenario::Scenario, kvm: bool) {
+    if s.has_kvm_sizing() {
+        eprintln!(
+            "ocrig: {}",
+            if kvm {
+                "under KVM: the scenario's kvm_runs and kvm_args apply"
+            } else {
+                "not under KVM: the scenario's kvm_runs and kvm_args are ignored"
+            }
+        );
+    }
+}
+
 /// True (having said so) when the resumed sweep has no run left to make: nothing is booted,
 /// claimed or written. Judged on the plan of the CPUs the sweep ran on.
 fn finished_already(
@@ -342,7 +380,9 @@ fn finished_already(
     loaded: &crate::scenario::Loaded,
     seed: u64,
 ) -> anyhow::Result<bool> {
-    let mut s = loaded.scenario.clone();
+    let mut s = loaded
+        .scenario
+        .sized_for(p.runs_on.accel == crate::host::Accel::Kvm.as_str());
     if let Some(first) = s.host.hosts.first()
         && let Some(c) = first.cpus()
     {

@@ -34,11 +34,15 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
         .map(|b| on_off(b == "1"))
         .or_else(|| text("/sys/devices/system/cpu/intel_pstate/no_turbo").map(|n| on_off(n == "0")));
     let nested = crate::host::NestedHost::read_from(fs);
-    let siblings_in_set = siblings_in(fs, cpus);
+    let topology = crate::topology::Topology::read(fs, cpus);
+    let siblings_in_set = siblings_in(&topology);
     let irqbalance = irqbalance_runs(fs);
+    let allowed = local.then(crate::host::allowed_cpus);
     HostRecord {
         siblings_in_set,
         irqbalance,
+        placement: Some(topology.describe(cpus, allowed.as_deref())),
+        cpu_places: topology.cpus,
         kernel_release: text("/proc/sys/kernel/osrelease"),
         kernel_version: text("/proc/sys/kernel/version"),
         cmdline: text("/proc/cmdline"),
@@ -79,14 +83,10 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
 }
 
 /// The groups of `cpus` that share a core (from each CPU's `topology/thread_siblings_list`).
-fn siblings_in(fs: &dyn HostFs, cpus: &[usize]) -> Vec<Vec<usize>> {
-    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for &c in cpus {
-        if let Ok(list) = fs.read(&format!(
-            "/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list"
-        )) {
-            groups.entry(list.trim().to_string()).or_default().push(c);
-        }
+fn siblings_in(topology: &crate::topology::Topology) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for p in &topology.cpus {
+        groups.entry(p.core).or_default().push(p.cpu);
     }
     groups.into_values().filter(|g| g.len() > 1).collect()
 }
