@@ -83,7 +83,18 @@ pub enum Command {
         command: ImageCommand,
     },
     /// Describe this host: CPUs, accelerator choice, QEMU/libvirt versions, cached images.
-    Doctor,
+    Doctor {
+        /// Then run a short sweep with known answers (an A/A pair and a known effect, about two
+        /// minutes) and say whether this host tells them apart; exit 1 when it does not.
+        #[arg(long)]
+        measure: bool,
+        /// With --measure: the parent directory of its results directory.
+        #[arg(long, default_value = "results", requires = "measure")]
+        results: PathBuf,
+        /// With --measure: run on this backend instead of QEMU.
+        #[arg(long, value_enum, requires = "measure")]
+        backend: Option<crate::scenario::BackendKind>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

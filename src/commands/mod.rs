@@ -2,6 +2,7 @@
 //! orchestration lives in [`crate::orchestrate`].
 
 mod doctor;
+mod doctor_measure;
 mod image;
 mod validate;
 
@@ -101,6 +102,17 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Image {
             command: ImageCommand::Build { kernel },
         } => image::build(&kernel),
-        Command::Doctor => doctor::doctor(),
+        Command::Doctor {
+            measure,
+            results,
+            backend,
+        } => {
+            doctor::doctor()?;
+            if measure {
+                println!();
+                doctor_measure::measure(&results, backend)?;
+            }
+            Ok(())
+        }
     }
 }

@@ -46,7 +46,8 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn plural(self) -> &'static str {
+    /// The unit's name in the plural, as reports say it (`rounds`, `bring-up pairs`, …).
+    pub fn plural(self) -> &'static str {
         match self {
             Unit::Round => "rounds",
             Unit::Block => "bring-up pairs",

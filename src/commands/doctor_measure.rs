@@ -1,0 +1,268 @@
+//! `ocrig doctor --measure`: a short sweep with known answers on this host — an A/A pair and a
+//! known effect — and whether the host tells them apart, with the figures (README, "On a KVM
+//! host"). The sweep is an ordinary one (`ocrig run` of [`SCENARIO`]), journaled in the results
+//! directory like any other; its verdict comes from the report's own conclusions.
+
+use std::path::{Path, PathBuf};
+
+use crate::orchestrate::run::{RunArgs, run};
+use crate::scenario::BackendKind;
+use crate::stats::effect::Conclusion;
+
+/// Sized for about two minutes on a 2-CPU TCG machine: 1-vCPU guests at 1x on two host CPUs,
+/// one thread per guest so nothing contends. `a-again` shares `a`'s guests (paired round by
+/// round) and must not differ. With one thread a lock cycle is hold + gap + the lock's own
+/// cost c, so holding H ns instead of 2000 with a 200 ns gap runs (2200 + c) / (H + 200 + c)
+/// as often: `hold-4000` 0.524 at c = 0 (nearer 1 as c grows), the effect any host must find;
+/// `hold-2400` 0.846, the smaller one a quiet host finds and a noisy one may not.
+pub const SCENARIO: &str = "\
+name: doctor-measure
+description: ocrig doctor --measure, an A/A pair and a known effect on this host
+host:
+  cpus: 2
+guest:
+  vcpus: 1
+  memory_mib: 256
+levels: [1.0]
+variants:
+  - {name: a, baseline: true}
+  - {name: a-again}
+  - {name: hold-4000, args: {hold-ns: 4000}}
+  - {name: hold-2400, args: {hold-ns: 2400}}
+workloads:
+  - name: lock
+    command: lock
+    args: {algo: tas, threads: 1, hold-ns: 2000, gap-ns: 200, duration-ms: 1000}
+    metric: ops_per_sec
+    better: higher
+runs: {until: concluded, min: 3, max: 10}
+";
+
+/// A known effect's ratio when the lock itself costs nothing, the lowest it can be: holding
+/// `hold` ns instead of 2000, with a 200 ns gap.
+fn ratio_at_no_cost(hold: f64) -> f64 {
+    2200.0 / (hold + 200.0)
+}
+
+/// What the host showed: each comparison's words and whether it is the known answer.
+#[derive(Debug)]
+pub struct Verdict {
+    pub lines: Vec<String>,
+    pub ok: bool,
+}
+
+/// Runs the sweep into `results` (on `backend`, default the scenario's), then judges it.
+pub fn measure(results: &Path, backend: Option<BackendKind>) -> anyhow::Result<()> {
+    // The scenario as a file for `ocrig run` (the results directory keeps its own copy).
+    let file = std::env::temp_dir().join(format!("ocrig-doctor-measure-{}.yaml", std::process::id()));
+    std::fs::write(&file, SCENARIO)?;
+    println!(
+        "measuring: an A/A pair and two known effects (hold 4000 and 2400 vs 2000 ns) in 1-vCPU guests at 1x \
+         on 2 CPUs, each comparison until concluded or 10 runs (about two minutes under TCG)"
+    );
+    let swept = run(&RunArgs {
+        scenario: Some(file.clone()),
+        results: results.to_path_buf(),
+        resume: None,
+        backend,
+        quiet: true,
+        wait_for_cpus: true,
+        accept_changed: false,
+    });
+    let _ = std::fs::remove_file(&file);
+    swept?;
+    let swept = newest_sweep(results)?;
+    let journal = crate::stats::digest::Digested::read(&swept, false)?;
+    let model = crate::report::model_digested(&journal, &crate::report::ReportOptions::default());
+    let v = judge(&model)?;
+    for l in &v.lines {
+        println!("{l}");
+    }
+    println!("results: {} (`ocrig report` reads it)", swept.display());
+    anyhow::ensure!(
+        v.ok,
+        "this host did not give the known answers (above): its figures would not bear the bets a report offers"
+    );
+    println!(
+        "verdict: this host tells an A/A pair from a known effect; its reports' conclusions can be bet on"
+    );
+    Ok(())
+}
+
+/// The newest `doctor-measure-*` sweep under `results`.
+fn newest_sweep(results: &Path) -> anyhow::Result<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(results)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("doctor-measure-"))
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop()
+        .ok_or_else(|| anyhow::anyhow!("no doctor-measure sweep in {}", results.display()))
+}
+
+/// The A/A pair must not differ (and should be equivalent); the known effect must differ,
+/// below 1 and not below its no-cost bound (beyond the interval's reach).
+pub fn judge(model: &crate::stats::cells::Model) -> anyhow::Result<Verdict> {
+    let w = model
+        .workloads
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the sweep has no workload"))?;
+    let row = |variant: &str| {
+        w.comparisons
+            .iter()
+            .find(|c| c.variant == variant)
+            .and_then(|c| c.rows.first())
+            .ok_or_else(|| anyhow::anyhow!("no comparison of {variant} in the sweep"))
+    };
+    let words = |r: &crate::stats::cells::Row| match &r.effect {
+        Some(e) => format!(
+            "{:.3} [{:.3}, {:.3}] over {} {}, {}",
+            e.ratio,
+            e.low,
+            e.high,
+            e.n_variant,
+            e.unit.plural(),
+            r.conclusion.words()
+        ),
+        None => format!("no ratio: {}", r.why.as_deref().unwrap_or("not estimated")),
+    };
+    let aa = row("a-again")?;
+    let mut lines = Vec::new();
+    let aa_ok = aa.conclusion != Conclusion::Differs && aa.effect.is_some();
+    lines.push(format!(
+        "A/A (a-again / a, same guests): {} — {}",
+        words(aa),
+        match aa.conclusion {
+            Conclusion::Equivalent => format!("right: shown equivalent within ±{:.0} %", model.margin * 100.0),
+            Conclusion::NotConcluded => format!(
+                "no false difference, but not shown equivalent within ±{:.0} %: this host's noise is too high for claims that \
+                 small at 10 runs",
+                model.margin * 100.0
+            ),
+            Conclusion::Differs => "WRONG: a difference where there is none".into(),
+            Conclusion::Untested => "not tested".into(),
+        }
+    ));
+    // Found: "differs", below 1, and not beyond what no lock cost at all allows (less a
+    // tenth for the host's own speed states).
+    let found = |r: &crate::stats::cells::Row, hold: f64| {
+        r.conclusion == Conclusion::Differs
+            && r.effect
+                .as_ref()
+                .is_some_and(|e| e.ratio < 1.0 && e.high > ratio_at_no_cost(hold) * 0.9)
+    };
+    let (large, small) = (row("hold-4000")?, row("hold-2400")?);
+    let large_found = found(large, 4000.0);
+    lines.push(format!(
+        "large known effect (hold 4000 / 2000 ns, {:.3} to 1 by the lock's own cost): {} — {}",
+        ratio_at_no_cost(4000.0),
+        words(large),
+        if large_found {
+            "right: found, with the right sign and size"
+        } else {
+            "WRONG: not found, or with the wrong sign or size"
+        }
+    ));
+    lines.push(format!(
+        "small known effect (hold 2400 / 2000 ns, {:.3} to 1): {} — {}",
+        ratio_at_no_cost(2400.0),
+        words(small),
+        if found(small, 2400.0) {
+            "found: this host resolves an effect of this size in 10 runs"
+        } else if small.conclusion == Conclusion::Differs {
+            "WRONG: a difference of the wrong sign or size"
+        } else {
+            "not found in 10 runs: comparisons here need more runs (or a quieter host) for effects this small"
+        }
+    ));
+    let small_wrong = small.conclusion == Conclusion::Differs && !found(small, 2400.0);
+    Ok(Verdict {
+        lines,
+        ok: aa_ok && large_found && !small_wrong,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Journal, SweepHeader};
+    use crate::stats::cells::tests::record;
+
+    /// A sweep of [`SCENARIO`] whose runs read `values` per variant (ops/s, one per round).
+    fn model_of(values: &[(&str, [f64; 6])]) -> crate::stats::cells::Model {
+        let header: SweepHeader = serde_json::from_value(serde_json::json!({
+            "scenario": "doctor-measure", "scenario_sha256": "00", "baseline": "a",
+            "variants": ["a", "a-again", "hold-4000", "hold-2400"], "levels": [1.0],
+            "workloads": {"lock": {"command": "lock", "metric": "ops_per_sec", "better": "higher"}},
+            "backend": "qemu", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
+            "started_at": "2026-12-05T00:00:00Z", "ocrig_version": "0.1.0",
+        }))
+        .unwrap();
+        let mut runs = Vec::new();
+        for (v, xs) in values {
+            for (i, x) in xs.iter().enumerate() {
+                runs.push(record(v, 1.0, "lock", i as u32, &[("ops_per_sec", *x)]));
+            }
+        }
+        let journal = Journal { header, runs };
+        crate::report::model(&journal, &crate::report::ReportOptions::default())
+    }
+
+    const A: [f64; 6] = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1000.0];
+    const A_AGAIN: [f64; 6] = [1001.0, 1008.0, 992.0, 1003.0, 996.0, 1001.0];
+    const HOLD_4000: [f64; 6] = [610.0, 600.0, 605.0, 598.0, 602.0, 606.0];
+
+    #[test]
+    fn a_host_that_gives_the_known_answers_passes_and_says_what_it_resolved() {
+        let m = model_of(&[
+            ("a", A),
+            ("a-again", A_AGAIN),
+            ("hold-4000", HOLD_4000),
+            ("hold-2400", A),
+        ]);
+        let v = judge(&m).unwrap();
+        assert!(v.ok, "{:#?}", v.lines);
+        assert!(v.lines[0].contains("equivalent"), "{}", v.lines[0]);
+        assert!(v.lines[1].contains("right: found"), "{}", v.lines[1]);
+        // The small effect unseen: said, not a failure.
+        assert!(v.lines[2].contains("not found in 10 runs"), "{}", v.lines[2]);
+    }
+
+    #[test]
+    fn a_false_difference_or_a_missed_large_effect_fails_the_host() {
+        let shifted = A.map(|x| x * 1.2);
+        let v = judge(&model_of(&[
+            ("a", A),
+            ("a-again", shifted),
+            ("hold-4000", HOLD_4000),
+            ("hold-2400", A),
+        ]))
+        .unwrap();
+        assert!(!v.ok);
+        assert!(v.lines[0].contains("WRONG"), "{}", v.lines[0]);
+        // hold-4000 no slower than a: missed.
+        let v = judge(&model_of(&[
+            ("a", A),
+            ("a-again", A_AGAIN),
+            ("hold-4000", A_AGAIN),
+            ("hold-2400", A),
+        ]))
+        .unwrap();
+        assert!(!v.ok);
+        assert!(v.lines[1].contains("WRONG"), "{}", v.lines[1]);
+        // An effect faster than holding longer allows (the wrong sign) fails too.
+        let faster = A.map(|x| x * 1.3);
+        let v = judge(&model_of(&[
+            ("a", A),
+            ("a-again", A_AGAIN),
+            ("hold-4000", HOLD_4000),
+            ("hold-2400", faster),
+        ]))
+        .unwrap();
+        assert!(!v.ok, "{:#?}", v.lines);
+    }
+}
