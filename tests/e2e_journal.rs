@@ -644,7 +644,8 @@ fn a_resume_on_anything_else_is_refused_unless_accepted_and_then_recorded() {
     refused(
         &[one_cpu.to_str().unwrap()],
         &[
-            "host_cpus: [0, 1] (as run) → [0] (now)",
+            // One CPU by the topology: not CPU 0 (src/topology.rs).
+            "host_cpus: [0, 1] (as run) → [1] (now)",
             "- host: {cpus: 2, backend: host}",
             "+ host: {cpus: 1, backend: host}",
         ],

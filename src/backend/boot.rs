@@ -205,12 +205,42 @@ pub mod tests {
         let s = with("host", "");
         let p = plan_with(&s, StartMethod::Clone, Path::new("/nonexistent/qboot.rom"), None);
         out.push(("clone", s, p, Some(Path::new("/t/state"))));
+        // The fast boot (a PVH vmlinux through qboot; a libvirt ROM loader), a template saving
+        // its RAM to a file, and a clone mapping that file private: inputs that exist, under
+        // the source tree (golden files name them as `$SRC/...`).
+        let inputs = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/testdata/golden-inputs");
+        let qboot = inputs.join("qboot.rom");
+        let pvh = GuestSpec {
+            fast_kernel: FastKernel::Pvh(inputs.join("vmlinux")),
+            ..with("host", "")
+        };
+        let p = plan_with(&pvh, StartMethod::Boot, &qboot, None);
+        assert_eq!(
+            p.facts["bios"], "qboot",
+            "the golden PVH case boots through qboot"
+        );
+        out.push(("pvh-qboot", pvh.clone(), p, None));
+        let template = GuestSpec {
+            ram: crate::backend::RamBacking::TemplateFile("/t/ram".into()),
+            ..pvh.clone()
+        };
+        let p = plan_with(&template, StartMethod::Clone, &qboot, None);
+        out.push(("template", template, p, None));
+        let shared = GuestSpec {
+            ram: crate::backend::RamBacking::CloneOf("/t/ram".into()),
+            start: StartMethod::CloneShared,
+            ..pvh
+        };
+        let p = plan_with(&shared, StartMethod::CloneShared, &qboot, None);
+        out.push(("clone-shared", shared, p, Some(Path::new("/t/state"))));
         out
     }
 
-    /// Compares `text` with the golden file `src/backend/testdata/golden/<name>`;
-    /// `OCRIG_BLESS=1` rewrites the file instead (then review the diff).
+    /// Compares `text` (the source tree's path written `$SRC`) with the golden file
+    /// `src/backend/testdata/golden/<name>`; `scripts/bless-golden` rewrites the files instead
+    /// (through `OCRIG_BLESS=1`), for a reviewer to read in the diff.
     pub fn golden(name: &str, text: &str) {
+        let text = text.replace(env!("CARGO_MANIFEST_DIR"), "$SRC");
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src/backend/testdata/golden")
             .join(name);
@@ -220,11 +250,11 @@ pub mod tests {
             return;
         }
         let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (OCRIG_BLESS=1 writes it)", path.display()));
+            .unwrap_or_else(|e| panic!("{}: {e} (scripts/bless-golden writes it)", path.display()));
         assert_eq!(
             text,
             want,
-            "{} differs (OCRIG_BLESS=1 rewrites it)",
+            "{} differs (scripts/bless-golden rewrites it: then review the diff)",
             path.display()
         );
     }

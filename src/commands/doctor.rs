@@ -43,6 +43,7 @@ pub fn doctor() -> anyhow::Result<()> {
         virsh.as_deref().unwrap_or("not installed (run scripts/setup)")
     );
     println!("libvirtd:       {}", libvirtd_status());
+    println!("libvirt's QEMU: {}", libvirt_qemu_line());
     match image::resolve_default_kernel() {
         Ok(k) => println!("default kernel: {k} (Debian's linux-image-amd64)"),
         Err(e) => println!("default kernel: cannot resolve — {e:#}"),
@@ -219,6 +220,96 @@ fn start_methods(accel: host::Accel, img: Option<&image::Image>) -> Vec<String> 
     out
 }
 
+/// What user and confinement libvirt's QEMU runs with, from /etc/libvirt/qemu.conf, and
+/// whether the running libvirtd read that file (it reads it only when it starts).
+fn libvirt_qemu_line() -> String {
+    const CONF: &str = "/etc/libvirt/qemu.conf";
+    let conf = std::fs::read_to_string(CONF).ok();
+    let conf_changed = std::fs::metadata(CONF)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64());
+    qemu_conf_words(conf.as_deref(), conf_changed, libvirtd_started())
+}
+
+/// When the running libvirtd started, seconds since the epoch (None: not running, or unread).
+fn libvirtd_started() -> Option<f64> {
+    let pid = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "libvirtd").then_some(pid)
+    })?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22, after the parenthesised name: start time in clock ticks after boot.
+    let ticks: f64 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let btime: f64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(btime + ticks / hz)
+}
+
+/// `qemu.conf`'s `user` and `security_driver` (the last uncommented setting of each) in words:
+/// as scripts/setup sets them (root, unconfined: QEMU can write the results directory and
+/// starts fast) or not, and a warning when the running libvirtd started before the file last
+/// changed, so it runs with the settings from before.
+fn qemu_conf_words(conf: Option<&str>, changed_s: Option<f64>, daemon_started_s: Option<f64>) -> String {
+    let Some(conf) = conf else {
+        return "no /etc/libvirt/qemu.conf (libvirt not installed: run scripts/setup)".into();
+    };
+    let setting = |key: &str| {
+        conf.lines()
+            .rev()
+            .map(str::trim)
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+            })
+    };
+    let user = setting("user");
+    let driver = setting("security_driver");
+    let mut words = format!(
+        "runs as {}, security driver {}",
+        user.as_deref().unwrap_or("libvirt-qemu (the default)"),
+        driver
+            .as_deref()
+            .unwrap_or("the default (AppArmor or SELinux where present)")
+    );
+    if user.as_deref() == Some("root") && driver.as_deref() == Some("none") {
+        words
+            .push_str(" (as scripts/setup sets it: QEMU can create its QMP socket in the results directory)");
+    } else {
+        words.push_str(
+            " — not as scripts/setup sets it: a confined QEMU of another user may not create its QMP socket in the \
+             results directory (run scripts/setup)",
+        );
+    }
+    // 2 s of slack: the kernel gives the boot time in whole seconds, so a daemon started just
+    // after the file changed can read as started up to a second before.
+    if let (Some(changed), Some(started)) = (changed_s, daemon_started_s)
+        && started < changed - 2.0
+    {
+        words.push_str(
+            "; WARNING: the running libvirtd started before qemu.conf last changed, so it still uses the settings from \
+             before (restart it: scripts/setup does)",
+        );
+    }
+    words
+}
+
 fn libvirtd_status() -> String {
     let out = std::process::Command::new("timeout")
         .args([
@@ -245,6 +336,45 @@ fn libvirtd_status() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libvirts_qemu_user_and_confinement_are_said_with_a_daemon_that_read_an_older_file() {
+        let set = "#user = \"libvirt-qemu\"\n# ocrig settings\nsecurity_driver = \"none\"\nuser = \"root\"\ngroup = \"root\"\n";
+        let w = qemu_conf_words(Some(set), Some(100.0), Some(200.0));
+        assert_eq!(
+            w,
+            "runs as root, security driver none (as scripts/setup sets it: QEMU can create its QMP socket in the results directory)"
+        );
+        // The daemon started before the file changed: it runs the old settings.
+        let w = qemu_conf_words(Some(set), Some(300.0), Some(200.0));
+        assert!(
+            w.contains("WARNING: the running libvirtd started before qemu.conf last changed"),
+            "{w}"
+        );
+        // Debian's file as shipped: every setting commented out.
+        let w = qemu_conf_words(
+            Some("#user = \"root\"\n#security_driver = \"selinux\"\n"),
+            None,
+            None,
+        );
+        assert!(
+            w.starts_with("runs as libvirt-qemu (the default), security driver the default"),
+            "{w}"
+        );
+        assert!(w.contains("not as scripts/setup sets it"), "{w}");
+        assert!(qemu_conf_words(None, None, None).contains("not installed"));
+    }
+
+    #[test]
+    fn libvirtd_here_started_after_its_qemu_conf_changed() {
+        // scripts/setup (run before the tests) configured the file and (re)started the daemon.
+        let w = libvirt_qemu_line();
+        assert!(
+            w.starts_with("runs as root, security driver none (as scripts/setup"),
+            "{w}"
+        );
+        assert!(!w.contains("WARNING"), "{w}");
+    }
 
     #[test]
     fn doctor_says_whether_runs_get_a_timeline_and_why_not() {

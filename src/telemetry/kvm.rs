@@ -152,6 +152,37 @@ pub fn from_query_stats(raw: &Value) -> Result<KvmCounters, String> {
     })
 }
 
+/// A guest's counters from what QMP answered (`qmp`: the raw `query-stats` answer, or why
+/// there is none) and, where that gives none, debugfs (`debugfs`, read only when asked).
+/// Under KVM a host kernel before 5.14 has no binary stats, so QEMU's `query-stats` answers
+/// without a KVM provider: debugfs is read then, not the TCG conclusion ("the guest does not
+/// run under KVM"); a QMP failure reads debugfs too. Under TCG (`kvm` false) an answer
+/// without KVM stats is QEMU's word and final. `local`: debugfs is this machine's (a remote
+/// host's is not read).
+pub fn counters_from(
+    qmp: Result<Value, String>,
+    kvm: bool,
+    local: bool,
+    debugfs: impl FnOnce() -> Result<KvmCounters, String>,
+) -> Result<KvmCounters, String> {
+    let qmp = match qmp {
+        Ok(raw) => match from_query_stats(&raw) {
+            Ok(c) => return Ok(c),
+            Err(why) if !kvm => return Err(why),
+            Err(_) => {
+                "query-stats has no KVM provider (a host kernel before 5.14 has no binary stats)".to_string()
+            }
+        },
+        Err(why) => why,
+    };
+    if !local {
+        return Err(format!(
+            "QMP: {qmp}; debugfs: a remote host's /sys/kernel/debug/kvm is not read"
+        ));
+    }
+    debugfs().map_err(|d| format!("QMP: {qmp}; debugfs: {d}"))
+}
+
 /// Reads the per-VM debugfs directory of the QEMU process `pid` under `root`
 /// (`/sys/kernel/debug/kvm`).
 pub fn from_debugfs(root: &Path, pid: i32) -> Result<KvmCounters, String> {
@@ -322,6 +353,39 @@ mod tests {
                 .iter()
                 .any(|r| r["stats"].as_array().unwrap().iter().any(|s| s["name"] == name))
         })
+    }
+
+    #[test]
+    fn under_kvm_a_query_stats_answer_without_kvm_stats_reads_debugfs_and_under_tcg_does_not() {
+        let empty = serde_json::json!({"vm": [], "vcpu": []});
+        let from_fs = || {
+            Ok(KvmCounters {
+                source: DEBUGFS_SOURCE,
+                counters: BTreeMap::from([("halt_exits".to_string(), 7)]),
+            })
+        };
+        // A pre-5.14 KVM host: QEMU answers, with no KVM provider; debugfs has the counters.
+        let c = counters_from(Ok(empty.clone()), true, true, from_fs).unwrap();
+        assert_eq!((c.source, c.counters["halt_exits"]), (DEBUGFS_SOURCE, 7));
+        // Neither: both said.
+        let e = counters_from(Ok(empty.clone()), true, true, || Err("no VM directory".into())).unwrap_err();
+        assert!(
+            e.contains("before 5.14") && e.contains("debugfs: no VM directory"),
+            "{e}"
+        );
+        // A remote host's debugfs is not read.
+        let e = counters_from(Ok(empty.clone()), true, false, from_fs).unwrap_err();
+        assert!(e.contains("remote host"), "{e}");
+        // Under TCG: QEMU's own words, and debugfs is never read.
+        let e = counters_from(Ok(empty), false, true, || panic!("debugfs read under TCG")).unwrap_err();
+        assert!(e.contains("does not run under KVM"), "{e}");
+        // A QMP failure under KVM reads debugfs.
+        let c = counters_from(Err("no answer within 2s".into()), true, true, from_fs).unwrap();
+        assert_eq!(c.source, DEBUGFS_SOURCE);
+        // And a full answer is the answer.
+        let sample: Value = serde_json::from_str(KVM_66).unwrap();
+        let c = counters_from(Ok(sample["after"].clone()), true, true, || panic!("debugfs read")).unwrap();
+        assert_eq!(c.source, QMP_SOURCE);
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl RunProbe {
     ) -> Self {
         let cpu0 = process_cpu_ns();
         let stats = guest_stats(targets, collect).await;
-        let kvms = kvm_snapshots(targets, fs.is_local()).await;
+        let kvms = kvm_snapshots(targets, fs.is_local(), accel).await;
         let (host, vcpus) = host_reads(fs, targets, true).await;
         let guests = stats
             .into_iter()
@@ -122,7 +122,7 @@ impl RunProbe {
     pub async fn finish(self, targets: &[ProbeTarget<'_>]) -> RunTelemetry {
         let cpu0 = process_cpu_ns();
         let (host_after, vcpus_after) = host_reads(&self.fs, targets, false).await;
-        let kvms_after = kvm_snapshots(targets, self.fs.is_local()).await;
+        let kvms_after = kvm_snapshots(targets, self.fs.is_local(), self.accel).await;
         let stats_after = guest_stats(targets, self.collect).await;
 
         let host = match (&self.host, &host_after) {
@@ -263,7 +263,11 @@ async fn host_reads(
 
 /// Every guest's KVM counters: through QMP, else debugfs by the vCPU threads' process (on
 /// this machine only: a remote host's debugfs is not read).
-async fn kvm_snapshots(targets: &[ProbeTarget<'_>], local: bool) -> Vec<Result<KvmCounters, String>> {
+async fn kvm_snapshots(
+    targets: &[ProbeTarget<'_>],
+    local: bool,
+    accel: Accel,
+) -> Vec<Result<KvmCounters, String>> {
     join_all(targets.iter().map(|t| async move {
         if !t.reachable {
             return Err(UNREACHABLE.to_string());
@@ -275,20 +279,15 @@ async fn kvm_snapshots(targets: &[ProbeTarget<'_>], local: bool) -> Vec<Result<K
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {QMP_DEADLINE:?}"))),
         };
-        match answer {
-            Ok(raw) => kvm::from_query_stats(&raw),
-            Err(qmp) if !local => Err(format!(
-                "QMP: {qmp:#}; debugfs: a remote host's /sys/kernel/debug/kvm is not read"
-            )),
-            Err(qmp) => {
-                let pid = t.vcpu_tids.first().and_then(|&tid| vcpu::process_of(tid));
-                let debugfs = match pid {
-                    Some(pid) => kvm::from_debugfs(Path::new(DEBUGFS_KVM), pid),
-                    None => Err("no QEMU process known for the vCPU threads".into()),
-                };
-                debugfs.map_err(|d| format!("QMP: {qmp:#}; debugfs: {d}"))
-            }
-        }
+        kvm::counters_from(
+            answer.map_err(|e| format!("{e:#}")),
+            accel == Accel::Kvm,
+            local,
+            || match t.vcpu_tids.first().and_then(|&tid| vcpu::process_of(tid)) {
+                Some(pid) => kvm::from_debugfs(Path::new(DEBUGFS_KVM), pid),
+                None => Err("no QEMU process known for the vCPU threads".into()),
+            },
+        )
     }))
     .await
 }
