@@ -247,6 +247,12 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             ),
             m("progress_jain", "Jain's index of per-thread progress (= jain)"),
             m("time_jain", "Jain's index of per-thread times"),
+            m("thread_time_max_s", "the last thread's finish time"),
+            m("thread_time_min_s", "the first thread's finish time"),
+            m(
+                "finish_spread",
+                "the last thread's finish time / the first's (1: all finish together)",
+            ),
             m(
                 "ctxsw_voluntary",
                 "voluntary context switches (sleeps) of the workers",
