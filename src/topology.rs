@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::hostfs::HostFs;
+use ocrig_payload::probe::tracefs::parse_cpu_list;
 
 /// One logical CPU's place.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,24 +192,6 @@ fn node_map(fs: &dyn HostFs) -> BTreeMap<usize, usize> {
     map
 }
 
-/// A kernel CPU list (`0-3,8,10-11`).
-pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    (!cpus.is_empty()).then_some(cpus)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,13 +288,5 @@ mod tests {
         assert_eq!(t.cpus[1].siblings, [1]);
         assert_eq!(t.cpus[1].node, None);
         assert_eq!(t.preference(), [1, 2, 0]);
-    }
-
-    #[test]
-    fn cpu_lists_parse_like_the_kernel_writes_them() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
-        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
-        assert_eq!(parse_cpu_list(""), None);
-        assert_eq!(parse_cpu_list("3-1"), None);
     }
 }

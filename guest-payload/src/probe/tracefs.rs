@@ -137,7 +137,8 @@ pub fn online_cpus() -> Result<Vec<usize>, String> {
     parse_cpu_list(text.trim()).ok_or_else(|| format!("{path} is not a CPU list: {text:?}"))
 }
 
-fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+/// A kernel CPU list (`0-3,8,10-11`, as sysfs and tracefs write them); None for anything else.
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
