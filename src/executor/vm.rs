@@ -148,6 +148,15 @@ impl Executor for VmExecutor {
             crate::backend::pin_thread,
         );
         let pinning = pin_all(&self.live, &placed).await;
+        let emulator = if local {
+            let rest: Vec<usize> = crate::host::allowed_cpus()
+                .into_iter()
+                .filter(|c| !self.cfg.host_cpus.contains(c))
+                .collect();
+            emulator_threads_to(&self.live, &rest, crate::backend::pin_thread)
+        } else {
+            json!("left where the remote host's libvirt starts them")
+        };
         let t_deploy = Instant::now();
         let deployed = deploy_all(&self.live, &self.cfg.uploads, self.cfg.timeouts.deploy_s).await;
         let deploy_s = t_deploy.elapsed().as_secs_f64();
@@ -184,7 +193,7 @@ impl Executor for VmExecutor {
                 "why": placed.why,
             },
             "boot_s": boot_s, "deploy_s": deploy_s, "guest_kernel": kernel, "start": start,
-            "guest_memory": memory,
+            "guest_memory": memory, "emulator_threads": emulator,
         });
         self.placed = Some(placed);
         Ok(BroughtUp {
@@ -690,6 +699,55 @@ impl Rotation {
     }
 }
 
+/// Moves every thread of each guest's QEMU but its vCPUs (the main loop, I/O, RCU and worker
+/// threads) to `cpus`, the usable CPUs outside the measured set, so only vCPUs run on the
+/// measured CPUs; where there are none (a host measured whole) they stay and that is said.
+/// Per guest: the CPUs and how many threads moved, or why not.
+fn emulator_threads_to(
+    live: &[Live],
+    cpus: &[usize],
+    pin: impl Fn(i32, &[usize]) -> anyhow::Result<()>,
+) -> Value {
+    if cpus.is_empty() {
+        return json!("on the measured CPUs: no usable CPU outside them for QEMU's other threads");
+    }
+    let per_guest: Vec<Value> = live
+        .iter()
+        .map(|l| {
+            let Some(pid) = l.vcpu_tids.first().and_then(|&t| crate::telemetry::vcpu::process_of(t)) else {
+                return json!({ "guest": l.index, "error": "QEMU's process is not known (no vCPU thread ids)" });
+            };
+            match move_other_threads(pid, &l.vcpu_tids, cpus, &pin) {
+                Ok(moved) => json!({ "guest": l.index, "cpus": cpus, "moved": moved }),
+                Err(e) => json!({ "guest": l.index, "error": format!("{e:#}") }),
+            }
+        })
+        .collect();
+    Value::Array(per_guest)
+}
+
+/// Pins every thread of process `pid` except `keep` to `cpus`; how many were moved. A thread
+/// that exits meanwhile is skipped.
+fn move_other_threads(
+    pid: i32,
+    keep: &[i32],
+    cpus: &[usize],
+    pin: impl Fn(i32, &[usize]) -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| anyhow::anyhow!("listing /proc/{pid}/task: {e}"))?;
+    let mut moved = 0;
+    for tid in tasks
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        if !keep.contains(&tid) && pin(tid, cpus).is_ok() {
+            moved += 1;
+        }
+    }
+    Ok(moved)
+}
+
 /// Applies the placement to every guest; per guest the mapping applied, or why it failed.
 async fn pin_all(live: &[Live], placed: &Placement) -> Value {
     let mut all = Vec::new();
@@ -843,6 +901,46 @@ pub fn console_evidence(console: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_thread_but_the_vcpus_moves_to_the_cpus_outside_the_measured_set() {
+        // This test process stands in for a QEMU: its threads, two of them "vCPUs".
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let (stop, tx) = (std::sync::Arc::clone(&stop), tx.clone());
+                std::thread::spawn(move || {
+                    tx.send(rustix::thread::gettid().as_raw_nonzero().get()).unwrap();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                })
+            })
+            .collect();
+        let tids: Vec<i32> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        let pid = std::process::id() as i32;
+        let pinned = std::sync::Mutex::new(Vec::new());
+        let pin = |tid: i32, cpus: &[usize]| {
+            assert_eq!(cpus, [7]);
+            pinned.lock().unwrap().push(tid);
+            Ok(())
+        };
+        let moved = move_other_threads(pid, &tids[..2], &[7], pin).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        let pinned = pinned.into_inner().unwrap();
+        assert_eq!(moved, pinned.len());
+        assert!(
+            !pinned.contains(&tids[0]) && !pinned.contains(&tids[1]),
+            "a vCPU moved"
+        );
+        assert!(pinned.contains(&tids[2]) && pinned.contains(&pid), "{pinned:?}");
+        // No CPU outside the measured set: nothing moves, and that is said.
+        let said = emulator_threads_to(&[], &[], |_, _| panic!("moved"));
+        assert!(said.as_str().unwrap().contains("no usable CPU outside"), "{said}");
+        assert!(move_other_threads(i32::MAX, &[], &[7], |_, _| Ok(())).is_err());
+    }
 
     /// vCPUs per host CPU for a placement, counting a shared vCPU as 1/|set| on each CPU.
     fn load(p: &Placement, cpus: &[usize]) -> Vec<f64> {
