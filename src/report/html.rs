@@ -128,6 +128,13 @@ impl Exporter for HtmlExporter {
                 out.push_str(&html_table(&rows, None));
                 out.push_str("</div>\n");
             }
+            if let Some(rows) = super::kvm_rate_rows(wl) {
+                out.push_str(
+                    "<h3>KVM counters of guest 0's VM (per second of run)</h3>\n<div class=\"wide\">\n",
+                );
+                out.push_str(&html_table(&rows, None));
+                out.push_str("</div>\n");
+            }
             if wl.comparisons.is_empty() {
                 out.push_str(&html_table(&single_rows(wl), None));
             }

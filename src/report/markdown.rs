@@ -69,6 +69,10 @@ impl Exporter for MarkdownExporter {
                 out.push_str("\n### KVM counters of guest 0's VM (mean per run)\n\n");
                 out.push_str(&pipe_table(&rows));
             }
+            if let Some(rows) = super::kvm_rate_rows(wl) {
+                out.push_str("\n### KVM counters of guest 0's VM (per second of run)\n\n");
+                out.push_str(&pipe_table(&rows));
+            }
             out.push('\n');
             for n in notes(model, wl) {
                 out.push_str(&format!("- {n}\n"));

@@ -1029,6 +1029,36 @@ pub fn kvm_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
     Some(rows)
 }
 
+/// The same counters per second of run (`kvm.per_sec`: the cell's counts over its runs'
+/// seconds), when any cell has them: a table of its own, as the totals' is as wide as a
+/// report allows.
+pub fn kvm_rate_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
+    if !wl
+        .series
+        .iter()
+        .flat_map(|s| &s.cells)
+        .any(|c| !c.kvm.per_sec.is_empty())
+    {
+        return None;
+    }
+    let mut head = vec!["variant".to_string(), "oc".into()];
+    // The totals' column names: the title says "per second".
+    head.extend(KVM_COLUMNS.iter().map(|(_, h)| h.to_string()));
+    let mut rows = vec![head];
+    for s in &wl.series {
+        for c in &s.cells {
+            let mut row = vec![s.variant.clone(), fmt_level(c.level)];
+            row.extend(KVM_COLUMNS.iter().map(|(k, _)| match c.kvm.per_sec.get(*k) {
+                // Small rates keep a decimal: 3.5/s is not 4/s.
+                Some(r) if r.abs() < 100.0 => format!("{r:.1}"),
+                r => fmt_count(r.copied()),
+            }));
+            rows.push(row);
+        }
+    }
+    Some(rows)
+}
+
 /// What the cell table's telemetry columns mean, and why any of them is empty.
 pub fn telemetry_notes(wl: &WorkloadModel) -> Vec<String> {
     let cells: Vec<&Cell> = wl.series.iter().flat_map(|s| &s.cells).collect();

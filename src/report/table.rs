@@ -82,6 +82,13 @@ impl Exporter for TableExporter {
                 let title = format!("{}: KVM counters of guest 0's VM (mean per run)", wl.workload);
                 blocks.push(format!("{title}\n{}", ascii_table(&rows)));
             }
+            if let Some(rows) = super::kvm_rate_rows(wl) {
+                let title = format!(
+                    "{}: KVM counters of guest 0's VM (per second of run)",
+                    wl.workload
+                );
+                blocks.push(format!("{title}\n{}", ascii_table(&rows)));
+            }
             let notes: String = notes(model, wl).iter().map(|n| format!("  {n}\n")).collect();
             blocks.push(notes);
             workloads.push(blocks.join("\n"));
@@ -194,6 +201,16 @@ lock-ticket: KVM counters of guest 0's VM (mean per run)
 | base    | 1x   |       2000 |           - |           7 |           - |           - |             - |          - |
 | patched | 0.5x |       2000 |           - |           7 |           - |           - |             - |          - |
 | patched | 1x   |       2000 |           - |           7 |           - |           - |             - |          - |
++---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
+
+lock-ticket: KVM counters of guest 0's VM (per second of run)
++---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
+| variant | oc   | halt exits | halt polled | pv-yield hc | pv-yield ok | preempt rep | preempt other | all hcalls |
++=========+======+============+=============+=============+=============+=============+===============+============+
+| base    | 0.5x |       1000 |           - |         3.5 |           - |           - |             - |          - |
+| base    | 1x   |       1000 |           - |         3.5 |           - |           - |             - |          - |
+| patched | 0.5x |       1000 |           - |         3.5 |           - |           - |             - |          - |
+| patched | 1x   |       1000 |           - |         3.5 |           - |           - |             - |          - |
 +---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
 
   runs per cell: n=3 (every variant)

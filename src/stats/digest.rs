@@ -237,7 +237,15 @@ fn digest_with(
             explain::guest_steal_of(telemetry, explain::guest_cpu(r), ctx).map_err(|e| names.name(&e)),
             explain::kvm_counters_of(telemetry, ctx)
                 .map_err(|e| names.name(&e))
-                .map(|c| Keyed::of(c, names)),
+                .map(|c| match explain::kvm_window_ms(telemetry) {
+                    // The window beside the counters, so the cell can give rates.
+                    Some(ms) => {
+                        let mut c = c.clone();
+                        c.insert(explain::KVM_WINDOW_MS.into(), ms);
+                        Keyed::of(&c, names)
+                    }
+                    None => Keyed::of(c, names),
+                }),
         )
     } else {
         let not = names.name(NOT_PRIMARY);

@@ -601,11 +601,28 @@ pub fn kvm_counters_of<'t>(
     }
 }
 
+/// The key under which a run's KVM counters carry the window they span, in milliseconds (the
+/// vCPU scheduler figures' wall time, read around the same run), so a cell can give rates.
+pub const KVM_WINDOW_MS: &str = "_window_ms";
+
+/// The milliseconds a run's telemetry spans ([`KVM_WINDOW_MS`]), where its vCPU figures say.
+pub fn kvm_window_ms(t: &Telemetry) -> Option<u64> {
+    match &t.vcpu_sched {
+        Part::Read(Ok(s)) if s.wall_s.is_finite() && s.wall_s > 0.0 => Some((s.wall_s * 1e3).round() as u64),
+        _ => None,
+    }
+}
+
 /// Guest 0's VM's KVM counters over a cell: the mean of each counter per run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KvmCell {
     /// Counter → mean per run, over the runs that recorded it.
     pub counters: BTreeMap<String, f64>,
+    /// Counter → per second of run, over the runs whose window is known ([`KVM_WINDOW_MS`]):
+    /// their summed counts over their summed seconds (runs at overcommit last longer, so a
+    /// total per run alone mixes the rate with the run's length).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_sec: BTreeMap<String, f64>,
     /// Runs that recorded counters.
     pub runs: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -629,17 +646,28 @@ where
     E: AsRef<str>,
 {
     let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+    // Counts of the runs whose window is known, and their seconds.
+    let (mut timed, mut seconds): (BTreeMap<String, f64>, f64) = (BTreeMap::new(), 0.0);
     let (mut runs, mut reason) = (0, None);
     for c in per_run {
         match c {
             Ok(c) => {
                 runs += 1;
-                for (k, v) in c {
+                let c: Vec<(K, u64)> = c.into_iter().collect();
+                let window = c
+                    .iter()
+                    .find(|(k, _)| k.as_ref() == KVM_WINDOW_MS)
+                    .map(|(_, ms)| *ms as f64 / 1e3);
+                seconds += window.unwrap_or(0.0);
+                for (k, v) in c.iter().filter(|(k, _)| k.as_ref() != KVM_WINDOW_MS) {
                     match sums.get_mut(k.as_ref()) {
-                        Some(s) => *s += v as f64,
+                        Some(s) => *s += *v as f64,
                         None => {
-                            sums.insert(k.as_ref().to_string(), v as f64);
+                            sums.insert(k.as_ref().to_string(), *v as f64);
                         }
+                    }
+                    if window.is_some() {
+                        *timed.entry(k.as_ref().to_string()).or_default() += *v as f64;
                     }
                 }
             }
@@ -653,6 +681,11 @@ where
             .into_iter()
             .map(|(k, v)| (k, v / runs.max(1) as f64))
             .collect(),
+        per_sec: if seconds > 0.0 {
+            timed.into_iter().map(|(k, v)| (k, v / seconds)).collect()
+        } else {
+            BTreeMap::new()
+        },
         runs,
         unavailable: (runs == 0).then(|| reason.unwrap_or_else(|| "no valid runs".into())),
         not_measured: if runs > 0 {
@@ -861,6 +894,34 @@ mod tests {
         assert!(c.counters.is_empty() && c.unavailable.unwrap().contains("no KVM provider"));
         let old = with(json!({"kvm": {"exits": 5}}));
         assert!(kvm_counters(&old, &KVM).unwrap_err().contains("host-wide"));
+    }
+
+    #[test]
+    fn kvm_rates_are_the_cells_counts_over_the_seconds_their_runs_lasted() {
+        // Two runs: 100 halts in 1 s and 500 in 4 s (a run at overcommit lasts longer): 120
+        // per second over the cell, 300 per run; a run without a known window adds to the
+        // mean per run only.
+        let cell = kvm_cell_of(
+            [
+                vec![("halt_exits", 100u64), (KVM_WINDOW_MS, 1000)],
+                vec![("halt_exits", 500), (KVM_WINDOW_MS, 4000)],
+                vec![("halt_exits", 300)],
+            ]
+            .into_iter()
+            .map(Ok::<_, String>),
+        );
+        assert_eq!(cell.counters["halt_exits"], 300.0);
+        assert!(!cell.counters.contains_key(KVM_WINDOW_MS));
+        assert_eq!(cell.per_sec["halt_exits"], 120.0);
+        // The window is read from the vCPU figures of the same run.
+        let t = Telemetry::of(
+            &serde_json::from_value(
+                json!({"vcpu_sched": {"wall_s": 2.5, "mean_wait_share": 0.1, "vcpus": []}}),
+            )
+            .unwrap(),
+        );
+        assert_eq!(kvm_window_ms(&t), Some(2500));
+        assert_eq!(kvm_window_ms(&Telemetry::default()), None);
     }
 
     #[test]
