@@ -458,6 +458,15 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// The CPUs this process may run on outside `measured`: where QEMU's other threads and ocrig
+/// itself go (empty on a host measured whole).
+pub fn allowed_cpus_outside(measured: &[usize]) -> Vec<usize> {
+    allowed_cpus()
+        .into_iter()
+        .filter(|c| !measured.contains(c))
+        .collect()
+}
+
 pub fn online_cpus() -> usize {
     ocrig_payload::env::online_cpus()
 }

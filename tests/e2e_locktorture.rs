@@ -110,12 +110,7 @@ fn locktorture_runs_in_guests_of_a_kernel_built_with_it_and_compares_two_kernels
     assert_eq!(rows.len(), 2, "{w}");
     for r in rows {
         let e = &r["effect"];
-        let (ratio, low, high) = (
-            e["ratio"].as_f64().unwrap(),
-            e["low"].as_f64().unwrap(),
-            e["high"].as_f64().unwrap(),
-        );
-        assert!(low < ratio && ratio < high, "{r}");
+        let (ratio, low, high) = common::checked_effect(r);
         assert!(r["conclusion"].is_string(), "{r}");
         eprintln!(
             "spinfirst / base at {}x: {ratio:.3} [{low:.3}, {high:.3}] ({} over {}), {}",

@@ -90,13 +90,7 @@ impl Sweep {
             .iter()
             .find(|r| r["level"] == level)
             .unwrap_or_else(|| panic!("{workload}: {variant} has no row at {level}x: {cmp}"));
-        let e = &row["effect"];
-        let (ratio, low, high) = (
-            e["ratio"].as_f64().unwrap(),
-            e["low"].as_f64().unwrap(),
-            e["high"].as_f64().unwrap(),
-        );
-        assert!(low < ratio && ratio < high, "{row}");
+        let (ratio, low, high) = common::checked_effect(row);
         let conclusion = row["conclusion"].as_str().unwrap();
         assert!(
             ["differs", "equivalent", "not-concluded"].contains(&conclusion),

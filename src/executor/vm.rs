@@ -149,10 +149,7 @@ impl Executor for VmExecutor {
         );
         let pinning = pin_all(&self.live, &placed).await;
         let emulator = if local {
-            let rest: Vec<usize> = crate::host::allowed_cpus()
-                .into_iter()
-                .filter(|c| !self.cfg.host_cpus.contains(c))
-                .collect();
+            let rest = crate::host::allowed_cpus_outside(&self.cfg.host_cpus);
             emulator_threads_to(&self.live, &rest, crate::backend::pin_thread)
         } else {
             json!("left where the remote host's libvirt starts them")

@@ -345,10 +345,7 @@ fn backend_named(name: &str) -> Option<BackendKind> {
 /// `QemuBackend::starting_on`); where there are none, as on a 2-CPU host measured whole, ocrig
 /// shares them, which the journal's host record says (`placement`).
 fn keep_off_measured_cpus(measured: &[usize]) {
-    let rest: Vec<usize> = crate::host::allowed_cpus()
-        .into_iter()
-        .filter(|c| !measured.contains(c))
-        .collect();
+    let rest = crate::host::allowed_cpus_outside(measured);
     if rest.is_empty() {
         return;
     }

@@ -193,8 +193,8 @@ fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
                 && c.variant == get(variant)
                 && get(level).parse::<f64>().is_ok_and(|l| l == c.level)
         });
-        let extra = match cell {
-            Some(c) => [
+        let extra = match cell.map(|c| (c, c.locking())) {
+            Some((c, locking)) => [
                 c.runs.to_string(),
                 c.samples.to_string(),
                 super::csv::field(
@@ -204,9 +204,9 @@ fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
                         .collect::<Vec<_>>()
                         .join(";"),
                 ),
-                c.locking().samples.to_string(),
-                format!("{:.4}", c.locking().share),
-                format!("{:.4}", c.locking().waiting_share),
+                locking.samples.to_string(),
+                format!("{:.4}", locking.share),
+                format!("{:.4}", locking.waiting_share),
             ],
             None => Default::default(),
         };

@@ -1006,10 +1006,14 @@ pub fn stretched_of(share: f64, n: &crate::stats::preemption::Denominator) -> St
 /// (labelled for what KVM counts: see `stats::explain::KVM_COLUMNS`).
 pub const KVM_COLUMNS: [(&str, &str); 7] = crate::stats::explain::KVM_COLUMNS;
 
-/// `variant | oc | halt exits | ... | hypercalls`, one row per variant × level, when any cell
-/// has KVM counters (KVM hosts only).
-pub fn kvm_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
-    if !wl.series.iter().flat_map(|s| &s.cells).any(|c| c.kvm.runs > 0) {
+/// `variant | oc | halt exits | ... | hypercalls`, one row per variant × level, of each cell's
+/// KVM figure `of` (None: "-"), when any cell `has` such figures (KVM hosts only).
+fn kvm_table(
+    wl: &WorkloadModel,
+    has: impl Fn(&Cell) -> bool,
+    of: impl Fn(&Cell, &str) -> Option<String>,
+) -> Option<Vec<Vec<String>>> {
+    if !wl.series.iter().flat_map(|s| &s.cells).any(has) {
         return None;
     }
     let mut head = vec!["variant".to_string(), "oc".into()];
@@ -1021,7 +1025,7 @@ pub fn kvm_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
             row.extend(
                 KVM_COLUMNS
                     .iter()
-                    .map(|(k, _)| fmt_count(c.kvm.counters.get(*k).copied())),
+                    .map(|(k, _)| of(c, k).unwrap_or_else(|| "-".into())),
             );
             rows.push(row);
         }
@@ -1029,34 +1033,30 @@ pub fn kvm_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
     Some(rows)
 }
 
+/// The KVM counters' mean per run ([`kvm_table`]).
+pub fn kvm_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
+    kvm_table(
+        wl,
+        |c| c.kvm.runs > 0,
+        |c, k| c.kvm.counters.get(k).map(|v| fmt_count(Some(*v))),
+    )
+}
+
 /// The same counters per second of run (`kvm.per_sec`: the cell's counts over its runs'
-/// seconds), when any cell has them: a table of its own, as the totals' is as wide as a
-/// report allows.
+/// seconds): a table of its own, as the totals' is as wide as a report allows; its column
+/// names are the totals', the title says "per second".
 pub fn kvm_rate_rows(wl: &WorkloadModel) -> Option<Vec<Vec<String>>> {
-    if !wl
-        .series
-        .iter()
-        .flat_map(|s| &s.cells)
-        .any(|c| !c.kvm.per_sec.is_empty())
-    {
-        return None;
-    }
-    let mut head = vec!["variant".to_string(), "oc".into()];
-    // The totals' column names: the title says "per second".
-    head.extend(KVM_COLUMNS.iter().map(|(_, h)| h.to_string()));
-    let mut rows = vec![head];
-    for s in &wl.series {
-        for c in &s.cells {
-            let mut row = vec![s.variant.clone(), fmt_level(c.level)];
-            row.extend(KVM_COLUMNS.iter().map(|(k, _)| match c.kvm.per_sec.get(*k) {
+    kvm_table(
+        wl,
+        |c| !c.kvm.per_sec.is_empty(),
+        |c, k| {
+            c.kvm.per_sec.get(k).map(|r| match r.abs() {
                 // Small rates keep a decimal: 3.5/s is not 4/s.
-                Some(r) if r.abs() < 100.0 => format!("{r:.1}"),
-                r => fmt_count(r.copied()),
-            }));
-            rows.push(row);
-        }
-    }
-    Some(rows)
+                a if a < 100.0 => format!("{r:.1}"),
+                _ => fmt_count(Some(*r)),
+            })
+        },
+    )
 }
 
 /// What the cell table's telemetry columns mean, and why any of them is empty.

@@ -288,11 +288,12 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
 pub const SELF_CHECKS_KEY: &str = "self_checks_failed";
 pub use crate::journal::{BAD_ARGS_REASON, SELF_CHECK_REASON};
 
-/// The first record of an attempt whose payload refused its arguments, if any.
-pub fn refused_args(records: &[RunRecord]) -> Option<&RunRecord> {
+/// The first record of an attempt whose payload refused its arguments, with the payload's
+/// words, if any.
+pub fn refused_args(records: &[RunRecord]) -> Option<(&RunRecord, &str)> {
     records
         .iter()
-        .find(|r| r.error.as_deref().is_some_and(|e| e.starts_with(BAD_ARGS_REASON)))
+        .find_map(|r| Some((r, r.error.as_deref()?.strip_prefix(BAD_ARGS_REASON)?)))
 }
 
 /// The payload's self-check bounds and their defaults: a workload that sets one looser

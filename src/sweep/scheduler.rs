@@ -557,13 +557,13 @@ impl<E: Executor> Scheduler<'_, E> {
         if disturbed.is_some() {
             self.quiet_in_a_row = 0;
         }
-        let refused = records::refused_args(&recs).map(|r| PayloadRefusedArgs {
+        let refused = records::refused_args(&recs).map(|(r, words)| PayloadRefusedArgs {
             workload: cell.workload.id.clone(),
             variant: cell.variant.clone(),
             level: group.level,
             guest: r.guest,
             argv: r.argv.join(" "),
-            words: r.error.as_deref().unwrap_or_default()[records::BAD_ARGS_REASON.len()..].to_string(),
+            words: words.to_string(),
         });
         let ended = if disturbed.is_some() && then == records::Disturbed::Count {
             self.totals.disturbed_counted += 1;

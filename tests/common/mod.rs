@@ -118,3 +118,17 @@ pub fn test_kernel_trees() -> std::collections::BTreeMap<String, PathBuf> {
         .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
         .collect()
 }
+
+/// A report comparison row's effect (`report.json`): its ratio and interval, checked to hold the
+/// ratio inside the interval.
+#[allow(dead_code)] // not every test binary reads comparisons
+pub fn checked_effect(row: &serde_json::Value) -> (f64, f64, f64) {
+    let e = &row["effect"];
+    let (ratio, low, high) = (
+        e["ratio"].as_f64().unwrap(),
+        e["low"].as_f64().unwrap(),
+        e["high"].as_f64().unwrap(),
+    );
+    assert!(low < ratio && ratio < high, "{row}");
+    (ratio, low, high)
+}
