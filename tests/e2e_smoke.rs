@@ -87,15 +87,19 @@ fn smoke(backend: &str) {
         assert!(self_check(r), "a failed attempt that no self-check rejected: {r}");
         eprintln!("retried after a self-check: {} {}", r["error"], r["superseded"]);
     }
-    // Each level's one guest set was warmed once, before its first measured run (a warm-up the
-    // checks rejected warmed its guests all the same and is not made again).
+    // Each level's one guest set was warmed once, before its first measured run. A warm-up the
+    // checks rejected is made again on the same guests, up to `self_check_retries` (3 by
+    // default) times, so fresh guests still speeding up do not refuse the first measured run.
     for level in [0.5, 1.0] {
-        let warm_ups = runs
-            .iter()
-            .chain(&rejected)
-            .filter(|r| r["level"].as_f64() == Some(level) && r["warmup"] == true && r["guest"] == 0)
-            .count();
-        assert_eq!(warm_ups, 1, "{level}x: one warm-up of its one guest set");
+        let warm_up =
+            |r: &&Value| r["level"].as_f64() == Some(level) && r["warmup"] == true && r["guest"] == 0;
+        let counted = runs.iter().filter(warm_up).count();
+        let refused = rejected.iter().filter(warm_up).count();
+        assert!(
+            counted + refused >= 1 && counted <= 1 && counted + refused <= 1 + 3,
+            "{level}x: one warm-up of its one guest set, made again only after a self-check: \
+             {counted} counted, {refused} refused"
+        );
     }
     // 0.5x = 1 guest, 1.0x = 2 guests (2 host CPUs, 1-vCPU guests); 2 measured runs each.
     let at = |level: f64| {
