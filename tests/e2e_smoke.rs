@@ -68,6 +68,22 @@ fn smoke(backend: &str) {
         .expect("schedule in header");
     assert_eq!(boots.len(), 2, "{header}");
     assert_eq!(header["schedule"]["order"], "round-robin");
+    // The host probed on the sweep's CPUs before anything booted: its speed and, from the same
+    // samples in 0.1 s blocks, its noise floor.
+    let speed = &header["host_speed"];
+    assert!(speed["samples"].as_u64().unwrap_or(0) >= 20, "{speed}");
+    let floor = &header["noise_floor"];
+    assert_eq!(floor["cpus"], speed["cpus"], "{floor}");
+    assert_eq!(floor["block_s"].as_f64(), Some(0.1), "{floor}");
+    assert!(floor["blocks"].as_u64().unwrap_or(0) >= 10, "{floor}");
+    let (p10, p90) = (floor["p10"].as_f64().unwrap(), floor["p90"].as_f64().unwrap());
+    assert!(0.0 < p10 && p10 <= p90, "{floor}");
+    assert!(
+        floor["block_cv"]
+            .as_f64()
+            .is_some_and(|cv| (0.0..1.0).contains(&cv)),
+        "{floor}"
+    );
     let kernel = header["kernels"]["base"]
         .as_str()
         .expect("kernel release in header")

@@ -183,6 +183,11 @@ pub struct SweepHeader {
     /// its speed (`telemetry::host_handover`). Absent as `host_speed` is, or with one CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_handover: Option<serde_json::Value>,
+    /// The noise floor of the sweep's CPUs, from the same preflight samples as `host_speed` in
+    /// short blocks (`telemetry::host_speed::NoiseFloor`): the effect a comparison could detect
+    /// with nothing but this host's own noise. Absent as `host_speed` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_floor: Option<serde_json::Value>,
     /// What the host is: kernel, CPU and microcode, SMT, NUMA, KVM parameters, THP, governor,
     /// QEMU, whether it is a VM ([`host::HostRecord`]). Absent in older journals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1050,6 +1055,7 @@ pub(crate) mod tests {
             looks: None,
             host_speed: None,
             host_handover: None,
+            noise_floor: None,
             host: None,
         }
     }

@@ -169,6 +169,7 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
         looks: plan.looks,
         host_speed: None,
         host_handover: None,
+        noise_floor: None,
         host: None,
         payload_sha256: None,
         images: BTreeMap::new(),

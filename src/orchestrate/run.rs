@@ -148,7 +148,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // sweep journals them, a resume only says them.
     use crate::telemetry::{host_handover, host_speed};
     let local = remote_backend.is_none();
-    let host_speed = local.then(|| host_speed::probe(&plan.host_cpus, host_speed::PREFLIGHT));
+    let (host_speed, noise_floor) = match local {
+        true => {
+            let (speed, floor) = host_speed::preflight(
+                &plan.host_cpus,
+                host_speed::PREFLIGHT,
+                host_speed::PREFLIGHT_BLOCK,
+            );
+            (Some(speed), say_noise_floor(floor))
+        }
+        false => (None, None),
+    };
     let host_speed = say_host_probe("host speed", host_speed);
     let host_handover = (local && plan.host_cpus.len() >= 2)
         .then(|| host_handover::probe(&plan.host_cpus, host_handover::PREFLIGHT));
@@ -238,6 +248,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             head.images = runs_on.images.clone();
             head.host_speed = host_speed.clone();
             head.host_handover = host_handover.clone();
+            head.noise_floor = noise_floor.clone();
             head.host = runs_on.host.clone();
             head
         },
@@ -527,6 +538,26 @@ pub(crate) fn finish(
 
 /// Says what a host probe before the sweep saw (a warning when the host was not steady) and
 /// gives what the journal's header keeps of it; None when not probed or when it failed.
+/// The preflight's noise floor ([`crate::telemetry::host_speed::NoiseFloor`]) said in the log
+/// and kept for the header, or why it was not measured.
+fn say_noise_floor(
+    floor: Result<crate::telemetry::host_speed::NoiseFloor, String>,
+) -> Option<serde_json::Value> {
+    match floor {
+        Ok(f) => {
+            tracing::info!(
+                "noise floor {}",
+                f.describe(crate::stats::power::detectable_at_cv)
+            );
+            serde_json::to_value(&f).ok()
+        }
+        Err(e) => {
+            tracing::warn!("noise floor not measured: {e}");
+            None
+        }
+    }
+}
+
 fn say_host_probe<T: crate::telemetry::host_speed::HostProbe>(
     what: &str,
     probed: Option<Result<T, String>>,

@@ -733,9 +733,13 @@ fn host_probe_lines(model: &Model) -> impl Iterator<Item = String> + '_ {
         .iter()
         .map(|d| format!("variant not as meant: {d}"));
     pv.chain(host).chain(
-        [("speed", &model.host_speed), ("hand-over", &model.host_handover)]
-            .into_iter()
-            .filter_map(|(what, words)| Some(format!("host {what} before the sweep: {}", words.as_ref()?))),
+        [
+            ("speed", &model.host_speed),
+            ("hand-over", &model.host_handover),
+            ("noise floor", &model.noise_floor),
+        ]
+        .into_iter()
+        .filter_map(|(what, words)| Some(format!("host {what} before the sweep: {}", words.as_ref()?))),
     )
 }
 
@@ -1463,6 +1467,14 @@ mod tests {
             "cpus": [0, 1], "samples": 3000, "seconds": 0.5, "p5_ns": 54.0, "p50_ns": 58.0,
             "p95_ns": 86.0, "spread": 1.59, "slow_share": 0.31
         }));
+        // CV 2 % of 0.1 s blocks: 3 runs a side detect about 2.4 × 2 % × 2 (Cohen's d ×
+        // CV), 10 runs about 1.3 × 2 % × 2 (stats::power).
+        j.header.noise_floor = Some(serde_json::json!({
+            "cpus": [0, 1], "seconds": 1.0, "p10": 0.27, "p50": 0.33, "p90": 0.46,
+            "largest_step": 1.9, "block_s": 0.1, "blocks": 20, "block_cv": 0.02
+        }));
+        let json = render(&j, Format::Json, &ReportOptions::default()).unwrap();
+        assert!(json.contains("blocks of 0.1 s vary by CV 2.00 %"), "{json}");
         for format in [Format::Table, Format::Md, Format::Html] {
             let text = render(&j, format, &ReportOptions::default()).unwrap();
             assert!(
@@ -1475,6 +1487,12 @@ mod tests {
                 text.contains(
                     "host hand-over before the sweep: NOT steady, x1.59 between its fast and slow samples, 31 %"
                 ),
+                "{format:?}:\n{text}"
+            );
+            assert!(
+                text.contains(
+                    "host noise floor before the sweep: busy loop 0.270 / 0.330 / 0.460 ns per iteration"
+                ) && text.contains("a comparison of 3 runs a side could detect"),
                 "{format:?}:\n{text}"
             );
         }

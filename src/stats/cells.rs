@@ -64,6 +64,11 @@ pub struct Model {
     /// sweep, in words ([`crate::telemetry::host_handover::HostHandover::describe`]).
     #[serde(default)]
     pub host_handover: Option<String>,
+    /// The noise floor of the sweep's CPUs before the sweep, in words with the effects a 3-
+    /// and a 10-run comparison could detect at it
+    /// ([`crate::telemetry::host_speed::NoiseFloor::describe`]); None when not measured.
+    #[serde(default)]
+    pub noise_floor: Option<String>,
     /// What the host was, in one line ([`crate::journal::host::HostRecord::summary`]); None in
     /// older journals.
     #[serde(default)]
@@ -524,6 +529,11 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         host_handover: probe_words::<crate::telemetry::host_handover::HostHandover>(
             header.host_handover.as_ref(),
         ),
+        noise_floor: header
+            .noise_floor
+            .as_ref()
+            .and_then(|v| serde_json::from_value::<crate::telemetry::host_speed::NoiseFloor>(v.clone()).ok())
+            .map(|f| f.describe(super::power::detectable_at_cv)),
         host: header.host.as_ref().map(|h| h.summary()),
         pv_disagreements: pv_disagreements(journal),
         workloads,

@@ -20,7 +20,11 @@ use serde::{Deserialize, Serialize};
 const SAMPLE: Duration = Duration::from_micros(500);
 
 /// How long `ocrig run` probes before it boots anything (per CPU, all at once).
-pub const PREFLIGHT: Duration = Duration::from_millis(500);
+pub const PREFLIGHT: Duration = Duration::from_secs(1);
+
+/// The block of the noise floor a sweep journals from its preflight samples ([`preflight`]):
+/// ten per CPU in [`PREFLIGHT`] (`ocrig doctor` measures 1 s blocks over 6 s instead).
+pub const PREFLIGHT_BLOCK: Duration = Duration::from_millis(100);
 
 /// Above this spread (the slowest 5 % of samples against the fastest 5 %), the host's speed
 /// is not steady: the same work takes more than 5 % longer at some moments than at others.
@@ -133,6 +137,27 @@ pub fn probe(cpus: &[usize], total: Duration) -> Result<HostSpeed, String> {
     summarize(cpus, &mut per_cpu.concat(), seconds)
 }
 
+/// The probe a sweep makes before it boots anything: one set of samples on every CPU of
+/// `cpus` at once for `total`, read both as the host's speed ([`probe`]) and as its noise
+/// floor in blocks of `block` ([`noise_floor`]), each Err with why not.
+pub fn preflight(
+    cpus: &[usize],
+    total: Duration,
+    block: Duration,
+) -> (Result<HostSpeed, String>, Result<NoiseFloor, String>) {
+    if cpus.is_empty() {
+        let why = "no CPU to probe".to_string();
+        return (Err(why.clone()), Err(why));
+    }
+    match samples_per_cpu(cpus, total) {
+        Ok((per_cpu, seconds)) => (
+            summarize(cpus, &mut per_cpu.concat(), seconds),
+            floor_of(cpus, &per_cpu, seconds, block),
+        ),
+        Err(why) => (Err(why.clone()), Err(why)),
+    }
+}
+
 /// [`samples_on`] every CPU of `cpus` at once, one pinned thread each: each CPU's samples in
 /// time order, and the seconds it all took.
 fn samples_per_cpu(cpus: &[usize], total: Duration) -> Result<(Vec<Vec<f64>>, f64), String> {
@@ -157,7 +182,7 @@ fn samples_per_cpu(cpus: &[usize], total: Duration) -> Result<(Vec<Vec<f64>>, f6
 /// CPU at once for a few seconds, in 0.5 ms samples, and the same samples averaged in blocks
 /// the length of a short run. The blocks' spread is how much a run of that length varies with
 /// nothing but this host's own state (runs of a lock or a guest vary more, never less).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NoiseFloor {
     pub cpus: Vec<usize>,
     pub seconds: f64,
@@ -346,5 +371,28 @@ mod tests {
         assert!(s.p5_ns_per_iter > 0.0 && s.p5_ns_per_iter <= s.p50_ns_per_iter);
         assert!(s.p50_ns_per_iter <= s.p95_ns_per_iter);
         assert!(probe(&[], Duration::from_millis(10)).is_err());
+    }
+
+    /// A sweep's preflight reads one set of samples twice: the speed over all of them, the
+    /// noise floor over its blocks (200 ms in 20 ms blocks: about 10 per CPU, a sample more or less).
+    #[test]
+    fn a_preflight_gives_the_speed_and_the_noise_floor_of_the_same_samples() {
+        let cpus = crate::host::allowed_cpus();
+        let (speed, floor) = preflight(&cpus[..1], Duration::from_millis(200), Duration::from_millis(20));
+        let (speed, floor) = (speed.unwrap(), floor.unwrap());
+        assert_eq!(
+            (speed.cpus.clone(), floor.cpus.clone()),
+            (cpus[..1].to_vec(), cpus[..1].to_vec())
+        );
+        assert_eq!(speed.seconds, floor.seconds);
+        assert!(floor.blocks >= 2 && floor.blocks <= 12, "{floor:?}");
+        assert!(floor.p10 <= floor.p50 && floor.p50 <= floor.p90, "{floor:?}");
+        assert!(
+            speed.p5_ns_per_iter <= floor.p10 && floor.p90 <= speed.p95_ns_per_iter,
+            "{speed:?} {floor:?}"
+        );
+        assert!(floor.block_cv.is_finite() && floor.block_cv >= 0.0, "{floor:?}");
+        let (a, b) = preflight(&[], Duration::from_millis(10), Duration::from_millis(1));
+        assert!(a.is_err() && b.is_err());
     }
 }
