@@ -84,6 +84,13 @@ fn smoke(backend: &str) {
             .is_some_and(|cv| (0.0..1.0).contains(&cv)),
         "{floor}"
     );
+    // Each QEMU started on the measured CPUs, its memory bound to their node.
+    let start = header["host"]["guest_start"].as_str().unwrap_or_default();
+    assert!(
+        start.starts_with(&format!("QEMU starts on CPUs {}", cpu_list(&header["host_cpus"])))
+            && start.contains("guest memory bound to NUMA node(s) 0"),
+        "{start}"
+    );
     let kernel = header["kernels"]["base"]
         .as_str()
         .expect("kernel release in header")
@@ -242,4 +249,10 @@ fn processes_naming(names: &[String]) -> Vec<String> {
                 .any(|n| c.contains(&format!("{n},")) || c.ends_with(n.as_str()))
         })
         .collect()
+}
+
+/// A JSON array of CPU numbers as `0,1`.
+fn cpu_list(cpus: &Value) -> String {
+    let cpus = cpus.as_array().expect("a CPU list");
+    cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }

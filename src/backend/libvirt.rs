@@ -68,6 +68,8 @@ pub struct LibvirtBackend {
     versions: String,
     /// Set when `uri` names another host (`qemu+ssh://`, `qemu+libssh2://`).
     remote: Option<Arc<HostSsh>>,
+    /// Where a local domain starts (`<vcpu cpuset>`, `emulatorpin`, `numatune`).
+    start: super::StartPlacement,
 }
 
 impl LibvirtBackend {
@@ -105,7 +107,15 @@ impl LibvirtBackend {
             starter,
             versions: format!("libvirt {lib} hypervisor {version}"),
             remote,
+            start: super::StartPlacement::default(),
         })
+    }
+
+    /// Every local domain started as `start` says (a remote host's domains start where its
+    /// libvirt puts them; their vCPUs are pinned once up, as everywhere).
+    pub fn starting_on(mut self, start: super::StartPlacement) -> Self {
+        self.start = start;
+        self
     }
 
     /// The remote host's SSH side, when `uri` names one.
@@ -189,7 +199,13 @@ fn cpu_xml(cpu: &str, vcpus: u32) -> (String, Option<String>) {
 /// The transient domain for a guest whose SSH is forwarded from `ssh_port` on 127.0.0.1,
 /// booting `plan` or, with `incoming`, restoring that saved state.
 /// Paths are used as given; `boot` makes them absolute first.
-pub fn domain_xml(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Option<&Path>) -> String {
+pub fn domain_xml(
+    spec: &GuestSpec,
+    plan: &BootPlan,
+    ssh_port: u16,
+    incoming: Option<&Path>,
+    start: &super::StartPlacement,
+) -> String {
     let dom_type = match spec.accel {
         Accel::Kvm => "kvm",
         Accel::Tcg => "qemu",
@@ -207,7 +223,30 @@ pub fn domain_xml(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Op
     line(&format!("  <name>{}</name>", esc(&spec.name)));
     line("  <description>ocrig guest (transient, destroyed when its ocrig exits)</description>");
     line(&format!("  <memory unit='MiB'>{}</memory>", spec.memory_mib));
-    line(&format!("  <vcpu placement='static'>{}</vcpu>", spec.vcpus));
+    // The domain's threads start on the measured CPUs (ocrig pins each vCPU within them once
+    // its thread is known), its other threads where `others` says, and its memory is bound to
+    // the measured CPUs' nodes before the guest touches it.
+    let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    match start.cpus.is_empty() {
+        true => line(&format!("  <vcpu placement='static'>{}</vcpu>", spec.vcpus)),
+        false => line(&format!(
+            "  <vcpu placement='static' cpuset='{}'>{}</vcpu>",
+            list(&start.cpus),
+            spec.vcpus
+        )),
+    }
+    if !start.others.is_empty() {
+        line(&format!(
+            "  <cputune><emulatorpin cpuset='{}'/></cputune>",
+            list(&start.others)
+        ));
+    }
+    if !start.memory_nodes.is_empty() {
+        line(&format!(
+            "  <numatune><memory mode='strict' nodeset='{}'/></numatune>",
+            list(&start.memory_nodes)
+        ));
+    }
     if plan.vmgenid {
         line("  <genid/>");
     }
@@ -348,7 +387,8 @@ impl Launcher for LibvirtBackend {
             "{}\n{}\n{}",
             self.versions,
             qemu_identity(Path::new("qemu-system-x86_64")),
-            domain_xml(&masked, plan, 0, None)
+            // Where it starts is not part of what a template is.
+            domain_xml(&masked, plan, 0, None, &super::StartPlacement::default())
         ))
     }
 
@@ -383,9 +423,10 @@ impl LibvirtBackend {
         let _ = std::fs::remove_file(&qmp_sock);
         let uri = self.uri.clone();
         let t0 = std::time::Instant::now();
-        let (plan, incoming) = (plan.clone(), incoming.map(Path::to_path_buf));
+        let (plan, incoming, start) = (plan.clone(), incoming.map(Path::to_path_buf), self.start.clone());
         let (conn, dom, port) =
-            tokio::task::spawn_blocking(move || create(&uri, &abs, &plan, incoming.as_deref())).await??;
+            tokio::task::spawn_blocking(move || create(&uri, &abs, &plan, incoming.as_deref(), &start))
+                .await??;
         let mut guest = LibvirtGuest::created(spec, &self.uri, conn, dom, port);
         // Drop destroys the domain if any of these checks fails.
         let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
@@ -467,7 +508,7 @@ impl LibvirtBackend {
                 bios: bios.map(PathBuf::from),
                 ..plan2
             };
-            let (conn, dom, port) = create(&uri, &rspec, &rplan, None)?;
+            let (conn, dom, port) = create(&uri, &rspec, &rplan, None, &super::StartPlacement::default())?;
             Ok((conn, dom, port, rspec))
         })
         .await??;
@@ -535,12 +576,13 @@ fn create(
     spec: &GuestSpec,
     plan: &BootPlan,
     incoming: Option<&Path>,
+    start: &super::StartPlacement,
 ) -> anyhow::Result<(Connect, Domain, u16)> {
     let conn = open(uri)?;
     let mut last = None;
     for _ in 0..3 {
         let port = free_loopback_port().context("finding a free loopback port")?;
-        let xml = domain_xml(spec, plan, port, incoming);
+        let xml = domain_xml(spec, plan, port, incoming, start);
         match conn.create_domain_xml(&xml, virt::sys::VIR_DOMAIN_START_AUTODESTROY) {
             Ok(dom) => return Ok((conn, dom, port)),
             // QEMU: "Could not set up host forwarding rule 'tcp:127.0.0.1:PORT-:22'".
@@ -941,7 +983,7 @@ mod tests {
 
     #[test]
     fn domain_xml_matches_the_qemu_backend_devices() {
-        let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None);
+        let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &Default::default());
         assert!(
             x.starts_with("<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>")
         );
@@ -980,7 +1022,13 @@ mod tests {
             vcpus: 4,
             ..spec()
         };
-        let x = domain_xml(&s, &plan(&s, true), 1, Some(Path::new("/t/state")));
+        let x = domain_xml(
+            &s,
+            &plan(&s, true),
+            1,
+            Some(Path::new("/t/state")),
+            &Default::default(),
+        );
         // PVH with qboot as a ROM loader (libvirt turns it into -bios), restoring a state file.
         assert!(x.contains("<loader type='rom' readonly='yes'>/usr/share/qemu/qboot.rom</loader>"));
         assert!(x.contains("<kernel>/k/vmlinux</kernel>") && !x.contains("<genid/>"));
@@ -1181,9 +1229,41 @@ mod tests {
     }
 
     #[test]
+    fn a_domain_starts_on_its_cpus_with_its_memory_bound_and_its_other_threads_aside() {
+        let start = crate::backend::StartPlacement {
+            cpus: vec![2, 4],
+            memory_nodes: vec![0],
+            others: vec![0, 1],
+        };
+        let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &start);
+        assert!(
+            x.contains("  <vcpu placement='static' cpuset='2,4'>2</vcpu>\n"),
+            "{x}"
+        );
+        assert!(
+            x.contains("  <cputune><emulatorpin cpuset='0,1'/></cputune>\n"),
+            "{x}"
+        );
+        assert!(
+            x.contains("  <numatune><memory mode='strict' nodeset='0'/></numatune>\n"),
+            "{x}"
+        );
+        // Nothing said, nothing placed: libvirt's defaults.
+        let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &Default::default());
+        assert!(
+            !x.contains("cpuset") && !x.contains("numatune") && !x.contains("cputune"),
+            "{x}"
+        );
+        assert_eq!(
+            start.describe(),
+            "QEMU starts on CPUs 2,4; guest memory bound to NUMA node(s) 0; under libvirt its other threads start on CPUs 0,1"
+        );
+    }
+
+    #[test]
     fn kvm_guests_of_every_variant_kind_match_their_golden_domain_xml() {
         for (name, s, p, incoming) in crate::backend::boot::tests::kvm_variant_cases() {
-            let x = domain_xml(&s, &p, 40022, incoming);
+            let x = domain_xml(&s, &p, 40022, incoming, &Default::default());
             assert!(x.starts_with("<domain type='kvm'"), "{name}");
             crate::backend::boot::tests::golden(&format!("kvm-{name}.libvirt.xml"), &x);
         }

@@ -170,6 +170,58 @@ pub trait Backend: Send + Sync {
     fn boot<'a>(&'a self, spec: &'a GuestSpec) -> BoxFut<'a, anyhow::Result<Box<dyn Guest>>>;
 }
 
+/// Where a local guest's QEMU starts, before it touches guest RAM: its threads on the measured
+/// CPUs (vCPUs are pinned one by one once they are known), its memory bound to their NUMA
+/// nodes, and under libvirt its other threads (main loop, I/O) on `others`. Empty fields leave
+/// that to the host (the default: wherever the caller's affinity and the kernel put it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartPlacement {
+    pub cpus: Vec<usize>,
+    /// NUMA nodes guest memory is bound to (`MPOL_BIND`; libvirt `numatune` strict).
+    pub memory_nodes: Vec<usize>,
+    /// CPUs outside the measured set for QEMU's non-vCPU threads (libvirt `emulatorpin`); empty
+    /// where the host has none.
+    pub others: Vec<usize>,
+}
+
+impl StartPlacement {
+    /// The measured `cpus`, their nodes as the host's topology gives them, and the usable CPUs
+    /// outside them.
+    pub fn of(cpus: &[usize], topology: &crate::topology::Topology, others: Vec<usize>) -> Self {
+        let nodes: std::collections::BTreeSet<usize> = topology
+            .cpus
+            .iter()
+            .filter(|p| cpus.contains(&p.cpu))
+            .filter_map(|p| p.node)
+            .collect();
+        Self {
+            cpus: cpus.to_vec(),
+            memory_nodes: nodes.into_iter().collect(),
+            others,
+        }
+    }
+
+    /// In words for the log and the journal.
+    pub fn describe(&self) -> String {
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let mut words = vec![match self.cpus.is_empty() {
+            true => "QEMU starts with ocrig's affinity".to_string(),
+            false => format!("QEMU starts on CPUs {}", list(&self.cpus)),
+        }];
+        words.push(match self.memory_nodes.is_empty() {
+            true => "guest memory where first touched (NUMA nodes unknown)".into(),
+            false => format!("guest memory bound to NUMA node(s) {}", list(&self.memory_nodes)),
+        });
+        if !self.others.is_empty() {
+            words.push(format!(
+                "under libvirt its other threads start on CPUs {}",
+                list(&self.others)
+            ));
+        }
+        words.join("; ")
+    }
+}
+
 /// Restricts one host thread to a set of CPUs (one CPU pins it).
 pub fn pin_thread(tid: i32, cpus: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(!cpus.is_empty(), "no host CPUs to pin thread {tid} to");
@@ -201,4 +253,41 @@ pub fn process_alive(pid: u32) -> bool {
 pub fn free_loopback_port() -> std::io::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StartPlacement;
+    use crate::topology::{CpuPlace, Topology};
+
+    /// Memory goes to the nodes of the measured CPUs only, each named once.
+    #[test]
+    fn a_start_placement_binds_memory_to_the_measured_cpus_nodes() {
+        let place = |cpu, node| CpuPlace {
+            cpu,
+            core: cpu,
+            siblings: vec![cpu],
+            package: node,
+            node,
+        };
+        // Two sockets: CPUs 0-3 on node 0, 4-7 on node 1.
+        let two = Topology {
+            cpus: (0..8).map(|c| place(c, Some(c / 4))).collect(),
+        };
+        assert_eq!(StartPlacement::of(&[5, 6], &two, vec![0]).memory_nodes, vec![1]);
+        assert_eq!(
+            StartPlacement::of(&[1, 2, 3, 4], &two, vec![]).memory_nodes,
+            vec![0, 1]
+        );
+        // No NUMA information: nothing bound, and said so.
+        let unknown = Topology {
+            cpus: (0..2).map(|c| place(c, None)).collect(),
+        };
+        let s = StartPlacement::of(&[0, 1], &unknown, vec![]);
+        assert!(s.memory_nodes.is_empty());
+        assert_eq!(
+            s.describe(),
+            "QEMU starts on CPUs 0,1; guest memory where first touched (NUMA nodes unknown)"
+        );
+    }
 }

@@ -27,7 +27,7 @@ pub struct QemuBackend {
     /// The host CPUs every QEMU starts on (its affinity from exec on; empty: ocrig's own), so
     /// guest RAM is first touched, and so placed, by threads on the measured CPUs' node, before
     /// the vCPUs are pinned one by one.
-    start_cpus: Vec<usize>,
+    start: super::StartPlacement,
 }
 
 impl Default for QemuBackend {
@@ -41,15 +41,39 @@ impl QemuBackend {
         Self {
             binary: PathBuf::from("qemu-system-x86_64"),
             starter,
-            start_cpus: Vec::new(),
+            start: super::StartPlacement::default(),
         }
     }
 
-    /// Every QEMU started on `cpus` (see `start_cpus`).
-    pub fn starting_on(mut self, cpus: Vec<usize>) -> Self {
-        self.start_cpus = cpus;
+    /// Every QEMU started on `start.cpus` with its memory bound to `start.memory_nodes` (its
+    /// other threads are moved once they exist: QEMU has no flag to place them at start).
+    pub fn starting_on(mut self, start: super::StartPlacement) -> Self {
+        self.start = start;
         self
     }
+}
+
+/// `set_mempolicy`'s strict mode: pages come only from the nodes given.
+const MPOL_BIND: libc::c_long = 2;
+/// Nodes a mask holds (the kernel's largest `MAX_NUMNODES` is 1024).
+const NODE_MASK_BITS: usize = 1024;
+
+/// `nodes` as `set_mempolicy`'s node mask, None when empty (no binding); Err for a node past
+/// the mask. Built before the fork: the child may only make system calls.
+fn node_mask(nodes: &[usize]) -> anyhow::Result<Option<Vec<libc::c_ulong>>> {
+    if nodes.is_empty() {
+        return Ok(None);
+    }
+    let word = libc::c_ulong::BITS as usize;
+    let mut mask = vec![0 as libc::c_ulong; NODE_MASK_BITS / word];
+    for &n in nodes {
+        anyhow::ensure!(
+            n < NODE_MASK_BITS,
+            "NUMA node {n}: past the {NODE_MASK_BITS} a node mask holds"
+        );
+        mask[n / word] |= 1 << (n % word);
+    }
+    Ok(Some(mask))
 }
 
 /// QEMU's command line for a guest whose SSH is forwarded from `ssh_port`, booting `plan` or,
@@ -252,17 +276,20 @@ impl QemuBackend {
             // Own process group: a Ctrl-C at the terminal reaches ocrig, which stops guests in order.
             .process_group(0);
         // The start CPUs as a kernel CPU set, built here: the child may only make system calls.
-        let start_set = (!self.start_cpus.is_empty()).then(|| {
+        let start_set = (!self.start.cpus.is_empty()).then(|| {
             // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
             let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            for &c in &self.start_cpus {
+            for &c in &self.start.cpus {
                 unsafe { libc::CPU_SET(c, &mut set) };
             }
             set
         });
-        // SAFETY: prctl and sched_setaffinity are async-signal-safe system calls. The first makes
-        // the kernel kill QEMU if ocrig dies (even by SIGKILL), so no guest outlives the
-        // orchestrator; the second starts QEMU on the measured CPUs.
+        let node_mask = node_mask(&self.start.memory_nodes)?;
+        // SAFETY: prctl, sched_setaffinity and set_mempolicy are async-signal-safe system calls.
+        // The first makes the kernel kill QEMU if ocrig dies (even by SIGKILL), so no guest
+        // outlives the orchestrator; the second starts QEMU on the measured CPUs; the third binds
+        // every page QEMU allocates from then on (guest RAM included, whichever thread touches
+        // it first) to the measured CPUs' nodes. Both are inherited across exec.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -270,6 +297,16 @@ impl QemuBackend {
                 }
                 if let Some(set) = &start_set
                     && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(mask) = &node_mask
+                    && libc::syscall(
+                        libc::SYS_set_mempolicy,
+                        MPOL_BIND,
+                        mask.as_ptr(),
+                        NODE_MASK_BITS + 1,
+                    ) != 0
                 {
                     return Err(std::io::Error::last_os_error());
                 }

@@ -205,10 +205,18 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
     let name = |i: u32| format!("ocrig-{run}-{i}");
 
     // A cold boot: PVH with qboot, the TSC as clocksource, running at the host's rate; its
-    // QEMU started on the one CPU asked for (`starting_on`: guest RAM is first touched there).
+    // QEMU started on the one CPU asked for, its memory bound to that CPU's node before guest
+    // RAM is touched (`starting_on`).
     let last_cpu = *crate::host::allowed_cpus().last().unwrap();
+    let topology = crate::topology::Topology::read(&crate::hostfs::LocalFs, &[last_cpu]);
+    let start = super::StartPlacement::of(&[last_cpu], &topology, Vec::new());
+    assert_eq!(
+        start.memory_nodes.len(),
+        1,
+        "this host's nodes are in sysfs: {topology:?}"
+    );
     let on_one = super::qemu::QemuBackend::with_starter(Starter::new(TemplateCache::new(templates.clone())))
-        .starting_on(vec![last_cpu]);
+        .starting_on(start.clone());
     let booted = up(
         &on_one,
         &spec(&img, work.path(), &name(0), 1, 0, StartMethod::Boot),
@@ -226,6 +234,19 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
         Some(last_cpu.to_string().as_str()),
         "{allowed}"
     );
+    // Every mapping QEMU made under the policy says it, the guest's RAM (the largest) among them.
+    let numa_maps = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).unwrap();
+    let bound = format!(" bind:{} ", start.memory_nodes[0]);
+    let ram = numa_maps
+        .lines()
+        .filter(|l| l.contains(" anon="))
+        .max_by_key(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("anon=")?.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .unwrap_or_default();
+    assert!(ram.contains(&bound), "guest RAM not bound ({bound}): {ram}");
     let f = booted.facts();
     assert_eq!(
         (f["method"].as_str(), f["boot"]["kernel"].as_str()),
@@ -394,9 +415,17 @@ async fn libvirt_boots_pvh_and_clones() {
     let _serial = SERIAL.lock().await;
     let img = image();
     let cache = tempfile::tempdir().unwrap();
+    // Domains start on the last CPU with their memory bound to its node, their other threads
+    // on the first (`<vcpu cpuset>`, `numatune`, `emulatorpin`).
+    let cpus = crate::host::allowed_cpus();
+    let (last, first) = (*cpus.last().unwrap(), cpus[0]);
+    let topology = crate::topology::Topology::read(&crate::hostfs::LocalFs, &[last]);
+    let others = if first != last { vec![first] } else { Vec::new() };
+    let start = super::StartPlacement::of(&[last], &topology, others.clone());
     let backend = super::libvirt::LibvirtBackend::connect("qemu:///system")
         .expect("libvirtd (scripts/setup starts it)")
-        .with_starter(Starter::new(TemplateCache::new(cache.path().join("templates"))));
+        .with_starter(Starter::new(TemplateCache::new(cache.path().join("templates"))))
+        .starting_on(start.clone());
     // libvirt runs QEMU as root from its own cwd: absolute paths, readable by root.
     let work = tempfile::tempdir().unwrap();
     let run = run_id();
@@ -444,6 +473,32 @@ async fn libvirt_boots_pvh_and_clones() {
         c1.ready_s
     );
     assert_eq!(c1.sh("nproc"), "2");
+    // Where clone 1's QEMU runs: vCPUs on the measured CPU, the main thread on the other, RAM
+    // bound to the node.
+    let pid = process_named(&name(1)).expect("clone 1's QEMU process");
+    let allowed = |tid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
+            .unwrap()
+    };
+    for tid in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let tid = tid.file_name().to_string_lossy().to_string();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+        if comm.starts_with("CPU ") {
+            assert_eq!(allowed(&tid), last.to_string(), "vCPU thread {comm}");
+        }
+    }
+    let main_on = allowed(&pid.to_string());
+    let expected_main = if others.is_empty() { last } else { first };
+    assert_eq!(main_on, expected_main.to_string(), "QEMU's main thread");
+    let numa_maps = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).unwrap();
+    assert!(
+        numa_maps.contains(&format!(" bind:{} ", start.memory_nodes[0])),
+        "no mapping bound to node {:?}:\n{numa_maps}",
+        start.memory_nodes
+    );
     assert_eq!(
         c1.sh("cat /sys/devices/system/clocksource/clocksource0/current_clocksource"),
         "tsc"

@@ -25,6 +25,8 @@ pub fn doctor() -> anyhow::Result<()> {
         v
     };
     println!("host.cpus: 2 →  {}", topology.describe(&two, Some(&cpus)));
+    let start = crate::backend::StartPlacement::of(&two, &topology, crate::host::allowed_cpus_outside(&two));
+    println!("guests start:   {}", start.describe());
     println!("memory:         {total} MiB total, {avail} MiB available");
     let ev = VirtEvidence::read();
     let choice = ev.choose();

@@ -71,6 +71,10 @@ pub struct HostRecord {
     /// Each measured CPU's core, siblings, package and node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_places: Vec<crate::topology::CpuPlace>,
+    /// Where each guest's QEMU started, in words: CPUs, memory binding, other threads
+    /// (`backend::StartPlacement::describe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_start: Option<String>,
 }
 
 /// The KVM parameters a summary names (halt polling and pause-loop exiting decide how a
@@ -102,6 +106,7 @@ impl HostRecord {
             ("QEMU".into(), self.qemu.clone()),
             ("libvirt".into(), self.libvirt.clone()),
             ("VM".into(), self.vm.clone()),
+            ("guest start".into(), self.guest_start.clone()),
         ];
         for (k, v) in &self.kvm_params {
             out.push((k.clone(), Some(v.clone())));

@@ -166,16 +166,25 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
     let accel = virt.accel;
     eprintln!("ocrig: accel {} — {}", accel.accel.as_str(), accel.reason);
+    // Where each local QEMU starts: on the measured CPUs, its memory bound to their nodes.
+    let start = {
+        let topology = crate::topology::Topology::read(&crate::hostfs::LocalFs, &plan.host_cpus);
+        crate::backend::StartPlacement::of(
+            &plan.host_cpus,
+            &topology,
+            crate::host::allowed_cpus_outside(&plan.host_cpus),
+        )
+    };
     let backend: Option<Arc<dyn Backend>> = match s.host.backend {
-        BackendKind::Qemu => Some(Arc::new(
-            QemuBackend::default().starting_on(plan.host_cpus.clone()),
-        )),
+        BackendKind::Qemu => Some(Arc::new(QemuBackend::default().starting_on(start.clone()))),
         BackendKind::Libvirt if remote_backend.is_some() => remote_backend.map(|b| b as Arc<dyn Backend>),
         BackendKind::Libvirt => {
             let uri = &s.host.libvirt_uri;
             preflight::reap_orphan_domains(uri);
             Some(Arc::new(
-                LibvirtBackend::connect(uri).context("preflight: the libvirt backend needs libvirtd")?,
+                LibvirtBackend::connect(uri)
+                    .context("preflight: the libvirt backend needs libvirtd")?
+                    .starting_on(start.clone()),
             ))
         }
         BackendKind::Host => None,
@@ -216,11 +225,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         hosts: Vec::new(),
         // What the host is (kernel, CPU, microcode, KVM parameters, …): journaled, and a
         // resume on a changed host is refused like any other change.
-        host: Some(crate::telemetry::host_record::read(
-            host_fs.as_ref(),
-            &plan.host_cpus,
-            local,
-        )),
+        host: Some(crate::journal::host::HostRecord {
+            guest_start: Some(match local {
+                true => start.describe(),
+                false => "where the remote host's libvirt puts it; vCPUs pinned once up".into(),
+            }),
+            ..crate::telemetry::host_record::read(host_fs.as_ref(), &plan.host_cpus, local)
+        }),
     };
     let note = resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
     let previous = resuming.as_ref().map(|r| &r.previous);

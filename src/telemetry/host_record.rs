@@ -43,6 +43,8 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
         irqbalance,
         placement: Some(topology.describe(cpus, allowed.as_deref())),
         cpu_places: topology.cpus,
+        // The orchestrator says where it starts its guests.
+        guest_start: None,
         kernel_release: text("/proc/sys/kernel/osrelease"),
         kernel_version: text("/proc/sys/kernel/version"),
         cmdline: text("/proc/cmdline"),
