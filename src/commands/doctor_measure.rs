@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::orchestrate::run::{RunArgs, run};
+use crate::orchestrate::{RunArgs, run};
 use crate::scenario::BackendKind;
 use crate::stats::effect::Conclusion;
 

@@ -47,7 +47,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             quiet,
             wait_for_cpus,
             accept_changed,
-        } => run::run(&run::RunArgs {
+        } => run(&crate::orchestrate::RunArgs {
             scenario,
             results,
             resume,

@@ -245,6 +245,14 @@ impl Attempt {
     }
 }
 
+/// Measured runs with a valid result among `records`, by the one accounting rule.
+pub fn counted_runs<R: Attempted>(records: &[R]) -> usize {
+    settle(records)
+        .counted(records)
+        .filter(|r| !r.warmup() && r.guest() == 0)
+        .count()
+}
+
 /// Settles every record: the one place that decides what counts.
 pub fn settle<R: Attempted>(records: &[R]) -> Settled {
     let mut s = Settled::default();

@@ -1,72 +1,114 @@
-//! `ocrig run` over several interchangeable libvirt hosts (`host.hosts`): the preflight of every
-//! host (reachable, big enough, the same guest counts and accelerator), their CPU claims, and
-//! then the one sweep loop ([`super::sweep`]) with one labelled host each. Resuming continues
-//! on whichever hosts answer.
+//! The hosts a sweep runs on, each checked and planned before anything is claimed or booted:
+//! the sweep's one host (this machine, by QEMU, libvirt or the payload alone, or one remote
+//! libvirt host) or several interchangeable libvirt hosts (`host.hosts`). Only what differs
+//! per host is here; the sweep over them is one path ([`super::run`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+
+use anyhow::Context;
 
 use super::BadInput;
 use super::claims::{self, Claim};
-use super::run::{self as single, RunArgs};
-use super::sweep::{SweepHost, sweep_hosts as sweep, until_signal};
-use super::{preflight, results_dir};
-use crate::backend::Backend as _;
+use super::preflight;
 use crate::backend::libvirt::LibvirtBackend;
-use crate::backend::owned::RunOwnership;
-use crate::executor::vm::{VmConfig, VmExecutor};
-use crate::scenario::Loaded;
-use crate::scenario::validate::{HostFacts, validate};
-use crate::sweep::journal::RunsOn;
+use crate::backend::qemu::QemuBackend;
+use crate::backend::{Backend, StartPlacement};
+use crate::host::{Accel, AccelChoice};
+use crate::hostfs::HostFs;
+use crate::scenario::validate::{HostFacts, check_virt, validate, virt_evidence};
+use crate::scenario::{BackendKind, Loaded};
 use crate::sweep::plan::Plan;
-use crate::sweep::progress::Progress;
-use crate::sweep::scheduler::SharedJournal;
 
 /// One host, checked and planned.
-struct Host {
-    label: String,
-    backend: Arc<LibvirtBackend>,
-    plan: Plan,
-    accel: crate::host::AccelChoice,
+pub(crate) struct Host {
+    /// The label its records carry among several hosts; None for a sweep's one host.
+    pub label: Option<String>,
+    /// None: the payload runs on this machine itself (`backend: host`).
+    pub backend: Option<Arc<dyn Backend>>,
+    /// Set for a remote libvirt host: its CPUs are claimed there, its files read there.
+    remote: Option<Arc<LibvirtBackend>>,
+    /// Where its local guests start; None on a remote host.
+    pub start: Option<StartPlacement>,
+    pub plan: Plan,
+    pub accel: AccelChoice,
 }
 
-fn label_of(uri: &str) -> String {
-    match crate::backend::remote::parse(uri) {
-        Ok(Some(r)) => r.label(),
-        _ => format!("local ({uri})"),
+impl Host {
+    pub fn local(&self) -> bool {
+        self.remote.is_none()
     }
-}
 
-/// Connects to one host: remote ones are checked like a single remote host (SSH, pinned key,
-/// libvirt version); a local URI must answer.
-fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
-    match preflight::connect_remote(uri)? {
-        Some(b) => Ok(b),
-        None => {
-            preflight::reap_orphan_domains(uri);
-            let b = LibvirtBackend::connect(uri)
-                .map_err(|e| BadInput(format!("preflight: host {uri}: {e:#}")))?;
-            Ok(Arc::new(b))
+    /// The remote host's label (`user@host:port`), None for this machine.
+    pub fn remote_label(&self) -> Option<String> {
+        Some(self.remote.as_ref()?.remote()?.remote.label())
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.as_ref().map_or("host", |b| b.name())
+    }
+
+    /// Where its files are read: this machine's, or the remote host's over SSH.
+    pub fn fs(&self) -> Arc<dyn HostFs> {
+        match &self.remote {
+            Some(b) => b.host_fs(),
+            None => Arc::new(crate::hostfs::LocalFs),
+        }
+    }
+
+    /// Its measured CPUs, held where they are until the claim is dropped.
+    pub fn claim(&self, wait: bool) -> anyhow::Result<Claim> {
+        Ok(match &self.remote {
+            Some(b) => Claim::Remote(claims::claim_remote_cpus(b, &self.plan.host_cpus, wait)?),
+            None => Claim::Local(claims::claim_cpus(&self.plan.host_cpus, wait)?),
+        })
+    }
+
+    /// Where its guests' QEMUs start, in words, for the host record.
+    pub fn start_words(&self) -> String {
+        match (&self.start, &self.remote) {
+            (Some(s), _) => s.describe(),
+            (None, Some(_)) => "where the remote host's libvirt puts it; vCPUs pinned once up".into(),
+            (None, None) => "where libvirt puts it; vCPUs pinned once up".into(),
+        }
+    }
+
+    /// What it was found to be, said once its CPUs are held.
+    pub fn say(&self) {
+        match &self.label {
+            None => eprintln!(
+                "ocrig: accel {} — {}",
+                self.accel.accel.as_str(),
+                self.accel.reason
+            ),
+            Some(label) => eprintln!(
+                "ocrig: host {label}: {} CPUs given, accel {} — {}",
+                self.plan.host_cpus.len(),
+                self.accel.accel.as_str(),
+                self.accel.reason
+            ),
         }
     }
 }
 
-pub fn run(
-    args: &RunArgs,
-    loaded: Loaded,
-    mut resuming: Option<single::Resuming>,
-    t0: Instant,
-) -> anyhow::Result<()> {
-    let s = loaded.scenario.clone();
-    let seed = resuming
-        .as_ref()
-        .and_then(|r| r.previous.seed())
-        .unwrap_or_else(crate::sweep::order::fresh_seed);
-    let resumed = resuming.is_some();
-
-    // Preflight: every host reachable and big enough (a resumed sweep goes on without the
-    // hosts that do not answer).
-    let mut hosts = Vec::new();
+/// The sweep's hosts, each checked (reachable, big enough, its accelerator and kernels) and
+/// planned: located bad input before anything is claimed or booted. A resumed sweep goes on
+/// without the hosts of several that do not answer.
+pub(crate) fn prepare(loaded: &Loaded, seed: u64, resumed: bool) -> anyhow::Result<Vec<Host>> {
+    let s = &loaded.scenario;
+    if s.host.hosts.is_empty() {
+        let host = match s.host.backend {
+            BackendKind::Libvirt => match preflight::connect_remote(s.host.libvirt_uri.trim())? {
+                Some(remote) => checked(loaded, remote_parts(remote)?, None, seed)?,
+                None => local(loaded, seed)?,
+            },
+            _ => local(loaded, seed)?,
+        };
+        return Ok(vec![host]);
+    }
+    if s.host.backend != BackendKind::Libvirt {
+        validate(loaded, &HostFacts::read())?;
+    }
+    let mut hosts: Vec<Host> = Vec::new();
     for entry in &s.host.hosts {
         let uri = entry.uri().to_string();
         let backend = match connect(&uri) {
@@ -80,207 +122,154 @@ pub fn run(
             }
             Err(e) => return Err(e),
         };
-        let facts = if backend.remote().is_some() {
-            preflight::remote_facts(&backend)?
-        } else {
-            HostFacts::read()
+        let parts = match backend.remote() {
+            Some(_) => remote_parts(backend)?,
+            None => Parts {
+                facts: HostFacts::read(),
+                fs: Arc::new(crate::hostfs::LocalFs),
+                backend: Some(Arc::clone(&backend) as Arc<dyn Backend>),
+                remote: None,
+            },
         };
-        let mut mine = loaded.clone();
+        let mut entry_loaded = loaded.clone();
         if let Some(c) = entry.cpus() {
-            mine.scenario.host.cpus = Some(c.clone());
+            entry_loaded.scenario.host.cpus = Some(c.clone());
         }
-        validate(&mine, &facts)?;
-        preflight::check_kernels(&mine)?;
-        // The accelerator first: a scenario's KVM sizing applies to a host that runs KVM.
-        let ev = crate::scenario::validate::virt_evidence(&mine, backend.host_fs().as_ref());
-        let accel = crate::scenario::validate::check_virt(&mine, &ev)?.accel;
-        let kvm = accel.accel == crate::host::Accel::Kvm;
-        let plan = Plan::build(&mine.scenario.sized_for(kvm), &facts.allowed_cpus, seed)?;
         // Every record names its host, and a guest set is known by its host: two entries
         // that are the same host (split by CPUs) get labels of their own.
         let mut label = label_of(&uri);
-        if hosts.iter().any(|h: &Host| h.label == label) {
+        if hosts.iter().any(|h| h.label.as_deref() == Some(&label)) {
             label = format!("{label} #{}", hosts.len() + 1);
         }
-        hosts.push(Host {
-            label,
-            backend,
-            plan,
-            accel,
-        });
+        hosts.push(checked(&entry_loaded, parts, Some(label), seed)?);
     }
     anyhow::ensure!(
         !hosts.is_empty(),
         "none of the sweep's hosts answers; try --resume later"
     );
+    Ok(hosts)
+}
+
+/// What is known of a host before it is checked.
+struct Parts {
+    facts: HostFacts,
+    fs: Arc<dyn HostFs>,
+    backend: Option<Arc<dyn Backend>>,
+    remote: Option<Arc<LibvirtBackend>>,
+}
+
+fn remote_parts(remote: Arc<LibvirtBackend>) -> anyhow::Result<Parts> {
+    Ok(Parts {
+        facts: preflight::remote_facts(&remote)?,
+        fs: remote.host_fs(),
+        backend: Some(Arc::clone(&remote) as Arc<dyn Backend>),
+        remote: Some(remote),
+    })
+}
+
+/// This machine as the sweep's one host: checked and planned first, then its backend made,
+/// whose QEMUs start on the measured CPUs with their memory bound to those CPUs' nodes.
+fn local(loaded: &Loaded, seed: u64) -> anyhow::Result<Host> {
+    let parts = Parts {
+        facts: HostFacts::read(),
+        fs: Arc::new(crate::hostfs::LocalFs),
+        backend: None,
+        remote: None,
+    };
+    let mut host = checked(loaded, parts, None, seed)?;
+    let cpus = &host.plan.host_cpus;
+    let topology = crate::topology::Topology::read(&crate::hostfs::LocalFs, cpus);
+    let start = StartPlacement::of(cpus, &topology, crate::host::allowed_cpus_outside(cpus));
+    let s = &loaded.scenario;
+    host.backend = match s.host.backend {
+        BackendKind::Qemu => Some(Arc::new(QemuBackend::default().starting_on(start.clone()))),
+        BackendKind::Libvirt => {
+            let uri = &s.host.libvirt_uri;
+            preflight::reap_orphan_domains(uri);
+            Some(Arc::new(
+                LibvirtBackend::connect(uri)
+                    .context("preflight: the libvirt backend needs libvirtd")?
+                    .starting_on(start.clone()),
+            ))
+        }
+        BackendKind::Host => None,
+    };
+    host.start = Some(start);
+    Ok(host)
+}
+
+/// A host validated against its facts, its accelerator judged for the user that will run QEMU
+/// (and the CPU models and PV variants against it), its kernels checked, and its plan sized
+/// for that accelerator.
+fn checked(loaded: &Loaded, parts: Parts, label: Option<String>, seed: u64) -> anyhow::Result<Host> {
+    validate(loaded, &parts.facts)?;
+    let virt = check_virt(loaded, &virt_evidence(loaded, parts.fs.as_ref()))?;
+    for w in &virt.warnings {
+        eprintln!("ocrig: warning: {w}");
+    }
+    if loaded.scenario.host.backend != BackendKind::Host {
+        preflight::check_kernels(loaded)?;
+    }
+    let kvm = virt.accel.accel == Accel::Kvm;
+    let plan = Plan::build(&loaded.scenario.sized_for(kvm), &parts.facts.allowed_cpus, seed)?;
+    Ok(Host {
+        label,
+        backend: parts.backend,
+        remote: parts.remote,
+        start: None,
+        plan,
+        accel: virt.accel,
+    })
+}
+
+/// The accelerator every host runs guests under: hosts of one sweep must be interchangeable
+/// (the same guest counts at every level, the same accelerator).
+pub(crate) fn interchangeable(hosts: &[Host]) -> anyhow::Result<Accel> {
+    let first = &hosts[0];
+    let name = |h: &Host| h.label.clone().unwrap_or_default();
     let shape = |p: &Plan| p.boots.iter().map(|b| (b.label(), b.guests)).collect::<Vec<_>>();
     for h in &hosts[1..] {
-        if shape(&h.plan) != shape(&hosts[0].plan) {
+        if shape(&h.plan) != shape(&first.plan) {
             return Err(BadInput(format!(
                 "hosts {} and {} are not interchangeable for this scenario: their CPUs give different guest counts \
                  ({:?} vs {:?}); give each the same number of CPUs",
-                hosts[0].label,
-                h.label,
-                shape(&hosts[0].plan),
+                name(first),
+                name(h),
+                shape(&first.plan),
                 shape(&h.plan)
             ))
             .into());
         }
-    }
-    let mut accel = None;
-    for h in &hosts {
-        let a = &h.accel;
-        if let Some(first) = &accel
-            && a.accel != *first
-        {
+        if h.accel.accel != first.accel.accel {
             return Err(BadInput(format!(
                 "host {} runs guests under {}, the others under {}: hosts must be interchangeable",
-                h.label,
-                a.accel.as_str(),
-                first.as_str()
+                name(h),
+                h.accel.accel.as_str(),
+                first.accel.accel.as_str()
             ))
             .into());
         }
-        eprintln!(
-            "ocrig: host {}: {} CPUs given, accel {} — {}",
-            h.label,
-            h.plan.host_cpus.len(),
-            a.accel.as_str(),
-            a.reason
-        );
-        accel = Some(a.accel);
     }
-    let accel = accel.expect("at least one host");
-    super::run::say_sizing(&loaded.scenario, accel == crate::host::Accel::Kvm);
+    Ok(first.accel.accel)
+}
 
-    // The CPUs of every host, on that host.
-    let mut claims = Vec::new();
-    for h in &hosts {
-        claims.push(match h.backend.remote() {
-            Some(_) => Claim::Remote(claims::claim_remote_cpus(
-                &h.backend,
-                &h.plan.host_cpus,
-                args.wait_for_cpus,
-            )?),
-            None => Claim::Local(claims::claim_cpus(&h.plan.host_cpus, args.wait_for_cpus)?),
-        });
+fn label_of(uri: &str) -> String {
+    match crate::backend::remote::parse(uri) {
+        Ok(Some(r)) => r.label(),
+        _ => format!("local ({uri})"),
     }
+}
 
-    let t_prep = Instant::now();
-    let plan0 = hosts[0].plan.clone();
-    let payload = crate::payload_bin::locate()?;
-    let uploads = preflight::uploads_for(&plan0, &payload)?;
-    let images = preflight::images_for(&plan0, &s)?;
-    let prep_s = t_prep.elapsed().as_secs_f64();
-
-    let runs_on = RunsOn {
-        scenario_sha256: loaded.sha256.clone(),
-        backend: "libvirt".into(),
-        accel: accel.as_str().to_string(),
-        host_cpus: plan0.host_cpus.clone(),
-        guests: plan0.boot_infos(),
-        kernels: results_dir::kernels_of(&images),
-        payload_sha256: Some(preflight::file_sha256(&payload)?),
-        images: results_dir::images_of(&images),
-        hosts: hosts.iter().map(|h| h.label.clone()).collect(),
-        // Several hosts: one record would describe only one of them.
-        host: None,
-    };
-    let mut was_on = resuming.as_ref().map(|r| r.previous.runs_on.clone());
-    if let (Some(was), Some(r)) = (&mut was_on, &mut resuming) {
-        // Resuming goes on without the hosts that do not answer: fewer hosts is not a change.
-        if runs_on.hosts.iter().all(|h| was.hosts.contains(h)) {
-            was.hosts = runs_on.hosts.clone();
+/// Connects to one of several hosts: remote ones are checked like a single remote host (SSH,
+/// pinned key, libvirt version); a local URI must answer.
+fn connect(uri: &str) -> anyhow::Result<Arc<LibvirtBackend>> {
+    match preflight::connect_remote(uri)? {
+        Some(b) => Ok(b),
+        None => {
+            preflight::reap_orphan_domains(uri);
+            let b = LibvirtBackend::connect(uri)
+                .map_err(|e| BadInput(format!("preflight: host {uri}: {e:#}")))?;
+            Ok(Arc::new(b))
         }
-        r.previous.runs_on = was.clone();
     }
-    let note = single::resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
-    let previous = resuming.as_ref().map(|r| &r.previous);
-    if let Some(p) = previous {
-        single::say_kept(p);
-    }
-    let (results_dir, journal, _new_lock) = results_dir::open_results(
-        &args.results,
-        previous,
-        note,
-        &plan0,
-        &loaded.text,
-        |dir| claims.iter_mut().for_each(|c| c.note_results_dir(dir)),
-        || {
-            let mut head = results_dir::header(&plan0, &loaded.sha256, "libvirt", accel);
-            head.scenario_path = std::fs::canonicalize(&loaded.path).ok();
-            head.kernels = runs_on.kernels.clone();
-            head.kernel_identity = images
-                .iter()
-                .map(|(v, i)| (v.clone(), i.identity.clone()))
-                .collect();
-            head.payload_sha256 = runs_on.payload_sha256.clone();
-            head.images = runs_on.images.clone();
-            head.hosts = runs_on.hosts.clone();
-            head
-        },
-    )?;
-    eprintln!(
-        "ocrig: results in {}; runs spread over {} host(s): {}",
-        results_dir.display(),
-        hosts.len(),
-        hosts
-            .iter()
-            .map(|h| h.label.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let progress = Progress::new(plan0.measured_runs(), args.quiet);
-    let run_id = results_dir::run_id();
-    // One run id per host: the guests of two hosts that are one libvirtd must not share names,
-    // and each id is owned (so no reaper takes their domains for orphans).
-    let mut owners = Vec::new();
-    for k in 0..hosts.len() {
-        owners.push(RunOwnership::claim(&format!("{run_id}h{k}"), &results_dir)?);
-    }
-    let journal = SharedJournal::new(
-        journal,
-        previous.map(|p| p.records().to_vec()).unwrap_or_default(),
-    );
-    let sweep_hosts: Vec<SweepHost> = hosts
-        .iter()
-        .map(|h| SweepHost {
-            label: Some(h.label.clone()),
-            plan: h.plan.clone(),
-        })
-        .collect();
-    let exec_for = |h: usize| {
-        let host = &hosts[h];
-        VmExecutor::new(VmConfig {
-            backend: Arc::clone(&host.backend) as Arc<dyn crate::backend::Backend>,
-            accel,
-            images: images.clone(),
-            uploads: uploads.clone(),
-            guests_dir: results_dir.join("guests").join(format!("host{h}")),
-            run_id: format!("{run_id}h{h}"),
-            host_cpus: host.plan.host_cpus.clone(),
-            vcpus: host.plan.vcpus,
-            memory_mib: host.plan.memory_mib,
-            scratch_disk_mib: host.plan.scratch_disk_mib,
-            guest_start: host.plan.guest_start,
-            timeouts: host.plan.timeouts.clone(),
-            timeline: host.plan.timeline,
-        })
-    };
-    let rt = tokio::runtime::Runtime::new()?;
-    let outcome = rt.block_on(until_signal(sweep(
-        &sweep_hosts,
-        exec_for,
-        &journal,
-        &progress,
-        &results_dir,
-    )));
-    rt.shutdown_timeout(std::time::Duration::from_millis(500));
-    // The guests are gone; the host traces may still be being removed (telemetry::sched_trace).
-    super::wait_for_trace_cleanups(&outcome);
-    progress.finish();
-    let totals = single::stopped(outcome, &results_dir)?;
-    drop(claims);
-    drop(owners);
-    single::finish(&results_dir, &plan0, resumed, t0, prep_s, &totals)
 }

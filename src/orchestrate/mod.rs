@@ -3,13 +3,29 @@
 //! report. `commands/` only parses and dispatches to here.
 
 mod claims;
+mod finish;
 mod hosts;
 pub mod preflight;
 mod results_dir;
 mod results_lock;
 mod resume;
-pub mod run;
+mod run;
 mod sweep;
+
+pub use run::run;
+
+/// What `ocrig run` was asked.
+pub struct RunArgs {
+    pub scenario: Option<std::path::PathBuf>,
+    pub results: std::path::PathBuf,
+    pub resume: Option<std::path::PathBuf>,
+    pub backend: Option<crate::scenario::BackendKind>,
+    pub quiet: bool,
+    /// Queue behind a live sweep on the same host CPUs (or results directory) instead of refusing.
+    pub wait_for_cpus: bool,
+    /// Let a resume continue although what it runs on differs from what the sweep ran on.
+    pub accept_changed: bool,
+}
 
 /// Input the user must fix (scenario, arguments). Exit status 2; nothing was booted.
 #[derive(Debug, thiserror::Error)]

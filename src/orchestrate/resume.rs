@@ -6,9 +6,136 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::BadInput;
-use crate::journal::{ForAccounting, SweepHeader, read_lines};
+use super::results_lock::ResultsLock;
+use crate::journal::accounting::counted_runs;
+use crate::journal::{
+    BootInfo, ForAccounting, NotAJournal, ResumeNote, RunRecord, RunsOn, SweepHeader, read_lines,
+};
 use crate::scenario::hex;
-use crate::sweep::journal::{BootInfo, NotAJournal, RunRecord, RunsOn};
+use crate::sweep::plan::Plan;
+
+/// A resume's results directory, locked, read, and what differs so far.
+pub(crate) struct Resuming {
+    pub previous: Previous,
+    /// Held until the process ends.
+    pub lock: ResultsLock,
+    /// Differences from the sweep as run, found so far (the scenario's; the environment's are
+    /// added once preflight knows it).
+    pub changes: Vec<String>,
+}
+
+impl Resuming {
+    /// The results directory `--resume DIR` names, locked before its journal is read, so no
+    /// second process redoes what this one finishes (or this one what another finished).
+    pub fn open(dir: Option<&Path>, wait: bool) -> anyhow::Result<Option<Self>> {
+        let Some(dir) = dir else {
+            return Ok(None);
+        };
+        let lock = ResultsLock::take(dir, wait)?;
+        Ok(Some(Self {
+            previous: Previous::read(dir)?,
+            lock,
+            changes: Vec::new(),
+        }))
+    }
+}
+
+/// The scenario a run runs: what the journal hashed (`DIR/scenario.yaml`) on a resume, unless
+/// another is named (its difference then noted, to be accepted or refused).
+pub(crate) fn scenario_path(
+    resuming: Option<&mut Resuming>,
+    given: Option<&PathBuf>,
+) -> anyhow::Result<PathBuf> {
+    Ok(match (resuming, given) {
+        (Some(r), Some(given)) => match r.previous.scenario_change(given)? {
+            Some(diff) => {
+                r.changes.push(diff);
+                given.clone()
+            }
+            None => r.previous.scenario_copy.clone(),
+        },
+        (Some(r), None) => r.previous.scenario_copy.clone(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => return Err(BadInput("name a scenario file (or --resume DIR)".into()).into()),
+    })
+}
+
+/// True (having said so) when the resumed sweep has no run left to make: nothing is booted,
+/// claimed or written. Judged on the plan of the CPUs the sweep ran on.
+pub(crate) fn finished_already(
+    p: &Previous,
+    loaded: &crate::scenario::Loaded,
+    seed: u64,
+) -> anyhow::Result<bool> {
+    let mut s = loaded
+        .scenario
+        .sized_for(p.runs_on.accel == crate::host::Accel::Kvm.as_str());
+    if let Some(first) = s.host.hosts.first()
+        && let Some(c) = first.cpus()
+    {
+        s.host.cpus = Some(c.clone());
+    }
+    let Ok(plan) = Plan::build(&s, &p.runs_on.host_cpus, seed) else {
+        return Ok(false); // the full preflight says what is wrong
+    };
+    if crate::sweep::scheduler::work_left(&plan, p.records()) > 0 {
+        return Ok(false);
+    }
+    let kept = counted_runs(p.records());
+    eprintln!(
+        "ocrig: {}: the sweep is finished ({kept} runs with a valid result); nothing to do, nothing changed",
+        p.dir.display()
+    );
+    Ok(true)
+}
+
+pub(crate) fn say_kept(p: &Previous) {
+    eprintln!(
+        "ocrig: resuming {}: {} finished runs kept",
+        p.dir.display(),
+        counted_runs(p.records())
+    );
+}
+
+/// The note a resume journals, once what it runs on (`now`) is compared with what the sweep
+/// ran on: any difference is refused (bad input, nothing written) unless `accept`ed.
+pub(crate) fn resume_note(
+    resuming: Option<&mut Resuming>,
+    now: RunsOn,
+    accept: bool,
+) -> anyhow::Result<Option<ResumeNote>> {
+    let Some(r) = resuming else {
+        return Ok(None);
+    };
+    let mut was = r.previous.runs_on.clone();
+    // The scenario's difference is already told as a diff of its lines.
+    if !r.changes.is_empty() {
+        was.scenario_sha256 = now.scenario_sha256.clone();
+    }
+    r.changes.extend(differences(&was, &now));
+    if !r.changes.is_empty() && !accept {
+        return Err(BadInput(format!(
+            "cannot resume {}: it would not continue the sweep it started; refusing to mix results. Differences:\n  {}\n\
+             Resume as it ran (e.g. the same --backend and CPUs), or pass --accept-changed to continue anyway (the journal records what was accepted)",
+            r.previous.dir.display(),
+            r.changes.join("\n  ")
+        ))
+        .into());
+    }
+    if !r.changes.is_empty() {
+        eprintln!(
+            "ocrig: --accept-changed: continuing although {}",
+            r.changes.join("; ")
+        );
+    }
+    r.lock.say_holder()?;
+    Ok(Some(ResumeNote {
+        at: jiff::Timestamp::now().to_string(),
+        ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
+        runs_on: now,
+        accepted_changes: r.changes.clone(),
+    }))
+}
 
 pub struct Previous {
     pub dir: PathBuf,

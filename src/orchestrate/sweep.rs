@@ -92,7 +92,7 @@ pub(crate) async fn sweep_hosts<E: Executor>(
         alive.retain(|h| !lost.contains(h));
         let done = {
             let j = journal.lock().unwrap_or_else(|e| e.into_inner());
-            super::run::counted_runs(&j.records)
+            crate::journal::accounting::counted_runs(&j.records)
         };
         if alive.is_empty() {
             anyhow::bail!(

@@ -360,7 +360,7 @@ async fn a_failed_append_on_either_host_stops_every_host_and_keeps_every_finishe
         let mocks = Mocks::new(scripts);
         let progress = Progress::new(p.measured_runs(), true);
         let outcome = sweep_hosts(&hs, |h| mocks.exec(h), &journal, &progress, dir.path()).await;
-        let e = super::super::run::stopped(outcome, dir.path()).unwrap_err();
+        let e = super::super::finish::stopped(outcome, dir.path()).unwrap_err();
         assert_eq!(
             super::super::exit_code(&e),
             super::super::exit::JOURNAL_WRITE_FAILED,
