@@ -116,7 +116,7 @@ impl Hog {
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 let began = Instant::now();
-                let at = ocrig_payload::preempt_sample::monotonic_ns();
+                let at = ocrig_payload::clock::monotonic_ns();
                 while began.elapsed() < ON {
                     std::hint::spin_loop();
                 }

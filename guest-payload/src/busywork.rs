@@ -52,7 +52,7 @@ use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::checks::thread_cpu_ns;
+use crate::clock::thread_cpu_ns;
 
 use serde::{Deserialize, Serialize};
 

@@ -249,27 +249,6 @@ pub fn positive_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The CPU clock of the calling thread, in nanoseconds.
-pub fn thread_cpu_ns() -> u64 {
-    // SAFETY: clock_gettime writes one timespec; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
-    unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of a run (forked workers'
-/// windows are compared with each other and with the coordinator's). Async-signal-safe.
-pub fn monotonic_ns() -> u64 {
-    // SAFETY: clock_gettime writes one timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-}
-
 /// Whose CPU time [`rusage_cpu_ns`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RusageOf {
@@ -538,9 +517,9 @@ mod tests {
     #[test]
     fn the_kernels_account_bounds_the_window_and_says_whose_it_is() {
         let before = rusage_cpu_ns(RusageOf::Process);
-        let t0 = thread_cpu_ns();
+        let t0 = crate::clock::thread_cpu_ns();
         crate::busywork::spin_iters(20_000_000);
-        let window = thread_cpu_ns() - t0;
+        let window = crate::clock::thread_cpu_ns() - t0;
         let charged = rusage_cpu_ns(RusageOf::Process) - before;
         let c = window_cpu_within_rusage(window, charged, RusageOf::Process);
         assert!(c.ok, "{c:?}");
@@ -557,13 +536,5 @@ mod tests {
             bad.detail
         );
         assert_eq!(RusageOf::for_tasks(true), RusageOf::Process);
-        assert!(monotonic_ns() > 0);
-    }
-
-    #[test]
-    fn thread_cpu_clock_advances_with_work() {
-        let t0 = thread_cpu_ns();
-        crate::busywork::spin_iters(5_000_000);
-        assert!(thread_cpu_ns() > t0);
     }
 }

@@ -8,6 +8,7 @@ pub mod busywork;
 pub mod catalog;
 pub mod checks;
 pub mod cli;
+pub mod clock;
 pub mod env;
 pub mod locks;
 pub mod loop_memory;

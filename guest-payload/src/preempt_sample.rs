@@ -97,7 +97,7 @@ pub fn ticks() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        monotonic_ns()
+        crate::clock::monotonic_ns()
     }
 }
 
@@ -124,7 +124,7 @@ pub fn ordered_ticks() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        monotonic_ns()
+        crate::clock::monotonic_ns()
     }
 }
 
@@ -210,17 +210,6 @@ pub fn ticks_on_cpu() -> (u64, u32) {
     (ticks(), NO_CPU)
 }
 
-/// CLOCK_MONOTONIC now, ns (the clock the host's vCPU timeline and clock tie use too).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the struct; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The run's window on the TSC and on the guest's CLOCK_MONOTONIC, each end read as a pair:
 /// the TSC's rate over the whole run, which times the stretched intervals from the window's
 /// start and lets the host put them on its own clock (a 20 ms calibration's rate can be off
@@ -239,7 +228,7 @@ impl TscWindow {
     /// The TSC and CLOCK_MONOTONIC read back to back, now.
     pub fn read_pair() -> (u64, u64) {
         let t = ticks();
-        (t, monotonic_ns())
+        (t, crate::clock::monotonic_ns())
     }
 
     pub fn of(start: (u64, u64), end: (u64, u64)) -> Self {
@@ -270,9 +259,9 @@ impl TscCalibration {
     /// Reads (monotonic, TSC, monotonic), sleeps `window`, reads again.
     pub fn measure(window: Duration) -> Self {
         let read = || {
-            let a = monotonic_ns();
+            let a = crate::clock::monotonic_ns();
             let t = ticks();
-            let b = monotonic_ns();
+            let b = crate::clock::monotonic_ns();
             (a, t, b)
         };
         let (a0, t0, b0) = read();
@@ -1025,10 +1014,10 @@ mod tests {
         assert!((b.hz / a.hz - 1.0).abs() < 0.05, "{a:?} {b:?}");
         // A 20 ms sleep measured through the TSC lands near 20 ms of CLOCK_MONOTONIC.
         let t0 = ticks();
-        let m0 = monotonic_ns();
+        let m0 = crate::clock::monotonic_ns();
         std::thread::sleep(Duration::from_millis(20));
         let secs = (ticks() - t0) as f64 / a.hz;
-        let mono = (monotonic_ns() - m0) as f64 / 1e9;
+        let mono = (crate::clock::monotonic_ns() - m0) as f64 / 1e9;
         assert!((secs / mono - 1.0).abs() < 0.05, "{secs} vs {mono}");
     }
 

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::explain::{self, HostOtherPart, RecordContext, Telemetry};
+use super::timeline_ref::TimelineAt;
+#[cfg(test)]
+use super::timeline_ref::TimelineRef;
 #[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::accounting::{Attempted, GuestSet, Headline};
 use crate::journal::{Big, RunLine, RunRecord, SweepHeader, scan, split_record};
-use crate::report::timeline::TimelineAt;
-#[cfg(test)]
-use crate::report::timeline::TimelineRef;
 
 /// Why a figure was not measured (shared: most records give one of a few reasons).
 pub type Why = Arc<str>;

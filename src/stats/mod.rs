@@ -8,6 +8,7 @@
 //! - [`explain`]: per-cell telemetry (vCPU wait, guest steal, KVM counters) or why it is missing.
 //! - [`kernel_symbols`]: the guest kernel's busiest symbols per cell, from the runs' profiles.
 //! - [`preemption`]: per-run and per-cell stretched lock holds and hand-overs (lock workloads).
+//! - [`timeline_ref`]: where a run's vCPU timeline summary is, and its figures in words.
 
 pub mod cells;
 pub mod compare;
@@ -19,3 +20,4 @@ pub mod outliers;
 pub mod power;
 pub mod preemption;
 pub mod summary;
+pub mod timeline_ref;

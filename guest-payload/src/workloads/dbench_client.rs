@@ -167,8 +167,8 @@ impl Client {
                 let phase = ctl.phase.load(Ordering::Relaxed);
                 if phase == STOP {
                     if measuring {
-                        out.window_cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
-                        out.window_end_ns = crate::checks::monotonic_ns();
+                        out.window_cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
+                        out.window_end_ns = crate::clock::monotonic_ns();
                     }
                     break 'outer;
                 }
@@ -177,8 +177,8 @@ impl Client {
                 };
                 if phase == MEASURE && !measuring {
                     measuring = true;
-                    out.window_start_ns = crate::checks::monotonic_ns();
-                    cpu0 = crate::checks::thread_cpu_ns();
+                    out.window_start_ns = crate::clock::monotonic_ns();
+                    cpu0 = crate::clock::thread_cpu_ns();
                 }
                 self.lineno = line.lineno;
                 let t = Instant::now();

@@ -433,7 +433,7 @@ fn search_mem(chunks: &Chunks, stop: &AtomicBool, seed: u64, o: SearchOpts) -> a
         end: Instant::now(),
         cpu_ns: 0,
     };
-    let cpu0 = crate::checks::thread_cpu_ns();
+    let cpu0 = crate::clock::thread_cpu_ns();
     while !stop.load(Ordering::Relaxed) {
         let chunk = pick.below(chunks.ptrs.len() as u64) as usize;
         out.touched[chunk] = true;
@@ -472,7 +472,7 @@ fn search_mem(chunks: &Chunks, stop: &AtomicBool, seed: u64, o: SearchOpts) -> a
         out.bytes += copy_size as u64;
     }
     out.end = Instant::now();
-    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
+    out.cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
     Ok(out)
 }
 

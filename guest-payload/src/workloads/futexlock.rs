@@ -405,7 +405,7 @@ fn worker(s: &Shared, me: OwnerId, iterations: u64, hold: u64, gap: u64) -> Outc
         end: Instant::now(),
         cpu_ns: 0,
     };
-    let cpu0 = crate::checks::thread_cpu_ns();
+    let cpu0 = crate::clock::thread_cpu_ns();
     let (lock, p) = (&s.lock.0, &s.protected.0);
     let mut seen = false;
     let before = Ctxsw::this_thread();
@@ -427,7 +427,7 @@ fn worker(s: &Shared, me: OwnerId, iterations: u64, hold: u64, gap: u64) -> Outc
         }
     }
     out.end = Instant::now();
-    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
+    out.cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
     s.first_done.0.store(true, Ordering::Relaxed);
     out.ctxsw = Ctxsw::this_thread().since(before);
     out

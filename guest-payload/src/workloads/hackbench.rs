@@ -30,7 +30,8 @@ use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
 use super::shm::{SharedArray, ZeroValid};
-use crate::checks::{RusageOf, thread_cpu_ns};
+use crate::checks::RusageOf;
+use crate::clock::thread_cpu_ns;
 use crate::env::Env;
 use crate::metrics::Fairness;
 use crate::report::Report;
@@ -117,7 +118,7 @@ type SharedSlots = SharedArray<Slot>;
 
 /// CLOCK_MONOTONIC, async-signal-safe (read in forked children).
 fn mono_ns() -> u64 {
-    crate::checks::monotonic_ns()
+    crate::clock::monotonic_ns()
 }
 
 fn errno() -> i32 {

@@ -797,7 +797,7 @@ fn worker<R: RawMutex>(
     let protected = &shared.protected.0;
     let timing = sampler.is_some();
     let mut work = timing.then(WorkSamples::default);
-    let cpu0 = checks::thread_cpu_ns();
+    let cpu0 = crate::clock::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !shared.stop.0.load(Ordering::Relaxed) {
         // A preemption anywhere below only lengthens the interval it falls in: before the
@@ -856,7 +856,7 @@ fn worker<R: RawMutex>(
         }
     }
     out.ctxsw = Ctxsw::this_thread().since(before);
-    out.window_cpu_ns = checks::thread_cpu_ns().saturating_sub(cpu0);
+    out.window_cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
     out.samples = sampler.map(|s| s.out);
     out.work = work;
     out

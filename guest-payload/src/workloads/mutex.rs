@@ -778,7 +778,7 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
     let mut rng = SbRand::new(me.wrapping_mul(0x51_7CC1_B727_220A).wrapping_add(7));
     let n = shared.slots.len() as u32;
     let mut out = Outcome::idle(p.locks);
-    let cpu0 = crate::checks::thread_cpu_ns();
+    let cpu0 = crate::clock::thread_cpu_ns();
     let mut seen_first = false;
     let mut work = p
         .ns_per_tick
@@ -833,7 +833,7 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
         }
     }
     out.end = Instant::now();
-    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
+    out.cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
     shared.first_done.0.store(true, Ordering::Relaxed);
     out.ctxsw = Ctxsw::this_thread().since(before);
     out.work = work;

@@ -148,7 +148,7 @@ fn task(i: u32, cpus: u32, root: &Path, rounds: Option<u32>, flags: &Flags, gate
     };
     let mut buf = Vec::with_capacity(8192);
     gate.arrive();
-    let cpu0 = crate::checks::thread_cpu_ns();
+    let cpu0 = crate::clock::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !flags.stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| out.rounds < r as u64) {
         walk(root, &mut buf, &mut out, flags);
@@ -157,7 +157,7 @@ fn task(i: u32, cpus: u32, root: &Path, rounds: Option<u32>, flags: &Flags, gate
         }
     }
     out.end = Some(Instant::now());
-    out.cpu_ns = crate::checks::thread_cpu_ns().saturating_sub(cpu0);
+    out.cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
     flags.first_done.store(true, Ordering::Relaxed);
     out.at_first_finish.get_or_insert(out.files);
     out.ctxsw = Ctxsw::this_thread().since(before);
