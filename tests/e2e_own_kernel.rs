@@ -84,6 +84,10 @@ fn split(src: &Path, variant: &str, dest: &Path) {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests of kernels built here"
+)]
 fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (base, patched) = trees();
@@ -246,6 +250,10 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
 /// still prints its ready marker: dropbear listens, but nothing can reach it). Before, such a
 /// sweep waited out the 180-s boot timeout for every attempt.
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests of kernels built here"
+)]
 fn a_guest_without_eth0_fails_at_once_on_both_start_paths() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (base, _) = trees();

@@ -188,6 +188,10 @@ fn refused(scenario: &Path, env: &[(&str, &str)], want: &[&str]) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests on a remote host over SSH"
+)]
 fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
     let sshd = Sshd::start();
     let tmp = tempfile::tempdir().unwrap();
@@ -313,6 +317,10 @@ fn journal(results: &Path) -> (PathBuf, Value, Vec<Value>) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests on a remote host over SSH"
+)]
 fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
     let sshd = Sshd::start();
     let tmp = tempfile::tempdir().unwrap();
@@ -495,6 +503,10 @@ impl Sshd {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests on a remote host over SSH"
+)]
 fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
     let mut sshd = Sshd::start();
     let tmp = tempfile::tempdir().unwrap();

@@ -26,11 +26,19 @@ fn journal_lines(results: &Path) -> (Value, Vec<Value>) {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests (QEMU and libvirt)"
+)]
 fn smoke_sweep_on_real_guests_with_qemu() {
     smoke("qemu");
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests (QEMU and libvirt)"
+)]
 fn smoke_sweep_on_real_guests_with_libvirt() {
     smoke("libvirt");
 }

@@ -194,6 +194,7 @@ fn sha(p: &Path) -> String {
 /// own clock, RNG, memory and scratch disk, a template reused, and a template QEMU cannot load
 /// replaced by a cold boot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
 async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
     let _serial = SERIAL.lock().await;
     let img = image();
@@ -411,6 +412,10 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
 /// libvirt: the PVH/qboot domain boots, its template is saved through the extra QMP monitor,
 /// and clones restore into domains of their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots guests through libvirtd"
+)]
 async fn libvirt_boots_pvh_and_clones() {
     let _serial = SERIAL.lock().await;
     let img = image();
@@ -550,6 +555,7 @@ async fn libvirt_boots_pvh_and_clones() {
 /// uncontended, calibrated busy work in and out of it). The first pair is kept out (restored memory is touched for the first time then),
 /// as a scenario's warm-up run would be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
 async fn clones_measure_what_booted_guests_measure() {
     let _serial = SERIAL.lock().await;
     let img = image();

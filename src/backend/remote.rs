@@ -1141,6 +1141,7 @@ mod tests {
 
     /// Against the real libvirtd on this machine (the storage calls are the same over SSH).
     #[test]
+    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: needs libvirtd")]
     fn volumes_are_uploaded_once_by_content_and_an_unfinished_one_is_replaced() {
         let uri = "qemu:///system";
         virt::error::clear_error_callback();

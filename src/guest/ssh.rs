@@ -492,6 +492,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "full-tests"),
+        ignore = "full tier: starts an SSH server as root"
+    )]
     fn gated_commands_share_one_kept_shell_keep_their_output_and_status_and_survive_its_death() {
         let s = sshd();
         let ssh = connect(&s);
@@ -578,6 +582,10 @@ mod tests {
     /// to the session's timeout. A command dropped before it ended waits that long on a
     /// server that does not answer (here stopped), and not at all on one that is gone.
     #[test]
+    #[cfg_attr(
+        not(feature = "full-tests"),
+        ignore = "full tier: starts an SSH server as root"
+    )]
     fn an_unfinished_command_is_dropped_at_once_when_its_server_is_gone_not_while_it_is_stopped() {
         let drop_time = |kill: bool| {
             let s = sshd();

@@ -677,6 +677,10 @@ mod tests {
     /// downloads and unpacks the ~70 MB kernel .deb: ~20 s; later runs ~3 s), then checks
     /// contents, size, reuse and determinism of the base member.
     #[test]
+    #[cfg_attr(
+        not(feature = "full-tests"),
+        ignore = "full tier: builds a guest image (root, Debian packages)"
+    )]
     fn builds_and_reuses_a_real_image() {
         let tmp = tempfile::tempdir().unwrap();
         // Images go into the temp cache; the unpacked kernel (content-addressed by the .deb's

@@ -1148,6 +1148,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: root and tracefs")]
     fn one_instance_serves_every_run_of_a_guest_set_and_is_removed_when_dropped() {
         let fs: Arc<dyn HostFs> = Arc::new(crate::hostfs::LocalFs);
         match Tracer::new(&fs, &[0]) {
@@ -1220,6 +1221,7 @@ mod tests {
     /// An instance the kernel still holds when it is dropped (here: a trace file left open,
     /// which makes the rmdir EBUSY) is removed once the kernel lets go, not left behind.
     #[test]
+    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: root and tracefs")]
     fn an_instance_the_kernel_holds_is_removed_once_it_lets_go() {
         let fs: Arc<dyn HostFs> = Arc::new(crate::hostfs::LocalFs);
         let Ok(tracer) = Tracer::new(&fs, &[0]) else {
