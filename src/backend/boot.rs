@@ -17,8 +17,9 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-use super::{FastKernel, GuestSpec, StartMethod};
+use super::{FastKernel, GuestSpec};
 use crate::host::{self, Accel};
+use crate::vocabulary::StartMethod;
 
 /// What QEMU is given to start a guest's kernel.
 #[derive(Debug, Clone, PartialEq)]

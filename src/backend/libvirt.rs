@@ -1156,7 +1156,7 @@ mod tests {
                 scratch_disk: None,
                 workdir: work.path().into(),
                 fast_kernel: crate::backend::FastKernel::Pvh(img.join("vmlinux")),
-                start: crate::backend::StartMethod::Boot,
+                start: crate::vocabulary::StartMethod::Boot,
                 ram: crate::backend::RamBacking::Anonymous,
             };
             let t0 = std::time::Instant::now();
@@ -1213,7 +1213,7 @@ mod tests {
             scratch_disk: None,
             workdir: work.path().into(),
             fast_kernel: crate::backend::FastKernel::Pvh(img.join("vmlinux")),
-            start: crate::backend::StartMethod::Boot,
+            start: crate::vocabulary::StartMethod::Boot,
             ram: crate::backend::RamBacking::Anonymous,
         };
         let g = backend.boot(&spec).await.unwrap();

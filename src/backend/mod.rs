@@ -23,6 +23,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::host::Accel;
+use crate::vocabulary::StartMethod;
 
 pub type Liveness = Box<dyn Fn() -> bool + Send + Sync>;
 
@@ -30,44 +31,6 @@ pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// vCPU index → the host CPUs it may run on, as applied.
 pub type VcpuCpus = Vec<(u32, Vec<usize>)>;
-
-/// How a guest is started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StartMethod {
-    /// A cold boot of the kernel.
-    #[default]
-    Boot,
-    /// A restore of a saved template guest of the same shape (built on first use); a clone
-    /// that cannot be had or does not come up is replaced by a cold boot. The clone loads its
-    /// own copy of the guest's RAM from the saved state into QEMU's anonymous memory, which
-    /// the host backs with transparent huge pages as it does a booted guest's.
-    Clone,
-    /// A clone that maps the template's RAM file private instead ([`RamBacking::CloneOf`],
-    /// where the backend can): pages it only reads stay one page-cache copy for every clone
-    /// (56–65 MiB PSS per 128 MiB clone against 139–157), but the guest's RAM is then on 4 KiB
-    /// host pages where a booted guest's is on 2 MiB ones (AnonHugePages measured 0 against
-    /// 137 MiB), so memory-bound guest work may run slower than in a booted guest (under KVM,
-    /// 4 KiB pages also mean 4 KiB EPT entries). For density (many guests on a big host),
-    /// not for figures compared with booted guests.
-    #[serde(rename = "clone-shared")]
-    CloneShared,
-}
-
-impl StartMethod {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StartMethod::Boot => "boot",
-            StartMethod::Clone => "clone",
-            StartMethod::CloneShared => "clone-shared",
-        }
-    }
-
-    /// Restored from a template (either kind of clone).
-    pub fn is_clone(self) -> bool {
-        self != StartMethod::Boot
-    }
-}
 
 /// The kernel in a form QEMU can boot directly: the image's (so `image/` needs nothing of
 /// the backends).

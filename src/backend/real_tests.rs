@@ -9,11 +9,12 @@ use serde_json::Value;
 
 use super::started::Starter;
 use super::template::TemplateCache;
-use super::{Backend, Guest, GuestSpec, StartMethod};
+use super::{Backend, Guest, GuestSpec};
 use crate::guest::ready::wait_for_marker;
 use crate::guest::ssh::{Credentials, GuestSsh};
 use crate::host::Accel;
 use crate::image::{Image, ImageSpec, KernelSource};
+use crate::vocabulary::StartMethod;
 
 /// Async-aware: the guard is held across the tests' awaits.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 
 use super::boot::{self, BootPlan, notice_once};
 use super::template::{self, Launcher, TemplateCache};
-use super::{BoxFut, Guest, GuestSpec, Liveness, StartMethod};
+use super::{BoxFut, Guest, GuestSpec, Liveness};
+use crate::vocabulary::StartMethod;
 
 /// Starts guests for a backend; holds its template cache.
 pub struct Starter {

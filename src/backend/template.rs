@@ -48,9 +48,10 @@ use serde_json::{Value, json};
 
 use super::boot::BootPlan;
 use super::paths::console_path;
-use super::{BoxFut, Guest, GuestSpec, RamBacking, StartMethod};
+use super::{BoxFut, Guest, GuestSpec, RamBacking};
 use crate::guest::ready::{tail_file, wait_for_marker};
 use crate::host::Accel;
+use crate::vocabulary::StartMethod;
 
 /// Bump when the template layout or the way templates are made changes.
 pub const FORMAT: &str = "ocrig-template-2";

@@ -88,7 +88,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 ..Default::default()
             };
             // The kernel note reads the headers only.
-            let header_only = |d: &crate::stats::digest::Digested| crate::sweep::journal::Journal {
+            let header_only = |d: &crate::stats::digest::Digested| crate::journal::Journal {
                 header: d.header.clone(),
                 runs: Vec::new(),
             };

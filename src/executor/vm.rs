@@ -15,13 +15,14 @@ use serde_json::{Value, json};
 use super::barrier::{self, Limits, Participant};
 use super::deploy::Prepared;
 use super::{BroughtUp, Executor, GroupSpec, RunOutcome, RunRequest};
-use crate::backend::{Backend, Guest, GuestSpec, StartMethod};
+use crate::backend::{Backend, Guest, GuestSpec};
 use crate::guest::ready::{tail_file, wait_for_marker};
 use crate::guest::ssh::{Credentials, GuestSsh};
 use crate::host::Accel;
 use crate::image::Image;
 use crate::scenario::Timeouts;
 use crate::telemetry::sched_trace::Tracer;
+use crate::vocabulary::StartMethod;
 
 /// What the VM executor needs besides the boot group.
 pub struct VmConfig {

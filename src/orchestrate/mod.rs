@@ -82,9 +82,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(i) = e.downcast_ref::<Interrupted>() {
         return i.code;
     }
-    if e.chain()
-        .any(|c| c.is::<crate::sweep::journal::JournalWriteFailed>())
-    {
+    if e.chain().any(|c| c.is::<crate::journal::JournalWriteFailed>()) {
         return exit::JOURNAL_WRITE_FAILED;
     }
     if e.chain().any(|c| c.is::<SweepIncomplete>()) {
@@ -92,7 +90,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     }
     let bad = e.chain().any(|c| {
         c.is::<BadInput>()
-            || c.is::<crate::sweep::journal::NotAJournal>()
+            || c.is::<crate::journal::NotAJournal>()
             || c.is::<crate::scenario::ScenarioError>()
             || c.is::<crate::scenario::ScenarioErrors>()
             || c.is::<crate::sweep::scheduler::PayloadRefusedArgs>()

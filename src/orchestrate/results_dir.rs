@@ -10,7 +10,7 @@ use super::preflight::preflight_disk;
 use super::results_lock::ResultsLock;
 use super::resume;
 use crate::host::Accel;
-use crate::sweep::journal::{
+use crate::journal::{
     Entry, JOURNAL_FILE, JOURNAL_FORMAT, JournalWriter, ResumeNote, ScheduleInfo, SweepHeader, WorkloadInfo,
 };
 use crate::sweep::plan::Plan;

@@ -12,7 +12,7 @@ use anyhow::Context;
 
 use super::BadInput;
 
-use crate::sweep::journal::JOURNAL_FILE;
+use crate::journal::JOURNAL_FILE;
 
 /// Who holds the lock (pid, start, command line), written once the lock is held.
 pub const HOLDER_FILE: &str = "ocrig.lock";

@@ -352,7 +352,7 @@ pub struct GuestShape {
     /// `boot` (cold boot) or `clone` (restore a saved template of this guest; falls back to a
     /// boot where the host cannot). Default: clone.
     #[serde(default = "default_start")]
-    pub start: crate::backend::StartMethod,
+    pub start: crate::vocabulary::StartMethod,
     /// A 1-vCPU guest in a scenario whose variants switch PV spinlocks (`nopvspin`,
     /// `kvm-pv-unhalt`) is refused, because such a guest turns PV spinlocks off by itself
     /// ("PV spinlocks disabled, single CPU"); `true` says that is the point (a warning then).
@@ -360,8 +360,8 @@ pub struct GuestShape {
     pub single_vcpu_intended: bool,
 }
 
-fn default_start() -> crate::backend::StartMethod {
-    crate::backend::StartMethod::Clone
+fn default_start() -> crate::vocabulary::StartMethod {
+    crate::vocabulary::StartMethod::Clone
 }
 
 fn default_memory() -> u32 {

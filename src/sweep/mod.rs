@@ -1,9 +1,7 @@
 //! The sweep: the run plan and the scheduler that turns it into attempts and records over an
 //! executor. The journal and the one rule for what counts live below it, in [`crate::journal`]
-//! (the statistics read them too); they are re-exported here under their old paths.
+//! (the statistics read them too).
 
-pub(crate) use crate::journal;
-pub(crate) use crate::journal::accounting;
 pub mod deadlines;
 pub mod order;
 pub mod plan;

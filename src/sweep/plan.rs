@@ -177,7 +177,7 @@ pub struct Plan {
     pub memory_mib: u32,
     pub scratch_disk_mib: u32,
     /// How guests start (`guest.start`).
-    pub guest_start: crate::backend::StartMethod,
+    pub guest_start: crate::vocabulary::StartMethod,
     /// Whether runs record the host's vCPU timeline (`host.timeline`, default true).
     pub timeline: bool,
     pub background: Background,
@@ -347,10 +347,10 @@ impl Plan {
     }
 
     /// The plan's boot groups as the journal header records them.
-    pub fn boot_infos(&self) -> Vec<crate::sweep::journal::BootInfo> {
+    pub fn boot_infos(&self) -> Vec<crate::journal::BootInfo> {
         self.boots
             .iter()
-            .map(|b| crate::sweep::journal::BootInfo {
+            .map(|b| crate::journal::BootInfo {
                 level: b.level,
                 guests: b.guests,
                 variants: b.variants.clone(),

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use super::journal::{RunRecord, Slot};
 use super::plan::Cell;
 use crate::executor::{BAD_ARGS_STATUS, CHECK_FAILED_PREFIX, CHECK_FAILED_STATUS, RunOutcome, WorkerRun};
 use crate::journal::DISTURBED_KEY;
+use crate::journal::{RunRecord, Slot};
 
 /// Which attempt of which run an outcome belongs to.
 #[derive(Debug, Clone, Copy)]

@@ -16,14 +16,14 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::accounting::{self, CellKey, GuestSet, RunKey, Settled};
 use super::deadlines;
-use super::journal::{Entry, JournalWriter, RunRecord, Slot};
 use super::order::{block_order, round_order};
 use super::plan::{BootGroup, Cell, Plan, WarmUp};
 use super::progress::Progress;
 use super::records::{self, AttemptId};
 use crate::executor::{Executor, RunRequest};
+use crate::journal::accounting::{self, CellKey, GuestSet, RunKey, Settled};
+use crate::journal::{Entry, JournalWriter, RunRecord, Slot};
 use crate::scenario::Background;
 
 /// Wall time spent in each phase over the whole sweep, seconds, and what came of it.

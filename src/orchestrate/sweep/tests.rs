@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::executor::mock::{Calls, MockExecutor, Script};
-use crate::sweep::accounting::{GuestSet, settle};
-use crate::sweep::journal::{Entry, JOURNAL_FILE, JournalWriter, RunRecord};
+use crate::journal::accounting::{GuestSet, settle};
+use crate::journal::{Entry, JOURNAL_FILE, JournalWriter, RunRecord};
 
 const METRIC: &str = "ops_per_sec";
 
@@ -207,7 +207,7 @@ fn warmed_once_per_set_before_measuring(records: &[RunRecord], warmups: u32) -> 
 
 /// The reports' n per cell (through the reports' own model of the journal).
 fn report_n(records: &[RunRecord]) -> Vec<usize> {
-    let header: crate::sweep::journal::SweepHeader = serde_json::from_value(serde_json::json!({
+    let header: crate::journal::SweepHeader = serde_json::from_value(serde_json::json!({
         "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b"],
         "levels": [1.0],
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
@@ -215,7 +215,7 @@ fn report_n(records: &[RunRecord]) -> Vec<usize> {
         "started_at": "t", "ocrig_version": "0",
     }))
     .unwrap();
-    let journal = crate::sweep::journal::Journal {
+    let journal = crate::journal::Journal {
         header,
         runs: records.to_vec(),
     };

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::executor::mock::{Calls, MockExecutor, Script};
+use crate::journal::accounting::settle;
+use crate::journal::{Entry, JOURNAL_FILE};
 use crate::scenario::Scenario;
-use crate::sweep::accounting::settle;
-use crate::sweep::journal::{Entry, JOURNAL_FILE};
 
 const METRIC: &str = "ops_per_sec";
 
@@ -359,7 +359,7 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
     );
     // Level 1.0 booted and ran normally.
     let s = settle(&o.records);
-    let cell = crate::sweep::accounting::CellKey {
+    let cell = crate::journal::accounting::CellKey {
         variant: "base",
         level: 1.0,
         workload: "lock",
@@ -569,7 +569,7 @@ fn stats_model_of(
     variants: &[&str],
     looks: Option<u32>,
 ) -> crate::stats::cells::Model {
-    let header: crate::sweep::journal::SweepHeader = serde_json::from_value(serde_json::json!({
+    let header: crate::journal::SweepHeader = serde_json::from_value(serde_json::json!({
         "scenario": "t", "scenario_sha256": "00", "baseline": variants[0], "variants": variants,
         "levels": [1.0], "looks": looks,
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
@@ -577,7 +577,7 @@ fn stats_model_of(
         "started_at": "t", "ocrig_version": "0",
     }))
     .unwrap();
-    let journal = crate::sweep::journal::Journal {
+    let journal = crate::journal::Journal {
         header,
         runs: records.to_vec(),
     };
@@ -957,9 +957,8 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         .map(|(i, _)| i + 1)
         .collect();
     let last_append = lines[lines.len() - 3];
-    let header = serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header())))
-        .unwrap()
-        + "\n";
+    let header =
+        serde_json::to_string(&Entry::Sweep(Box::new(crate::journal::tests::header()))).unwrap() + "\n";
     // On tmpfs where there is one: ~1600 resumes, each fsync'ing its appends.
     let shm = std::path::Path::new("/dev/shm");
     for cut in last_append + 1..bytes.len() {
@@ -973,7 +972,7 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         let mut torn = header.clone().into_bytes();
         torn.extend_from_slice(&bytes[..cut]);
         std::fs::write(&path, &torn).unwrap();
-        let before = crate::sweep::journal::Journal::read(dir.path()).unwrap().runs;
+        let before = crate::journal::Journal::read(dir.path()).unwrap().runs;
         let done_before: BTreeSet<(String, u32)> = settle(&before)
             .counted(&before)
             .map(|r| (r.variant.clone(), r.run))
@@ -983,7 +982,7 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         let progress = Progress::new(p.measured_runs(), true);
         let journal = JournalWriter::open(dir.path()).unwrap();
         run(&p, exec, journal, before.clone(), &progress).await.unwrap();
-        let after = crate::sweep::journal::Journal::read(dir.path()).unwrap().runs;
+        let after = crate::journal::Journal::read(dir.path()).unwrap().runs;
         let new = &after[before.len()..];
         assert!(
             new.iter()
@@ -1054,11 +1053,10 @@ async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
     let (a, b) = futures::join!(host(0, false), host(1, true));
     a.unwrap();
     b.unwrap();
-    let records = crate::sweep::journal::Journal::read(&{
+    let records = crate::journal::Journal::read(&{
         let f = dir.path().join(JOURNAL_FILE);
         let body = std::fs::read(&f).unwrap();
-        let h =
-            serde_json::to_string(&Entry::Sweep(Box::new(crate::sweep::journal::tests::header()))).unwrap();
+        let h = serde_json::to_string(&Entry::Sweep(Box::new(crate::journal::tests::header()))).unwrap();
         std::fs::write(&f, [h.as_bytes(), b"\n", &body].concat()).unwrap();
         f
     })
