@@ -8,7 +8,8 @@
 //! every cell row what explains it: vCPU wait, guest steal (empty with a note when not
 //! measured), contention, Jain, context switches, other guests, KVM counters.
 
-use super::{Exporter, KVM_COLUMNS};
+use super::kernel_symbols::{self, CSV_COLUMNS as KERNEL_COLUMNS};
+use super::{Exporter, KVM_COLUMNS, ReportInput};
 use crate::journal::Better;
 use crate::stats::cells::{Cell, Comparison, Model, RetentionRow, Row, WorkloadModel, same_level};
 
@@ -298,10 +299,21 @@ fn geomean_row(model: &Model, wl: &WorkloadModel, cmp: &Comparison) -> Option<Ve
 }
 
 impl Exporter for CsvExporter {
-    fn render(&self, model: &Model) -> anyhow::Result<String> {
-        let mut out = header().join(",");
+    /// With profiled cells, every row ends with the [`KERNEL_COLUMNS`] (filled on the rows of
+    /// cells with a profile).
+    fn render(&self, input: &ReportInput) -> anyhow::Result<String> {
+        let model = &input.model;
+        let profiled = !input.symbols.is_empty();
+        let mut head = header();
+        if profiled {
+            head.extend(KERNEL_COLUMNS.iter().map(|c| c.to_string()));
+        }
+        let mut out = head.join(",");
         out.push('\n');
-        let mut line = |r: Vec<String>| {
+        let mut line = |mut r: Vec<String>, kernel: Option<[String; 6]>| {
+            if profiled {
+                r.extend(kernel.unwrap_or_default());
+            }
             out.push_str(&r.join(","));
             out.push('\n');
         };
@@ -314,12 +326,17 @@ impl Exporter for CsvExporter {
                         let row = r.rows.iter().find(|k| same_level(k.level, c.level))?;
                         Some((r.from_level, row))
                     });
-                    line(row(model, wl, &s.variant, c, cmp.map(|cmp| &cmp.rows[i]), kept));
+                    let kernel =
+                        kernel_symbols::csv_fields(&input.symbols, &wl.workload, &s.variant, c.level);
+                    line(
+                        row(model, wl, &s.variant, c, cmp.map(|cmp| &cmp.rows[i]), kept),
+                        Some(kernel),
+                    );
                 }
             }
             for cmp in &wl.comparisons {
                 if let Some(r) = geomean_row(model, wl, cmp) {
-                    line(r);
+                    line(r, None);
                 }
             }
         }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::journal::accounting::settle;
+use crate::journal::accounting::Settled;
 use crate::stats::digest::Digested;
 
 /// One cell's merged profile.
@@ -29,8 +29,7 @@ pub struct CellProfile {
 }
 
 /// Every cell with at least one profile, in journal order of first appearance.
-pub fn cells_digested(journal: &Digested) -> Vec<CellProfile> {
-    let settled = settle(&journal.runs);
+pub fn cells_digested(journal: &Digested, settled: &Settled) -> Vec<CellProfile> {
     let mut out: Vec<CellProfile> = Vec::new();
     // (workload, variant, level bits) → index into `out`: one lookup per record.
     let mut index: BTreeMap<(&str, &str, u64), usize> = BTreeMap::new();
@@ -128,17 +127,15 @@ fn file_part(s: &str) -> String {
 /// Writes `flame/<workload>/<level>x-<variant>.svg`, the differential
 /// `<level>x-<variant>-vs-<baseline>.svg` where the baseline has a profile at that level, and
 /// `kernel-profile.md` (top-10 symbols per cell). Nothing when no run has a profile.
-pub fn write(journal: &Digested, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let cells = cells_digested(journal);
+pub fn write(cells: &[CellProfile], baseline: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if cells.is_empty() {
         return Ok(Vec::new());
     }
-    let baseline = &journal.header.baseline;
     let mut written = Vec::new();
     let mut md = String::from(
         "# Guest kernel profiles\n\nSelf samples (leaf frame) as a share of all samples, summed over counted runs; `[user]` = samples in user space.\n",
     );
-    for c in &cells {
+    for c in cells {
         let sub = dir.join("flame").join(file_part(&c.workload));
         std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
         let name = format!("{}x-{}", c.level, file_part(&c.variant));
@@ -150,10 +147,10 @@ pub fn write(journal: &Digested, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         std::fs::write(&path, flame_svg(c, &title)?)
             .with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
-        if &c.variant != baseline
+        if c.variant != baseline
             && let Some(b) = cells
                 .iter()
-                .find(|b| &b.variant == baseline && b.workload == c.workload && b.level == c.level)
+                .find(|b| b.variant == baseline && b.workload == c.workload && b.level == c.level)
         {
             let title = format!(
                 "{} · {} vs {} · {}x (red: more than {})",

@@ -97,8 +97,7 @@ pub struct Agreement {
 }
 
 /// Every cell's agreement across hosts (cells with a single host are left out).
-pub fn agreement(j: &Digested, alpha: f64) -> Vec<Agreement> {
-    let settled = crate::journal::accounting::settle(&j.runs);
+pub fn agreement(j: &Digested, settled: &crate::journal::accounting::Settled, alpha: f64) -> Vec<Agreement> {
     let mut cells: BTreeMap<(String, String, String), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     for r in settled
         .counted(&j.runs)
@@ -150,8 +149,8 @@ pub fn agreement(j: &Digested, alpha: f64) -> Vec<Agreement> {
 }
 
 /// The agreement as a Markdown-style text table (empty when the sweep had one host).
-pub fn agreement_text(j: &Digested, alpha: f64) -> String {
-    let rows = agreement(j, alpha);
+pub fn agreement_text(j: &Digested, settled: &crate::journal::accounting::Settled, alpha: f64) -> String {
+    let rows = agreement(j, settled, alpha);
     if rows.is_empty() {
         return String::new();
     }
@@ -232,12 +231,12 @@ mod tests {
             runs.push(rec("b", 2 * i as u32 + 1, 2.0, y * 2.0));
         }
         let j = journal(runs);
-        let rows = agreement(&j, 0.05);
+        let rows = agreement(&j, &crate::journal::accounting::settle(&j.runs), 0.05);
         assert_eq!(rows.len(), 2);
         assert!(!rows[0].disagree && rows[0].level == 1.0, "{rows:?}");
         assert!(rows[1].disagree && rows[1].p.unwrap() < 0.01, "{rows:?}");
         assert_eq!(rows[1].per_host[0].0, "a");
-        let t = agreement_text(&j, 0.05);
+        let t = agreement_text(&j, &crate::journal::accounting::settle(&j.runs), 0.05);
         assert!(
             t.contains("| lock | base | 2x | a: 100 (n=4); b: 200 (n=4) |"),
             "{t}"
@@ -285,7 +284,7 @@ mod tests {
             header: header(),
             runs: vec![],
         });
-        assert!(agreement_text(&j, 0.05).is_empty());
+        assert!(agreement_text(&j, &crate::journal::accounting::settle(&j.runs), 0.05).is_empty());
         assert!(hosts(&j).is_empty());
     }
 }

@@ -5,8 +5,8 @@
 
 use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
 use super::{
-    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, retention_rows,
-    single_rows, variants_line,
+    Exporter, ReportInput, cell_rows, comparison_rows, describe_metric, fmt_level, kernel_symbols, kvm_rows,
+    notes, retention_rows, single_rows, variants_line,
 };
 use crate::stats::cells::Model;
 
@@ -79,7 +79,30 @@ pub(crate) fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String
 }
 
 impl Exporter for HtmlExporter {
-    fn render(&self, model: &Model) -> anyhow::Result<String> {
+    fn render(&self, input: &ReportInput) -> anyhow::Result<String> {
+        let mut out = render_model(&input.model)?;
+        // After the model: the runs' vCPU timelines, the guest kernels' profiles, and for
+        // `ocrig compare` the profiles set against each other.
+        out.push_str(&input.timeline_section());
+        out.push_str(&kernel_symbols::html_section(
+            &input.symbols,
+            input.profiles(),
+            input.baseline(),
+        )?);
+        out.push_str(&kernel_symbols::compare_html(
+            &input.changed(),
+            input.profiles(),
+            input.baseline(),
+        )?);
+        out.push_str("</body>\n</html>\n");
+        Ok(out)
+    }
+}
+
+/// The document up to its closing tags: heading, overview, per workload its plots and tables,
+/// the sweep's lines.
+fn render_model(model: &Model) -> anyhow::Result<String> {
+    {
         let title = format!("ocrig: {}", model.scenario);
         let levels: Vec<String> = model.levels.iter().map(|l| fmt_level(*l)).collect();
         let mut out = format!(
@@ -159,7 +182,6 @@ impl Exporter for HtmlExporter {
         for line in super::sweep_lines(model) {
             out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&line)));
         }
-        out.push_str("</body>\n</html>\n");
         Ok(out)
     }
 }

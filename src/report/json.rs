@@ -1,13 +1,33 @@
-//! JSON: the full comparison model ([`Model`]), pretty-printed.
+//! JSON: the full comparison model ([`Model`]), pretty-printed, with the guest kernels'
+//! busiest symbols per profiled cell (`kernel_symbols`) and, for `ocrig compare`, how they
+//! changed between the pairs (`kernel_symbol_changes`), each only where there are any.
 
-use super::Exporter;
+use super::kernel_symbols::{self, JsonCell, JsonChange};
+use super::{Exporter, ReportInput};
 use crate::stats::cells::Model;
 
 pub struct JsonExporter;
 
+/// The report: the model's fields, then the profiles'.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    #[serde(flatten)]
+    model: &'a Model,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    kernel_symbols: Vec<JsonCell<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    kernel_symbol_changes: Vec<JsonChange<'a>>,
+}
+
 impl Exporter for JsonExporter {
-    fn render(&self, model: &Model) -> anyhow::Result<String> {
-        let mut s = serde_json::to_string_pretty(model)?;
+    fn render(&self, input: &ReportInput) -> anyhow::Result<String> {
+        let changed = input.changed();
+        let report = JsonReport {
+            model: &input.model,
+            kernel_symbols: kernel_symbols::json_items(&input.symbols),
+            kernel_symbol_changes: kernel_symbols::compare_json(&changed),
+        };
+        let mut s = serde_json::to_string_pretty(&report)?;
         s.push('\n');
         Ok(s)
     }

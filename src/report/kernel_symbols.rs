@@ -2,27 +2,13 @@
 //! JSON, HTML), from the runs' stored profiles ([`crate::stats::kernel_symbols`]); in HTML also
 //! the cell's flame graph and its differential one against the baseline ([`super::flame`]).
 //!
-//! A section is added to what an exporter rendered (so the exporters and the model stay as
-//! they are): nothing at all when no counted run carries a profile.
+//! Each exporter takes its part from here, built from the report's input: nothing at all when
+//! no counted run carries a profile. No part reads what an exporter rendered.
 
-#[cfg(test)]
-use crate::journal::Journal;
-use crate::journal::accounting::settle;
 use crate::stats::digest::Digested;
 use crate::stats::kernel_symbols::{self as ks, CellSymbols, TOP};
 
-use super::Format;
-
-/// The cells of `journal` with a kernel profile, each run counted once by the one rule.
-#[cfg(test)]
-pub fn of_journal(journal: &Journal) -> Vec<CellSymbols> {
-    of_digested(&Digested::of(journal))
-}
-
-/// [`of_journal`] from a journal's digests.
-pub fn of_digested(journal: &Digested) -> Vec<CellSymbols> {
-    ks::aggregate_digests(settle(&journal.runs).counted(&journal.runs))
-}
+use super::flame::CellProfile;
 
 /// `native_safe_halt 36.8%, memset_erms 13.1%, …`: a cell's top symbols in words.
 fn top_words(c: &CellSymbols, sep: &str) -> String {
@@ -94,45 +80,37 @@ const INTRO: &str = "Guest kernel profiles: the busiest symbols per cell by self
                      mutex, rwsem, OSQ, spinlock and rwlock functions with their slow paths (waiting: the slow paths, \
                      spinning on the owner, the OSQ, PV waits)";
 
-/// `text` (what `format`'s exporter rendered for `journal`) with the kernel-symbol section.
-pub fn append(
-    text: String,
-    format: Format,
-    journal: &Digested,
-    cells: &[CellSymbols],
-) -> anyhow::Result<String> {
+/// The text report's section: per workload the table of each profiled cell's top symbols.
+pub fn table_section(cells: &[CellSymbols]) -> String {
     if cells.is_empty() {
-        return Ok(text);
+        return String::new();
     }
-    Ok(match format {
-        Format::Table => {
-            let mut text = text;
-            text.push_str(&format!("\n{INTRO}.\n"));
-            for (wl, rows) in rows_by_workload(cells, ", ") {
-                text.push_str(&format!(
-                    "{wl}: top kernel symbols\n{}",
-                    super::table::ascii_table(&rows)
-                ));
-            }
-            text
-        }
-        Format::Md => {
-            let mut text = text;
-            text.push_str(&format!("\n## Guest kernel profiles\n\n{INTRO}.\n"));
-            for (wl, rows) in rows_by_workload(cells, ", ") {
-                text.push_str(&format!("\n### {wl}: top kernel symbols\n\n"));
-                text.push_str(&super::markdown::pipe_table(&rows));
-            }
-            text
-        }
-        Format::Csv => with_csv_columns(&text, cells),
-        Format::Json => with_json_field(text, cells)?,
-        Format::Html => with_html_section(text, journal, cells)?,
-    })
+    let mut text = format!("\n{INTRO}.\n");
+    for (wl, rows) in rows_by_workload(cells, ", ") {
+        text.push_str(&format!(
+            "{wl}: top kernel symbols\n{}",
+            super::table::ascii_table(&rows)
+        ));
+    }
+    text
 }
 
-/// Columns appended to every CSV row: the cell's profiled runs, samples, and top symbols as
-/// `symbol=share` pairs separated by `;` (empty on rows without a profile and on geomean rows).
+/// [`table_section`] in Markdown.
+pub fn md_section(cells: &[CellSymbols]) -> String {
+    if cells.is_empty() {
+        return String::new();
+    }
+    let mut text = format!("\n## Guest kernel profiles\n\n{INTRO}.\n");
+    for (wl, rows) in rows_by_workload(cells, ", ") {
+        text.push_str(&format!("\n### {wl}: top kernel symbols\n\n"));
+        text.push_str(&super::markdown::pipe_table(&rows));
+    }
+    text
+}
+
+/// Columns of every CSV row when any cell has a profile: the cell's profiled runs, samples,
+/// and top symbols as `symbol=share` pairs separated by `;` (empty on rows without a profile
+/// and on geomean rows).
 pub const CSV_COLUMNS: [&str; 6] = [
     "kernel_profile_runs",
     "kernel_profile_samples",
@@ -142,84 +120,35 @@ pub const CSV_COLUMNS: [&str; 6] = [
     "kernel_lock_wait_share",
 ];
 
-/// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
-/// and the rest of the text after it.
-fn csv_record(text: &str) -> (Vec<String>, &str) {
-    let mut fields = vec![String::new()];
-    let mut quoted = false;
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, ch)) = chars.next() {
-        let field = fields.last_mut().expect("one field at least");
-        match (quoted, ch) {
-            (true, '"') if chars.peek().is_some_and(|(_, c)| *c == '"') => {
-                chars.next();
-                field.push('"');
-            }
-            (true, '"') => quoted = false,
-            (true, c) => field.push(c),
-            (false, '"') => quoted = true,
-            (false, ',') => fields.push(String::new()),
-            (false, '\n') => return (fields, &text[i + 1..]),
-            (false, '\r') => {}
-            (false, c) => field.push(c),
-        }
+/// The [`CSV_COLUMNS`] of the cell row of `workload`, `variant`, `level` (empty fields where
+/// that cell has no profile).
+pub fn csv_fields(cells: &[CellSymbols], workload: &str, variant: &str, level: f64) -> [String; 6] {
+    let cell = cells
+        .iter()
+        .find(|c| c.workload == workload && c.variant == variant && c.level == level);
+    match cell.map(|c| (c, c.locking())) {
+        Some((c, locking)) => [
+            c.runs.to_string(),
+            c.samples.to_string(),
+            super::csv::field(
+                &c.top(TOP)
+                    .iter()
+                    .map(|s| format!("{}={:.4}", s.symbol, s.share))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+            ),
+            locking.samples.to_string(),
+            format!("{:.4}", locking.share),
+            format!("{:.4}", locking.waiting_share),
+        ],
+        None => Default::default(),
     }
-    (fields, "")
-}
-
-/// The rendered CSV with [`CSV_COLUMNS`] appended, matched to its `cell` rows by workload,
-/// variant and level (read from the header, whatever other columns the exporter writes).
-fn with_csv_columns(text: &str, cells: &[CellSymbols]) -> String {
-    let (names, mut rest) = csv_record(text);
-    let col = |n: &str| names.iter().position(|c| c == n);
-    let (Some(kind), Some(workload), Some(variant), Some(level)) =
-        (col("kind"), col("workload"), col("variant"), col("level"))
-    else {
-        return text.to_string();
-    };
-    let head = &text[..text.len() - rest.len()];
-    let mut out = format!(
-        "{},{}\n",
-        head.trim_end_matches(['\n', '\r']),
-        CSV_COLUMNS.join(",")
-    );
-    while !rest.is_empty() {
-        let (fields, after) = csv_record(rest);
-        let raw = rest[..rest.len() - after.len()].trim_end_matches(['\n', '\r']);
-        let get = |i: usize| fields.get(i).map_or("", String::as_str);
-        let cell = cells.iter().find(|c| {
-            get(kind) == "cell"
-                && c.workload == get(workload)
-                && c.variant == get(variant)
-                && get(level).parse::<f64>().is_ok_and(|l| l == c.level)
-        });
-        let extra = match cell.map(|c| (c, c.locking())) {
-            Some((c, locking)) => [
-                c.runs.to_string(),
-                c.samples.to_string(),
-                super::csv::field(
-                    &c.top(TOP)
-                        .iter()
-                        .map(|s| format!("{}={:.4}", s.symbol, s.share))
-                        .collect::<Vec<_>>()
-                        .join(";"),
-                ),
-                locking.samples.to_string(),
-                format!("{:.4}", locking.share),
-                format!("{:.4}", locking.waiting_share),
-            ],
-            None => Default::default(),
-        };
-        out.push_str(&format!("{raw},{}\n", extra.join(",")));
-        rest = after;
-    }
-    out
 }
 
 /// One cell in the JSON report: where, how many runs and samples, the events sampled, the
 /// top symbols with their samples and share, and the share in kernel locking functions.
 #[derive(serde::Serialize)]
-struct JsonCell<'a> {
+pub struct JsonCell<'a> {
     workload: &'a str,
     variant: &'a str,
     level: f64,
@@ -231,10 +160,9 @@ struct JsonCell<'a> {
     locking: ks::LockingShare,
 }
 
-/// The pretty-printed model with a top-level `kernel_symbols` array added as its last field
-/// (inserted as text, so the model's own fields keep their order and numbers).
-fn with_json_field(text: String, cells: &[CellSymbols]) -> anyhow::Result<String> {
-    let items: Vec<JsonCell> = cells
+/// The JSON report's `kernel_symbols`: one item per profiled cell.
+pub fn json_items(cells: &[CellSymbols]) -> Vec<JsonCell<'_>> {
+    cells
         .iter()
         .map(|c| JsonCell {
             workload: &c.workload,
@@ -246,27 +174,21 @@ fn with_json_field(text: String, cells: &[CellSymbols]) -> anyhow::Result<String
             top: c.top(TOP),
             locking: c.locking(),
         })
-        .collect();
-    insert_json_field(text, "kernel_symbols", &items)
+        .collect()
 }
 
-/// `text` (a pretty-printed JSON object) with `"key": value` added as its last field.
-fn insert_json_field(text: String, key: &str, value: &impl serde::Serialize) -> anyhow::Result<String> {
-    let value = serde_json::to_string_pretty(value)?.replace('\n', "\n  ");
-    let body = text.trim_end();
-    let Some(inner) = body.strip_suffix('}') else {
-        anyhow::bail!("the JSON report is not an object");
-    };
-    let inner = inner.trim_end();
-    let sep = if inner.ends_with('{') { "" } else { "," };
-    Ok(format!("{inner}{sep}\n  \"{key}\": {value}\n}}\n"))
-}
-
-/// The HTML report with a section before `</body>`: per workload the table of top symbols,
-/// then per cell its flame graph and, for a non-baseline variant, the differential one against
-/// the baseline at that level (both collapsed, drawn by inferno).
-fn with_html_section(text: String, journal: &Digested, cells: &[CellSymbols]) -> anyhow::Result<String> {
+/// The HTML report's section: per workload the table of top symbols, then per cell its flame
+/// graph and, for a non-baseline variant, the differential one against the baseline at that
+/// level (both collapsed, drawn by inferno from `profiles`).
+pub fn html_section(
+    cells: &[CellSymbols],
+    profiles: &[CellProfile],
+    baseline: &str,
+) -> anyhow::Result<String> {
     use super::html::{escape, html_table};
+    if cells.is_empty() {
+        return Ok(String::new());
+    }
     let mut s = format!(
         "<section>\n<h2>Guest kernel profiles</h2>\n<p class=\"notes\">{}.</p>\n",
         escape(INTRO)
@@ -279,10 +201,7 @@ fn with_html_section(text: String, journal: &Digested, cells: &[CellSymbols]) ->
         s.push_str(&html_table(&rows, None));
         s.push_str("</div>\n");
     }
-    let profiles = super::flame::cells_digested(journal);
-    let baseline = &journal.header.baseline;
-    let inline = |svg: String| svg.find("<svg").map_or(String::new(), |i| svg[i..].to_string());
-    for c in &profiles {
+    for c in profiles {
         let title = format!(
             "{} · {} · {}x ({} runs, {} samples)",
             c.workload, c.variant, c.level, c.runs, c.samples
@@ -290,12 +209,12 @@ fn with_html_section(text: String, journal: &Digested, cells: &[CellSymbols]) ->
         s.push_str(&format!(
             "<details class=\"flame\"><summary>flame graph: {}</summary>\n{}\n</details>\n",
             escape(&title),
-            inline(super::flame::flame_svg(c, &title)?)
+            inline_svg(super::flame::flame_svg(c, &title)?)
         ));
-        if &c.variant != baseline
+        if c.variant != baseline
             && let Some(b) = profiles
                 .iter()
-                .find(|b| &b.variant == baseline && b.workload == c.workload && b.level == c.level)
+                .find(|b| b.variant == baseline && b.workload == c.workload && b.level == c.level)
         {
             let title = format!(
                 "{} · {} vs {} · {}x (red: more than {baseline}, blue: less)",
@@ -304,15 +223,17 @@ fn with_html_section(text: String, journal: &Digested, cells: &[CellSymbols]) ->
             s.push_str(&format!(
                 "<details class=\"flame\"><summary>differential flame graph: {}</summary>\n{}\n</details>\n",
                 escape(&title),
-                inline(super::flame::diff_svg(b, c, &title)?)
+                inline_svg(super::flame::diff_svg(b, c, &title)?)
             ));
         }
     }
     s.push_str("</section>\n");
-    Ok(match text.rfind("</body>") {
-        Some(i) => format!("{}{s}{}", &text[..i], &text[i..]),
-        None => text + &s,
-    })
+    Ok(s)
+}
+
+/// An SVG document without its XML prologue, to inline in HTML.
+fn inline_svg(svg: String) -> String {
+    svg.find("<svg").map_or(String::new(), |i| svg[i..].to_string())
 }
 
 /// The variant pairs `ocrig compare` sets against each other in the merged journal: each B-side
@@ -387,15 +308,16 @@ pub fn changes(a: &CellSymbols, b: &CellSymbols, n: usize) -> Vec<ShareChange> {
 /// `ocrig compare`'s own part: for each pair of [`compare_pairs`] at each level both sides
 /// profiled, the symbols whose share changed most (text, Markdown, JSON `kernel_symbol_changes`,
 /// HTML), and in HTML the differential flame graph of B against A (red: more samples in B)
-/// where the generic section has not drawn it already (it draws each variant against the
+/// where the profile section has not drawn it already (it draws each variant against the
 /// merged baseline, A's). The CSV keeps its per-cell columns only.
-pub fn append_compare(
-    text: String,
-    format: Format,
-    merged: &Digested,
-    pairs: &[(String, String)],
-) -> anyhow::Result<String> {
-    let cells = of_digested(merged);
+pub struct Changed<'a> {
+    pub a: &'a CellSymbols,
+    pub b: &'a CellSymbols,
+    pub changes: Vec<ShareChange>,
+}
+
+/// The [`Changed`] cells of `pairs` among `cells`.
+pub fn changed<'a>(cells: &'a [CellSymbols], pairs: &[(String, String)]) -> Vec<Changed<'a>> {
     let mut found = Vec::new();
     for (a, b) in pairs {
         for cb in cells.iter().filter(|c| &c.variant == b) {
@@ -403,123 +325,164 @@ pub fn append_compare(
                 .iter()
                 .find(|c| &c.variant == a && c.workload == cb.workload && c.level == cb.level)
             {
-                found.push((ca, cb, changes(ca, cb, TOP)));
+                found.push(Changed {
+                    a: ca,
+                    b: cb,
+                    changes: changes(ca, cb, TOP),
+                });
             }
         }
     }
-    if found.is_empty() {
-        return Ok(text);
-    }
-    let rows = |words: &dyn Fn(&str) -> String| -> Vec<(String, Vec<Vec<String>>)> {
-        found
-            .iter()
-            .map(|(ca, cb, ch)| {
-                let title = format!(
-                    "{}: {} against {} at {}",
-                    ca.workload,
-                    cb.variant,
-                    ca.variant,
-                    super::fmt_level(ca.level)
-                );
-                let mut r = vec![vec![
-                    "symbol".to_string(),
-                    ca.variant.clone(),
-                    cb.variant.clone(),
-                    "change".into(),
-                ]];
-                for c in ch {
-                    r.push(vec![
-                        words(&c.symbol),
-                        format!("{:.1}%", c.a_share * 100.0),
-                        format!("{:.1}%", c.b_share * 100.0),
-                        format!("{:+.1} pp", c.change_pp()),
-                    ]);
-                }
-                (title, r)
-            })
-            .collect()
-    };
-    const WHAT: &str = "Guest kernel profiles compared: the symbols whose share of self samples changed most (pp = percentage points)";
-    Ok(match format {
-        Format::Table => {
-            let mut text = text;
-            text.push_str(&format!("\n{WHAT}.\n"));
-            for (title, r) in rows(&|s| s.to_string()) {
-                text.push_str(&format!("{title}\n{}", super::table::ascii_table(&r)));
-            }
-            text
-        }
-        Format::Md => {
-            let mut text = text;
-            text.push_str(&format!("\n## Guest kernel profiles compared\n\n{WHAT}.\n"));
-            for (title, r) in rows(&|s| format!("`{s}`")) {
-                text.push_str(&format!("\n### {title}\n\n{}", super::markdown::pipe_table(&r)));
-            }
-            text
-        }
-        Format::Csv => text,
-        Format::Json => {
-            #[derive(serde::Serialize)]
-            struct Pair<'a> {
-                workload: &'a str,
-                level: f64,
-                a: &'a str,
-                b: &'a str,
-                symbols: &'a [ShareChange],
-            }
-            let items: Vec<Pair> = found
-                .iter()
-                .map(|(ca, cb, ch)| Pair {
-                    workload: &ca.workload,
-                    level: ca.level,
-                    a: &ca.variant,
-                    b: &cb.variant,
-                    symbols: ch,
-                })
-                .collect();
-            insert_json_field(text, "kernel_symbol_changes", &items)?
-        }
-        Format::Html => {
-            use super::html::{escape, html_table};
-            let profiles = super::flame::cells_digested(merged);
-            let profile = |c: &CellSymbols| {
-                profiles
-                    .iter()
-                    .find(|p| p.variant == c.variant && p.workload == c.workload && p.level == c.level)
-            };
-            let mut s = format!(
-                "<section>\n<h2>Guest kernel profiles compared</h2>\n<p class=\"notes\">{}.</p>\n",
-                escape(WHAT)
+    found
+}
+
+const COMPARED: &str = "Guest kernel profiles compared: the symbols whose share of self samples changed most (pp = percentage points)";
+
+/// Per changed cell its title and table, symbols written by `words`.
+fn changed_rows(found: &[Changed], words: &dyn Fn(&str) -> String) -> Vec<(String, Vec<Vec<String>>)> {
+    found
+        .iter()
+        .map(|f| {
+            let (ca, cb) = (f.a, f.b);
+            let title = format!(
+                "{}: {} against {} at {}",
+                ca.workload,
+                cb.variant,
+                ca.variant,
+                super::fmt_level(ca.level)
             );
-            for ((title, r), (ca, cb, _)) in rows(&|s| s.to_string()).into_iter().zip(&found) {
-                s.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
-                s.push_str(&html_table(&r, None));
-                if ca.variant != merged.header.baseline
-                    && let (Some(pa), Some(pb)) = (profile(ca), profile(cb))
-                {
-                    let t = format!("{title} (red: more than {}, blue: less)", ca.variant);
-                    let svg = super::flame::diff_svg(pa, pb, &t)?;
-                    let svg = svg.find("<svg").map_or(String::new(), |i| svg[i..].to_string());
-                    s.push_str(&format!(
-                        "<details class=\"flame\"><summary>differential flame graph: {}</summary>\n{svg}\n</details>\n",
-                        escape(&t)
-                    ));
-                }
+            let mut r = vec![vec![
+                "symbol".to_string(),
+                ca.variant.clone(),
+                cb.variant.clone(),
+                "change".into(),
+            ]];
+            for c in &f.changes {
+                r.push(vec![
+                    words(&c.symbol),
+                    format!("{:.1}%", c.a_share * 100.0),
+                    format!("{:.1}%", c.b_share * 100.0),
+                    format!("{:+.1} pp", c.change_pp()),
+                ]);
             }
-            s.push_str("</section>\n");
-            match text.rfind("</body>") {
-                Some(i) => format!("{}{s}{}", &text[..i], &text[i..]),
-                None => text + &s,
-            }
+            (title, r)
+        })
+        .collect()
+}
+
+/// The compared profiles in the text report.
+pub fn compare_table(found: &[Changed]) -> String {
+    if found.is_empty() {
+        return String::new();
+    }
+    let mut text = format!("\n{COMPARED}.\n");
+    for (title, r) in changed_rows(found, &|s| s.to_string()) {
+        text.push_str(&format!("{title}\n{}", super::table::ascii_table(&r)));
+    }
+    text
+}
+
+/// [`compare_table`] in Markdown.
+pub fn compare_md(found: &[Changed]) -> String {
+    if found.is_empty() {
+        return String::new();
+    }
+    let mut text = format!("\n## Guest kernel profiles compared\n\n{COMPARED}.\n");
+    for (title, r) in changed_rows(found, &|s| format!("`{s}`")) {
+        text.push_str(&format!("\n### {title}\n\n{}", super::markdown::pipe_table(&r)));
+    }
+    text
+}
+
+/// One changed cell in the JSON report's `kernel_symbol_changes`.
+#[derive(serde::Serialize)]
+pub struct JsonChange<'a> {
+    workload: &'a str,
+    level: f64,
+    a: &'a str,
+    b: &'a str,
+    symbols: &'a [ShareChange],
+}
+
+/// The JSON report's `kernel_symbol_changes`.
+pub fn compare_json<'a>(found: &'a [Changed]) -> Vec<JsonChange<'a>> {
+    found
+        .iter()
+        .map(|f| JsonChange {
+            workload: &f.a.workload,
+            level: f.a.level,
+            a: &f.a.variant,
+            b: &f.b.variant,
+            symbols: &f.changes,
+        })
+        .collect()
+}
+
+/// The compared profiles in the HTML report, with B's differential flame graph against A
+/// where A is not the merged baseline (whose graphs the profile section drew).
+pub fn compare_html(found: &[Changed], profiles: &[CellProfile], baseline: &str) -> anyhow::Result<String> {
+    use super::html::{escape, html_table};
+    if found.is_empty() {
+        return Ok(String::new());
+    }
+    let profile = |c: &CellSymbols| {
+        profiles
+            .iter()
+            .find(|p| p.variant == c.variant && p.workload == c.workload && p.level == c.level)
+    };
+    let mut s = format!(
+        "<section>\n<h2>Guest kernel profiles compared</h2>\n<p class=\"notes\">{}.</p>\n",
+        escape(COMPARED)
+    );
+    for ((title, r), f) in changed_rows(found, &|s| s.to_string()).into_iter().zip(found) {
+        s.push_str(&format!("<h3>{}</h3>\n", escape(&title)));
+        s.push_str(&html_table(&r, None));
+        if f.a.variant != baseline
+            && let (Some(pa), Some(pb)) = (profile(f.a), profile(f.b))
+        {
+            let t = format!("{title} (red: more than {}, blue: less)", f.a.variant);
+            let svg = inline_svg(super::flame::diff_svg(pa, pb, &t)?);
+            s.push_str(&format!(
+                "<details class=\"flame\"><summary>differential flame graph: {}</summary>\n{svg}\n</details>\n",
+                escape(&t)
+            ));
         }
-    })
+    }
+    s.push_str("</section>\n");
+    Ok(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{ReportOptions, render};
+    use crate::journal::Journal;
+    use crate::report::{Format, ReportInput, ReportOptions, render};
     use crate::stats::kernel_symbols::tests::profiled;
+
+    /// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
+    /// and the rest of the text after it: the tests read the rendered CSV back with it.
+    fn csv_record(text: &str) -> (Vec<String>, &str) {
+        let mut fields = vec![String::new()];
+        let mut quoted = false;
+        let mut chars = text.char_indices().peekable();
+        while let Some((i, ch)) = chars.next() {
+            let field = fields.last_mut().expect("one field at least");
+            match (quoted, ch) {
+                (true, '"') if chars.peek().is_some_and(|(_, c)| *c == '"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                (true, '"') => quoted = false,
+                (true, c) => field.push(c),
+                (false, '"') => quoted = true,
+                (false, ',') => fields.push(String::new()),
+                (false, '\n') => return (fields, &text[i + 1..]),
+                (false, '\r') => {}
+                (false, c) => field.push(c),
+            }
+        }
+        (fields, "")
+    }
 
     /// The demo journal plus profiled sysfs-mutex runs of both variants at 2x.
     fn journal() -> Journal {
@@ -558,7 +521,8 @@ mod tests {
 
     #[test]
     fn every_main_format_names_the_top_symbols_of_each_profiled_cell() {
-        let cells = of_journal(&journal());
+        let digested = Digested::of(&journal());
+        let cells = ReportInput::build(&digested, &ReportOptions::default()).symbols;
         assert_eq!(cells.len(), 2);
         let base = cells.iter().find(|c| c.variant == "base").unwrap();
         assert_eq!((base.runs, base.samples), (2, 200));

@@ -1,8 +1,8 @@
 //! Markdown: the same tables as the terminal format, as pipe tables with right-aligned numbers.
 
 use super::{
-    Exporter, cell_rows, comparison_rows, describe_metric, fmt_level, kvm_rows, notes, retention_rows,
-    single_rows, variants_line,
+    Exporter, ReportInput, cell_rows, comparison_rows, describe_metric, fmt_level, kernel_symbols, kvm_rows,
+    notes, retention_rows, single_rows, variants_line,
 };
 use crate::stats::cells::Model;
 
@@ -31,7 +31,19 @@ pub fn pipe_table(rows: &[Vec<String>]) -> String {
 }
 
 impl Exporter for MarkdownExporter {
-    fn render(&self, model: &Model) -> anyhow::Result<String> {
+    fn render(&self, input: &ReportInput) -> anyhow::Result<String> {
+        let mut text = render_model(&input.model);
+        text.push_str(&input.hosts_text());
+        text.push_str(&input.kernel_words());
+        text.push_str(&kernel_symbols::md_section(&input.symbols));
+        text.push_str(&kernel_symbols::compare_md(&input.changed()));
+        Ok(text)
+    }
+}
+
+/// The model's tables as pipe tables, then the sweep's lines.
+fn render_model(model: &Model) -> String {
+    {
         let levels: Vec<String> = model.levels.iter().map(|l| fmt_level(*l)).collect();
         let mut out = format!(
             "# ocrig: {}\n\nBaseline `{}`; variants {}; overcommit levels {}. \
@@ -81,7 +93,7 @@ impl Exporter for MarkdownExporter {
         for line in super::sweep_lines(model) {
             out.push_str(&format!("\n{line}\n"));
         }
-        Ok(out)
+        out
     }
 }
 

@@ -1,12 +1,14 @@
 //! Reports rendered from a journal: one file per format behind one trait ([`Exporter`]).
 //!
-//! Every format renders the same [`Model`](crate::stats::cells::Model), built from the journal
-//! alone by [`crate::stats::cells::build`].
+//! Every format renders the same [`ReportInput`], built once from the journal's digests (one
+//! pass of the accounting rule): the [`Model`](crate::stats::cells::Model) and what is shown
+//! beside it (kernel symbols, the hosts' agreement, the guests' own words, timelines).
 
 pub mod csv;
 pub mod flame;
 pub mod hosts;
 pub mod html;
+pub mod input;
 pub mod json;
 pub mod kernel_symbols;
 pub mod kernels;
@@ -24,12 +26,13 @@ use anyhow::Context;
 #[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::SweepHeader;
-use crate::stats::cells::{Cell, Comparison, Conclusion, Model, WorkloadModel, build_with_margin};
+use crate::stats::cells::{Cell, Comparison, Conclusion, Model, WorkloadModel};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::stats::digest::Digested;
 #[cfg(test)]
 use crate::stats::digest::RunDigest;
 use crate::stats::effect::Effect;
+pub use input::ReportInput;
 
 /// Output format of `ocrig report` / `ocrig compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -95,7 +98,7 @@ impl Default for ReportOptions {
 
 /// One output format.
 pub trait Exporter {
-    fn render(&self, model: &Model) -> anyhow::Result<String>;
+    fn render(&self, input: &ReportInput) -> anyhow::Result<String>;
 }
 
 /// Builds the comparison model of `journal`.
@@ -106,12 +109,7 @@ pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
 
 /// [`model`] from a journal's digests.
 pub fn model_digested(journal: &Digested, opts: &ReportOptions) -> Model {
-    let mut m = build_with_margin(journal, opts.alpha, opts.metric.as_deref(), opts.margin);
-    // Kernels by release, plus build number and short hash wherever two variants share a
-    // release with different files: only identical kernels read as one.
-    m.kernels
-        .extend(crate::image::identity::labels(&journal.header.kernel_identity));
-    m
+    ReportInput::build(journal, opts).model
 }
 
 #[cfg(test)]
@@ -122,21 +120,7 @@ pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow
 
 /// [`render`] from a journal's digests ([`Digested::read`] streams a journal file into them).
 pub fn render_digested(journal: &Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
-    let text = format.exporter().render(&model_digested(journal, opts))?;
-    let text = with_hosts(text, journal, format, opts);
-    kernel_symbols::append(text, format, journal, &kernel_symbols::of_digested(journal))
-}
-
-/// A text report of a sweep over several hosts ends with the hosts' agreement per cell.
-fn with_hosts(mut text: String, journal: &Digested, format: Format, opts: &ReportOptions) -> String {
-    if matches!(format, Format::Table | Format::Md) {
-        text.push_str(&hosts::agreement_text(journal, opts.alpha));
-        text.push_str(&kernel_words_text(journal));
-    }
-    if format == Format::Html {
-        text = timeline::insert(text, journal);
-    }
-    text
+    format.exporter().render(&ReportInput::build(journal, opts))
 }
 
 /// What each variant's guest kernels said about their PV features (`PV spinlocks …`,
@@ -171,28 +155,19 @@ pub fn write_all(journal: &Digested, dir: &Path) -> anyhow::Result<Vec<PathBuf>>
 
 /// [`write_all`] with explicit options.
 pub fn write_all_with(journal: &Digested, dir: &Path, opts: &ReportOptions) -> anyhow::Result<Vec<PathBuf>> {
-    let model = model_digested(journal, opts);
-    let symbols = kernel_symbols::of_digested(journal);
-    [Format::Md, Format::Csv, Format::Json, Format::Html]
-        .into_iter()
-        .map(|format| {
-            let path = dir.join(format.file_name());
-            let text = format
-                .exporter()
-                .render(&model)
-                .with_context(|| format!("rendering {format:?} report"))?;
-            let text = with_hosts(text, journal, format, opts);
-            let text = kernel_symbols::append(text, format, journal, &symbols)?;
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-            Ok(path)
-        })
-        .chain(
-            std::iter::once_with(|| flame::write(journal, dir)).flat_map(|r| match r {
-                Ok(paths) => paths.into_iter().map(Ok).collect::<Vec<_>>(),
-                Err(e) => vec![Err(e)],
-            }),
-        )
-        .collect()
+    let input = ReportInput::build(journal, opts);
+    let mut written = Vec::new();
+    for format in [Format::Md, Format::Csv, Format::Json, Format::Html] {
+        let path = dir.join(format.file_name());
+        let text = format
+            .exporter()
+            .render(&input)
+            .with_context(|| format!("rendering {format:?} report"))?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    written.extend(flame::write(input.profiles(), input.baseline(), dir)?);
+    Ok(written)
 }
 
 /// `ocrig compare A B`: two result directories of the same matrix, A as base and B as patched
@@ -206,9 +181,9 @@ pub fn compare(a: Digested, b: Digested, format: Format, opts: &ReportOptions) -
         .clone()
         .unwrap_or_else(|| default_names(&a, &b));
     let merged = merge(a, b, &an, &bn)?;
-    let text = render_digested(&merged, format, opts)?;
-    let pairs = kernel_symbols::compare_pairs(&merged, &an, &bn);
-    kernel_symbols::append_compare(text, format, &merged, &pairs)
+    let mut input = ReportInput::build(&merged, opts);
+    input.compare_pairs = kernel_symbols::compare_pairs(&merged, &an, &bn);
+    format.exporter().render(&input)
 }
 
 fn default_names(a: &Digested, b: &Digested) -> (String, String) {

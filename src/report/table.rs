@@ -6,7 +6,8 @@
 use comfy_table::{CellAlignment, ContentArrangement, ContentLineStyle, LineStyle, Table, TableStyle};
 
 use super::{
-    Exporter, cell_rows, comparison_rows, describe_metric, kvm_rows, notes, retention_rows, single_rows,
+    Exporter, ReportInput, cell_rows, comparison_rows, describe_metric, kernel_symbols, kvm_rows, notes,
+    retention_rows, single_rows,
 };
 use crate::stats::cells::Model;
 
@@ -47,7 +48,20 @@ pub fn ascii_table(rows: &[Vec<String>]) -> String {
 }
 
 impl Exporter for TableExporter {
-    fn render(&self, model: &Model) -> anyhow::Result<String> {
+    fn render(&self, input: &ReportInput) -> anyhow::Result<String> {
+        let mut text = render_model(&input.model);
+        text.push_str(&input.hosts_text());
+        text.push_str(&input.kernel_words());
+        text.push_str(&kernel_symbols::table_section(&input.symbols));
+        text.push_str(&kernel_symbols::compare_table(&input.changed()));
+        Ok(text)
+    }
+}
+
+/// The model's tables in the published layout: per workload its comparisons, retention, what
+/// explains each cell, KVM counters and notes, then the sweep's lines.
+fn render_model(model: &Model) -> String {
+    {
         let mut workloads = Vec::new();
         for wl in &model.workloads {
             let mut blocks = Vec::new();
@@ -97,7 +111,7 @@ impl Exporter for TableExporter {
         for line in super::sweep_lines(model) {
             text.push_str(&format!("\n{line}\n"));
         }
-        Ok(text)
+        text
     }
 }
 

@@ -20,7 +20,7 @@ use plotters::prelude::*;
 
 use super::html::escape;
 use super::plot::{COLORS, draw_legend, tick_formatter};
-use crate::journal::accounting::settle;
+use crate::journal::accounting::Settled;
 use crate::stats::digest::Digested;
 use crate::stats::timeline_ref::{Stall, TimelineAt, TimelineRef};
 use crate::telemetry::sched_trace::{Timeline, Who, read_timeline};
@@ -34,22 +34,8 @@ const OTHER: RGBColor = RGBColor(170, 170, 170);
 const STALLED_HOLD: RGBColor = RGBColor(214, 39, 40);
 const STALLED_HANDOVER: RGBColor = RGBColor(255, 127, 14);
 
-/// `html` with a timeline section before `</body>`, when any run of `journal` has a timeline
-/// (or says why it has none).
-pub fn insert(html: String, journal: &Digested) -> String {
-    let section = section(journal);
-    if section.is_empty() {
-        return html;
-    }
-    match html.rfind("</body>") {
-        Some(at) => format!("{}{section}{}", &html[..at], &html[at..]),
-        None => html + &section,
-    }
-}
-
 /// The section: per cell, its first counted run's timeline or the reason there is none.
-pub fn section(journal: &Digested) -> String {
-    let settled = settle(&journal.runs);
+pub fn section(journal: &Digested, settled: &Settled) -> String {
     let mut seen = BTreeMap::new();
     for r in settled.counted(&journal.runs) {
         let Some(t) = r.timeline.as_ref() else {

@@ -389,16 +389,23 @@ pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
 /// margin the sweep's scenario set (or the default).
 #[cfg(test)] // reports go through build_with_margin
 pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> Model {
-    build_with_margin(journal, alpha, metric, None)
+    let settled = crate::journal::accounting::settle(&journal.runs);
+    build_with_margin(journal, &settled, alpha, metric, None)
 }
 
-/// [`build_digested`] at equivalence margin `margin` (None: the scenario's, else the default).
-/// Linear in the records: they are settled once and grouped into their cells in one pass.
-pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, margin: Option<f64>) -> Model {
+/// [`build_digested`] of a journal `settled` by the accounting rule, at equivalence margin
+/// `margin` (None: the scenario's, else the default). Linear in the records: they are grouped
+/// into their cells in one pass.
+pub fn build_with_margin(
+    journal: &Digested,
+    settled: &crate::journal::accounting::Settled,
+    alpha: f64,
+    metric: Option<&str>,
+    margin: Option<f64>,
+) -> Model {
     let header = &journal.header;
     let margin = margin.or(header.margin).unwrap_or(DEFAULT_MARGIN);
     let baseline = header.baseline.clone();
-    let settled = crate::journal::accounting::settle(&journal.runs);
 
     let mut variants = vec![baseline.clone()];
     let mut seen: HashSet<&str> = HashSet::from([baseline.as_str()]);
@@ -538,7 +545,7 @@ pub fn build_with_margin(journal: &Digested, alpha: f64, metric: Option<&str>, m
         pv_disagreements: pv_disagreements(journal),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
-        disturbed: disturbances(&journal.runs, &settled),
+        disturbed: disturbances(&journal.runs, settled),
     }
 }
 
