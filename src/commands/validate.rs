@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use crate::orchestrate::preflight::check_kernels;
-use crate::scenario::validate::{HostFacts, validate as check};
+use crate::scenario::fit::HostFacts;
+use crate::scenario::validate::validate as check;
 use crate::scenario::{ScenarioErrors, load};
 
 pub fn validate(files: &[PathBuf]) -> anyhow::Result<()> {

@@ -435,7 +435,7 @@ fn make_scratch_disk(workdir: &Path, name: &str, mib: u32) -> anyhow::Result<Pat
 /// Boots every guest in parallel and waits until each answers SSH. Returns the guests that
 /// came up, and the first error if any did not (the caller tears the rest down).
 async fn boot_all(cfg: &VmConfig, specs: &[GuestSpec], image: &Image) -> (Vec<Live>, Option<anyhow::Error>) {
-    use crate::scenario::validate::{fd_limits, start_concurrency};
+    use crate::scenario::fit::{fd_limits, start_concurrency};
     let fd_headroom = fd_limits().map(|f| f.soft.saturating_sub(f.open));
     let bound = start_concurrency(cfg.host_cpus.len(), specs.len(), fd_headroom);
     tracing::info!(

@@ -15,7 +15,8 @@ use crate::backend::qemu::QemuBackend;
 use crate::backend::{Backend, StartPlacement};
 use crate::host::{Accel, AccelChoice};
 use crate::hostfs::HostFs;
-use crate::scenario::validate::{HostFacts, check_virt, validate, virt_evidence};
+use crate::scenario::fit::HostFacts;
+use crate::scenario::validate::{check_virt, validate, virt_evidence};
 use crate::scenario::{BackendKind, Loaded};
 use crate::sweep::plan::Plan;
 

@@ -13,8 +13,8 @@ use crate::backend::owned;
 use crate::executor::deploy::{self, Prepared};
 
 use crate::image::{self, ImageSpec};
+use crate::scenario::fit::HostFacts;
 use crate::scenario::locate::Seg;
-use crate::scenario::validate::HostFacts;
 use crate::scenario::{KernelRef, Loaded, ScenarioErrors};
 use crate::sweep::plan::Plan;
 
@@ -163,7 +163,7 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
 /// Raises the soft open-file limit to what `guests` guests need (up to the hard limit, which
 /// validation checked), saying so; a no-op when the soft limit already suffices.
 fn raise_fd_limit_to(guests: u64) -> Result<Option<String>, String> {
-    use crate::scenario::validate::{FDS_BASE, FDS_PER_GUEST, fd_limits, fds_needed};
+    use crate::scenario::fit::{FDS_BASE, FDS_PER_GUEST, fd_limits, fds_needed};
     let Some(fd) = fd_limits() else {
         return Ok(None);
     };

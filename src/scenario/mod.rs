@@ -2,6 +2,7 @@
 //! validation. Nothing here boots anything or touches the network.
 
 pub mod expand;
+pub mod fit;
 pub mod locate;
 pub mod model;
 pub mod validate;

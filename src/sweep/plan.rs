@@ -16,7 +16,7 @@
 
 use crate::executor::GroupSpec;
 use crate::scenario::expand::{self, GuestVariant, WorkloadInstance};
-use crate::scenario::validate::{guests_at, host_cpus};
+use crate::scenario::fit::{guests_at, host_cpus};
 use crate::scenario::{BackendKind, Background, Scenario, Timeouts};
 use crate::vocabulary::{GuestSharing, RunOrder};
 
