@@ -9,6 +9,7 @@
 //! measured), contention, Jain, context switches, other guests, KVM counters.
 
 use super::kernel_symbols::{self, CSV_COLUMNS as KERNEL_COLUMNS};
+use super::layout::field;
 use super::{Exporter, KVM_COLUMNS, ReportInput};
 use crate::journal::Better;
 use crate::stats::cells::{Cell, Comparison, Model, RetentionRow, Row, WorkloadModel, same_level};
@@ -161,15 +162,6 @@ fn observed_fields(p: &crate::stats::preemption::CellPreemption) -> Vec<String> 
             v.push(text(p.observed_unavailable.as_ref()));
             v
         }
-    }
-}
-
-/// Quotes a field if it contains a comma, quote or line break (RFC 4180).
-pub(crate) fn field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
     }
 }
 

@@ -73,15 +73,6 @@ pub(crate) fn fmt_margin(m: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// How many leading columns of a table are labels (left-aligned): `oc`, or `variant | oc`
-/// in the cell tables.
-pub fn label_columns(rows: &[Vec<String>]) -> usize {
-    match rows.first() {
-        Some(head) if head.first().is_some_and(|h| h == "variant") => 2,
-        _ => 1,
-    }
-}
-
 /// Per-run mean of a count, compact: `873`, `12.3k`, `4.56M`.
 pub fn fmt_count(x: Option<f64>) -> String {
     let Some(x) = x.filter(|x| x.is_finite()) else {

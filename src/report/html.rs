@@ -3,6 +3,7 @@
 //! guest 0's vCPU wait and, for lock workloads, one of Jain's index, the KVM counters where
 //! there are any, then the comparison tables. No external assets.
 
+use super::layout::{escape, html_table};
 use super::plot::{jain_plot, metric_plot, vcpu_wait_plot};
 use super::{
     Exporter, ReportInput, cell_rows, comparison_rows, describe_metric, fmt_level, kernel_symbols, kvm_rows,
@@ -17,66 +18,6 @@ table{border-collapse:collapse;margin:.6em 0 1em}th,td{border:1px solid #ccc;pad
 th:first-child,td:first-child,.label{text-align:left}th{background:#f3f3f3}td.better{color:#08660d}td.worse{color:#a31515}
 td.fewruns{background:#fdf0c8}td.nodiff{background:#e3f1e4}td.differs{background:#dde8f7}
 .plot svg,.timeline svg{max-width:100%;height:auto}.wide{overflow-x:auto}.notes{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}";
-
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The shading of a comparison's ratio and `conclusion` cells, by its conclusion:
-/// amber "not concluded", green "equivalent", blue "differs".
-fn conclusion_class(words: &str) -> &'static str {
-    match words {
-        "not concluded" => " class=\"fewruns\"",
-        "equivalent" => " class=\"nodiff\"",
-        "differs" => " class=\"differs\"",
-        _ => "",
-    }
-}
-
-/// An HTML table from text rows (first row is the header). `pct_col` marks the column holding
-/// a signed %improvement, coloured green/red; the ratio and `conclusion` columns of a
-/// comparison are shaded by the row's conclusion.
-pub(crate) fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
-    let mut out = String::from("<table>\n");
-    let labels = super::label_columns(rows);
-    let col = |name: &str| rows.first().and_then(|h| h.iter().position(|c| c == name));
-    let (detectable, conclusion) = (col("ratio [95% CI]"), col("conclusion"));
-    for (i, row) in rows.iter().enumerate() {
-        out.push_str("<tr>");
-        let verdict = conclusion
-            .and_then(|k| row.get(k))
-            .map_or("", |c| conclusion_class(c));
-        for (j, c) in row.iter().enumerate() {
-            if i == 0 {
-                out.push_str(&format!("<th>{}</th>", escape(c)));
-            } else {
-                let class = match pct_col {
-                    _ if Some(j) == detectable || Some(j) == conclusion => verdict,
-                    Some(p) if p == j && c.starts_with('+') => " class=\"better\"",
-                    Some(p) if p == j && c.starts_with('-') && c.len() > 1 => " class=\"worse\"",
-                    _ if j > 0 && j < labels => " class=\"label\"",
-                    _ => "",
-                };
-                out.push_str(&format!("<td{class}>{}</td>", escape(c)));
-            }
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</table>\n");
-    out
-}
 
 impl Exporter for HtmlExporter {
     fn render(&self, input: &ReportInput) -> anyhow::Result<String> {

@@ -89,7 +89,7 @@ pub fn table_section(cells: &[CellSymbols]) -> String {
     for (wl, rows) in rows_by_workload(cells, ", ") {
         text.push_str(&format!(
             "{wl}: top kernel symbols\n{}",
-            super::table::ascii_table(&rows)
+            super::layout::ascii_table(&rows)
         ));
     }
     text
@@ -103,7 +103,7 @@ pub fn md_section(cells: &[CellSymbols]) -> String {
     let mut text = format!("\n## Guest kernel profiles\n\n{INTRO}.\n");
     for (wl, rows) in rows_by_workload(cells, ", ") {
         text.push_str(&format!("\n### {wl}: top kernel symbols\n\n"));
-        text.push_str(&super::markdown::pipe_table(&rows));
+        text.push_str(&super::layout::pipe_table(&rows));
     }
     text
 }
@@ -130,7 +130,7 @@ pub fn csv_fields(cells: &[CellSymbols], workload: &str, variant: &str, level: f
         Some((c, locking)) => [
             c.runs.to_string(),
             c.samples.to_string(),
-            super::csv::field(
+            super::layout::field(
                 &c.top(TOP)
                     .iter()
                     .map(|s| format!("{}={:.4}", s.symbol, s.share))
@@ -185,7 +185,7 @@ pub fn html_section(
     profiles: &[CellProfile],
     baseline: &str,
 ) -> anyhow::Result<String> {
-    use super::html::{escape, html_table};
+    use super::layout::{escape, html_table};
     if cells.is_empty() {
         return Ok(String::new());
     }
@@ -377,7 +377,7 @@ pub fn compare_table(found: &[Changed]) -> String {
     }
     let mut text = format!("\n{COMPARED}.\n");
     for (title, r) in changed_rows(found, &|s| s.to_string()) {
-        text.push_str(&format!("{title}\n{}", super::table::ascii_table(&r)));
+        text.push_str(&format!("{title}\n{}", super::layout::ascii_table(&r)));
     }
     text
 }
@@ -389,7 +389,7 @@ pub fn compare_md(found: &[Changed]) -> String {
     }
     let mut text = format!("\n## Guest kernel profiles compared\n\n{COMPARED}.\n");
     for (title, r) in changed_rows(found, &|s| format!("`{s}`")) {
-        text.push_str(&format!("\n### {title}\n\n{}", super::markdown::pipe_table(&r)));
+        text.push_str(&format!("\n### {title}\n\n{}", super::layout::pipe_table(&r)));
     }
     text
 }
@@ -421,7 +421,7 @@ pub fn compare_json<'a>(found: &'a [Changed]) -> Vec<JsonChange<'a>> {
 /// The compared profiles in the HTML report, with B's differential flame graph against A
 /// where A is not the merged baseline (whose graphs the profile section drew).
 pub fn compare_html(found: &[Changed], profiles: &[CellProfile], baseline: &str) -> anyhow::Result<String> {
-    use super::html::{escape, html_table};
+    use super::layout::{escape, html_table};
     if found.is_empty() {
         return Ok(String::new());
     }

@@ -1,5 +1,6 @@
 //! Markdown: the same tables as the terminal format, as pipe tables with right-aligned numbers.
 
+use super::layout::pipe_table;
 use super::{
     Exporter, ReportInput, cell_rows, comparison_rows, describe_metric, fmt_level, kernel_symbols, kvm_rows,
     notes, retention_rows, single_rows, variants_line,
@@ -7,28 +8,6 @@ use super::{
 use crate::stats::cells::Model;
 
 pub struct MarkdownExporter;
-
-/// Escapes the characters that would break a pipe-table cell.
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
-}
-
-/// A pipe table; the first row is the header, label columns left-aligned, the rest right-aligned.
-pub fn pipe_table(rows: &[Vec<String>]) -> String {
-    let mut out = String::new();
-    let labels = super::label_columns(rows);
-    for (i, row) in rows.iter().enumerate() {
-        let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
-        out.push_str(&format!("| {} |\n", cells.join(" | ")));
-        if i == 0 {
-            let rule: Vec<&str> = (0..row.len())
-                .map(|j| if j < labels { ":---" } else { "---:" })
-                .collect();
-            out.push_str(&format!("|{}|\n", rule.join("|")));
-        }
-    }
-    out
-}
 
 impl Exporter for MarkdownExporter {
     fn render(&self, input: &ReportInput) -> anyhow::Result<String> {

@@ -12,6 +12,7 @@ pub mod input;
 pub mod json;
 pub mod kernel_symbols;
 pub mod kernels;
+pub mod layout;
 pub mod markdown;
 pub mod plot;
 pub mod table;

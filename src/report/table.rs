@@ -3,8 +3,7 @@
 //! non-baseline variant, then the cell table (one row per variant × level: the metric next to
 //! vCPU wait, steal, contention, fairness) and, on KVM hosts, the KVM counters.
 
-use comfy_table::{CellAlignment, ContentArrangement, ContentLineStyle, LineStyle, Table, TableStyle};
-
+use super::layout::ascii_table;
 use super::{
     Exporter, ReportInput, cell_rows, comparison_rows, describe_metric, kernel_symbols, kvm_rows, notes,
     retention_rows, single_rows,
@@ -12,40 +11,6 @@ use super::{
 use crate::stats::cells::Model;
 
 pub struct TableExporter;
-
-/// comfy-table's `ASCII_FULL_CONDENSED` with column junctions in the header rule too.
-const STYLE: TableStyle = TableStyle::new()
-    .top_border(LineStyle::new('+', '-', '+', '+'))
-    .header_lines(ContentLineStyle::new('|', '|', '|'))
-    .header_separator(LineStyle::new('+', '=', '+', '+'))
-    .content_lines(ContentLineStyle::new('|', '|', '|'))
-    .bottom_border(LineStyle::new('+', '-', '+', '+'));
-
-/// A plain-ASCII table (pastes cleanly into mail), label columns left-aligned, numbers right.
-pub fn ascii_table(rows: &[Vec<String>]) -> String {
-    let mut t = Table::new();
-    t.load_style(STYLE)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .force_no_tty();
-    let labels = super::label_columns(rows);
-    let mut rows = rows.iter();
-    if let Some(head) = rows.next() {
-        t.set_header(head);
-    }
-    for r in rows {
-        t.add_row(r);
-    }
-    for (i, col) in t.column_iter_mut().enumerate() {
-        col.set_cell_alignment(if i < labels {
-            CellAlignment::Left
-        } else {
-            CellAlignment::Right
-        });
-    }
-    let mut s = t.to_string();
-    s.push('\n');
-    s
-}
 
 impl Exporter for TableExporter {
     fn render(&self, input: &ReportInput) -> anyhow::Result<String> {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use plotters::prelude::*;
 
-use super::html::escape;
+use super::layout::escape;
 use super::plot::{COLORS, draw_legend, tick_formatter};
 use crate::journal::accounting::Settled;
 use crate::stats::digest::Digested;
