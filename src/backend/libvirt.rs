@@ -45,12 +45,12 @@ use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
 use super::boot::BootPlan;
+use super::launcher::{Controlled, Launcher};
 use super::paths::{console_path, qmp_path};
 use super::qemu::qemu_identity;
 use super::qmp::{Qmp, QmpSlot};
 use super::remote::{self, ConsoleMirror, HostSsh, Tunnel};
 use super::started::Starter;
-use super::template::{Controlled, Launcher};
 use super::{Backend, BoxFut, Guest, GuestSpec, free_loopback_port};
 use crate::host::Accel;
 use crate::hostfs::HostFs;

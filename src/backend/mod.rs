@@ -4,6 +4,7 @@
 
 pub mod boot;
 pub mod isolation;
+pub mod launcher;
 pub mod libvirt;
 pub mod live;
 pub mod owned;

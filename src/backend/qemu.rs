@@ -12,10 +12,10 @@ use anyhow::Context;
 use tokio::process::{Child, Command};
 
 use super::boot::BootPlan;
+use super::launcher::{Controlled, Launcher};
 use super::paths::{console_path, pid_path, qmp_path};
 use super::qmp::{Qmp, QmpSlot};
 use super::started::Starter;
-use super::template::{Controlled, Launcher};
 use super::{
     Backend, BoxFut, Guest, GuestSpec, Liveness, RamBacking, free_loopback_port, pin_thread, process_alive,
 };

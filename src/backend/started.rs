@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::boot::{self, BootPlan, notice_once};
-use super::template::{self, Launcher, TemplateCache};
+use super::launcher::{Controlled, Launcher};
+use super::template::{self, TemplateCache};
 use super::{BoxFut, Guest, GuestSpec, Liveness};
 use crate::vocabulary::StartMethod;
 
@@ -122,7 +123,7 @@ fn support_for(version: Option<(u32, u32, u32)>) -> Result<(), String> {
 
 /// A started guest plus how it was started.
 pub struct StartedGuest {
-    inner: Box<dyn template::Controlled>,
+    inner: Box<dyn Controlled>,
     facts: Value,
     clone: bool,
 }

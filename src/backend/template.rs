@@ -47,8 +47,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::boot::BootPlan;
+use super::launcher::{Controlled, Launcher};
 use super::paths::console_path;
-use super::{BoxFut, Guest, GuestSpec, RamBacking};
+use super::{GuestSpec, RamBacking};
 use crate::guest::ready::{tail_file, wait_for_marker};
 use crate::host::Accel;
 use crate::vocabulary::StartMethod;
@@ -63,33 +64,6 @@ const BUILD_BOOT_TIMEOUT: Duration = Duration::from_secs(150);
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// From a running restored guest to its sshd's banner.
 const BANNER_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A started QEMU that template code can drive through QMP.
-pub trait Controlled: Guest {
-    fn qmp<'a>(&'a self, command: &'a str, args: Value) -> BoxFut<'a, anyhow::Result<Value>>;
-    /// QEMU's own messages (stderr), for errors.
-    fn qemu_log(&self) -> String;
-}
-
-/// What a backend provides so that guests can be booted, saved and restored.
-pub trait Launcher: Send + Sync {
-    fn kind(&self) -> &'static str;
-    /// Canonical text of the guest's machine configuration as this backend would start it,
-    /// with per-guest parts masked, plus the versions of the programs that run it.
-    fn fingerprint(&self, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String>;
-    /// Starts QEMU for `spec`: booting `plan`, or restoring the state file `incoming`.
-    fn launch<'a>(
-        &'a self,
-        spec: &'a GuestSpec,
-        plan: &'a BootPlan,
-        incoming: Option<&'a Path>,
-    ) -> BoxFut<'a, anyhow::Result<Box<dyn Controlled>>>;
-    /// Whether templates keep the guest's RAM in a file of their own that clones map private
-    /// ([`super::RamBacking`]), rather than inside the saved state.
-    fn ram_files(&self) -> bool {
-        false
-    }
-}
 
 /// Whether a template for `spec` keeps the guest's RAM in a file of its own: for
 /// [`StartMethod::CloneShared`] where the backend can; otherwise every clone loads its own copy
@@ -873,6 +847,7 @@ pub fn clone_facts(t: &Template, built_here: bool, r: &Restored, plan: &BootPlan
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BoxFut;
 
     #[test]
     fn the_fixup_sets_the_clock_with_microseconds_and_feeds_the_pool() {
