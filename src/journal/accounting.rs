@@ -37,38 +37,55 @@ pub trait Attempted {
     fn guest_set(&self) -> Option<GuestSet>;
 }
 
-impl Attempted for RunRecord {
-    fn variant(&self) -> &str {
-        &self.variant
-    }
-    fn level(&self) -> f64 {
-        self.level
-    }
-    fn workload(&self) -> &str {
-        &self.workload
-    }
-    fn warmup(&self) -> bool {
-        self.warmup
-    }
-    fn run(&self) -> u32 {
-        self.run
-    }
-    fn guest(&self) -> u32 {
-        self.guest
-    }
-    fn attempt(&self) -> u32 {
-        self.attempt
-    }
-    fn finished(&self) -> bool {
-        self.ok && self.superseded.is_none()
-    }
-    fn attempt_records(&self) -> Option<u32> {
-        self.attempt_records
-    }
-    fn guest_set(&self) -> Option<GuestSet> {
-        GuestSet::of(self)
-    }
+/// Implements [`Attempted`] for a record type that keeps the attempt's identity in fields of
+/// the journal's names (`variant`, `level`, `workload`, `warmup`, `run`, `guest`, `attempt`,
+/// `attempt_records`); `finished` and `guest_set` say how that type keeps the rest. One
+/// implementation for the journal's records and the reports' digests of them.
+macro_rules! attempted_by_fields {
+    ($t:ty, finished: |$f:ident| $finished:expr, guest_set: |$g:ident| $guest_set:expr $(,)?) => {
+        impl $crate::journal::accounting::Attempted for $t {
+            fn variant(&self) -> &str {
+                &self.variant
+            }
+            fn level(&self) -> f64 {
+                self.level
+            }
+            fn workload(&self) -> &str {
+                &self.workload
+            }
+            fn warmup(&self) -> bool {
+                self.warmup
+            }
+            fn run(&self) -> u32 {
+                self.run
+            }
+            fn guest(&self) -> u32 {
+                self.guest
+            }
+            fn attempt(&self) -> u32 {
+                self.attempt
+            }
+            fn finished(&self) -> bool {
+                let $f = self;
+                $finished
+            }
+            fn attempt_records(&self) -> Option<u32> {
+                self.attempt_records
+            }
+            fn guest_set(&self) -> Option<$crate::journal::accounting::GuestSet> {
+                let $g = self;
+                $guest_set
+            }
+        }
+    };
 }
+pub(crate) use attempted_by_fields;
+
+attempted_by_fields!(
+    RunRecord,
+    finished: |r| r.ok && r.superseded.is_none(),
+    guest_set: |r| GuestSet::of(r),
+);
 
 impl<T: Attempted> Attempted for &T {
     fn variant(&self) -> &str {

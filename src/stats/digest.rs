@@ -24,7 +24,7 @@ use super::timeline_ref::TimelineAt;
 use super::timeline_ref::TimelineRef;
 #[cfg(test)]
 use crate::journal::Journal;
-use crate::journal::accounting::{Attempted, GuestSet, Headline};
+use crate::journal::accounting::{GuestSet, Headline};
 use crate::journal::{Big, RunLine, RunRecord, SweepHeader, scan, split_record};
 
 /// Why a figure was not measured (shared: most records give one of a few reasons).
@@ -650,42 +650,15 @@ impl RunDigest {
     }
 }
 
-impl Attempted for RunDigest {
-    fn variant(&self) -> &str {
-        &self.variant
-    }
-    fn level(&self) -> f64 {
-        self.level
-    }
-    fn workload(&self) -> &str {
-        &self.workload
-    }
-    fn warmup(&self) -> bool {
-        self.warmup
-    }
-    fn run(&self) -> u32 {
-        self.run
-    }
-    fn guest(&self) -> u32 {
-        self.guest
-    }
-    fn attempt(&self) -> u32 {
-        self.attempt
-    }
-    fn finished(&self) -> bool {
-        self.ok && !self.superseded
-    }
-    fn attempt_records(&self) -> Option<u32> {
-        self.attempt_records
-    }
-    fn guest_set(&self) -> Option<GuestSet> {
-        self.slot.map(|(boot, bring_up)| GuestSet {
-            host: self.host.as_deref().map(str::to_string),
-            boot,
-            bring_up,
-        })
-    }
-}
+crate::journal::accounting::attempted_by_fields!(
+    RunDigest,
+    finished: |r| r.ok && !r.superseded,
+    guest_set: |r| r.slot.map(|(boot, bring_up)| GuestSet {
+        host: r.host.as_deref().map(str::to_string),
+        boot,
+        bring_up,
+    }),
+);
 
 impl Headline for RunDigest {
     fn metric(&self, name: &str) -> Option<f64> {
