@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 
@@ -104,7 +105,6 @@ where
     S: Default,
     F: Fn(&SweepHeader, &mut S, u64, R) -> T + Sync,
 {
-    use std::io::BufRead;
     let file_path = journal_file(path);
     let cannot = |e: std::io::Error| {
         NotAJournal(format!(
@@ -118,122 +118,10 @@ where
     let file = File::open(&file_path).map_err(cannot)?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-
-    // The header: the first non-blank whole line.
-    let mut line_no = 0usize;
-    let mut consumed = 0u64;
-    let mut line = Vec::new();
-    let header = loop {
-        line.clear();
-        let n = input.read_until(b'\n', &mut line).map_err(cannot)?;
-        if n == 0 || line.last() != Some(&b'\n') {
-            return Err(NotAJournal(format!(
-                "{}: no sweep header line (expected a journal written by `ocrig run`)",
-                file_path.display()
-            ))
-            .into());
-        }
-        line_no += 1;
-        consumed += n as u64;
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        newer_format(&line).map_err(|what| bad(line_no, what))?;
-        match serde_json::from_slice::<Entry>(&line) {
-            Ok(Entry::Sweep(h)) => break *h,
-            Ok(_) => {
-                return Err(bad(
-                    line_no,
-                    "expected the sweep header as the journal's first line, found a record".into(),
-                ));
-            }
-            Err(e) => {
-                return Err(bad(
-                    line_no,
-                    format!(
-                        "expected the sweep header of an ocrig journal, found a line that is not one ({e})"
-                    ),
-                ));
-            }
-        }
-    };
-
-    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::hidden());
-    if progress {
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "reading {msg} [{bar:30}] {bytes}/{total_bytes} ({eta} left)",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        bar.set_message(file_path.display().to_string());
-    }
+    let (header, line_no, mut consumed) = read_header(&mut input, &file_path)?;
+    let bar = progress_bar(&file_path, total, progress);
     bar.set_position(consumed);
     let started = std::time::Instant::now();
-
-    /// Whole lines of the journal (numbered by the collector, from the line counts of the
-    /// chunks before: the reader only finds the last newline).
-    struct Chunk {
-        index: usize,
-        /// Where its first line starts in the file.
-        offset: u64,
-        bytes: Vec<u8>,
-    }
-    enum Item<T> {
-        Run(T),
-        Resume(Box<ResumeNote>),
-    }
-    /// A chunk parsed: its items, its lines, and the first malformed line (its index in the
-    /// chunk, what, whether it was the chunk's last line).
-    struct Parsed<T> {
-        index: usize,
-        items: Vec<Item<T>>,
-        bytes: usize,
-        lines: usize,
-        malformed: Option<(usize, String, bool)>,
-    }
-    // Parses a chunk; its buffer goes back to the reader (`free`) for a later chunk.
-    let parse_chunk = |state: &mut S, c: Chunk, free: &std::sync::mpsc::SyncSender<Vec<u8>>| -> Parsed<T> {
-        let mut items = Vec::new();
-        let mut malformed = None;
-        let body = c.bytes.strip_suffix(b"\n").unwrap_or(&c.bytes);
-        // memchr finds the newlines a word at a time (a byte loop cost 5 % of a report).
-        let mut lines = 0;
-        let mut at = c.offset;
-        let mut start = 0;
-        for (i, end) in memchr::memchr_iter(b'\n', body).chain([body.len()]).enumerate() {
-            let l = &body[start..end];
-            start = end + 1;
-            lines = i + 1;
-            let offset = at;
-            at += l.len() as u64 + 1;
-            if l.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match parse_entry::<R>(l) {
-                Ok(Line::Run(r)) => items.push(Item::Run(map(&header, state, offset, r))),
-                Ok(Line::Resume(n)) => items.push(Item::Resume(n)),
-                // A resumed sweep may re-state its header; the first one stands.
-                Ok(Line::Sweep) => {}
-                Err(e) => {
-                    let last = end == body.len();
-                    malformed = Some((i, format!("malformed journal line: {e}"), last));
-                    break;
-                }
-            }
-        }
-        let bytes = c.bytes.len();
-        // Full (the reader has spares) or gone (it is done): the buffer is dropped.
-        let _ = free.try_send(c.bytes);
-        Parsed {
-            index: c.index,
-            items,
-            bytes,
-            lines,
-            malformed,
-        }
-    };
 
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
     let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<Chunk>(2 * workers);
@@ -244,73 +132,37 @@ where
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Parsed<T>>();
     // Set when the collector stops early (a malformed line): the reader stops reading and the
     // parsers drain what is queued without parsing it, so every thread ends.
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
     let mut runs = Vec::new();
     let mut resumes = Vec::new();
     let outcome: anyhow::Result<()> = std::thread::scope(|scope| {
         for _ in 0..workers {
             let (rx, tx, stop, free) = (&chunk_rx, done_tx.clone(), &stop, free_tx.clone());
-            let parse_chunk = &parse_chunk;
+            let (header, map) = (&header, &map);
             scope.spawn(move || {
                 let mut state = S::default();
                 loop {
                     let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok(chunk) = next else { break };
-                    if !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        let _ = tx.send(parse_chunk(&mut state, chunk, &free));
+                    if !stop.load(Ordering::Relaxed) {
+                        let _ = tx.send(parse_chunk::<R, T, S, F>(header, map, &mut state, chunk, &free));
                     }
                 }
             });
         }
         drop(done_tx);
         drop(free_tx);
-        // The reader: whole lines only, in chunks; what follows the last newline is a torn
-        // write and never parsed.
-        let stop_reading = &stop;
-        let header_bytes = consumed;
-        let reader = scope.spawn(move || -> std::io::Result<usize> {
-            let mut index = 0;
-            let mut offset = header_bytes;
-            let mut carry: Vec<u8> = Vec::new();
-            loop {
-                let mut buf = free_rx.try_recv().unwrap_or_default();
-                buf.clear();
-                buf.append(&mut carry);
-                buf.reserve(chunk + (1 << 16));
-                // Into the buffer's spare room, never zeroed first.
-                let got = (&mut input).take(chunk as u64).read_to_end(&mut buf)?;
-                let eof = got < chunk;
-                let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
-                    if eof {
-                        return Ok(index);
-                    }
-                    carry = buf;
-                    continue;
-                };
-                carry = buf[last_nl + 1..].to_vec();
-                buf.truncate(last_nl + 1);
-                let len = buf.len() as u64;
-                let chunk = Chunk {
-                    index,
-                    offset,
-                    bytes: buf,
-                };
-                index += 1;
-                offset += len;
-                if stop_reading.load(std::sync::atomic::Ordering::Relaxed)
-                    || chunk_tx.send(chunk).is_err()
-                    || eof
-                {
-                    return Ok(index);
-                }
-            }
-        });
+        let (stop_reading, header_bytes) = (&stop, consumed);
+        let reader = scope
+            .spawn(move || read_chunks(&mut input, chunk, header_bytes, &free_rx, &chunk_tx, stop_reading));
+        // The collector: the parsed chunks in file order, their lines numbered from the line
+        // counts of the chunks before (the reader only finds the last newline).
         let mut waiting: BTreeMap<usize, Parsed<T>> = BTreeMap::new();
         let mut next = 0usize;
         let mut first_line = line_no + 1;
         let mut soft: Option<(usize, String)> = None;
         let fail = |e: anyhow::Error| -> anyhow::Result<()> {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
             Err(e)
         };
         for parsed in done_rx.iter() {
@@ -360,4 +212,188 @@ where
         runs,
         resumes,
     })
+}
+
+/// The journal's header, its first non-blank whole line, and where reading stopped: the
+/// line's number and the bytes read.
+fn read_header(
+    input: &mut impl std::io::BufRead,
+    file_path: &Path,
+) -> anyhow::Result<(SweepHeader, usize, u64)> {
+    let bad = |line: usize, what: String| -> anyhow::Error {
+        NotAJournal(format!("{}:{line}: {what}", file_path.display())).into()
+    };
+    let mut line_no = 0usize;
+    let mut consumed = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = input.read_until(b'\n', &mut line).map_err(|e| {
+            NotAJournal(format!(
+                "{}: cannot read the journal: {e} (expected a results directory of `ocrig run`)",
+                file_path.display()
+            ))
+        })?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            return Err(NotAJournal(format!(
+                "{}: no sweep header line (expected a journal written by `ocrig run`)",
+                file_path.display()
+            ))
+            .into());
+        }
+        line_no += 1;
+        consumed += n as u64;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        newer_format(&line).map_err(|what| bad(line_no, what))?;
+        return match serde_json::from_slice::<Entry>(&line) {
+            Ok(Entry::Sweep(h)) => Ok((*h, line_no, consumed)),
+            Ok(_) => Err(bad(
+                line_no,
+                "expected the sweep header as the journal's first line, found a record".into(),
+            )),
+            Err(e) => Err(bad(
+                line_no,
+                format!("expected the sweep header of an ocrig journal, found a line that is not one ({e})"),
+            )),
+        };
+    }
+}
+
+/// The reading's progress bar: drawn (once reading has taken a second) when asked for.
+fn progress_bar(file_path: &Path, total: u64, progress: bool) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::hidden());
+    if progress {
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "reading {msg} [{bar:30}] {bytes}/{total_bytes} ({eta} left)",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(file_path.display().to_string());
+    }
+    bar
+}
+
+/// Whole lines of the journal (numbered by the collector, from the line counts of the chunks
+/// before: the reader only finds the last newline).
+struct Chunk {
+    index: usize,
+    /// Where its first line starts in the file.
+    offset: u64,
+    bytes: Vec<u8>,
+}
+
+enum Item<T> {
+    Run(T),
+    Resume(Box<ResumeNote>),
+}
+
+/// A chunk parsed: its items, its lines, and the first malformed line (its index in the
+/// chunk, what, whether it was the chunk's last line).
+struct Parsed<T> {
+    index: usize,
+    items: Vec<Item<T>>,
+    bytes: usize,
+    lines: usize,
+    malformed: Option<(usize, String, bool)>,
+}
+
+/// Parses a chunk, each run record as `R` mapped by `map`; its buffer goes back to the reader
+/// (`free`) for a later chunk.
+fn parse_chunk<R, T, S, F>(
+    header: &SweepHeader,
+    map: &F,
+    state: &mut S,
+    c: Chunk,
+    free: &std::sync::mpsc::SyncSender<Vec<u8>>,
+) -> Parsed<T>
+where
+    R: RunLine,
+    F: Fn(&SweepHeader, &mut S, u64, R) -> T,
+{
+    let mut items = Vec::new();
+    let mut malformed = None;
+    let body = c.bytes.strip_suffix(b"\n").unwrap_or(&c.bytes);
+    // memchr finds the newlines a word at a time (a byte loop cost 5 % of a report).
+    let mut lines = 0;
+    let mut at = c.offset;
+    let mut start = 0;
+    for (i, end) in memchr::memchr_iter(b'\n', body).chain([body.len()]).enumerate() {
+        let l = &body[start..end];
+        start = end + 1;
+        lines = i + 1;
+        let offset = at;
+        at += l.len() as u64 + 1;
+        if l.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match parse_entry::<R>(l) {
+            Ok(Line::Run(r)) => items.push(Item::Run(map(header, state, offset, r))),
+            Ok(Line::Resume(n)) => items.push(Item::Resume(n)),
+            // A resumed sweep may re-state its header; the first one stands.
+            Ok(Line::Sweep) => {}
+            Err(e) => {
+                let last = end == body.len();
+                malformed = Some((i, format!("malformed journal line: {e}"), last));
+                break;
+            }
+        }
+    }
+    let bytes = c.bytes.len();
+    // Full (the reader has spares) or gone (it is done): the buffer is dropped.
+    let _ = free.try_send(c.bytes);
+    Parsed {
+        index: c.index,
+        items,
+        bytes,
+        lines,
+        malformed,
+    }
+}
+
+/// The reader: whole lines only, `chunk` bytes at a time into buffers the parsers gave back,
+/// from `offset` on; what follows the last newline is a torn write and never parsed. Returns
+/// how many chunks it sent.
+fn read_chunks(
+    input: &mut impl Read,
+    chunk: usize,
+    mut offset: u64,
+    free: &std::sync::mpsc::Receiver<Vec<u8>>,
+    chunks: &std::sync::mpsc::SyncSender<Chunk>,
+    stop: &AtomicBool,
+) -> std::io::Result<usize> {
+    let mut index = 0;
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let mut buf = free.try_recv().unwrap_or_default();
+        buf.clear();
+        buf.append(&mut carry);
+        buf.reserve(chunk + (1 << 16));
+        // Into the buffer's spare room, never zeroed first.
+        let got = input.take(chunk as u64).read_to_end(&mut buf)?;
+        let eof = got < chunk;
+        let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
+            if eof {
+                return Ok(index);
+            }
+            carry = buf;
+            continue;
+        };
+        carry = buf[last_nl + 1..].to_vec();
+        buf.truncate(last_nl + 1);
+        let len = buf.len() as u64;
+        let next = Chunk {
+            index,
+            offset,
+            bytes: buf,
+        };
+        index += 1;
+        offset += len;
+        if stop.load(Ordering::Relaxed) || chunks.send(next).is_err() || eof {
+            return Ok(index);
+        }
+    }
 }
