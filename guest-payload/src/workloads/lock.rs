@@ -40,7 +40,7 @@
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::Mutex;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,8 @@ use clap::Args as ClapArgs;
 use lock_api::RawMutex;
 use serde::{Deserialize, Serialize};
 
+use super::calibrated::{CALIBRATING_WORKERS, CalibratedWorkers};
 use super::stall::{Stall, StallReport, StallSpec};
-use super::start::StartGate;
 use crate::busywork::{self, Calibration, spin_iters};
 use crate::checks::{self, Check, TOLERANCE};
 use crate::env::Env;
@@ -67,11 +67,6 @@ pub const LATENCY_SAMPLE_EVERY: u64 = 8;
 /// Fewest latency samples from which a 99th percentile is reported: below that, the "p99" of
 /// the histogram is one of its few largest samples (with 8 it is the maximum).
 pub const MIN_SAMPLES_FOR_P99: u64 = 100;
-
-/// At most this many workers calibrate (all at once, ~10 ms): enough to see every CPU the
-/// threads run on in guests of the sizes used, and to load them as the run will. The rest wait
-/// at the gate and run the counts the median of these chose.
-pub const CALIBRATING_WORKERS: usize = 16;
 
 #[derive(Debug, Clone, ClapArgs, Serialize, Deserialize)]
 pub struct Args {
@@ -301,8 +296,6 @@ struct Shared<R: RawMutex> {
     /// Iteration counts, stored by the main thread under the start gate's mutex.
     hold_iters: AtomicU64,
     gap_iters: AtomicU64,
-    /// The calibrating workers' calibrations before the gate.
-    before: Mutex<Vec<Calibration>>,
     /// The calibrated hold in ns (f64 bits), stored with the iteration counts.
     calibrated_hold_ns: AtomicU64,
 }
@@ -362,7 +355,6 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         stop: Padded(AtomicBool::new(false)),
         hold_iters: AtomicU64::new(0),
         gap_iters: AtomicU64::new(0),
-        before: Mutex::new(Vec::new()),
         calibrated_hold_ns: AtomicU64::new(0),
     });
     // Measured before any worker starts (they would load the CPU it measures on).
@@ -377,48 +369,30 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         max_work_error: args.max_work_error,
     });
     let ns_per_tick = sampling.map_or(f64::NAN, |s| 1e9 / s.tsc_hz);
-    let gate = Arc::new(StartGate::new(args.threads as usize));
-    // The same kind of gate at the end: the main thread stamps the end (and so every worker's
-    // CPU reading precedes it) while every worker is parked, before any calibrates again.
-    let stop_gate = Arc::new(StartGate::new(args.threads as usize));
     let calibrating = (args.threads as usize).min(CALIBRATING_WORKERS);
     let memory = LoopMemory::unless_off(args.no_loop_memory);
     let remembered = memory.as_ref().and_then(LoopMemory::recall);
     futex::reset_counts();
 
-    let workers: Vec<_> = (0..args.threads)
-        .map(|t| {
-            let (shared, gate, stop_gate) = (Arc::clone(&shared), Arc::clone(&gate), Arc::clone(&stop_gate));
-            let calibrates = (t as usize) < calibrating;
-            std::thread::Builder::new()
-                .name("lock-worker".into())
-                .spawn(move || {
-                    if calibrates {
-                        let c = busywork::calibrate();
-                        shared.before.lock().unwrap_or_else(|e| e.into_inner()).push(c);
-                    }
-                    gate.arrive();
-                    // Relaxed: stored under the gate's mutex, which arrive() took after.
-                    let hold = shared.hold_iters.load(Ordering::Relaxed);
-                    let gap = shared.gap_iters.load(Ordering::Relaxed);
-                    let sampler = sampling.map(|s| {
-                        Sampler::new(Settings {
-                            calibrated_hold_ns: f64::from_bits(
-                                shared.calibrated_hold_ns.load(Ordering::Relaxed),
-                            ),
-                            ..s
-                        })
-                    });
-                    let mut out = worker(&shared, t as OwnerId + 1, hold, gap, sampler, ns_per_tick);
-                    stop_gate.arrive();
-                    out.after = calibrates.then(busywork::calibrate);
-                    out
+    // The end is stamped (and so every worker's CPU reading precedes it) while every worker is
+    // parked, before any calibrates again.
+    let workers = CalibratedWorkers::spawn("lock-worker", args.threads, calibrating, {
+        let shared = Arc::clone(&shared);
+        move |t| {
+            // Relaxed: stored under the start gate's mutex, which the worker took after.
+            let hold = shared.hold_iters.load(Ordering::Relaxed);
+            let gap = shared.gap_iters.load(Ordering::Relaxed);
+            let sampler = sampling.map(|s| {
+                Sampler::new(Settings {
+                    calibrated_hold_ns: f64::from_bits(shared.calibrated_hold_ns.load(Ordering::Relaxed)),
+                    ..s
                 })
-        })
-        .collect::<Result<_, _>>()?;
+            });
+            worker(&shared, t as OwnerId + 1, hold, gap, sampler, ns_per_tick)
+        }
+    })?;
 
-    let (start, counts) = gate.open_with(|| {
-        let before = shared.before.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let (start, counts) = workers.start(|before| {
         let measured = busywork::median_ns_per_iter(&before).unwrap_or(f64::NAN);
         let (ns_per_iter, from_memory) = loop_memory::sizing_speed(measured, remembered);
         let counts = iteration_counts(args, ns_per_iter);
@@ -452,16 +426,17 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     }
     // Relaxed suffices: the flag carries no data, and the stop gate synchronises the results.
     shared.stop.0.store(true, Ordering::Relaxed);
-    let end = stop_gate.open();
+    let end = workers.stop();
     let window_end = TscWindow::read_pair();
     // The stall ends with the window, before anything after it is timed.
     let hz = TscWindow::of(window_start, window_end).hz;
     let stall = stall.map(|s| s.and_then(|s| s.stop(hz)));
     crate::probe::window_close();
     let outcomes: Vec<ThreadOutcome> = workers
+        .join("lock")?
         .into_iter()
-        .map(|h| h.join().map_err(|_| anyhow::anyhow!("a lock worker panicked")))
-        .collect::<anyhow::Result<_>>()?;
+        .map(|(o, after)| ThreadOutcome { after, ..o })
+        .collect();
     let ((hold_iters, gap_iters), before, ns_before, measured_before) = counts?;
     let debug_guest_stall = stall.transpose()?;
     let tsc_after = tsc_before

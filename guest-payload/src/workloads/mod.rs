@@ -1,5 +1,6 @@
 //! Workloads: each takes its clap `Args`, runs, and returns one [`crate::report::Report`].
 
+mod calibrated;
 pub mod dbench;
 mod dbench_client;
 pub mod dbench_loadfile;

@@ -35,8 +35,8 @@
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use clap::{Args as ClapArgs, ValueEnum};
@@ -44,8 +44,7 @@ use lock_api::RawMutex;
 use serde::{Deserialize, Serialize};
 
 use super::Rng;
-use super::lock::CALIBRATING_WORKERS;
-use super::start::StartGate;
+use super::calibrated::{CALIBRATING_WORKERS, CalibratedWorkers};
 use crate::busywork::{self, Calibration, spin_iters};
 use crate::checks::{self, Check, TOLERANCE};
 use crate::env::Env;
@@ -319,8 +318,6 @@ struct Shared<R> {
     iters: [AtomicU64; 3],
     /// Set under the gate when the calibrated work cannot be made: the workers leave at once.
     refused: AtomicBool,
-    /// The calibrating workers' calibrations before the gate.
-    before: Mutex<Vec<Calibration>>,
 }
 
 // SAFETY: each `counter` is only touched while its `lock` is held.
@@ -397,7 +394,6 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         first_done: Padded(AtomicBool::new(false)),
         iters: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
         refused: AtomicBool::new(false),
-        before: Mutex::new(Vec::new()),
     });
     // Measured before any worker starts (they would load the CPU it measures on).
     let tsc_before = args
@@ -414,10 +410,6 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             .then(|| std::time::Duration::from_nanos(args.contended_sleep_ns)),
         ns_per_tick: tsc_before.as_ref().map(|t| 1e9 / t.hz),
     };
-    let gate = Arc::new(StartGate::new(args.threads as usize));
-    // Every worker parks here once finished, so the after-run calibrations start only when no
-    // worker is measured any more (and none competes with them).
-    let stop_gate = Arc::new(StartGate::new(args.threads as usize));
     let calibrating = if args.has_calibrated_work() {
         (args.threads as usize).min(CALIBRATING_WORKERS)
     } else {
@@ -426,39 +418,27 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let memory = crate::loop_memory::LoopMemory::unless_off(args.no_loop_memory);
     let remembered = memory.as_ref().and_then(|m| m.recall());
     futex::reset_counts();
-    let workers: Vec<_> = (0..args.threads)
-        .map(|t| {
-            let (shared, gate, stop_gate) = (Arc::clone(&shared), Arc::clone(&gate), Arc::clone(&stop_gate));
-            let calibrates = (t as usize) < calibrating;
-            std::thread::Builder::new()
-                .name("mutex-worker".into())
-                .spawn(move || {
-                    if calibrates {
-                        let c = busywork::calibrate();
-                        shared.before.lock().unwrap_or_else(|e| e.into_inner()).push(c);
-                    }
-                    gate.arrive();
-                    // Relaxed: stored under the gate's mutex, which arrive() took after.
-                    let [inside, outside, delay] = [0, 1, 2].map(|i| shared.iters[i].load(Ordering::Relaxed));
-                    let p = Params {
-                        inside,
-                        outside,
-                        delay,
-                        ..base
-                    };
-                    let mut out = if shared.refused.load(Ordering::Relaxed) {
-                        Outcome::idle(p.locks)
-                    } else {
-                        worker(&shared, p, t as OwnerId + 1)
-                    };
-                    stop_gate.arrive();
-                    out.after = calibrates.then(busywork::calibrate);
-                    out
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    let (start, counts) = gate.open_with(|| {
-        let before = shared.before.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // Every worker parks once finished, so the after-run calibrations start only when no worker
+    // is measured any more (and none competes with them).
+    let workers = CalibratedWorkers::spawn("mutex-worker", args.threads, calibrating, {
+        let shared = Arc::clone(&shared);
+        move |t| {
+            // Relaxed: stored under the start gate's mutex, which the worker took after.
+            let [inside, outside, delay] = [0, 1, 2].map(|i| shared.iters[i].load(Ordering::Relaxed));
+            let p = Params {
+                inside,
+                outside,
+                delay,
+                ..base
+            };
+            if shared.refused.load(Ordering::Relaxed) {
+                Outcome::idle(p.locks)
+            } else {
+                worker(&shared, p, t as OwnerId + 1)
+            }
+        }
+    })?;
+    let (start, counts) = workers.start(|before| {
         if calibrating == 0 {
             return Ok(None);
         }
@@ -482,12 +462,13 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             }
         }
     });
-    stop_gate.open();
+    workers.stop();
     crate::probe::window_close();
     let outcomes: Vec<Outcome> = workers
+        .join("mutex")?
         .into_iter()
-        .map(|h| h.join().map_err(|_| anyhow::anyhow!("a mutex worker panicked")))
-        .collect::<anyhow::Result<_>>()?;
+        .map(|(o, after)| Outcome { after, ..o })
+        .collect();
     let counts = counts?;
     let tsc_after = tsc_before
         .as_ref()
