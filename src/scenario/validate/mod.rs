@@ -43,10 +43,29 @@ const NAME_RULE: &str =
 
 /// Checks everything that can be checked without booting. All problems are returned together.
 pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
-    let s = &l.scenario;
     let mut errs: Vec<ScenarioError> = Vec::new();
     let mut err = |path: &[Seg], msg: String| errs.push(l.error_at(path, msg));
+    let s = &l.scenario;
+    check_shape(s, &mut err);
+    check_runs_and_timeouts(l, &mut err);
+    let (cpus, on) = check_host(s, host, &mut err);
+    check_levels_fit(s, host, &cpus, &on, &mut err);
+    check_variants(s, &mut err);
+    check_kernel_builds(l, &mut err);
+    check_workload_kernel_options(l, &mut err);
+    check_workloads(s, &mut err);
+    // Report each distinct problem once (a bad workload argument repeats across variants).
+    let mut seen = BTreeSet::new();
+    errs.retain(|e| seen.insert(e.to_string()));
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ScenarioErrors(errs))
+    }
+}
 
+/// The sweep's name, the guest's size, and the bounds a user sets as shares and fractions.
+fn check_shape(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
     if !is_safe_name(&s.name) {
         err(&[key("name")], format!("'{}' {NAME_RULE}", s.name));
     }
@@ -86,10 +105,15 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             format!("{m} is not a fraction in (0, 1): the equivalence margin, e.g. 0.05 for ±5 %"),
         );
     }
+}
+
+/// Run counts (their bring-ups), timeouts and retries.
+fn check_runs_and_timeouts(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
+    let s = &l.scenario;
     let n_variants = expand::variants(s).len();
-    check_runs(&s.runs, "runs", n_variants, &mut err);
+    check_runs(&s.runs, "runs", n_variants, err);
     if let Some(r) = &s.kvm_runs {
-        check_runs(r, "kvm_runs", n_variants, &mut err);
+        check_runs(r, "kvm_runs", n_variants, err);
     }
     let t = &s.timeouts;
     for (name, v, most) in [
@@ -135,6 +159,13 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             }
         }
     }
+}
+
+/// The host's CPUs (given, or counted in the topology's order), its libvirt URI and the hosts
+/// of a sweep over several. Returns the CPUs the levels are sized on (all allowed ones where
+/// the given set is wrong, so the levels are still checked) and, for a remote host, the words
+/// that name it.
+fn check_host(s: &Scenario, host: &HostFacts, err: &mut impl FnMut(&[Seg], String)) -> (Vec<usize>, String) {
     let on = host
         .remote
         .as_ref()
@@ -172,6 +203,17 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         );
     }
 
+    (cpus, on)
+}
+
+/// Every level's guest count on `cpus`, and whether the largest fits the host.
+fn check_levels_fit(
+    s: &Scenario,
+    host: &HostFacts,
+    cpus: &[usize],
+    on: &str,
+    err: &mut impl FnMut(&[Seg], String),
+) {
     if s.levels.is_empty() {
         err(&[key("levels")], "name at least one overcommit level".into());
     }
@@ -207,7 +249,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             err(&[key("guest"), key(field)], format!("{m}{on}"));
         }
     }
+}
 
+/// The variants: names, one baseline, their own kernel files, profiles and trace events; and
+/// the guest's kernel file.
+fn check_variants(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
     let mut names = BTreeSet::new();
     let marked = s.variants.iter().filter(|v| v.baseline).count();
     if marked > 1 {
@@ -229,7 +275,7 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             );
         }
         if let Some(KernelRef::File(f)) = &v.kernel {
-            check_kernel_file(&mut err, &[key("variants"), Seg::Index(i), key("kernel")], f);
+            check_kernel_file(err, &[key("variants"), Seg::Index(i), key("kernel")], f);
         }
         if let Some(p) = v.profile
             && let Err(msg) = check_profile_rate(p.rate_hz)
@@ -252,11 +298,13 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
         }
     }
     if let KernelRef::File(f) = &s.guest.kernel {
-        check_kernel_file(&mut err, &[key("guest"), key("kernel")], f);
+        check_kernel_file(err, &[key("guest"), key("kernel")], f);
     }
-    check_kernel_builds(l, &mut err);
-    check_workload_kernel_options(l, &mut err);
+}
 
+/// The workloads: each names a metric it reports, and its arguments as the payload parses
+/// them (under KVM too, where `kvm_args` change them).
+fn check_workloads(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
     if s.workloads.is_empty() {
         err(&[key("workloads")], "name at least one workload".into());
     }
@@ -278,19 +326,11 @@ pub fn validate(l: &Loaded, host: &HostFacts) -> Result<(), ScenarioErrors> {
             );
         }
     }
-    check_workload_args(s, None, &mut err);
+    check_workload_args(s, None, err);
     if s.workloads.iter().any(|w| !w.kvm_args.is_empty()) {
         // As the sweep runs them under KVM: each problem of a key `kvm_args` gave is located
         // there.
-        check_workload_args(&s.sized_for(true), Some(s), &mut err);
-    }
-    // Report each distinct problem once (a bad workload argument repeats across variants).
-    let mut seen = BTreeSet::new();
-    errs.retain(|e| seen.insert(e.to_string()));
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(ScenarioErrors(errs))
+        check_workload_args(&s.sized_for(true), Some(s), err);
     }
 }
 
