@@ -58,7 +58,7 @@ schedule: {runs_per_bring_up: 1}
 ";
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~89 s)")]
 fn an_a_a_pair_never_differs_and_a_known_effect_is_found() {
     let (_tmp, results) = common::run_scenario("comparisons.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)

@@ -588,7 +588,7 @@ fn fault_is_retried(name: &str, fault: impl FnOnce(u32, u16)) -> (Journal, Value
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~73 s)")]
 fn sigstop_of_a_guest_times_out_and_is_retried() {
     let (_j, failed) = fault_is_retried("fault-sigstop", |qemu, _| {
         say(format!("SIGSTOP to QEMU {qemu}"));
@@ -602,7 +602,7 @@ fn sigstop_of_a_guest_times_out_and_is_retried() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~33 s)")]
 fn sigkill_of_a_guest_is_retried() {
     fault_is_retried("fault-qemu-kill", |qemu, _| {
         say(format!("SIGKILL to QEMU {qemu}"));
@@ -611,7 +611,7 @@ fn sigkill_of_a_guest_is_retried() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~49 s)")]
 fn guest_kernel_panic_is_retried_with_the_console_tail() {
     let (_j, failed) = fault_is_retried("fault-panic", |_, port| {
         say("echo c > /proc/sysrq-trigger in the guest");
@@ -628,7 +628,7 @@ fn guest_kernel_panic_is_retried_with_the_console_tail() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~27 s)")]
 fn dropped_ssh_session_is_retried() {
     fault_is_retried("fault-ssh-drop", |_, port| {
         // dropbear runs in the foreground under init (-F, pid file /run/dropbear.pid); each
@@ -694,19 +694,19 @@ fn signal_stops_everything(name: &str, sig: Signal, code: i32) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~33 s)")]
 fn sigint_exits_130_and_stops_every_guest() {
     signal_stops_everything("fault-sigint", Signal::INT, 130);
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~58 s)")]
 fn sigterm_exits_143_and_stops_every_guest() {
     signal_stops_everything("fault-sigterm", Signal::TERM, 143);
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~47 s)")]
 fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
     let _serial = serial();
     let mut sweep = Sweep::start("fault-resume");
@@ -787,7 +787,7 @@ fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~2 s)"
 )]
 fn a_second_sweep_on_busy_cpus_is_refused_naming_the_first() {
     let _serial = serial();

@@ -217,7 +217,7 @@ fn valid_runs(all: &[Value]) -> Vec<&Value> {
 /// hand-over that began within [`SLACK`] of the burst and lasted it within [`SLACK`],
 /// labelled guest, with the guest's runqueue wait over at least half of it.
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~16 s)")]
 fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
     let _one = ONE_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
     let (_tmp, results) = common::run_scenario("stall.yaml", &scenario(true));
@@ -287,7 +287,7 @@ fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~33 s)")]
 fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_intervals() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

@@ -350,7 +350,7 @@ fn listing(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~99 s)"
 )]
 fn a_journal_torn_inside_its_last_record_is_cut_and_resumed() {
     let _s = serial();
@@ -455,7 +455,7 @@ fn fill(dir: &Path) -> PathBuf {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~61 s)"
 )]
 fn a_full_disk_mid_append_stops_the_sweep_and_resume_continues_once_freed() {
     let _s = serial();
@@ -515,7 +515,7 @@ fn a_full_disk_mid_append_stops_the_sweep_and_resume_continues_once_freed() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~31 s)"
 )]
 fn sigkill_at_random_points_then_resume_twenty_times() {
     let _s = serial();
@@ -564,7 +564,7 @@ fn sigkill_at_random_points_then_resume_twenty_times() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~80 s)"
 )]
 fn a_second_writer_of_a_results_directory_is_refused_or_waits_and_redoes_nothing() {
     let _s = serial();
@@ -623,7 +623,7 @@ fn a_second_writer_of_a_results_directory_is_refused_or_waits_and_redoes_nothing
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~61 s)"
 )]
 fn a_resume_on_anything_else_is_refused_unless_accepted_and_then_recorded() {
     let _s = serial();
@@ -718,7 +718,7 @@ fn a_resume_on_anything_else_is_refused_unless_accepted_and_then_recorded() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~1 s)"
 )]
 fn a_directory_that_is_not_a_results_directory_is_refused_and_left_as_it_was() {
     let b = Bench::new();
@@ -761,7 +761,7 @@ fn a_directory_that_is_not_a_results_directory_is_refused_and_left_as_it_was() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: runs sweeps on this host's CPUs"
+    ignore = "full tier: runs sweeps on this host's CPUs (~113 s)"
 )]
 fn killed_and_resumed_three_times_a_sweep_ends_as_an_uninterrupted_one() {
     let _s = serial();
@@ -847,7 +847,7 @@ fn resume_decides_on_a_journal_of_100_000_records() {
 /// On real guests (QEMU, TCG here): a sweep whose journal lost its last 150 bytes, as a SIGKILL
 /// mid-write leaves it, is resumed to one valid result per run, and the report agrees.
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~74 s)")]
 fn on_real_guests_a_torn_journal_is_resumed_to_one_result_per_run() {
     let _s = serial();
     let b = Bench::new();

@@ -14,7 +14,7 @@ use serde_json::Value;
 mod common;
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~41 s)")]
 fn locktorture_runs_in_guests_of_a_kernel_built_with_it_and_compares_two_kernels() {
     let trees = common::test_kernel_trees();
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);

@@ -86,7 +86,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests of kernels built here"
+    ignore = "full tier: boots guests of kernels built here (~34 s)"
 )]
 fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -252,7 +252,7 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests of kernels built here"
+    ignore = "full tier: boots guests of kernels built here (~19 s)"
 )]
 fn a_guest_without_eth0_fails_at_once_on_both_start_paths() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -150,7 +150,7 @@ fn judge(runs: &[Value]) -> Verdict {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~35 s)")]
 fn every_guest_waits_one_minus_one_over_the_level() {
     let mut last = None;
     for attempt in 1..=3 {

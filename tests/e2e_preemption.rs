@@ -73,7 +73,7 @@ impl Side {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~36 s)")]
 fn stretched_handovers_rise_with_overcommit_and_cost_the_fifo_lock_most() {
     let (_tmp, results) = common::run_scenario("preemption.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)

@@ -190,7 +190,7 @@ fn refused(scenario: &Path, env: &[(&str, &str)], want: &[&str]) {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests on a remote host over SSH"
+    ignore = "full tier: boots guests on a remote host over SSH (~2 s)"
 )]
 fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
     let sshd = Sshd::start();
@@ -319,7 +319,7 @@ fn journal(results: &Path) -> (PathBuf, Value, Vec<Value>) {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests on a remote host over SSH"
+    ignore = "full tier: boots guests on a remote host over SSH (~35 s)"
 )]
 fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
     let sshd = Sshd::start();
@@ -505,7 +505,7 @@ impl Sshd {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests on a remote host over SSH"
+    ignore = "full tier: boots guests on a remote host over SSH (~88 s)"
 )]
 fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
     let mut sshd = Sshd::start();

@@ -136,7 +136,7 @@ impl Sweep {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~39 s)")]
 fn the_mutex_paradoxs_slower_contended_path_cuts_contended_acquisitions() {
     let s = sweep(
         "seed000-small.yaml",
@@ -166,7 +166,7 @@ fn the_mutex_paradoxs_slower_contended_path_cuts_contended_acquisitions() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~25 s)")]
 fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcommit() {
     let s = sweep(
         "seed001-small.yaml",
@@ -219,7 +219,7 @@ fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcom
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~157 s)")]
 fn waiting_for_kernel_locks_from_sysfs_walks_grows_in_the_guest_profile_under_overcommit() {
     let s = sweep(
         "seed002-small.yaml",
@@ -278,7 +278,7 @@ fn waiting_for_kernel_locks_from_sysfs_walks_grows_in_the_guest_profile_under_ov
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~136 s)")]
 fn the_spin_first_qspinlock_table_is_complete_at_every_level() {
     let trees = common::test_kernel_trees();
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);

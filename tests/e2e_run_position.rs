@@ -48,7 +48,7 @@ warmup_runs: 0
 ";
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~19 s)")]
 fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
     let (_tmp, results) = common::run_scenario("position.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)

@@ -78,7 +78,7 @@ fn qemus_under(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~14 s)")]
 fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
     let (tmp, results) = common::run_scenario("scale-8.yaml", SCENARIO);
     let (dir, lines) = journal(&results);

@@ -28,7 +28,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests (QEMU and libvirt)"
+    ignore = "full tier: boots guests (QEMU and libvirt) (~45 s)"
 )]
 fn smoke_sweep_on_real_guests_with_qemu() {
     smoke("qemu");
@@ -37,7 +37,7 @@ fn smoke_sweep_on_real_guests_with_qemu() {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests (QEMU and libvirt)"
+    ignore = "full tier: boots guests (QEMU and libvirt) (~25 s)"
 )]
 fn smoke_sweep_on_real_guests_with_libvirt() {
     smoke("libvirt");

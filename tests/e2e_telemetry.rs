@@ -69,7 +69,7 @@ fn cpu_of(rec: &Value, g: u64) -> u64 {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~28 s)")]
 fn vcpu_wait_share_is_one_minus_one_over_the_level() {
     let (_tmp, results) = common::run_scenario("physics.yaml", SCENARIO);
     let (header, runs, dir) = journal(&results);

@@ -147,7 +147,7 @@ addEventListener('load', () => {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests and traces the host (root, tracefs)"
+    ignore = "full tier: boots guests and traces the host (root, tracefs) (~13 s)"
 )]
 fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let (tmp, results) = common::run_scenario("timeline.yaml", SCENARIO);

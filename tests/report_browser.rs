@@ -139,7 +139,7 @@ fn browser(profile: &Path) -> Command {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: starts Chromium")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: starts Chromium (~2 s)")]
 fn html_report_renders_in_a_real_browser_with_every_plot_and_its_axes() {
     let tmp = tempfile::tempdir().unwrap();
     journal(tmp.path());

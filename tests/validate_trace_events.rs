@@ -21,7 +21,7 @@ fn scenario(events: &str) -> String {
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: builds and reads the guest image (root)"
+    ignore = "full tier: builds and reads the guest image (root) (~1 s)"
 )]
 fn an_event_the_guest_kernel_lacks_is_refused_before_boot_naming_line_field_and_kernel() {
     let built = ocrig(&["image", "build"]);

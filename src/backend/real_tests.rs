@@ -195,7 +195,7 @@ fn sha(p: &Path) -> String {
 /// own clock, RNG, memory and scratch disk, a template reused, and a template QEMU cannot load
 /// replaced by a cold boot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~44 s)")]
 async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
     let _serial = SERIAL.lock().await;
     let img = image();
@@ -415,7 +415,7 @@ async fn qemu_boots_pvh_and_clones_are_isolated_and_fall_back_to_a_boot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: boots guests through libvirtd"
+    ignore = "full tier: boots guests through libvirtd (~109 s)"
 )]
 async fn libvirt_boots_pvh_and_clones() {
     let _serial = SERIAL.lock().await;
@@ -556,7 +556,7 @@ async fn libvirt_boots_pvh_and_clones() {
 /// uncontended, calibrated busy work in and out of it). The first pair is kept out (restored memory is touched for the first time then),
 /// as a scenario's warm-up run would be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~88 s)")]
 async fn clones_measure_what_booted_guests_measure() {
     let _serial = SERIAL.lock().await;
     let img = image();

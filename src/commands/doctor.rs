@@ -368,7 +368,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: reads the running libvirtd")]
+    #[cfg_attr(
+        not(feature = "full-tests"),
+        ignore = "full tier: reads the running libvirtd (~1 s)"
+    )]
     fn libvirtd_here_started_after_its_qemu_conf_changed() {
         // scripts/setup (run before the tests) configured the file and (re)started the daemon.
         let w = libvirt_qemu_line();

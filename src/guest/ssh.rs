@@ -494,7 +494,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(feature = "full-tests"),
-        ignore = "full tier: starts an SSH server as root"
+        ignore = "full tier: starts an SSH server as root (~1 s)"
     )]
     fn gated_commands_share_one_kept_shell_keep_their_output_and_status_and_survive_its_death() {
         let s = sshd();
@@ -584,7 +584,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(feature = "full-tests"),
-        ignore = "full tier: starts an SSH server as root"
+        ignore = "full tier: starts an SSH server as root (~2 s)"
     )]
     fn an_unfinished_command_is_dropped_at_once_when_its_server_is_gone_not_while_it_is_stopped() {
         let drop_time = |kill: bool| {

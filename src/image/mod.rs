@@ -679,7 +679,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(feature = "full-tests"),
-        ignore = "full tier: builds a guest image (root, Debian packages)"
+        ignore = "full tier: builds a guest image (root, Debian packages) (~7 s)"
     )]
     fn builds_and_reuses_a_real_image() {
         let tmp = tempfile::tempdir().unwrap();

@@ -372,7 +372,10 @@ mod tests {
     /// the events the probe and seed000 use are found, a made-up one is not, and the module
     /// events of ext4 (a module in Debian's kernel) come from the initrd.
     #[test]
-    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: reads the guest image")]
+    #[cfg_attr(
+        not(feature = "full-tests"),
+        ignore = "full tier: reads the guest image (~1 s)"
+    )]
     fn the_cached_debian_image_lists_its_lock_and_sched_events() {
         let cache = crate::image::cache_dir();
         let spec = crate::image::ImageSpec {

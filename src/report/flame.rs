@@ -263,7 +263,7 @@ pub(crate) mod tests {
     /// The flame graphs as a user sees them: Debian's headless Chromium lays out a page with
     /// both SVGs inline and a script reports every frame's name and drawn width.
     #[test]
-    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: starts Chromium")]
+    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: starts Chromium (~1 s)")]
     fn flame_graphs_render_in_chromium_with_every_frame_drawn() {
         let base = cell(
             "base",

@@ -667,7 +667,7 @@ mod tests {
     /// report, a script opens every collapsed graph and reports each drawn frame's name, width
     /// and colour.
     #[test]
-    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: starts Chromium")]
+    #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: starts Chromium (~1 s)")]
     fn the_html_reports_flame_graphs_draw_their_frames_in_chromium() {
         let tmp = tempfile::tempdir().unwrap();
         let page = tmp.path().join("report.html");

@@ -89,7 +89,7 @@ fn claim_command_nests_one_flock_per_cpu() {
 
 /// Against the real libvirtd on this machine (the storage calls are the same over SSH).
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: needs libvirtd")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: needs libvirtd (~1 s)")]
 fn volumes_are_uploaded_once_by_content_and_an_unfinished_one_is_replaced() {
     let uri = "qemu:///system";
     virt::error::clear_error_callback();

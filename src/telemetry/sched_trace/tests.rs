@@ -162,7 +162,7 @@ fn sleeper_on_cpu0(n: usize) -> (i32, std::thread::JoinHandle<()>) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: root and tracefs")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: root and tracefs (~1 s)")]
 fn one_instance_serves_every_run_of_a_guest_set_and_is_removed_when_dropped() {
     let fs: Arc<dyn HostFs> = Arc::new(crate::hostfs::LocalFs);
     match Tracer::new(&fs, &[0]) {
@@ -235,7 +235,7 @@ fn one_instance_serves_every_run_of_a_guest_set_and_is_removed_when_dropped() {
 /// An instance the kernel still holds when it is dropped (here: a trace file left open,
 /// which makes the rmdir EBUSY) is removed once the kernel lets go, not left behind.
 #[test]
-#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: root and tracefs")]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: root and tracefs (~1 s)")]
 fn an_instance_the_kernel_holds_is_removed_once_it_lets_go() {
     let fs: Arc<dyn HostFs> = Arc::new(crate::hostfs::LocalFs);
     let Ok(tracer) = Tracer::new(&fs, &[0]) else {
