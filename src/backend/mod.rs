@@ -167,7 +167,7 @@ impl StartPlacement {
 
     /// In words for the log and the journal.
     pub fn describe(&self) -> String {
-        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let list = cpu_list_text;
         let mut words = vec![match self.cpus.is_empty() {
             true => "QEMU starts with ocrig's affinity".to_string(),
             false => format!("QEMU starts on CPUs {}", list(&self.cpus)),
@@ -184,6 +184,11 @@ impl StartPlacement {
         }
         words.join("; ")
     }
+}
+
+/// CPUs or nodes as a comma list (`2,4`), as libvirt's `cpuset` and `nodeset` take them.
+pub fn cpu_list_text(v: &[usize]) -> String {
+    v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// Restricts one host thread to a set of CPUs (one CPU pins it).

@@ -66,10 +66,13 @@ impl Host {
 
     /// Where its guests' QEMUs start, in words, for the host record.
     pub fn start_words(&self) -> String {
-        match (&self.start, &self.remote) {
-            (Some(s), _) => s.describe(),
-            (None, Some(_)) => "where the remote host's libvirt puts it; vCPUs pinned once up".into(),
-            (None, None) => "where libvirt puts it; vCPUs pinned once up".into(),
+        match (&self.backend, &self.start, &self.remote) {
+            (None, ..) => "no guests: the payload runs on this host's CPUs".into(),
+            (Some(_), Some(s), _) => s.describe(),
+            (Some(_), None, Some(_)) => {
+                "where the remote host's libvirt puts it; vCPUs pinned once up".into()
+            }
+            (Some(_), None, None) => "where libvirt puts it; vCPUs pinned once up".into(),
         }
     }
 
@@ -178,6 +181,9 @@ fn local(loaded: &Loaded, seed: u64) -> anyhow::Result<Host> {
         remote: None,
     };
     let mut host = checked(loaded, parts, None, seed)?;
+    if loaded.scenario.host.backend == BackendKind::Host {
+        return Ok(host);
+    }
     let cpus = &host.plan.host_cpus;
     let topology = crate::topology::Topology::read(&crate::hostfs::LocalFs, cpus);
     let start = StartPlacement::of(cpus, &topology, crate::host::allowed_cpus_outside(cpus));

@@ -79,7 +79,7 @@ pub fn domain_xml(
     // The domain's threads start on the measured CPUs (ocrig pins each vCPU within them once
     // its thread is known), its other threads where `others` says, and its memory is bound to
     // the measured CPUs' nodes before the guest touches it.
-    let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let list = crate::backend::cpu_list_text;
     match start.cpus.is_empty() {
         true => line(&format!("  <vcpu placement='static'>{}</vcpu>", spec.vcpus)),
         false => line(&format!(
