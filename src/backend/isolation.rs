@@ -2,8 +2,8 @@
 //! `<system dir>/cpus/cpu<N>.lock` for every host CPU it uses before it boots anything, and
 //! holds them until it exits (the kernel drops the locks of a dead process, SIGKILL included,
 //! so a crashed sweep never blocks the next). The holder writes its pid and results directory
-//! into each file, so a refused sweep can say whose sweep is in the way. Independent of
-//! `OCRIG_STATE` and of the user: every ocrig on the host uses the same directory.
+//! into each file, so a refused sweep can say whose sweep is in the way. Independent of the
+//! user: every ocrig on the host uses the same directory.
 
 use std::fs::{File, TryLockError};
 use std::io::Write;

@@ -1,12 +1,8 @@
 //! Guests ocrig owns, so none outlives its sweep. Before it boots anything, a sweep takes an
 //! exclusive `flock` on its owner file `<system dir>/owners/<run id>.lock` and holds it until
 //! it exits; every guest's name carries the run id (`ocrig-<run id>-<n>`). A later ocrig, run
-//! by any user with any `OCRIG_STATE`, removes a guest only when that lock can be taken — its
+//! by any user, removes a guest only when that lock can be taken — its
 //! sweep is gone (the kernel drops a dead process's locks, SIGKILL included).
-//!
-//! Guests of an older ocrig have no owner lock; for them the owner file it wrote in its state
-//! directory (`$OCRIG_STATE` or /run/ocrig) still counts, and a sweep writes one too, so an
-//! older ocrig's reaper leaves this sweep's guests alone.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::PermissionsExt;
@@ -57,19 +53,6 @@ pub fn open_lock_file(path: &Path) -> anyhow::Result<File> {
     Ok(f)
 }
 
-/// Directory of the legacy owner files: `$OCRIG_STATE`, else /run/ocrig (root), else the
-/// temp dir.
-pub fn state_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("OCRIG_STATE") {
-        return PathBuf::from(d);
-    }
-    let run = Path::new("/run/ocrig");
-    if std::fs::create_dir_all(run).is_ok() {
-        return run.to_path_buf();
-    }
-    std::env::temp_dir().join("ocrig-state")
-}
-
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Owner {
     pid: u32,
@@ -82,15 +65,14 @@ struct Owner {
 pub struct RunOwnership {
     lock_path: PathBuf,
     _lock: File,
-    legacy_path: PathBuf,
 }
 
 impl RunOwnership {
     pub fn claim(run_id: &str, results_dir: &Path) -> anyhow::Result<Self> {
-        Self::claim_in(&system_dir(), &state_dir(), run_id, results_dir)
+        Self::claim_in(&system_dir(), run_id, results_dir)
     }
 
-    fn claim_in(system: &Path, state: &Path, run_id: &str, results_dir: &Path) -> anyhow::Result<Self> {
+    fn claim_in(system: &Path, run_id: &str, results_dir: &Path) -> anyhow::Result<Self> {
         let pid = std::process::id();
         let owner = Owner {
             pid,
@@ -105,21 +87,15 @@ impl RunOwnership {
             .with_context(|| format!("locking {}", lock_path.display()))?;
         std::fs::write(&lock_path, serde_json::to_vec(&owner)?)
             .with_context(|| format!("writing {}", lock_path.display()))?;
-        std::fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
-        let legacy_path = state.join(format!("run-{run_id}.json"));
-        std::fs::write(&legacy_path, serde_json::to_vec(&owner)?)
-            .with_context(|| format!("writing {}", legacy_path.display()))?;
         Ok(Self {
             lock_path,
             _lock: lock,
-            legacy_path,
         })
     }
 }
 
 impl Drop for RunOwnership {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.legacy_path);
         let _ = std::fs::remove_file(&self.lock_path);
     }
 }
@@ -130,24 +106,14 @@ fn start_ticks(pid: u32) -> Option<u64> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// True when the sweep `run_id` is alive: its owner lock is held, or (an older ocrig) its
-/// legacy owner file names a live process.
-fn owner_alive(system: &Path, state: &Path, run_id: &str) -> bool {
+/// True when the sweep `run_id` is alive: its owner lock is held.
+fn owner_alive(system: &Path, run_id: &str) -> bool {
     let lock_path = system.join("owners").join(format!("{run_id}.lock"));
-    if let Ok(f) = File::open(&lock_path) {
-        match f.try_lock_shared() {
-            Err(TryLockError::WouldBlock) => return true,
-            // Taken: nobody holds it. (Dropping `f` releases it again.)
-            Ok(()) | Err(TryLockError::Error(_)) => {}
-        }
-    }
-    let Ok(bytes) = std::fs::read(state.join(format!("run-{run_id}.json"))) else {
+    let Ok(f) = File::open(&lock_path) else {
         return false;
     };
-    let Ok(owner) = serde_json::from_slice::<Owner>(&bytes) else {
-        return false;
-    };
-    crate::backend::process_alive(owner.pid) && start_ticks(owner.pid) == Some(owner.start_ticks)
+    // Taken: nobody holds it (dropping `f` releases it again).
+    matches!(f.try_lock_shared(), Err(TryLockError::WouldBlock))
 }
 
 /// The run id in a guest name `ocrig-<run id>-<n>`.
@@ -188,15 +154,15 @@ fn guest_name_of_qemu(args: &[String]) -> Option<String> {
 
 /// Kills every QEMU guest whose sweep is not alive; returns their names.
 pub fn reap_orphan_qemus() -> Vec<String> {
-    reap_where(&system_dir(), &state_dir(), |_| true)
+    reap_where(&system_dir(), |_| true)
 }
 
 /// [`reap_orphan_qemus`] limited to guest names `select` accepts.
-fn reap_where(system: &Path, state: &Path, select: impl Fn(&str) -> bool) -> Vec<String> {
+fn reap_where(system: &Path, select: impl Fn(&str) -> bool) -> Vec<String> {
     let mut reaped = Vec::new();
     for (pid, name) in qemu_guests() {
         let Some(run_id) = run_id_of(&name) else { continue };
-        if !select(&name) || owner_alive(system, state, run_id) {
+        if !select(&name) || owner_alive(system, run_id) {
             continue;
         }
         let Some(target) = rustix::process::Pid::from_raw(pid as i32) else {
@@ -207,36 +173,25 @@ fn reap_where(system: &Path, state: &Path, select: impl Fn(&str) -> bool) -> Vec
             reaped.push(name);
         }
     }
-    remove_stale_owner_files(system, state);
+    remove_stale_owner_files(system);
     reaped
 }
 
 /// True when a libvirt domain name belongs to a sweep that is not alive.
 pub fn is_orphan_name(name: &str) -> bool {
-    run_id_of(name).is_some_and(|id| !owner_alive(&system_dir(), &state_dir(), id))
+    run_id_of(name).is_some_and(|id| !owner_alive(&system_dir(), id))
 }
 
-fn remove_stale_owner_files(system: &Path, state: &Path) {
-    let ids = |dir: &Path, prefix: &str, suffix: &str| -> Vec<(String, PathBuf)> {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return vec![];
-        };
-        entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let id = name.strip_prefix(prefix)?.strip_suffix(suffix)?.to_string();
-                Some((id, e.path()))
-            })
-            .collect()
+fn remove_stale_owner_files(system: &Path) {
+    let Ok(entries) = std::fs::read_dir(system.join("owners")) else {
+        return;
     };
-    let owners = system.join("owners");
-    for (id, path) in ids(&owners, "", ".lock")
-        .into_iter()
-        .chain(ids(state, "run-", ".json"))
-    {
-        if !owner_alive(system, state, &id) {
-            let _ = std::fs::remove_file(path);
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(id) = name.strip_suffix(".lock")
+            && !owner_alive(system, id)
+        {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }
@@ -266,18 +221,14 @@ mod tests {
     }
 
     #[test]
-    fn ownership_is_live_while_claimed_whatever_the_state_dir() {
+    fn ownership_is_live_while_claimed() {
         let system = tempfile::tempdir().unwrap();
-        let state = tempfile::tempdir().unwrap();
-        let other_state = tempfile::tempdir().unwrap();
         let id = format!("t{}", std::process::id());
-        let claim = RunOwnership::claim_in(system.path(), state.path(), &id, Path::new("/r")).unwrap();
-        assert!(owner_alive(system.path(), state.path(), &id));
-        // Another user's ocrig with another state directory sees it alive too.
-        assert!(owner_alive(system.path(), other_state.path(), &id));
-        assert!(!owner_alive(system.path(), other_state.path(), "gone"));
+        let claim = RunOwnership::claim_in(system.path(), &id, Path::new("/r")).unwrap();
+        assert!(owner_alive(system.path(), &id));
+        assert!(!owner_alive(system.path(), "gone"));
         drop(claim);
-        assert!(!owner_alive(system.path(), state.path(), &id));
+        assert!(!owner_alive(system.path(), &id));
         assert!(!system.path().join("owners").join(format!("{id}.lock")).exists());
     }
 
@@ -295,16 +246,15 @@ mod tests {
     #[test]
     fn the_reaper_kills_only_guests_whose_sweep_is_gone() {
         let system = tempfile::tempdir().unwrap();
-        let state = tempfile::tempdir().unwrap();
         let pid = std::process::id();
         let (live_id, dead_id) = (format!("reaplive{pid}"), format!("reapdead{pid}"));
-        let claim = RunOwnership::claim_in(system.path(), state.path(), &live_id, Path::new("/r")).unwrap();
+        let claim = RunOwnership::claim_in(system.path(), &live_id, Path::new("/r")).unwrap();
         let mut live = fake_qemu(&format!("ocrig-{live_id}-0"));
         let mut dead = fake_qemu(&format!("ocrig-{dead_id}-0"));
         std::thread::sleep(std::time::Duration::from_millis(200));
         // Only this test's own guests: other sweeps on this host are none of its business.
         let mine = |n: &str| n.contains(&live_id) || n.contains(&dead_id);
-        let reaped = reap_where(system.path(), state.path(), mine);
+        let reaped = reap_where(system.path(), mine);
         assert_eq!(reaped, vec![format!("ocrig-{dead_id}-0")]);
         assert!(dead.wait().unwrap().code().is_none(), "killed by a signal");
         assert!(
@@ -312,7 +262,7 @@ mod tests {
             "the live sweep's guest runs on"
         );
         drop(claim);
-        let reaped = reap_where(system.path(), state.path(), mine);
+        let reaped = reap_where(system.path(), mine);
         assert_eq!(reaped, vec![format!("ocrig-{live_id}-0")]);
         let _ = live.wait();
     }

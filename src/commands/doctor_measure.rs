@@ -194,18 +194,25 @@ mod tests {
 
     /// A sweep of [`SCENARIO`] whose runs read `values` per variant (ops/s, one per round).
     fn model_of(values: &[(&str, [f64; 6])]) -> crate::stats::cells::Model {
-        let header: SweepHeader = serde_json::from_value(serde_json::json!({
+        let header: SweepHeader = crate::journal::tests::header_with(serde_json::json!({
             "scenario": "doctor-measure", "scenario_sha256": "00", "baseline": "a",
             "variants": ["a", "a-again", "hold-4000", "hold-2400"], "levels": [1.0],
             "workloads": {"lock": {"command": "lock", "metric": "ops_per_sec", "better": "higher"}},
             "backend": "qemu", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
             "started_at": "2026-12-05T00:00:00Z", "ocrig_version": "0.1.0",
-        }))
-        .unwrap();
+        }));
         let mut runs = Vec::new();
-        for (v, xs) in values {
+        for (boot, (v, xs)) in values.iter().enumerate() {
             for (i, x) in xs.iter().enumerate() {
-                runs.push(record(v, 1.0, "lock", i as u32, &[("ops_per_sec", *x)]));
+                let mut r = record(v, 1.0, "lock", i as u32, &[("ops_per_sec", *x)]);
+                // A bring-up per run, one block: compared unpaired over the runs.
+                r.slot = crate::journal::Slot {
+                    boot: boot as u32,
+                    bring_up: i as u32 + 1,
+                    seq: 0,
+                    block: 0,
+                };
+                runs.push(r);
             }
         }
         let journal = Journal { header, runs };

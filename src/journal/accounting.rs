@@ -7,8 +7,6 @@
 //! many are journaled as the attempt says it wrote. The valid result of a run is its first
 //! such attempt in journal order; any later complete attempt of the same run (which the sweep
 //! never makes, but a hand-merged journal might hold) is a duplicate and does not count.
-//! Journals of older ocrig versions carry no `superseded` or `attempt_records`: there, an
-//! attempt counts when guest 0's record and every other record of it are `ok`.
 //!
 //! A warm-up is never a sample. It is made once on every freshly brought-up guest set (after
 //! every boot of a group, on every host), so a warm-up's run is keyed by its guest set too
@@ -32,9 +30,9 @@ pub trait Attempted {
     /// `ok` and not marked superseded.
     fn finished(&self) -> bool;
     /// [`RunRecord::attempt_records`].
-    fn attempt_records(&self) -> Option<u32>;
-    /// The guest set it ran on ([`GuestSet::of`]), if the record says.
-    fn guest_set(&self) -> Option<GuestSet>;
+    fn attempt_records(&self) -> u32;
+    /// The guest set it ran on ([`GuestSet::of`]).
+    fn guest_set(&self) -> GuestSet;
 }
 
 /// Implements [`Attempted`] for a record type that keeps the attempt's identity in fields of
@@ -69,10 +67,10 @@ macro_rules! attempted_by_fields {
                 let $f = self;
                 $finished
             }
-            fn attempt_records(&self) -> Option<u32> {
+            fn attempt_records(&self) -> u32 {
                 self.attempt_records
             }
-            fn guest_set(&self) -> Option<$crate::journal::accounting::GuestSet> {
+            fn guest_set(&self) -> $crate::journal::accounting::GuestSet {
                 let $g = self;
                 $guest_set
             }
@@ -112,10 +110,10 @@ impl<T: Attempted> Attempted for &T {
     fn finished(&self) -> bool {
         (*self).finished()
     }
-    fn attempt_records(&self) -> Option<u32> {
+    fn attempt_records(&self) -> u32 {
         (*self).attempt_records()
     }
-    fn guest_set(&self) -> Option<GuestSet> {
+    fn guest_set(&self) -> GuestSet {
         (*self).guest_set()
     }
 }
@@ -156,13 +154,13 @@ pub struct GuestSet {
 }
 
 impl GuestSet {
-    /// The guest set a record ran on, if the record says.
-    pub fn of(r: &RunRecord) -> Option<Self> {
-        r.slot.map(|s| Self {
+    /// The guest set a record ran on.
+    pub fn of(r: &RunRecord) -> Self {
+        Self {
             host: r.host.clone(),
-            boot: s.boot,
-            bring_up: s.bring_up,
-        })
+            boot: r.slot.boot,
+            bring_up: r.slot.bring_up,
+        }
     }
 }
 
@@ -188,9 +186,10 @@ impl RunKey {
 
     pub fn of(r: &impl Attempted) -> Self {
         // Only a warm-up is keyed by its guest set (asked only then: it clones the host name).
-        match r.warmup().then(|| r.guest_set()).flatten() {
-            Some(set) => Self::warm_up(r.variant(), r.level(), r.workload(), r.run(), set),
-            None => Self::new(r.variant(), r.level(), r.workload(), r.warmup(), r.run()),
+        if r.warmup() {
+            Self::warm_up(r.variant(), r.level(), r.workload(), r.run(), r.guest_set())
+        } else {
+            Self::new(r.variant(), r.level(), r.workload(), false, r.run())
         }
     }
 }
@@ -236,7 +235,7 @@ struct RunAttempts {
     /// Indices into [`Settled::attempts`], in order of first record.
     attempts: Vec<usize>,
     /// Attempt number → the attempt now collecting records; a guest seen twice starts a new
-    /// one (an older ocrig restarted attempt numbers at 1 on resume).
+    /// one (a hand-merged journal holding an attempt twice: the second is a duplicate).
     open: BTreeMap<u32, usize>,
 }
 
@@ -248,17 +247,13 @@ struct Attempt {
     guest_of: Vec<u32>,
     guests: BTreeSet<u32>,
     all_finished: bool,
-    /// The first `attempt_records` its records declare.
-    declared: Option<u32>,
+    /// The `attempt_records` its first record declares.
+    declared: u32,
 }
 
 impl Attempt {
     fn complete(&self) -> bool {
-        let whole = match self.declared {
-            Some(n) => self.indices.len() == n as usize,
-            None => self.guests.contains(&0),
-        };
-        self.all_finished && whole
+        self.all_finished && self.indices.len() == self.declared as usize
     }
 }
 
@@ -301,7 +296,7 @@ impl Settled {
                     guest_of: Vec::new(),
                     guests: BTreeSet::new(),
                     all_finished: true,
-                    declared: None,
+                    declared: r.attempt_records(),
                 });
                 run.open.insert(r.attempt(), a);
                 run.attempts.push(a);
@@ -314,7 +309,6 @@ impl Settled {
         at.guest_of.push(r.guest());
         at.guests.insert(r.guest());
         at.all_finished &= r.finished();
-        at.declared = at.declared.or(r.attempt_records());
         let complete = at.complete();
         if complete == was_complete {
             // Nothing about the run changed but one more record: it stands as its attempt does
@@ -466,7 +460,6 @@ impl Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::tests::OLD_FORMAT_RUN;
 
     const CELL: CellKey<'static> = CellKey {
         variant: "v",
@@ -474,10 +467,11 @@ mod tests {
         workload: "w",
     };
 
-    fn rec(run: u32, guest: u32, attempt: u32, ok: bool, of: Option<u32>) -> RunRecord {
+    fn rec(run: u32, guest: u32, attempt: u32, ok: bool, of: u32) -> RunRecord {
         serde_json::from_value(serde_json::json!({
             "variant": "v", "level": 1.0, "workload": "w", "run": run, "warmup": false,
             "guest": guest, "guests": 2, "ok": ok, "attempt": attempt, "attempt_records": of,
+            "slot": {"boot": 0, "bring_up": 1, "seq": 0, "block": 0},
             "metrics": if ok { serde_json::json!({"m": 10.0 + run as f64}) } else { serde_json::json!({}) },
             "argv": [], "timings": {}, "finished_at": "t",
         }))
@@ -486,15 +480,15 @@ mod tests {
 
     #[test]
     fn an_attempt_counts_only_when_every_guest_finished_it() {
-        let mut bad_other = rec(0, 1, 1, false, Some(2));
+        let mut bad_other = rec(0, 1, 1, false, 2);
         bad_other.superseded = Some("guest 1 failed".into());
-        let mut ok_primary = rec(0, 0, 1, true, Some(2));
+        let mut ok_primary = rec(0, 0, 1, true, 2);
         ok_primary.superseded = Some("guest 1 failed".into());
         let records = vec![
             ok_primary,
             bad_other,
-            rec(0, 0, 2, true, Some(2)),
-            rec(0, 1, 2, true, Some(2)),
+            rec(0, 0, 2, true, 2),
+            rec(0, 1, 2, true, 2),
         ];
         let s = settle(&records);
         let key = RunKey::new("v", 1.0, "w", false, 0);
@@ -510,18 +504,18 @@ mod tests {
 
     #[test]
     fn settling_record_by_record_gives_what_settling_at_once_gives() {
-        let mut superseded = rec(1, 0, 1, true, Some(2));
+        let mut superseded = rec(1, 0, 1, true, 2);
         superseded.superseded = Some("guest 1 failed".into());
         let records = vec![
-            rec(0, 0, 1, true, Some(2)),
+            rec(0, 0, 1, true, 2),
             superseded,
-            rec(1, 1, 1, false, Some(2)),
-            rec(0, 1, 1, true, Some(2)),
-            rec(1, 0, 2, true, Some(2)),
-            rec(2, 0, 1, true, Some(1)),
-            rec(1, 1, 2, true, Some(2)),
-            rec(2, 0, 2, true, Some(1)),
-            rec(3, 0, 1, true, None),
+            rec(1, 1, 1, false, 2),
+            rec(0, 1, 1, true, 2),
+            rec(1, 0, 2, true, 2),
+            rec(2, 0, 1, true, 1),
+            rec(1, 1, 2, true, 2),
+            rec(2, 0, 2, true, 1),
+            rec(3, 0, 1, true, 1),
         ];
         let at_once = settle(&records);
         for split in 0..=records.len() {
@@ -548,7 +542,7 @@ mod tests {
                 Standing::Counted,
                 Standing::Counted,
                 Standing::Duplicate,
-                // No declared count (an older ocrig): guest 0's record makes it whole.
+                // An attempt of one guest: its record makes it whole.
                 Standing::Counted,
             ]
         );
@@ -557,7 +551,7 @@ mod tests {
     #[test]
     fn a_cut_short_attempt_does_not_count() {
         // Guest 0's record made it to the journal, guest 1's did not (a crash mid-append).
-        let records = vec![rec(3, 0, 1, true, Some(2))];
+        let records = vec![rec(3, 0, 1, true, 2)];
         let s = settle(&records);
         assert!(!s.counts(0));
         assert_eq!(s.failed_runs("v", 1.0, "w"), 1);
@@ -567,15 +561,15 @@ mod tests {
     #[test]
     fn each_guest_sets_warm_up_is_a_run_of_its_own() {
         let warm = |host: Option<&str>, bring_up: u32| {
-            let mut r = rec(0, 0, 1, true, Some(1));
+            let mut r = rec(0, 0, 1, true, 1);
             r.warmup = true;
             r.host = host.map(str::to_string);
-            r.slot = Some(crate::journal::Slot {
+            r.slot = crate::journal::Slot {
                 boot: 0,
                 bring_up,
                 seq: 0,
-                block: None,
-            });
+                block: 0,
+            };
             r
         };
         // Host a's first and second guest sets, host b's first, then a's first again (a hand-
@@ -609,49 +603,10 @@ mod tests {
 
     #[test]
     fn a_second_complete_attempt_is_a_duplicate() {
-        let records = vec![rec(0, 0, 1, true, Some(1)), rec(0, 0, 2, true, Some(1))];
+        let records = vec![rec(0, 0, 1, true, 1), rec(0, 0, 2, true, 1)];
         let s = settle(&records);
         assert_eq!(s.standing(0), Some(Standing::Counted));
         assert_eq!(s.standing(1), Some(Standing::Duplicate));
         assert_eq!(s.counted(&records).count(), 1);
-    }
-
-    #[test]
-    fn old_journals_settle_by_their_ok_flags() {
-        let old: RunRecord = match serde_json::from_str(OLD_FORMAT_RUN).unwrap() {
-            crate::journal::Entry::Run(r) => *r,
-            _ => unreachable!(),
-        };
-        // Today's bug, as an old journal holds it: guest 0 ok in attempt 1 while guest 1 failed,
-        // then attempt 2 ok on both. Only attempt 2 counts; the old format's run 1 counts once.
-        let mut failed_other = old.clone();
-        (failed_other.guest, failed_other.ok) = (1, false);
-        let mut retry0 = old.clone();
-        retry0.attempt = 2;
-        let mut retry1 = retry0.clone();
-        retry1.guest = 1;
-        let mut run1 = old.clone();
-        run1.run = 1;
-        // An older resume restarted attempts at 1: run 1 journaled twice as attempt 1.
-        let run1_again = run1.clone();
-        let records = vec![old.clone(), failed_other, retry0, retry1, run1, run1_again];
-        let s = settle(&records);
-        assert_eq!(
-            (0..6).map(|i| s.counts(i)).collect::<Vec<_>>(),
-            [false, false, true, true, true, false]
-        );
-        assert_eq!(
-            s.samples(
-                &records,
-                &CellKey {
-                    variant: "base",
-                    level: 0.5,
-                    workload: "lock-tas"
-                },
-                "ops_per_sec",
-                0..2
-            ),
-            [123.5, 123.5]
-        );
     }
 }

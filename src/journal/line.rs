@@ -39,10 +39,8 @@ pub struct RecordHead {
     pub attempt: u32,
     #[serde(default)]
     pub superseded: Option<String>,
-    #[serde(default)]
-    pub attempt_records: Option<u32>,
-    #[serde(default)]
-    pub slot: Option<Slot>,
+    pub attempt_records: u32,
+    pub slot: Slot,
     pub metrics: BTreeMap<String, f64>,
     #[allow(dead_code)] // required in a record; never read here
     argv: serde::de::IgnoredAny,

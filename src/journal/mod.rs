@@ -12,9 +12,13 @@ pub mod scan;
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
 
-/// The journal format this ocrig writes and the newest it reads. 1: journals without the field;
-/// 2: `resume` entries (what each `--resume` ran on, and which differences it accepted).
-pub const JOURNAL_FORMAT: u32 = 2;
+/// The journal format this ocrig writes, and the only one it reads: every field a figure needs
+/// is in it, so no reader keeps a branch for a shape an earlier build wrote. 1 (no field) and
+/// 2 were written by development builds of 0.1.0 before the format settled; a journal in them
+/// is refused with the ocrig version that wrote it ([`readable_format`]). 3: what each run
+/// declares of its attempt (`attempt_records`, `slot` with its `block`), what the sweep runs
+/// on in the header's `runs_on` fields (`boots` among them), `schedule` and `guest_start`.
+pub const JOURNAL_FORMAT: u32 = 3;
 
 /// A file that is not a journal this ocrig can read (no header, a newer format, a malformed
 /// line): bad input, exit status 2, and nothing is written.

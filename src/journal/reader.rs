@@ -83,8 +83,7 @@ pub const CHUNK: usize = 4 << 20;
 /// nothing when stderr is not a terminal).
 ///
 /// A torn tail (bytes after the last newline: a crash mid-write, whatever they hold) is
-/// ignored, and so is a malformed last whole line (an older ocrig appended onto a torn tail);
-/// any other malformed line is a [`NotAJournal`] error naming its number.
+/// ignored; a malformed whole line is a [`NotAJournal`] error naming its number.
 #[cfg(test)] // readers pick what to parse of a record (read_lines)
 pub fn read_mapped<T, S, F>(path: &Path, progress: bool, map: F) -> anyhow::Result<Mapped<T>>
 where
@@ -160,7 +159,6 @@ where
         let mut waiting: BTreeMap<usize, Parsed<T>> = BTreeMap::new();
         let mut next = 0usize;
         let mut first_line = line_no + 1;
-        let mut soft: Option<(usize, String)> = None;
         let fail = |e: anyhow::Error| -> anyhow::Result<()> {
             stop.store(true, Ordering::Relaxed);
             Err(e)
@@ -169,12 +167,6 @@ where
             waiting.insert(parsed.index, parsed);
             while let Some(p) = waiting.remove(&next) {
                 next += 1;
-                if let Some((line, what)) = soft.take() {
-                    // Something followed the malformed line: it was not the last.
-                    if !p.items.is_empty() || p.malformed.is_some() || p.bytes > 0 {
-                        return fail(bad(line, what));
-                    }
-                }
                 consumed += p.bytes as u64;
                 for item in p.items {
                     match item {
@@ -182,10 +174,8 @@ where
                         Item::Resume(n) => resumes.push(*n),
                     }
                 }
-                match p.malformed {
-                    Some((i, what, true)) => soft = Some((first_line + i, what)),
-                    Some((i, what, false)) => return fail(bad(first_line + i, what)),
-                    None => {}
+                if let Some((i, what)) = p.malformed {
+                    return fail(bad(first_line + i, what));
                 }
                 first_line += p.lines;
                 if progress {
@@ -202,7 +192,6 @@ where
             next == chunks,
             "journal reader stopped early at chunk {next} of {chunks}"
         );
-        // A malformed last whole line is an older ocrig's torn tail: ignored.
         Ok(())
     });
     bar.finish_and_clear();
@@ -246,7 +235,7 @@ fn read_header(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        newer_format(&line).map_err(|what| bad(line_no, what))?;
+        readable_format(&line).map_err(|what| bad(line_no, what))?;
         return match serde_json::from_slice::<Entry>(&line) {
             Ok(Entry::Sweep(h)) => Ok((*h, line_no, consumed)),
             Ok(_) => Err(bad(
@@ -292,13 +281,13 @@ enum Item<T> {
 }
 
 /// A chunk parsed: its items, its lines, and the first malformed line (its index in the
-/// chunk, what, whether it was the chunk's last line).
+/// chunk, and what).
 struct Parsed<T> {
     index: usize,
     items: Vec<Item<T>>,
     bytes: usize,
     lines: usize,
-    malformed: Option<(usize, String, bool)>,
+    malformed: Option<(usize, String)>,
 }
 
 /// Parses a chunk, each run record as `R` mapped by `map`; its buffer goes back to the reader
@@ -333,11 +322,16 @@ where
         match parse_entry::<R>(l) {
             Ok(Line::Run(r)) => items.push(Item::Run(map(header, state, offset, r))),
             Ok(Line::Resume(n)) => items.push(Item::Resume(n)),
-            // A resumed sweep may re-state its header; the first one stands.
-            Ok(Line::Sweep) => {}
+            Ok(Line::Sweep) => {
+                malformed = Some((
+                    i,
+                    "a second sweep header: a journal holds one sweep (`ocrig report A B` compares two)"
+                        .into(),
+                ));
+                break;
+            }
             Err(e) => {
-                let last = end == body.len();
-                malformed = Some((i, format!("malformed journal line: {e}"), last));
+                malformed = Some((i, format!("malformed journal line: {e}")));
                 break;
             }
         }

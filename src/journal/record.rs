@@ -46,30 +46,35 @@ pub enum Entry {
     Resume(Box<ResumeNote>),
 }
 
-/// What a sweep runs on: compared by `--resume` with what it ran on before, so a resume
-/// continues exactly the sweep it started (or says, and records, what it accepted as changed).
+/// What a sweep runs on: the part of its [`SweepHeader`] a `--resume` compares with what it
+/// would run on now, so a resume continues exactly the sweep it started (or says, and records
+/// in its [`ResumeNote`], what it accepted as changed).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RunsOn {
+    /// SHA-256 of the scenario file's bytes as run.
     pub scenario_sha256: String,
     pub backend: String,
     /// What the accelerator setting resolved to (`auto` → `kvm` or `tcg`).
     pub accel: String,
     pub host_cpus: Vec<usize>,
-    /// Guests booted per boot group (level and variants as labelled in the plan).
-    pub guests: Vec<BootInfo>,
+    /// Boot groups in plan order: guests booted at a level, shared by these variants;
+    /// [`Slot::boot`] indexes this list.
+    pub boots: Vec<BootInfo>,
     /// Guest kernel release per variant (empty for the host backend).
     pub kernels: BTreeMap<String, String>,
-    /// SHA-256 of the payload binary the guests (or the host) run.
+    /// SHA-256 of the payload binary the guests (or the host) run; none until it is built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload_sha256: Option<String>,
     /// Guest image id (hash of its inputs) per variant (empty for the host backend).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub images: BTreeMap<String, String>,
-    /// The hosts of a sweep over several (empty: this machine or its one remote host).
+    /// The host the sweep ran on when it is not this machine, or the hosts of a sweep over
+    /// several (labels as in every record's `host`). Empty: this machine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
-    /// What the host is ([`host::HostRecord`]); absent in older journals and over several
-    /// hosts, and then not compared.
+    /// What the host is: kernel, CPU and microcode, SMT, NUMA, KVM parameters, THP, governor,
+    /// QEMU, whether it is a VM ([`host::HostRecord`]). None over several hosts, and then not
+    /// compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<host::HostRecord>,
 }
@@ -88,50 +93,33 @@ pub struct ResumeNote {
 /// What the sweep was asked to do; written once, first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepHeader {
+    /// The journal's format ([`JOURNAL_FORMAT`]): a reader refuses any other, before it reads
+    /// the rest of the header ([`readable_format`]).
+    pub journal_format: u32,
     pub scenario: String,
-    /// SHA-256 of the scenario file's bytes as run.
-    pub scenario_sha256: String,
+    /// What it runs on (its fields sit in the header's object, beside the others).
+    #[serde(flatten)]
+    pub runs_on: RunsOn,
     pub baseline: String,
     pub variants: Vec<String>,
     pub levels: Vec<f64>,
     /// Workload id → what it reports.
     pub workloads: BTreeMap<String, WorkloadInfo>,
-    pub backend: String,
-    pub accel: String,
-    pub host_cpus: Vec<usize>,
     pub guest_vcpus: u32,
     /// Where the scenario file was when the sweep started (a resume checks it is unchanged).
     #[serde(default)]
     pub scenario_path: Option<PathBuf>,
-    /// Guest kernel release per variant (empty for the host backend).
-    #[serde(default)]
-    pub kernels: BTreeMap<String, String>,
     /// What each variant's kernel is (release, `uname -v`, sha256, config digest): tells two
-    /// builds of one release apart. Absent in journals of older ocrig versions.
+    /// builds of one release apart. Empty for the host backend.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kernel_identity: BTreeMap<String, crate::image::KernelIdentity>,
-    /// How boots were shared and runs ordered (absent in journals of older ocrig versions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<ScheduleInfo>,
+    /// How boots were shared and runs ordered.
+    pub schedule: ScheduleInfo,
     pub started_at: String,
     pub ocrig_version: String,
     /// `guest.start` as asked (`boot` | `clone`); each guest's start facts say
-    /// whether it was cloned. Absent in journals written before it existed.
-    #[serde(default)]
-    pub guest_start: Option<String>,
-    /// The host the sweep ran on when it is not this machine, or the hosts of a sweep over
-    /// several (labels as in every record's `host`). Empty: this machine.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hosts: Vec<String>,
-    /// The journal's format ([`JOURNAL_FORMAT`]); 1 when absent (older ocrig).
-    #[serde(default = "format_1")]
-    pub journal_format: u32,
-    /// SHA-256 of the payload binary (absent in journals of older ocrig versions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload_sha256: Option<String>,
-    /// Guest image id per variant (absent in older journals, empty for the host backend).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub images: BTreeMap<String, String>,
+    /// whether it was cloned.
+    pub guest_start: String,
     /// The scenario's equivalence margin (`margin`), when it set one: reports conclude
     /// "equivalent" within 1 ± margin (`ocrig report --margin` overrides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -144,7 +132,7 @@ pub struct SweepHeader {
     pub looks: Option<u32>,
     /// The host's busy-loop speed on the sweep's CPUs, probed before the first guest booted
     /// (`telemetry::host_speed`): whether the host itself was steady. Absent: not probed (a
-    /// remote host, a resumed sweep's later passes, an older ocrig).
+    /// remote host, a resumed sweep's later passes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_speed: Option<serde_json::Value>,
     /// The host's hand-over of a cache line between two of the sweep's CPUs, probed beside
@@ -156,36 +144,6 @@ pub struct SweepHeader {
     /// with nothing but this host's own noise. Absent as `host_speed` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_floor: Option<serde_json::Value>,
-    /// What the host is: kernel, CPU and microcode, SMT, NUMA, KVM parameters, THP, governor,
-    /// QEMU, whether it is a VM ([`host::HostRecord`]). Absent in older journals.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<host::HostRecord>,
-}
-
-pub(super) fn format_1() -> u32 {
-    1
-}
-
-impl SweepHeader {
-    /// What the sweep started on.
-    pub fn runs_on(&self) -> RunsOn {
-        RunsOn {
-            scenario_sha256: self.scenario_sha256.clone(),
-            backend: self.backend.clone(),
-            accel: self.accel.clone(),
-            host_cpus: self.host_cpus.clone(),
-            guests: self
-                .schedule
-                .as_ref()
-                .map(|s| s.boots.clone())
-                .unwrap_or_default(),
-            kernels: self.kernels.clone(),
-            payload_sha256: self.payload_sha256.clone(),
-            images: self.images.clone(),
-            hosts: self.hosts.clone(),
-            host: self.host.clone(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,8 +155,7 @@ pub struct WorkloadInfo {
     pub better: Better,
     /// The payload's self-check bounds this workload's arguments set looser than the
     /// payload's defaults, e.g. `--max-work-error 1 (default 0.1)`: its runs were accepted
-    /// with holds that far from what was asked, and every report says so. Absent: none (or
-    /// an ocrig before it was recorded).
+    /// with holds that far from what was asked, and every report says so. Absent: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loosened_bounds: Vec<String>,
 }
@@ -211,14 +168,10 @@ pub struct ScheduleInfo {
     /// The seed of `order: shuffle` (picked at start when the scenario names none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// Boot groups in plan order; [`Slot::boot`] indexes this list.
-    pub boots: Vec<BootInfo>,
     /// Measured runs per bring-up at a level of more than one boot group (variants with
     /// guests of their own): each such group's runs are made in blocks of this many, one
-    /// fresh bring-up each ([`Slot::block`]); a level of one boot group is one block. Absent
-    /// in journals of an ocrig before blocks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runs_per_bring_up: Option<u32>,
+    /// fresh bring-up each ([`Slot::block`]); a level of one boot group is one block.
+    pub runs_per_bring_up: u32,
 }
 
 /// One boot group: guests booted at a level, shared by these variants.
@@ -232,7 +185,7 @@ pub struct BootInfo {
 /// Where an attempt stood in the sweep's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slot {
-    /// Index of the boot group in [`ScheduleInfo::boots`].
+    /// Index of the boot group in [`RunsOn::boots`].
     pub boot: u32,
     /// Which bring-up of that group's guests ran it, from 1 (a failed attempt brings up fresh
     /// guests before the next one).
@@ -245,11 +198,8 @@ pub struct Slot {
     /// are block k), each on a fresh bring-up, block k of every group before block k+1 of any
     /// (block k of a variant pairs with block k of the baseline); a level of one boot group is
     /// one block (0). Variants sharing a boot group pair by run (round) inside it. Every
-    /// record of a block has it: warm-ups, failed and unattempted attempts too. None: a
-    /// journal from an ocrig before blocks (its comparisons cannot pair own-guest variants and
-    /// say so).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub block: Option<u32>,
+    /// record of a block has it: warm-ups, failed and unattempted attempts too.
+    pub block: u32,
 }
 
 /// One guest's result of one run of one cell (variant × level × workload).
@@ -281,12 +231,9 @@ pub struct RunRecord {
     pub superseded: Option<String>,
     /// How many records this attempt journaled (one per guest that ran something). An attempt
     /// with fewer in the journal was cut short (a crash mid-append) and does not count.
-    /// Absent in journals of older ocrig versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempt_records: Option<u32>,
-    /// Where this attempt stood in the sweep's order (absent in older journals).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slot: Option<Slot>,
+    pub attempt_records: u32,
+    /// Where this attempt stood in the sweep's order.
+    pub slot: Slot,
     /// The payload's headline numbers (name → value); empty when the run failed.
     pub metrics: BTreeMap<String, f64>,
     /// The payload's full JSON report (boxed: a sweep keeps every record's accounting copy, which

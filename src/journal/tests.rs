@@ -7,34 +7,51 @@ use super::*;
 
 pub(crate) fn header() -> SweepHeader {
     SweepHeader {
+        journal_format: JOURNAL_FORMAT,
         scenario: "t".into(),
-        scenario_sha256: "00".into(),
+        runs_on: RunsOn {
+            scenario_sha256: "00".into(),
+            backend: "qemu".into(),
+            accel: "tcg".into(),
+            host_cpus: vec![0, 1],
+            boots: vec![BootInfo {
+                level: 1.0,
+                guests: 1,
+                variants: vec!["base".into()],
+            }],
+            ..RunsOn::default()
+        },
         baseline: "base".into(),
         variants: vec!["base".into()],
         levels: vec![1.0],
         workloads: BTreeMap::new(),
-        backend: "qemu".into(),
-        accel: "tcg".into(),
-        host_cpus: vec![0, 1],
         guest_vcpus: 1,
         scenario_path: None,
-        kernels: BTreeMap::new(),
         kernel_identity: BTreeMap::new(),
-        schedule: None,
+        schedule: ScheduleInfo {
+            guests: crate::vocabulary::GuestSharing::Shared,
+            order: crate::vocabulary::RunOrder::RoundRobin,
+            seed: None,
+            runs_per_bring_up: 1,
+        },
         started_at: "now".into(),
         ocrig_version: "0".into(),
-        guest_start: None,
-        hosts: Vec::new(),
-        journal_format: JOURNAL_FORMAT,
-        payload_sha256: None,
-        images: BTreeMap::new(),
+        guest_start: "boot".into(),
         margin: None,
         looks: None,
         host_speed: None,
         host_handover: None,
         noise_floor: None,
-        host: None,
     }
+}
+
+/// A header of today's format with `fields` over [`header`]'s (a fixture names what it needs).
+pub(crate) fn header_with(fields: serde_json::Value) -> SweepHeader {
+    let mut v = serde_json::to_value(header()).unwrap();
+    for (k, x) in fields.as_object().expect("header fields").clone() {
+        v[k] = x;
+    }
+    serde_json::from_value(v).expect("sweep header fixture")
 }
 
 fn record(run: u32) -> RunRecord {
@@ -51,8 +68,13 @@ fn record(run: u32) -> RunRecord {
         error: None,
         attempt: 1,
         superseded: None,
-        attempt_records: Some(1),
-        slot: None,
+        attempt_records: 1,
+        slot: Slot {
+            boot: 0,
+            bring_up: 1,
+            seq: run,
+            block: 0,
+        },
         metrics: BTreeMap::from([("ops_per_sec".into(), 1.5)]),
         payload: None,
         argv: vec![],
@@ -93,12 +115,12 @@ fn whole_journal(dir: &Path) -> Vec<u8> {
 fn each_record_is_read_again_at_its_offset_and_parsed_for_accounting_as_trimmed() {
     let dir = tempfile::tempdir().unwrap();
     whole_journal(dir.path());
-    // A resume note and a re-stated header between records, as a resumed sweep writes.
+    // A resume note between records, as a resumed sweep writes.
     let mut w = JournalWriter::open(dir.path()).unwrap();
     let note = ResumeNote {
         at: "now".into(),
         ocrig_version: "0".into(),
-        runs_on: header().runs_on(),
+        runs_on: header().runs_on,
         accepted_changes: Vec::new(),
     };
     let mut r = record(3);
@@ -107,12 +129,8 @@ fn each_record_is_read_again_at_its_offset_and_parsed_for_accounting_as_trimmed(
     r.argv = vec!["lock".into()];
     r.extra
         .insert("vcpu_sched".into(), serde_json::json!({"wall_s": 1.0}));
-    w.append_all(&[
-        Entry::Resume(Box::new(note.clone())),
-        Entry::Sweep(Box::new(header())),
-        Entry::Run(Box::new(r)),
-    ])
-    .unwrap();
+    w.append_all(&[Entry::Resume(Box::new(note.clone())), Entry::Run(Box::new(r))])
+        .unwrap();
     let full = Journal::read(dir.path()).unwrap().runs;
     for chunk in [1 << 20, 100] {
         let read = read_lines(dir.path(), false, chunk, |_, _: &mut (), offset, r: RunRecord| {
@@ -197,8 +215,17 @@ fn not_a_journal_is_refused_naming_the_file_and_what_was_expected() {
         ("hello\n".to_string(), "expected the sweep header"),
         (String::new(), "no sweep header"),
         (
-            r#"{"type":"sweep","journal_format":3,"ocrig_version":"9.0.0"}"#.to_string() + "\n",
-            "written by ocrig 9.0.0 in journal format 3",
+            r#"{"type":"sweep","journal_format":4,"ocrig_version":"9.0.0"}"#.to_string() + "\n",
+            "written by ocrig 9.0.0 in journal format 4; this ocrig (0.1.0) reads format 3: use a newer ocrig",
+        ),
+        (
+            r#"{"type":"sweep","journal_format":2,"ocrig_version":"0.1.0"}"#.to_string() + "\n",
+            "written by ocrig 0.1.0 in journal format 2, a development build's",
+        ),
+        (
+            // Format 1 had no field.
+            r#"{"type":"sweep","scenario":"smoke","ocrig_version":"0.1.0"}"#.to_string() + "\n",
+            "in journal format 1, a development build's before the format settled; this ocrig (0.1.0) reads format 3 only",
         ),
     ] {
         std::fs::write(&path, &text).unwrap();
@@ -212,38 +239,32 @@ fn not_a_journal_is_refused_naming_the_file_and_what_was_expected() {
     }
 }
 
-/// A journal line exactly as ocrig wrote it before attempts were settled and boots shared.
-pub(crate) const OLD_FORMAT_RUN: &str = r#"{"type":"run","variant":"base","level":0.5,"workload":"lock-tas","run":0,"warmup":false,"guest":0,"guests":1,"ok":true,"attempt":1,"metrics":{"ops_per_sec":123.5},"argv":["lock","--algo","tas"],"timings":{"run_s":1.6},"extra":{"start_skew_us":0.0},"finished_at":"2026-11-30T10:00:00Z"}"#;
-
 #[test]
-fn journals_of_older_versions_still_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let h = r#"{"type":"sweep","scenario":"smoke","scenario_sha256":"00","baseline":"base","variants":["base"],"levels":[0.5],"workloads":{"lock-tas":{"command":"lock","metric":"ops_per_sec","better":"higher"}},"backend":"qemu","accel":"tcg","host_cpus":[0,1],"guest_vcpus":1,"started_at":"2026-11-30T10:00:00Z","ocrig_version":"0.1.0"}"#;
-    std::fs::write(dir.path().join(JOURNAL_FILE), format!("{h}\n{OLD_FORMAT_RUN}\n")).unwrap();
-    let j = Journal::read(dir.path()).unwrap();
-    assert_eq!(j.header.schedule, None);
-    let r = &j.runs[0];
+fn a_header_round_trips_with_what_it_runs_on_beside_its_other_fields() {
+    let h = header();
+    let text = serde_json::to_string(&Entry::Sweep(Box::new(h.clone()))).unwrap();
+    // Flattened: the header's object holds `backend`, `boots`, ... as its own fields.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
-        (r.superseded.as_deref(), r.attempt_records, r.slot),
-        (None, None, None)
+        (v["backend"].as_str(), v["boots"][0]["guests"].as_u64()),
+        (Some("qemu"), Some(1))
     );
-    assert_eq!(r.metrics["ops_per_sec"], 123.5);
+    assert!(v.get("runs_on").is_none(), "{text}");
+    match serde_json::from_str::<Entry>(&text).unwrap() {
+        Entry::Sweep(back) => assert_eq!(*back, h),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
-fn a_schedule_without_blocks_reads_and_one_with_them_round_trips() {
-    let before: ScheduleInfo = serde_json::from_str(
-        r#"{"guests":"shared","order":"round-robin","boots":[{"level":1.0,"guests":2,"variants":["a"]}]}"#,
-    )
-    .unwrap();
-    assert_eq!(before.runs_per_bring_up, None);
-    let blocked = ScheduleInfo {
-        runs_per_bring_up: Some(2),
-        ..before
-    };
-    let text = serde_json::to_string(&blocked).unwrap();
-    assert!(text.contains(r#""runs_per_bring_up":2"#), "{text}");
-    assert_eq!(serde_json::from_str::<ScheduleInfo>(&text).unwrap(), blocked);
+fn a_second_sweep_header_is_refused_naming_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(JOURNAL_FILE);
+    let h = serde_json::to_string(&Entry::Sweep(Box::new(header()))).unwrap();
+    let r = serde_json::to_string(&Entry::Run(Box::new(record(0)))).unwrap();
+    std::fs::write(&path, format!("{h}\n{r}\n{h}\n")).unwrap();
+    let e = Journal::read(dir.path()).unwrap_err().to_string();
+    assert!(e.contains(":3: a second sweep header"), "{e}");
 }
 
 #[test]

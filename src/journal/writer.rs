@@ -98,27 +98,37 @@ impl JournalWriter {
     }
 }
 
-/// Refuses a header line of a newer journal format (told before its fields are parsed: a newer
-/// header may lack or rename some).
-pub(super) fn newer_format(line: &[u8]) -> Result<(), String> {
+/// Refuses a header line of any journal format but [`JOURNAL_FORMAT`], told before its fields
+/// are parsed (another format's header may lack or rename some).
+pub fn readable_format(line: &[u8]) -> Result<(), String> {
     #[derive(Deserialize)]
     struct Format {
         #[serde(rename = "type")]
         kind: String,
-        #[serde(default = "format_1")]
-        journal_format: u32,
+        /// Absent: format 1.
+        #[serde(default)]
+        journal_format: Option<u32>,
         #[serde(default)]
         ocrig_version: Option<String>,
     }
-    match serde_json::from_slice::<Format>(line) {
-        Ok(f) if f.kind == "sweep" && f.journal_format > JOURNAL_FORMAT => Err(format!(
-            "written by ocrig {} in journal format {}; this ocrig ({}) reads formats up to {JOURNAL_FORMAT}: use a newer ocrig",
-            f.ocrig_version.as_deref().unwrap_or("?"),
-            f.journal_format,
-            env!("CARGO_PKG_VERSION")
-        )),
-        _ => Ok(()),
+    let Ok(f) = serde_json::from_slice::<Format>(line) else {
+        return Ok(()); // not a header: the reader says what is wrong with it
+    };
+    let format = f.journal_format.unwrap_or(1);
+    if f.kind != "sweep" || format == JOURNAL_FORMAT {
+        return Ok(());
     }
+    let by = f.ocrig_version.as_deref().unwrap_or("?");
+    let this = env!("CARGO_PKG_VERSION");
+    Err(if format > JOURNAL_FORMAT {
+        format!(
+            "written by ocrig {by} in journal format {format}; this ocrig ({this}) reads format {JOURNAL_FORMAT}: use a newer ocrig"
+        )
+    } else {
+        format!(
+            "written by ocrig {by} in journal format {format}, a development build's before the format settled; this ocrig ({this}) reads format {JOURNAL_FORMAT} only: report it with the ocrig that wrote it, or run the sweep again"
+        )
+    })
 }
 
 /// Cuts a tail that is not a whole line off `file`, keeping it beside the journal; returns the

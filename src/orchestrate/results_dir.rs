@@ -11,7 +11,8 @@ use super::results_lock::ResultsLock;
 use super::resume;
 use crate::host::Accel;
 use crate::journal::{
-    Entry, JOURNAL_FILE, JOURNAL_FORMAT, JournalWriter, ResumeNote, ScheduleInfo, SweepHeader, WorkloadInfo,
+    Entry, JOURNAL_FILE, JOURNAL_FORMAT, JournalWriter, ResumeNote, RunsOn, ScheduleInfo, SweepHeader,
+    WorkloadInfo,
 };
 use crate::sweep::plan::Plan;
 
@@ -120,8 +121,20 @@ pub(crate) fn run_id() -> String {
 
 pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
     SweepHeader {
+        journal_format: JOURNAL_FORMAT,
         scenario: plan.name.clone(),
-        scenario_sha256: sha.to_string(),
+        runs_on: RunsOn {
+            scenario_sha256: sha.to_string(),
+            backend: backend.to_string(),
+            accel: accel.as_str().to_string(),
+            host_cpus: plan.host_cpus.clone(),
+            boots: plan.boot_infos(),
+            kernels: BTreeMap::new(),
+            payload_sha256: None,
+            images: BTreeMap::new(),
+            hosts: Vec::new(),
+            host: None,
+        },
         baseline: plan.baseline.clone(),
         variants: plan.variants.clone(),
         levels: plan.levels.clone(),
@@ -146,32 +159,22 @@ pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> Swe
                 )
             })
             .collect(),
-        backend: backend.to_string(),
-        accel: accel.as_str().to_string(),
-        host_cpus: plan.host_cpus.clone(),
         guest_vcpus: plan.vcpus,
         scenario_path: None,
-        kernels: BTreeMap::new(),
         kernel_identity: BTreeMap::new(),
-        schedule: Some(ScheduleInfo {
+        schedule: ScheduleInfo {
             guests: plan.schedule.guests,
             order: plan.schedule.order,
             seed: plan.schedule.seed,
-            boots: plan.boot_infos(),
-            runs_per_bring_up: Some(plan.schedule.runs_per_bring_up),
-        }),
+            runs_per_bring_up: plan.schedule.runs_per_bring_up,
+        },
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
-        guest_start: Some(plan.guest_start.as_str().to_string()),
-        hosts: Vec::new(),
-        journal_format: JOURNAL_FORMAT,
+        guest_start: plan.guest_start.as_str().to_string(),
         margin: plan.margin,
         looks: plan.looks,
         host_speed: None,
         host_handover: None,
         noise_floor: None,
-        host: None,
-        payload_sha256: None,
-        images: BTreeMap::new(),
     }
 }

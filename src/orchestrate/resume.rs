@@ -170,7 +170,7 @@ impl Previous {
             .resumes
             .last()
             .map(|n| n.runs_on.clone())
-            .unwrap_or_else(|| read.header.runs_on());
+            .unwrap_or_else(|| read.header.runs_on.clone());
         let scenario_copy = dir.join("scenario.yaml");
         let as_run = std::fs::read(&scenario_copy).map_err(|e| {
             BadInput(format!(
@@ -204,7 +204,7 @@ impl Previous {
 
     /// The shuffle seed the sweep started with, if it shuffled.
     pub fn seed(&self) -> Option<u64> {
-        self.header.schedule.as_ref().and_then(|s| s.seed)
+        self.header.schedule.seed
     }
 
     /// The scenario text a `--resume DIR SCENARIO` names, when it differs from the copy.
@@ -224,7 +224,7 @@ impl Previous {
 }
 
 /// Every difference between what a sweep ran on (`was`) and what it would run on now, one
-/// line each. A field an older journal did not record is not compared.
+/// line each.
 pub fn differences(was: &RunsOn, now: &RunsOn) -> Vec<String> {
     let mut out = Vec::new();
     let mut field = |name: &str, a: String, b: String| {
@@ -244,25 +244,15 @@ pub fn differences(was: &RunsOn, now: &RunsOn) -> Vec<String> {
         format!("{:?}", was.host_cpus),
         format!("{:?}", now.host_cpus),
     );
-    if !was.guests.is_empty() {
-        field("guests per level", guests(&was.guests), guests(&now.guests));
-    }
+    field("guests per level", guests(&was.boots), guests(&now.boots));
     field(
         "kernels",
         format!("{:?}", was.kernels),
         format!("{:?}", now.kernels),
     );
-    if let Some(p) = &was.payload_sha256 {
-        field(
-            "payload_sha256",
-            p.clone(),
-            now.payload_sha256.clone().unwrap_or_else(|| "none".into()),
-        );
-    }
-    // Journals that record the payload record images too (none for the host backend).
-    if was.payload_sha256.is_some() || !was.images.is_empty() {
-        field("images", format!("{:?}", was.images), format!("{:?}", now.images));
-    }
+    let payload = |r: &RunsOn| r.payload_sha256.clone().unwrap_or_else(|| "none".into());
+    field("payload_sha256", payload(was), payload(now));
+    field("images", format!("{:?}", was.images), format!("{:?}", now.images));
     field("hosts", format!("{:?}", was.hosts), format!("{:?}", now.hosts));
     if let (Some(was), Some(now)) = (&was.host, &now.host) {
         out.extend(was.differences(now));
@@ -321,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn differences_name_each_changed_field_and_skip_unrecorded_ones() {
+    fn differences_name_each_changed_field_and_skip_a_host_of_several() {
         let was = RunsOn {
             scenario_sha256: "aa".into(),
             backend: "host".into(),
@@ -333,16 +323,17 @@ mod tests {
         assert!(differences(&was, &now).is_empty());
         now.backend = "qemu".into();
         now.host_cpus = vec![0];
-        now.payload_sha256 = Some("bb".into()); // not recorded before: not compared
+        now.payload_sha256 = Some("bb".into());
         assert_eq!(
             differences(&was, &now),
             [
                 "backend: host (as run) → qemu (now)",
-                "host_cpus: [0, 1] (as run) → [0] (now)"
+                "host_cpus: [0, 1] (as run) → [0] (now)",
+                "payload_sha256: none (as run) → bb (now)"
             ]
         );
         // A host whose microcode or KVM parameters changed is another host for the figures;
-        // a journal that recorded none compares none.
+        // a sweep over several hosts records none and compares none.
         let host = |microcode: &str| crate::journal::host::HostRecord {
             microcode: Some(microcode.into()),
             kvm_params: [("kvm.halt_poll_ns".to_string(), "200000".to_string())].into(),

@@ -96,7 +96,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         backend: first.backend_name().to_string(),
         accel: accel.as_str().to_string(),
         host_cpus: plan.host_cpus.clone(),
-        guests: plan.boot_infos(),
+        boots: plan.boot_infos(),
         kernels: results_dir::kernels_of(&images),
         payload_sha256: Some(preflight::file_sha256(&payload)?),
         images: results_dir::images_of(&images),
@@ -132,21 +132,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         || {
             let mut head = results_dir::header(&plan, &loaded.sha256, first.backend_name(), accel);
             head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
-            head.hosts = match several {
+            head.runs_on.hosts = match several {
                 true => labels.clone(),
                 false => first.remote_label().into_iter().collect(),
             };
-            head.kernels = runs_on.kernels.clone();
+            head.runs_on.kernels = runs_on.kernels.clone();
             head.kernel_identity = images
                 .iter()
                 .map(|(v, i)| (v.clone(), i.identity.clone()))
                 .collect();
-            head.payload_sha256 = runs_on.payload_sha256.clone();
-            head.images = runs_on.images.clone();
+            head.runs_on.payload_sha256 = runs_on.payload_sha256.clone();
+            head.runs_on.images = runs_on.images.clone();
             head.host_speed = probes.speed.clone();
             head.host_handover = probes.handover.clone();
             head.noise_floor = probes.noise_floor.clone();
-            head.host = runs_on.host.clone();
+            head.runs_on.host = runs_on.host.clone();
             head
         },
     )?;

@@ -84,12 +84,13 @@ pub fn merge(a: Digested, b: Digested, a_name: &str, b_name: &str) -> anyhow::Re
     let (na, nb) = (names(&ra), names(&rb));
     let kernels = |j: &Digested, map: &BTreeMap<String, String>| -> Vec<(String, String)> {
         j.header
+            .runs_on
             .kernels
             .iter()
             .filter_map(|(v, k)| Some((map.get(v)?.clone(), k.clone())))
             .collect()
     };
-    header.kernels = kernels(&a, &na).into_iter().chain(kernels(&b, &nb)).collect();
+    header.runs_on.kernels = kernels(&a, &na).into_iter().chain(kernels(&b, &nb)).collect();
     header.kernel_identity = kernels::renamed(&a.header.kernel_identity, &na)
         .chain(kernels::renamed(&b.header.kernel_identity, &nb))
         .collect();
@@ -107,8 +108,8 @@ pub fn merge(a: Digested, b: Digested, a_name: &str, b_name: &str) -> anyhow::Re
         // B's guests and blocks are not A's: a comparison across the two sweeps pairs nothing
         // and is unpaired over bring-ups (`stats::effect`), and a B guest set's warm-ups are
         // never taken for an A one's.
-        r.slot = r.slot.map(|(boot, bring_up)| (boot + OTHER_SWEEP, bring_up));
-        r.block_1 = r.block_1.map(|b| b.saturating_add(OTHER_SWEEP));
+        r.slot.0 += OTHER_SWEEP;
+        r.block = r.block.saturating_add(OTHER_SWEEP);
         runs.push(r);
         if b_runs.len().is_multiple_of(1 << 16) {
             b_runs.shrink_to_fit();

@@ -397,9 +397,9 @@ mod tests {
         assert_eq!(patched[col("conclusion")], "differs");
         assert_eq!(
             (patched[col("unit")].as_str(), patched[col("paired")].as_str()),
-            ("run", "false")
+            ("bring-up", "false")
         );
-        assert!(patched[col("conclusion_note")].contains("without slots"));
+        assert!(patched[col("conclusion_note")].contains("fewer than 2 blocks"));
         // Holm over 4: 3 × 0.003543624615619606 (stats::cells' test).
         assert!((patched[col("p_holm")].parse::<f64>().unwrap() - 0.010630873846858818).abs() < 1e-12);
         let base = &rows[1];

@@ -21,6 +21,7 @@ pub fn hosts(j: &Digested) -> Vec<String> {
     }
     let mut out: Vec<String> = j
         .header
+        .runs_on
         .hosts
         .iter()
         .filter(|h| named.contains(&h.as_str()))
@@ -58,8 +59,9 @@ pub fn split_by_host(j: &Digested) -> Digested {
     if !header.variants.contains(&header.baseline) {
         header.variants.insert(0, header.baseline.clone());
     }
-    header.kernels = j
+    header.runs_on.kernels = j
         .header
+        .runs_on
         .kernels
         .iter()
         .flat_map(|(v, k)| hs.iter().map(move |h| (format!("{v}@{h}"), k.clone())))
@@ -198,6 +200,7 @@ mod tests {
             "variant": "base", "level": level, "workload": "lock", "run": run, "warmup": false,
             "guest": 0, "guests": 1, "ok": true, "attempt": 1, "attempt_records": 1,
             "metrics": {"ops_per_sec": v}, "argv": [], "timings": {}, "finished_at": "t",
+            "slot": {"boot": 0, "bring_up": 1, "seq": run, "block": 0},
         }))
         .unwrap();
         r.host = Some(host.into());
@@ -206,7 +209,7 @@ mod tests {
 
     fn journal(runs: Vec<RunRecord>) -> Digested {
         let mut h = header();
-        h.hosts = vec!["a".into(), "b".into()];
+        h.runs_on.hosts = vec!["a".into(), "b".into()];
         h.levels = vec![1.0, 2.0];
         h.workloads.insert(
             "lock".into(),

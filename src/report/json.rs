@@ -49,7 +49,7 @@ mod tests {
         assert_eq!(v["workloads"][0]["better"], "lower");
         let row = &v["workloads"][0]["comparisons"][0]["rows"][0];
         assert_eq!(row["conclusion"], "differs");
-        assert_eq!(row["effect"]["unit"], "run");
+        assert_eq!(row["effect"]["unit"], "bring-up");
         assert!(row["effect"]["low"].as_f64().unwrap() < row["effect"]["ratio"].as_f64().unwrap());
         assert_eq!(v["family"], 4);
         assert_eq!(v["margin"], 0.05);

@@ -52,7 +52,7 @@ pub fn compare_note(a_dir: &Path, a: &Journal, b_dir: &Path, b: &Journal) -> Str
     let (an, bn) = (name(a_dir), name(b_dir));
     let mut out = String::new();
     // The hosts first: a change there moves every figure.
-    match (&a.header.host, &b.header.host) {
+    match (&a.header.runs_on.host, &b.header.runs_on.host) {
         (Some(ha), Some(hb)) => {
             let d = ha.differences(hb);
             if d.is_empty() {
@@ -65,7 +65,7 @@ pub fn compare_note(a_dir: &Path, a: &Journal, b_dir: &Path, b: &Journal) -> Str
             }
         }
         _ => out.push_str(&format!(
-            "host: {an} or {bn} recorded no host (a journal of an older ocrig, or a sweep over several hosts): whether the hosts differ is not known\n"
+            "host: {an} or {bn} recorded no host (a sweep over several hosts): whether the hosts differ is not known\n"
         )),
     }
     for (va, vb) in pairs(a, b) {
@@ -76,10 +76,10 @@ pub fn compare_note(a_dir: &Path, a: &Journal, b_dir: &Path, b: &Journal) -> Str
             b.header.kernel_identity.get(&vb),
         );
         let (Some(ka), Some(kb)) = (ka, kb) else {
-            let ra = a.header.kernels.get(&va).map_or("?", String::as_str);
-            let rb = b.header.kernels.get(&vb).map_or("?", String::as_str);
+            let ra = a.header.runs_on.kernels.get(&va).map_or("?", String::as_str);
+            let rb = b.header.runs_on.kernels.get(&vb).map_or("?", String::as_str);
             out.push_str(&format!(
-                "kernels: {sa} ran {ra}, {sb} ran {rb}; no kernel identity recorded (a journal of an older ocrig, or the host backend): whether the builds differ is not known\n"
+                "kernels: {sa} ran {ra}, {sb} ran {rb}; no kernel identity recorded (the host backend runs no guest kernel): whether the builds differ is not known\n"
             ));
             continue;
         };

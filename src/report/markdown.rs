@@ -97,8 +97,8 @@ mod tests {
 
 | variant | oc | vs | ratio [95% CI] | units |
 |:---|:---|---:|---:|---:|
-| base | 1x | 0.5x | 1.999 [1.795, 2.226] | 3+3 runs |
-| patched | 1x | 0.5x | 2.276 [2.031, 2.551] | 3+3 runs |
+| base | 1x | 0.5x | 1.999 [1.795, 2.226] | 3+3 bring-ups |
+| patched | 1x | 0.5x | 2.276 [2.031, 2.551] | 3+3 bring-ups |
 ";
         assert!(md.contains(expected), "got:\n{md}");
         assert!(md.contains("### What explains each cell (means per run)"));

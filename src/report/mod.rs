@@ -150,7 +150,7 @@ pub fn kernel_words_text(journal: &Digested) -> String {
             out.push_str(&format!("  {v}: {line}\n"));
         }
     }
-    if journal.header.accel == "tcg" {
+    if journal.header.runs_on.accel == "tcg" {
         out.push_str(
             "  (under TCG the guests see no KVM PV features: PV-spinlock variants are expected to match — a null result)\n",
         );

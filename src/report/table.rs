@@ -110,12 +110,12 @@ hackbench: patched vs base (seconds, lower is better)
 +-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
 
 hackbench: retention, seconds at each level / at the lowest
-+---------+----+------+----------------------+----------+
-| variant | oc |   vs |       ratio [95% CI] |    units |
-+=========+====+======+======================+==========+
-| base    | 1x | 0.5x | 1.999 [1.795, 2.226] | 3+3 runs |
-| patched | 1x | 0.5x | 2.276 [2.031, 2.551] | 3+3 runs |
-+---------+----+------+----------------------+----------+
++---------+----+------+----------------------+---------------+
+| variant | oc |   vs |       ratio [95% CI] |         units |
++=========+====+======+======================+===============+
+| base    | 1x | 0.5x | 1.999 [1.795, 2.226] | 3+3 bring-ups |
+| patched | 1x | 0.5x | 2.276 [2.031, 2.551] | 3+3 bring-ups |
++---------+----+------+----------------------+---------------+
 
 hackbench: what explains each cell (means per run)
 +---------+------+---+---------+-----------+-------+------------+--------------+
@@ -132,11 +132,9 @@ hackbench: what explains each cell (means per run)
     of variants with their own): geometric mean with a 95% t interval; p (Holm) over the report's
     4 tested comparisons; differs: p (Holm) < 0.05 (*); equivalent: both one-sided tests against
     ±5% below 0.05 after Holm; otherwise not concluded
-  patched: ratios over 3+3 runs at every level
-  patched at 0.5x: records without slots: runs taken as independent
-  patched at 1x: records without slots: runs taken as independent
-  base at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
-  patched at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
+  patched: ratios over 3+3 bring-ups at every level
+  patched at 0.5x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
+  patched at 1x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   vCPU wait: not recorded (a journal from an ocrig without per-vCPU telemetry)
   steal: not recorded
@@ -155,12 +153,12 @@ lock-ticket: patched vs base (ops_per_sec, higher is better)
 +-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
 
 lock-ticket: retention, ops_per_sec at each level / at the lowest
-+---------+----+------+----------------------+----------+
-| variant | oc |   vs |       ratio [95% CI] |    units |
-+=========+====+======+======================+==========+
-| base    | 1x | 0.5x | 0.501 [0.404, 0.622] | 3+3 runs |
-| patched | 1x | 0.5x | 0.668 [0.553, 0.806] | 3+3 runs |
-+---------+----+------+----------------------+----------+
++---------+----+------+----------------------+---------------+
+| variant | oc |   vs |       ratio [95% CI] |         units |
++=========+====+======+======================+===============+
+| base    | 1x | 0.5x | 0.501 [0.404, 0.622] | 3+3 bring-ups |
+| patched | 1x | 0.5x | 0.668 [0.553, 0.806] | 3+3 bring-ups |
++---------+----+------+----------------------+---------------+
 
 lock-ticket: what explains each cell (means per run)
 +---------+------+---+-------------+-----------+-------+------------+------------+--------+--------+----------+
@@ -197,11 +195,9 @@ lock-ticket: KVM counters of guest 0's VM (per second of run)
     of variants with their own): geometric mean with a 95% t interval; p (Holm) over the report's
     4 tested comparisons; differs: p (Holm) < 0.05 (*); equivalent: both one-sided tests against
     ±5% below 0.05 after Holm; otherwise not concluded
-  patched: ratios over 3+3 runs at every level
-  patched at 0.5x: records without slots: runs taken as independent
-  patched at 1x: records without slots: runs taken as independent
-  base at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
-  patched at 1x: one bring-up per level: runs taken as independent, the interval leaves boot-to-boot variation out
+  patched: ratios over 3+3 bring-ups at every level
+  patched at 0.5x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
+  patched at 1x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run

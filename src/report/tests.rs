@@ -40,10 +40,10 @@ fn number_formats() {
 #[test]
 fn merge_names_sides_and_refuses_other_matrices() {
     let (mut a, b) = (journal(), journal());
-    a.header.kernels = BTreeMap::from([("patched".into(), "6.8.0-pv".into())]);
+    a.header.runs_on.kernels = BTreeMap::from([("patched".into(), "6.8.0-pv".into())]);
     let m = merge(Digested::of(&a), Digested::of(&b), "v6.8", "v6.9").unwrap();
     assert_eq!(
-        m.header.kernels,
+        m.header.runs_on.kernels,
         BTreeMap::from([("v6.8/patched".into(), "6.8.0-pv".into())])
     );
     assert_eq!(m.header.baseline, "v6.8/base");
@@ -59,12 +59,10 @@ fn merge_names_sides_and_refuses_other_matrices() {
             .iter()
             .map(|r| RunDigest {
                 variant: Arc::from(format!("{name}/{}", r.variant)),
-                slot: r
-                    .slot
-                    .map(|(b, u)| (b + if name == "v6.9" { OTHER_SWEEP } else { 0 }, u)),
-                block_1: r
-                    .block_1
-                    .map(|b| b.saturating_add(if name == "v6.9" { OTHER_SWEEP } else { 0 })),
+                slot: (r.slot.0 + if name == "v6.9" { OTHER_SWEEP } else { 0 }, r.slot.1),
+                block: r
+                    .block
+                    .saturating_add(if name == "v6.9" { OTHER_SWEEP } else { 0 }),
                 ..r.clone()
             })
             .collect()
@@ -300,7 +298,7 @@ fn every_format_says_how_steady_the_host_was_before_the_sweep() {
 #[test]
 fn two_builds_of_one_release_are_not_one_kernel_for_all() {
     let mut j = journal();
-    j.header.kernels = BTreeMap::from([
+    j.header.runs_on.kernels = BTreeMap::from([
         ("base".into(), "6.1.192".into()),
         ("patched".into(), "6.1.192".into()),
     ]);

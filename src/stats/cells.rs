@@ -69,8 +69,8 @@ pub struct Model {
     /// ([`crate::telemetry::host_speed::NoiseFloor::describe`]); None when not measured.
     #[serde(default)]
     pub noise_floor: Option<String>,
-    /// What the host was, in one line ([`crate::journal::host::HostRecord::summary`]); None in
-    /// older journals.
+    /// What the host was, in one line ([`crate::journal::host::HostRecord::summary`]); None over
+    /// several hosts.
     #[serde(default)]
     pub host: Option<String>,
     /// Variants whose guests said their spinlocks were other than the variant meant (KVM,
@@ -525,13 +525,13 @@ pub fn build_with_margin(
         baseline,
         variants,
         levels,
-        kernels: header.kernels.clone(),
+        kernels: header.runs_on.kernels.clone(),
         alpha,
         margin,
         family,
         looks,
-        accel: header.accel.clone(),
-        backend: header.backend.clone(),
+        accel: header.runs_on.accel.clone(),
+        backend: header.runs_on.backend.clone(),
         host_speed: probe_words::<crate::telemetry::host_speed::HostSpeed>(header.host_speed.as_ref()),
         host_handover: probe_words::<crate::telemetry::host_handover::HostHandover>(
             header.host_handover.as_ref(),
@@ -541,7 +541,7 @@ pub fn build_with_margin(
             .as_ref()
             .and_then(|v| serde_json::from_value::<crate::telemetry::host_speed::NoiseFloor>(v.clone()).ok())
             .map(|f| f.describe(super::power::detectable_at_cv)),
-        host: header.host.as_ref().map(|h| h.summary()),
+        host: header.runs_on.host.as_ref().map(|h| h.summary()),
         pv_disagreements: pv_disagreements(journal),
         workloads,
         self_checks: self_check_rejections(&journal.runs),
@@ -564,7 +564,9 @@ fn pv_disagreements(journal: &Digested) -> Vec<String> {
         .iter()
         .filter_map(|v| {
             let (_, lines, intent) = first.get(v.as_str())?.as_ref();
-            let said = intent.as_ref()?.disagreement(&h.accel, h.guest_vcpus, lines);
+            let said = intent
+                .as_ref()?
+                .disagreement(&h.runs_on.accel, h.guest_vcpus, lines);
             said.map(|s| format!("{v}: {s}"))
         })
         .collect()
@@ -665,9 +667,9 @@ fn samples<'a>(records: &'a [&'a RunDigest], metric: &str, quiet_only: bool) -> 
                 value: r.metric(metric)?,
                 run: r.run,
                 host: r.host.as_deref(),
-                boot: r.slot.map(|s| s.0),
-                bring_up: r.slot.map(|s| s.1),
-                block: r.block(),
+                boot: r.slot.0,
+                bring_up: r.slot.1,
+                block: r.block,
             })
         })
         .collect()
@@ -835,8 +837,11 @@ pub(crate) mod tests {
         let metrics: BTreeMap<&str, f64> = metrics.iter().copied().collect();
         serde_json::from_value(serde_json::json!({
             "variant": variant, "level": level, "workload": workload, "run": run, "warmup": false,
-            "guest": 0, "guests": 1, "ok": true, "attempt": 1, "metrics": metrics, "argv": [],
+            "guest": 0, "guests": 1, "ok": true, "attempt": 1, "attempt_records": 1, "metrics": metrics, "argv": [],
             "timings": {}, "finished_at": "2025-01-01T00:00:00Z",
+            // Every variant its own guests, every run a bring-up of its own, all in one block:
+            // the sides are compared unpaired over bring-ups (here, runs).
+            "slot": {"boot": 2 * u32::from(level >= 1.0) + u32::from(variant != "base"), "bring_up": run + 1, "seq": 0, "block": 0},
             // The host's other load read around the run, as every local run has it.
             "extra": {(crate::telemetry::host_load::KEY): 0.001},
         }))
@@ -908,10 +913,10 @@ pub(crate) mod tests {
     }
 
     /// A two-variant, two-level journal: `hackbench` (seconds, lower is better; journaled without
-    /// telemetry, as an older ocrig did) and a lock workload (`ops_per_sec`, higher is better,
+    /// telemetry) and a lock workload (`ops_per_sec`, higher is better,
     /// with contention, fairness and context-switch metrics and the run probe's telemetry).
     pub(crate) fn journal() -> Journal {
-        let header: SweepHeader = serde_json::from_value(serde_json::json!({
+        let header: SweepHeader = crate::journal::tests::header_with(serde_json::json!({
             "scenario": "demo", "scenario_sha256": "00", "baseline": "base",
             "variants": ["base", "patched"], "levels": [0.5, 1.0],
             "workloads": {
@@ -920,8 +925,11 @@ pub(crate) mod tests {
             },
             "backend": "qemu", "accel": "kvm", "host_cpus": [0, 1], "guest_vcpus": 2,
             "started_at": "2025-01-01T00:00:00Z", "ocrig_version": "0.1.0",
-        }))
-        .expect("sweep header fixture");
+            "journal_format": crate::journal::JOURNAL_FORMAT, "guest_start": "boot", "kernels": {},
+            "boots": [{"level": 0.5, "guests": 1, "variants": ["base"]}, {"level": 0.5, "guests": 1, "variants": ["patched"]},
+                      {"level": 1.0, "guests": 1, "variants": ["base"]}, {"level": 1.0, "guests": 1, "variants": ["patched"]}],
+            "schedule": {"guests": "per-variant", "order": "round-robin", "runs_per_bring_up": 3},
+        }));
         let mut runs = Vec::new();
         let hb: [(&str, f64, [f64; 3]); 4] = [
             ("base", 0.5, [10.0, 10.2, 9.8]),
@@ -965,6 +973,9 @@ pub(crate) mod tests {
         failed.error = Some("timeout".into());
         let mut other = record("base", 0.5, "hackbench", 0, &[("seconds", 11.0)]);
         other.guest = 1;
+        // Run 0 of that cell ran on two guests: its attempt journaled both records.
+        other.attempt_records = 2;
+        runs[0].attempt_records = 2;
         runs.extend([warm, failed, other]);
         Journal { header, runs }
     }
@@ -989,12 +1000,16 @@ pub(crate) mod tests {
         let row = &hb.comparisons[0].rows[0];
         // (10.0 - 9.0) / 10.0 * 100 = +10% (lower is better)
         assert!((row.improvement_pct.unwrap() - 10.0).abs() < 1e-9);
-        // The fixture's records have no slots: unpaired over runs, and the row says so.
+        // Each of the fixture's runs is a bring-up of its own, all in one block: unpaired over
+        // bring-ups (here, runs), and the row says so.
         // scipy 1.16: ttest_ind(log([9.0, 9.1, 8.9]), log([10.0, 10.2, 9.8]), equal_var=False)
         //   → statistic=-7.968256940603644, pvalue=0.003543624615619606, df=3.1269986077160152
         let e = row.effect.as_ref().unwrap();
-        assert_eq!((e.unit, e.paired), (crate::stats::effect::Unit::Run, false));
-        assert!(e.note.as_deref().unwrap().contains("without slots"), "{e:?}");
+        assert_eq!((e.unit, e.paired), (crate::stats::effect::Unit::BringUp, false));
+        assert!(
+            e.note.as_deref().unwrap().contains("fewer than 2 blocks"),
+            "{e:?}"
+        );
         assert!((e.p - 0.003543624615619606).abs() < 1e-9, "{e:?}");
         assert!((e.df - 3.1269986077160152).abs() < 1e-9, "{e:?}");
         assert!((e.ratio - 0.900082988508867).abs() < 1e-12, "{e:?}");
@@ -1020,7 +1035,12 @@ pub(crate) mod tests {
         assert_eq!((kept.variant.as_str(), kept.from_level), ("base", 0.5));
         let e = kept.rows[0].effect.as_ref().unwrap();
         assert!((e.ratio - (20.0f64 * 21.0 * 19.0).cbrt() / (10.0f64 * 10.2 * 9.8).cbrt()).abs() < 1e-12);
-        assert!(e.note.as_deref().unwrap().contains("one bring-up per level"));
+        // Each run a bring-up of its own: unpaired over bring-ups (stats::effect's test has the
+        // one-bring-up-per-level case).
+        assert_eq!(
+            (e.unit, e.note.as_deref()),
+            (crate::stats::effect::Unit::BringUp, None)
+        );
 
         let lock = &m.workloads[1];
         assert!(lock.lock);
@@ -1057,7 +1077,7 @@ pub(crate) mod tests {
         );
         // Under TCG the same records' steal is no measurement.
         let mut tcg = journal();
-        tcg.header.accel = "tcg".into();
+        tcg.header.runs_on.accel = "tcg".into();
         let m = build(&tcg, 0.05, None);
         let c = &m.workloads[1].series[0].cells[0];
         assert!(c.guest_steal.summary.is_none());

@@ -86,12 +86,11 @@ pub struct RunDigest {
     pub warmup: bool,
     pub guest: u32,
     pub host: Option<Arc<str>>,
-    /// The boot group and bring-up that ran it ([`crate::journal::Slot`]), if the record says:
-    /// warm-ups count once per guest set.
-    pub slot: Option<(u32, u32)>,
-    /// The design's block ([`crate::journal::Slot::block`]) plus one, so it packs into a
-    /// digest's padding (the digest stays 280 bytes); read it with [`RunDigest::block`].
-    pub block_1: Option<std::num::NonZeroU32>,
+    /// The boot group and bring-up that ran it ([`crate::journal::Slot`]): warm-ups count
+    /// once per guest set.
+    pub slot: (u32, u32),
+    /// The design's block ([`crate::journal::Slot::block`]).
+    pub block: u32,
     pub ok: bool,
     /// Marked superseded (some guest of its attempt failed).
     pub superseded: bool,
@@ -99,7 +98,7 @@ pub struct RunDigest {
     /// ([`RunDigest::load_unread`]).
     pub host_judged: HostJudged,
     pub attempt: u32,
-    pub attempt_records: Option<u32>,
+    pub attempt_records: u32,
     /// Why a run that finished was not counted, in the journal's words with their prefix: the
     /// payload's self-checks rejected it ([`SELF_CHECK_REASON`]), or the host disturbed it
     /// ([`crate::journal::DISTURBED_REASON`]).
@@ -261,11 +260,8 @@ fn digest_with(
         warmup: r.warmup,
         guest: r.guest,
         host: r.host.as_deref().map(|h| names.name(h)),
-        slot: r.slot.map(|s| (s.boot, s.bring_up)),
-        block_1: r
-            .slot
-            .and_then(|s| s.block)
-            .and_then(|b| std::num::NonZeroU32::new(b.saturating_add(1))),
+        slot: (r.slot.boot, r.slot.bring_up),
+        block: r.slot.block,
         ok: r.ok,
         superseded: r.superseded.is_some(),
         host_judged: if r.ok && crate::journal::counted_disturbed(&r.extra) {
@@ -640,11 +636,6 @@ impl<T: Typed> Kept<T> {
 }
 
 impl RunDigest {
-    /// The design's block of the run ([`crate::journal::Slot::block`]).
-    pub fn block(&self) -> Option<u32> {
-        self.block_1.map(|b| b.get() - 1)
-    }
-
     pub fn metric(&self, name: &str) -> Option<f64> {
         self.metrics.get(name)
     }
@@ -653,11 +644,11 @@ impl RunDigest {
 crate::journal::accounting::attempted_by_fields!(
     RunDigest,
     finished: |r| r.ok && !r.superseded,
-    guest_set: |r| r.slot.map(|(boot, bring_up)| GuestSet {
+    guest_set: |r| GuestSet {
         host: r.host.as_deref().map(str::to_string),
-        boot,
-        bring_up,
-    }),
+        boot: r.slot.0,
+        bring_up: r.slot.1,
+    },
 );
 
 impl Headline for RunDigest {
@@ -716,8 +707,8 @@ impl Digested {
 /// What the header says about how the records were made.
 pub fn context(h: &SweepHeader) -> RecordContext<'_> {
     RecordContext {
-        accel: &h.accel,
-        backend: &h.backend,
+        accel: &h.runs_on.accel,
+        backend: &h.runs_on.backend,
     }
 }
 
@@ -739,8 +730,8 @@ mod tests {
     /// The fixture journal with what a streamed digest skips or keeps elsewhere: a timeline
     /// summary on every lock record (naming its run), a lock payload report with preemption
     /// figures and a kernel profile, boot group facts in each shape ocrig wrote them (an
-    /// attempt's first record's whole facts, another guest's own part, an older ocrig's dmesg
-    /// without `pv_words`), and telemetry no digest reads.
+    /// attempt's first record's whole facts, another guest's own part, a later attempt's start
+    /// facts of no guest of its own), and telemetry no digest reads.
     fn rich_journal() -> Journal {
         use serde_json::json;
         let mut j = journal();
@@ -792,8 +783,8 @@ mod tests {
                 1 => {
                     json!({"start": [start(0, "host,kvm-pv-unhalt=off")], "guest_kernel": [{"dmesg": dmesg, "pv_words": []}]})
                 }
-                // An older ocrig: dmesg only; the start facts of no guest of this record.
-                2 => json!({"start": [start(3, "max")], "guest_kernel": [{"dmesg": dmesg}]}),
+                // The start facts of no guest of this record.
+                2 => json!({"start": [start(3, "max")], "guest_kernel": [{"dmesg": dmesg, "pv_words": []}]}),
                 _ => json!("not recorded: the host backend"),
             };
             r.extra.insert("group".into(), group);

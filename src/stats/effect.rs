@@ -7,8 +7,8 @@
 //! - variants with guests of their own ran in blocks, one bring-up each, interleaved (block k
 //!   of every variant at a level before block k + 1 of any): the unit is the block, whose runs
 //!   are averaged (geometric mean) and paired with the baseline's block k;
-//! - where the pairing was lost (a slot without a valid result on one side, a journal from
-//!   before blocks, two sweeps compared), the sides are compared unpaired over their
+//! - where the pairing was lost (a slot without a valid result on one side, two sweeps
+//!   compared), the sides are compared unpaired over their
 //!   independent units: bring-ups for variants with guests of their own (the runs inside one
 //!   bring-up are never independent replicates of such a variant), runs for variants sharing
 //!   guests, and the [`Effect::note`] says so.
@@ -98,10 +98,10 @@ pub struct Sample<'a> {
     pub value: f64,
     pub run: u32,
     pub host: Option<&'a str>,
-    /// The boot group and bring-up ([`crate::journal::Slot`]); None in journals without slots.
-    pub boot: Option<u32>,
-    pub bring_up: Option<u32>,
-    pub block: Option<u32>,
+    /// The boot group and bring-up ([`crate::journal::Slot`]).
+    pub boot: u32,
+    pub bring_up: u32,
+    pub block: u32,
 }
 
 /// The ratio of `variant` to `base` over the units the design replicated (module doc), or
@@ -114,21 +114,13 @@ pub fn compare(base: &[Sample], variant: &[Sample], margin: f64) -> Result<Effec
     {
         return Err("a value ≤ 0 has no logarithm: no ratio".into());
     }
-    let boots = |side: &[Sample]| -> Option<std::collections::BTreeSet<u32>> {
-        side.iter().map(|s| s.boot).collect()
+    let boots = |side: &[Sample]| {
+        side.iter()
+            .map(|s| s.boot)
+            .collect::<std::collections::BTreeSet<u32>>()
     };
-    let shared = match (boots(base), boots(variant)) {
-        (Some(a), Some(b)) => !a.is_empty() && a == b && a.len() == 1,
-        _ => {
-            return unpaired_runs(
-                base,
-                variant,
-                margin,
-                "records without slots: runs taken as independent",
-            );
-        }
-    };
-    if shared {
+    let (a, b) = (boots(base), boots(variant));
+    if a.len() == 1 && a == b {
         // Same guests: a round is the unit; its two runs are one pair.
         let (pairs, left) = paired_by(base, variant, |s| (s.host, s.run, 0), |v| v[0]);
         if pairs.len() >= 2 {
@@ -143,25 +135,13 @@ pub fn compare(base: &[Sample], variant: &[Sample], margin: f64) -> Result<Effec
             "fewer than 2 rounds with both sides' results: unpaired over runs of the same guests",
         );
     }
-    let blocks = base.iter().chain(variant).all(|s| s.block.is_some());
-    if blocks {
-        let (pairs, left) = paired_by(
-            base,
-            variant,
-            |s| (s.host, s.block.unwrap_or(0), 0),
-            geometric_mean,
-        );
-        if pairs.len() >= 2 {
-            let mut e = paired(&pairs, Unit::Block, margin)?;
-            e.note = (left > 0).then(|| format!("{left} block(s) without a partner left out"));
-            return Ok(e);
-        }
+    let (pairs, left) = paired_by(base, variant, |s| (s.host, s.block, 0), geometric_mean);
+    if pairs.len() >= 2 {
+        let mut e = paired(&pairs, Unit::Block, margin)?;
+        e.note = (left > 0).then(|| format!("{left} block(s) without a partner left out"));
+        return Ok(e);
     }
-    let why = if blocks {
-        "fewer than 2 blocks with both sides' results (or two sweeps compared)"
-    } else {
-        "records without blocks (a journal from before them)"
-    };
+    let why = "fewer than 2 blocks with both sides' results (or two sweeps compared)";
     let (a, b) = (per_bring_up(base), per_bring_up(variant));
     if a.len() < 2 || b.len() < 2 {
         return Err(format!(
@@ -232,7 +212,7 @@ fn paired_by<'a, K: Ord>(
 }
 
 /// Where a bring-up ran: host, boot group, bring-up.
-type BringUpKey<'a> = (Option<&'a str>, Option<u32>, Option<u32>);
+type BringUpKey<'a> = (Option<&'a str>, u32, u32);
 
 /// Log of the geometric mean of each bring-up's values (keyed by host, boot, bring-up).
 fn per_bring_up(side: &[Sample]) -> Vec<f64> {
@@ -365,13 +345,13 @@ mod tests {
         (a - b).abs() <= tol * b.abs().max(1e-12)
     }
 
-    fn s(value: f64, run: u32, boot: u32, bring_up: u32, block: Option<u32>) -> Sample<'static> {
+    fn s(value: f64, run: u32, boot: u32, bring_up: u32, block: u32) -> Sample<'static> {
         Sample {
             value,
             run,
             host: None,
-            boot: Some(boot),
-            bring_up: Some(bring_up),
+            boot,
+            bring_up,
             block,
         }
     }
@@ -382,16 +362,8 @@ mod tests {
         //   d = np.log([101/100, 103.5/102, 99.8/99]); ttest_1samp(d, 0).pvalue,
         //   t.interval(0.95, 2, mean(d), sem(d)), TOST: max(t.sf((mean - ln 0.95)/sem, 2),
         //   t.sf((ln 1.05 - mean)/sem, 2)); all exponentiated where a ratio
-        let base = [
-            s(100.0, 0, 0, 1, Some(0)),
-            s(102.0, 1, 0, 1, Some(0)),
-            s(99.0, 2, 0, 1, Some(0)),
-        ];
-        let var = [
-            s(101.0, 0, 0, 1, Some(0)),
-            s(103.5, 1, 0, 1, Some(0)),
-            s(99.8, 2, 0, 1, Some(0)),
-        ];
+        let base = [s(100.0, 0, 0, 1, 0), s(102.0, 1, 0, 1, 0), s(99.0, 2, 0, 1, 0)];
+        let var = [s(101.0, 0, 0, 1, 0), s(103.5, 1, 0, 1, 0), s(99.8, 2, 0, 1, 0)];
         let e = compare(&base, &var, 0.05).unwrap();
         assert_eq!((e.unit, e.paired, e.n_base), (Unit::Round, true, 3));
         assert_eq!(e.units_words(), "3 rounds");
@@ -413,10 +385,10 @@ mod tests {
         let b = [(100.0, 101.0), (98.0, 98.5), (103.0, 102.0)];
         let v = [(95.0, 96.0), (94.0, 93.0), (97.5, 98.0)];
         for k in 0..3u32 {
-            base.push(s(b[k as usize].0, 2 * k, 0, k + 1, Some(k)));
-            base.push(s(b[k as usize].1, 2 * k + 1, 0, k + 1, Some(k)));
-            var.push(s(v[k as usize].0, 2 * k, 1, k + 1, Some(k)));
-            var.push(s(v[k as usize].1, 2 * k + 1, 1, k + 1, Some(k)));
+            base.push(s(b[k as usize].0, 2 * k, 0, k + 1, k));
+            base.push(s(b[k as usize].1, 2 * k + 1, 0, k + 1, k));
+            var.push(s(v[k as usize].0, 2 * k, 1, k + 1, k));
+            var.push(s(v[k as usize].1, 2 * k + 1, 1, k + 1, k));
         }
         let e = compare(&base, &var, 0.05).unwrap();
         assert_eq!((e.unit, e.paired, e.n_base), (Unit::Block, true, 3));
@@ -431,32 +403,16 @@ mod tests {
     }
 
     #[test]
-    fn own_guests_without_blocks_are_unpaired_over_bring_ups_never_runs() {
-        // The old design: each side one bring-up of three runs. Runs of one boot are not
-        // replicates: no test.
-        let base = [
-            s(413.8, 0, 0, 1, None),
-            s(416.8, 1, 0, 1, None),
-            s(414.2, 2, 0, 1, None),
-        ];
-        let var = [
-            s(413.4, 0, 1, 1, None),
-            s(410.0, 1, 1, 1, None),
-            s(412.1, 2, 1, 1, None),
-        ];
+    fn own_guests_in_one_block_are_unpaired_over_bring_ups_never_runs() {
+        // One block a side (fewer than 2 to pair): each side one bring-up of three runs. Runs
+        // of one boot are not replicates: no test.
+        let base = [s(413.8, 0, 0, 1, 0), s(416.8, 1, 0, 1, 0), s(414.2, 2, 0, 1, 0)];
+        let var = [s(413.4, 0, 1, 1, 0), s(410.0, 1, 1, 1, 0), s(412.1, 2, 1, 1, 0)];
         let e = compare(&base, &var, 0.05).unwrap_err();
         assert!(e.contains("1 and 1 bring-up(s)"), "{e}");
         // Two bring-ups a side (a retry on fresh guests, say): Welch over bring-up means.
-        let base = [
-            s(100.0, 0, 0, 1, None),
-            s(102.0, 1, 0, 2, None),
-            s(101.0, 2, 0, 2, None),
-        ];
-        let var = [
-            s(96.0, 0, 1, 1, None),
-            s(97.0, 1, 1, 1, None),
-            s(95.0, 2, 1, 2, None),
-        ];
+        let base = [s(100.0, 0, 0, 1, 0), s(102.0, 1, 0, 2, 0), s(101.0, 2, 0, 2, 0)];
+        let var = [s(96.0, 0, 1, 1, 0), s(97.0, 1, 1, 1, 0), s(95.0, 2, 1, 2, 0)];
         let e = compare(&base, &var, 0.05).unwrap();
         assert_eq!(
             (e.unit, e.paired, e.n_base, e.n_variant),
@@ -468,6 +424,41 @@ mod tests {
         //   ttest_ind(b, a, equal_var=False)
         assert!(close(e.p, GOLD_BRING_UPS.1, 1e-9), "{e:?}");
         assert!(close(e.ratio, GOLD_BRING_UPS.0, 1e-12), "{e:?}");
+    }
+
+    #[test]
+    fn retention_is_over_bring_ups_where_each_level_had_two_else_over_runs_saying_so() {
+        let (lower, higher) = ([10.0, 10.2, 9.8], [20.0, 21.0, 19.0]);
+        let one_boot = |xs: [f64; 3], boot| {
+            xs.iter()
+                .enumerate()
+                .map(|(i, &x)| s(x, i as u32, boot, 1, 0))
+                .collect::<Vec<_>>()
+        };
+        let e = retention(&one_boot(lower, 0), &one_boot(higher, 1), 0.05).unwrap();
+        assert_eq!(e.unit, Unit::Run);
+        assert!(
+            e.note.as_deref().unwrap().contains("one bring-up per level"),
+            "{e:?}"
+        );
+        let own = |xs: [f64; 3], boot| {
+            xs.iter()
+                .enumerate()
+                .map(|(i, &x)| s(x, i as u32, boot, i as u32 + 1, 0))
+                .collect::<Vec<_>>()
+        };
+        let b = retention(&own(lower, 0), &own(higher, 1), 0.05).unwrap();
+        assert_eq!((b.unit, b.note.as_deref()), (Unit::BringUp, None));
+        // A bring-up of one run is that run: the same ratio and test either way.
+        assert!(
+            close(b.ratio, e.ratio, 1e-12) && close(b.p, e.p, 1e-9),
+            "{b:?} {e:?}"
+        );
+        assert!(close(
+            e.ratio,
+            (20.0f64 * 21.0 * 19.0).cbrt() / (10.0f64 * 10.2 * 9.8).cbrt(),
+            1e-12
+        ));
     }
 
     #[test]
@@ -497,12 +488,12 @@ mod tests {
         let base: Vec<_> = [100.0, 101.0, 99.5, 100.2]
             .iter()
             .enumerate()
-            .map(|(i, &x)| s(x, i as u32, 0, 1, Some(0)))
+            .map(|(i, &x)| s(x, i as u32, 0, 1, 0))
             .collect();
         let var: Vec<_> = [100.3, 100.6, 99.9, 100.0]
             .iter()
             .enumerate()
-            .map(|(i, &x)| s(x, i as u32, 0, 1, Some(0)))
+            .map(|(i, &x)| s(x, i as u32, 0, 1, 0))
             .collect();
         let e = compare(&base, &var, 0.05).unwrap();
         assert!(
@@ -526,8 +517,8 @@ mod tests {
 
     #[test]
     fn no_logarithm_no_ratio() {
-        let base = [s(0.0, 0, 0, 1, Some(0)), s(1.0, 1, 0, 1, Some(0))];
-        let var = [s(1.0, 0, 0, 1, Some(0)), s(1.0, 1, 0, 1, Some(0))];
+        let base = [s(0.0, 0, 0, 1, 0), s(1.0, 1, 0, 1, 0)];
+        let var = [s(1.0, 0, 0, 1, 0), s(1.0, 1, 0, 1, 0)];
         assert!(compare(&base, &var, 0.05).unwrap_err().contains("logarithm"));
     }
 

@@ -34,7 +34,7 @@ pub enum Part<T> {
     Absent,
     /// A string in its place: why it was not measured.
     Why(String),
-    /// Its value, or why it does not read as one (an older ocrig's shape).
+    /// Its value, or why it does not read as one (a hand-edited or damaged record).
     Read(Result<T, String>),
 }
 
@@ -514,9 +514,7 @@ pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
         .and_then(Value::as_str);
     let intent = (!guests.is_empty()).then(|| PvIntent::of(cmdline, guest_cpu(r)));
     for g in guests {
-        // `pv_words` where recorded; older journals: the PV lines of the general dmesg grep.
-        let words = g.get("pv_words").or_else(|| g.get("dmesg"));
-        for l in words.and_then(Value::as_array).into_iter().flatten() {
+        for l in g.get("pv_words").and_then(Value::as_array).into_iter().flatten() {
             let Some(l) = l.as_str() else { continue };
             let text = strip_dmesg_time(l);
             let pv = PV_WORDS.iter().any(|w| text.contains(w));
@@ -591,14 +589,7 @@ pub fn kvm_counters_of<'t>(
     if let Some(why) = ctx.no_guests() {
         return Err(why);
     }
-    match &t.kvm {
-        Part::Absent => Err("not recorded".into()),
-        Part::Why(why) => Err(why.clone()),
-        Part::Read(k) => k
-            .as_ref()
-            .map(|k| &k.counters)
-            .map_err(|_| "recorded host-wide, not per VM (a journal from an older ocrig)".into()),
-    }
+    t.kvm.read("not recorded").map(|k| &k.counters)
 }
 
 /// The key under which a run's KVM counters carry the window they span, in milliseconds (the
@@ -726,7 +717,7 @@ mod tests {
 
     #[test]
     fn telemetry_parsed_from_its_text_reads_as_from_a_tree() {
-        // Each shape a journal has: measured, a string saying why, an older ocrig's shape
+        // Each shape a journal has: measured, a string saying why, a damaged value
         // (unreadable: its error text must not carry the place in the line), null, absent.
         let extras = [
             json!({"vcpu_sched": {"wall_s": 1.0, "mean_wait_share": 0.25, "vcpus": []},
@@ -892,8 +883,12 @@ mod tests {
         let tcg = with(json!({"kvm": "not available: QEMU's query-stats has no KVM provider"}));
         let c = kvm_cell([tcg].iter(), &TCG);
         assert!(c.counters.is_empty() && c.unavailable.unwrap().contains("no KVM provider"));
-        let old = with(json!({"kvm": {"exits": 5}}));
-        assert!(kvm_counters(&old, &KVM).unwrap_err().contains("host-wide"));
+        let damaged = with(json!({"kvm": {"exits": 5}}));
+        assert!(
+            kvm_counters(&damaged, &KVM)
+                .unwrap_err()
+                .starts_with("unreadable")
+        );
     }
 
     #[test]
@@ -971,15 +966,6 @@ mod tests {
         );
         assert!(w["nopvspin"][0].contains("forced by"));
         assert!(w["tcg"][0].contains("saw no KVM PV interface"), "{w:?}");
-        // An older journal: only the general dmesg grep.
-        let mut old = with(
-            json!({"group": {"guest_kernel": [{"dmesg": ["[0.1] clocksource: hpet", "[0.2] PV spinlocks disabled, single CPU"]}]}}),
-        );
-        old.variant = "old".into();
-        assert_eq!(
-            kernel_words([old].iter())["old"],
-            vec!["PV spinlocks disabled, single CPU"]
-        );
     }
 
     #[test]

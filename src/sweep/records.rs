@@ -47,8 +47,7 @@ pub fn attempt_records(
         .enumerate()
         .filter_map(|(i, w)| w.map(|w| (i as u32, w)))
         .map(|(guest, w)| {
-            let mut rec = blank(cell, id, guest, &now);
-            rec.attempt_records = Some(ran);
+            let mut rec = blank(cell, id, guest, ran, &now);
             rec.extra
                 .insert("start_skew_us".into(), json!(outcome.start_skew_us));
             let group = match facts_on {
@@ -214,14 +213,14 @@ fn without_per_cpu(v: &Value) -> Value {
 /// The single record of a run that could not be attempted at all (its workers could not be
 /// brought up): failed, with the reason.
 pub fn unattempted_record(cell: &Cell, id: AttemptId, error: &str) -> RunRecord {
-    let mut rec = blank(cell, id, 0, &jiff::Timestamp::now().to_string());
+    let mut rec = blank(cell, id, 0, 1, &jiff::Timestamp::now().to_string());
     rec.error = Some(error.to_string());
-    rec.attempt_records = Some(1);
     rec.superseded = Some(format!("attempt {} was never made: {error}", id.attempt));
     rec
 }
 
-fn blank(cell: &Cell, id: AttemptId, guest: u32, now: &str) -> RunRecord {
+/// A record of guest `guest` of an attempt that journals `attempt_records` records in all.
+fn blank(cell: &Cell, id: AttemptId, guest: u32, attempt_records: u32, now: &str) -> RunRecord {
     RunRecord {
         variant: cell.variant.clone(),
         level: id.level,
@@ -235,8 +234,8 @@ fn blank(cell: &Cell, id: AttemptId, guest: u32, now: &str) -> RunRecord {
         error: None,
         attempt: id.attempt,
         superseded: None,
-        attempt_records: None,
-        slot: Some(id.slot),
+        attempt_records,
+        slot: id.slot,
         metrics: BTreeMap::new(),
         payload: None,
         argv: cell.argv.clone(),
@@ -459,7 +458,7 @@ pub enum Disturbed {
 /// ocrig, over their total time). Above `bound`, the load is returned and, as `then` says,
 /// every record becomes a failed, superseded record saying so (its numbers kept for a reader,
 /// none a sample), or stays counted, marked disturbed. An attempt without the reading (a
-/// remote host, an older executor) is not judged.
+/// remote host) is not judged.
 ///
 /// Not the report's `other load` (busy time less the vCPUs' run time): that counts QEMU's own
 /// threads too, 5-13 % of the CPUs at 0.5x under TCG here (2026-12-04), where the second CPU
@@ -626,7 +625,7 @@ mod tests {
                 boot: 0,
                 bring_up: 1,
                 seq: 0,
-                block: None,
+                block: 0,
             },
         }
     }
@@ -647,7 +646,7 @@ mod tests {
         assert_eq!(recs.len(), 2, "the idle guest has no record");
         assert_eq!((recs[0].guest, recs[0].ok), (0, true));
         assert_eq!((recs[1].guest, recs[1].ok), (2, false));
-        assert!(recs.iter().all(|r| r.attempt_records == Some(2)));
+        assert!(recs.iter().all(|r| r.attempt_records == 2));
         let why = recs[0].superseded.as_deref().unwrap();
         assert!(why.contains("guest 2: timed out"), "{why}");
         assert_eq!(recs[1].extra["console_tail"], "Kernel panic");

@@ -64,7 +64,7 @@ async fn big_host_192_cpus_480_guests() {
     header.baseline = "v0".into();
     header.variants = (0..10).map(|i| format!("v{i}")).collect();
     header.levels = scenario.levels.clone();
-    header.host_cpus = cpus.clone();
+    header.runs_on.host_cpus = cpus.clone();
     header.workloads.insert(
         plan.boots[0].cells[0].workload.id.clone(),
         crate::journal::WorkloadInfo {

@@ -211,11 +211,7 @@ fn lock(j: &std::sync::Mutex<SharedJournal>) -> std::sync::MutexGuard<'_, Shared
 /// sets are told from them. One pass: the journal may hold a million records.
 fn last_bring_ups(plan: &Plan, records: &[RunRecord], share: &HostShare) -> Vec<u32> {
     let mut last = vec![0; plan.boots.len()];
-    for slot in records
-        .iter()
-        .filter(|r| r.host == share.label)
-        .filter_map(|r| r.slot)
-    {
+    for slot in records.iter().filter(|r| r.host == share.label).map(|r| r.slot) {
         if let Some(l) = last.get_mut(slot.boot as usize) {
             *l = (*l).max(slot.bring_up);
         }
@@ -828,7 +824,7 @@ fn attempt_id(group: &BootGroup, state: &GroupState, run: u32, warmup: bool, att
             boot: state.index,
             bring_up: state.bring_ups,
             seq: state.seq,
-            block: Some(state.block),
+            block: state.block,
         },
     }
 }
@@ -998,9 +994,9 @@ fn placed_samples<'a>(
                 value: *r.metrics.get(metric)?,
                 run: r.run,
                 host: r.host.as_deref(),
-                boot: r.slot.map(|s| s.boot),
-                bring_up: r.slot.map(|s| s.bring_up),
-                block: r.slot.and_then(|s| s.block),
+                boot: r.slot.boot,
+                bring_up: r.slot.bring_up,
+                block: r.slot.block,
             })
         })
         .collect()

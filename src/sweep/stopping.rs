@@ -133,9 +133,9 @@ mod tests {
             value,
             run,
             host: None,
-            boot: Some(0),
-            bring_up: Some(1),
-            block: Some(0),
+            boot: 0,
+            bring_up: 1,
+            block: 0,
         }
     }
 

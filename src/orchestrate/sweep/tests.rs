@@ -142,7 +142,7 @@ fn brief(records: &[RunRecord]) -> String {
         .iter()
         .filter(|r| r.guest == 0)
         .map(|r| {
-            let s = r.slot.unwrap();
+            let s = r.slot;
             format!(
                 "{:?} set {}/{} {} run {}{} attempt {} ok {}",
                 r.host,
@@ -166,7 +166,7 @@ fn brief(records: &[RunRecord]) -> String {
 fn warmed_once_per_set_before_measuring(records: &[RunRecord], warmups: u32) -> BTreeSet<GuestSet> {
     let mut sets: BTreeMap<GuestSet, Vec<&RunRecord>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.guest == 0) {
-        sets.entry(GuestSet::of(r).unwrap()).or_default().push(r);
+        sets.entry(GuestSet::of(r)).or_default().push(r);
     }
     let mut measuring = BTreeSet::new();
     for (set, recs) in &sets {
@@ -207,14 +207,13 @@ fn warmed_once_per_set_before_measuring(records: &[RunRecord], warmups: u32) -> 
 
 /// The reports' n per cell (through the reports' own model of the journal).
 fn report_n(records: &[RunRecord]) -> Vec<usize> {
-    let header: crate::journal::SweepHeader = serde_json::from_value(serde_json::json!({
+    let header: crate::journal::SweepHeader = crate::journal::tests::header_with(serde_json::json!({
         "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b"],
         "levels": [1.0],
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
         "backend": "mock", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
         "started_at": "t", "ocrig_version": "0",
-    }))
-    .unwrap();
+    }));
     let journal = crate::journal::Journal {
         header,
         runs: records.to_vec(),
@@ -314,7 +313,7 @@ async fn a_resume_after_a_crash_mid_group_warms_its_fresh_guests_and_redoes_noth
             let before_on_host = before
                 .iter()
                 .filter(|r| r.host == set.host)
-                .filter_map(|r| r.slot.map(|s| s.bring_up))
+                .map(|r| r.slot.bring_up)
                 .max()
                 .unwrap_or(0);
             assert!(

@@ -173,12 +173,12 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
     .collect();
     assert_eq!(order, want);
     // One boot group at the level: one block, block 0, on every record.
-    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(0)));
+    assert!(o.records.iter().all(|r| r.slot.block == 0));
     let seqs: Vec<u32> = o
         .records
         .iter()
         .filter(|r| r.guest == 0)
-        .map(|r| r.slot.unwrap().seq)
+        .map(|r| r.slot.seq)
         .collect();
     assert_eq!(seqs, (0..8).collect::<Vec<_>>(), "the order is journaled");
     // Warm-ups are never counted as runs; 2 were made, on the one guest set.
@@ -192,11 +192,7 @@ async fn all_ok_one_shared_boot_interleaved_each_run_counted_once() {
         (6, 0, 1, 2)
     );
     assert_eq!(o.progress, o.total);
-    assert!(
-        o.records
-            .iter()
-            .all(|r| r.attempt == 1 && r.attempt_records == Some(2))
-    );
+    assert!(o.records.iter().all(|r| r.attempt == 1 && r.attempt_records == 2));
     // Guest 1 ran the same workload (background: same), and the evidence is in every record.
     assert!(o.records.iter().all(|r| r.extra.contains_key("vcpu_sched")
         && r.extra.contains_key("guest_stat")
@@ -569,61 +565,18 @@ fn stats_model_of(
     variants: &[&str],
     looks: Option<u32>,
 ) -> crate::stats::cells::Model {
-    let header: crate::journal::SweepHeader = serde_json::from_value(serde_json::json!({
+    let header: crate::journal::SweepHeader = crate::journal::tests::header_with(serde_json::json!({
         "scenario": "t", "scenario_sha256": "00", "baseline": variants[0], "variants": variants,
         "levels": [1.0], "looks": looks,
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
         "backend": "mock", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
         "started_at": "t", "ocrig_version": "0",
-    }))
-    .unwrap();
+    }));
     let journal = crate::journal::Journal {
         header,
         runs: records.to_vec(),
     };
     crate::stats::cells::build(&journal, 0.05, None)
-}
-
-#[tokio::test]
-async fn a_journal_of_an_older_ocrig_resumes_by_the_same_rule() {
-    let old = |variant: &str, run: u32, guest: u32, ok: bool| -> RunRecord {
-        // Exactly the fields an older ocrig wrote: no superseded, attempt_records or slot.
-        serde_json::from_value(serde_json::json!({
-            "variant": variant, "level": 1.0, "workload": "lock", "run": run, "warmup": false,
-            "guest": guest, "guests": 2, "ok": ok, "attempt": 1,
-            "metrics": if ok { serde_json::json!({METRIC: 100.0}) } else { serde_json::json!({}) },
-            "argv": [], "timings": {}, "finished_at": "2026-11-30T10:00:00Z",
-        }))
-        .unwrap()
-    };
-    // Run 0 of a finished; run 1 of a had guest 0 ok while guest 1 failed (the old bug: that
-    // guest-0 result used to count); nothing else was done.
-    let previous = vec![
-        old("a", 0, 0, true),
-        old("a", 0, 1, true),
-        old("a", 1, 0, true),
-        old("a", 1, 1, false),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let o = sweep(&plan(""), Script::default(), previous.clone(), dir.path()).await;
-    let redone: Vec<(String, u32, u32)> = o
-        .records
-        .iter()
-        .filter(|r| r.guest == 0)
-        .map(|r| (r.variant.clone(), r.run, r.attempt))
-        .collect();
-    assert!(
-        !redone.contains(&("a".into(), 0, 1)),
-        "run 0 of a is kept: {redone:?}"
-    );
-    assert!(
-        redone.contains(&("a".into(), 1, 2)),
-        "run 1 of a is redone as attempt 2: {redone:?}"
-    );
-    let mut all = previous;
-    all.extend(o.records);
-    each_run_counted_once(&all, 3, 2);
-    assert_eq!(o.progress, o.total);
 }
 
 #[tokio::test]
@@ -736,7 +689,7 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
         o.records
             .iter()
             .filter(|r| r.variant == v && r.run == run && r.guest == 0 && !r.warmup)
-            .map(|r| (r.attempt, r.slot.unwrap().bring_up, r.ok))
+            .map(|r| (r.attempt, r.slot.bring_up, r.ok))
             .collect()
     };
     // Retried on the same guests, each retry after a wait for a quiet host.
@@ -1093,6 +1046,7 @@ fn a_cells_stopping_rule_decides_once_on_the_pooled_results() {
             "warmup": false, "guest": guest, "guests": 2, "ok": true, "attempt": 1,
             "attempt_records": 2, "metrics": {METRIC: value}, "argv": [], "timings": {},
             "finished_at": "t", "host": if run.is_multiple_of(2) { "h0" } else { "h1" },
+            "slot": {"boot": 0, "bring_up": 1, "seq": run, "block": 0},
         }))
         .unwrap()
     };
@@ -1187,14 +1141,14 @@ fn own_guests(extra: &str) -> Plan {
 }
 
 /// A guest set as [`guest_sets`] names it: (variant, bring-up, block).
-type SetId = (String, u32, Option<u32>);
+type SetId = (String, u32, u32);
 
 /// Each guest set of `records` in the order the sets first appear, with its guest-0 records:
 /// (run, warm-up).
 fn guest_sets(records: &[RunRecord]) -> Vec<(SetId, Vec<(u32, bool)>)> {
     let mut sets: Vec<(SetId, Vec<(u32, bool)>)> = Vec::new();
     for r in records.iter().filter(|r| r.guest == 0) {
-        let slot = r.slot.unwrap();
+        let slot = r.slot;
         let set = (r.variant.clone(), slot.bring_up, slot.block);
         match sets.iter_mut().find(|(s, _)| *s == set) {
             Some((_, runs)) => runs.push((r.run, r.warmup)),
@@ -1223,18 +1177,18 @@ async fn own_guest_variants_alternate_fresh_bring_ups_block_by_block() {
         (("a", 3, 2), vec![w(0), m(4), m(5)]),
         (("b", 3, 2), vec![w(0), m(4), m(5)]),
     ]
-    .map(|((v, bring_up, block), runs)| ((v.to_string(), bring_up, Some(block)), runs));
+    .map(|((v, bring_up, block), runs)| ((v.to_string(), bring_up, block), runs));
     assert_eq!(guest_sets(&o.records), want, "{}", brief(&o.records));
     // Every record of a set (both guests, warm-up included) names the set's block.
     for r in &o.records {
-        let s = r.slot.unwrap();
+        let s = r.slot;
         let same_set = o
             .records
             .iter()
-            .filter(|q| q.variant == r.variant && q.slot.unwrap().bring_up == s.bring_up);
-        assert!(same_set.clone().all(|q| q.slot.unwrap().block == s.block));
+            .filter(|q| q.variant == r.variant && q.slot.bring_up == s.bring_up);
+        assert!(same_set.clone().all(|q| q.slot.block == s.block));
         if !r.warmup {
-            assert_eq!(s.block, Some(r.run / 2), "{r:?}");
+            assert_eq!(s.block, r.run / 2, "{r:?}");
         }
     }
     each_run_counted_once(&o.records, 6, 2);
@@ -1279,7 +1233,7 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
         shared,
         [("a", 0), ("b", 0), ("b", 1), ("a", 1)].map(|(v, r)| (v.to_string(), r))
     );
-    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(r.run)));
+    assert!(o.records.iter().all(|r| r.slot.block == r.run));
     // Without c, each level has one boot group: one block, all runs on one bring-up.
     let s: Scenario = yaml_serde::from_str(&format!(
         "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nruns: 2\n"
@@ -1294,7 +1248,7 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
     let dir = tempfile::tempdir().unwrap();
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
     assert_eq!(o.calls.bring_ups.len(), 2, "one bring-up per level");
-    assert!(o.records.iter().all(|r| r.slot.unwrap().block == Some(0)));
+    assert!(o.records.iter().all(|r| r.slot.block == 0));
 }
 
 #[tokio::test]
@@ -1349,7 +1303,7 @@ async fn every_fresh_guest_set_gets_one_warm_up_of_the_run_it_makes_first() {
         .records
         .iter()
         .filter(|r| r.warmup && r.guest == 0)
-        .map(|r| (r.variant.clone(), r.slot.unwrap().bring_up))
+        .map(|r| (r.variant.clone(), r.slot.bring_up))
         .collect();
     assert_eq!(
         warm_ups,
@@ -1357,7 +1311,7 @@ async fn every_fresh_guest_set_gets_one_warm_up_of_the_run_it_makes_first() {
         "{}",
         brief(&o.records)
     );
-    let first_on_set_2 = o.records.iter().find(|r| r.slot.unwrap().bring_up == 2).unwrap();
+    let first_on_set_2 = o.records.iter().find(|r| r.slot.bring_up == 2).unwrap();
     assert!(first_on_set_2.warmup, "no measured run on unwarmed guests");
     each_run_counted_once(&o.records, 3, 2);
     assert_eq!((o.totals.boots, o.totals.warm_ups, o.totals.runs_ok), (2, 2, 6));
@@ -1378,7 +1332,7 @@ async fn a_self_check_rejection_is_retried_on_the_same_guests_a_guest_failure_on
         o.records
             .iter()
             .filter(|r| r.variant == v && r.run == run && r.guest == 0)
-            .map(|r| (r.attempt, r.slot.unwrap().bring_up, r.ok))
+            .map(|r| (r.attempt, r.slot.bring_up, r.ok))
             .collect()
     };
     assert_eq!(attempts("a", 0), [(1, 1, false), (2, 1, true)], "same guests");
@@ -1417,7 +1371,7 @@ async fn self_check_rejections_and_guest_failures_have_budgets_of_their_own() {
         .records
         .iter()
         .filter(|r| r.variant == "a" && r.run == 0 && r.guest == 0)
-        .map(|r| (r.attempt, r.slot.unwrap().bring_up))
+        .map(|r| (r.attempt, r.slot.bring_up))
         .collect();
     assert_eq!(a0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
     assert!(!settle(&o.records).has_valid_result(&RunKey::new("a", 1.0, "lock", false, 0)));
@@ -1437,7 +1391,7 @@ async fn self_check_rejections_and_guest_failures_have_budgets_of_their_own() {
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
     let valid = settle(&o.records)
         .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 0))
-        .map(|r| (r.attempt, r.slot.unwrap().bring_up));
+        .map(|r| (r.attempt, r.slot.bring_up));
     assert_eq!(valid, Some((4, 2)), "{}", brief(&o.records));
     each_run_counted_once(&o.records, 3, 2);
     // A budget of 0 rejections: the first rejection gives the slot up.
@@ -1474,7 +1428,7 @@ async fn a_warm_up_its_self_checks_reject_is_made_again_on_the_same_guests() {
                 .records
                 .iter()
                 .filter(|r| r.guest == 0)
-                .map(|r| (r.warmup, r.attempt, r.ok, r.slot.unwrap().bring_up))
+                .map(|r| (r.warmup, r.attempt, r.ok, r.slot.bring_up))
                 .collect();
             each_run_counted_once(&o.records, 3, 2);
             (shape, o)
@@ -1555,7 +1509,7 @@ async fn an_interrupted_blocked_sweep_resumes_with_exactly_the_missing_runs() {
         (("b", 3, 1), vec![(0, true), (3, false)]),
         (("a", 2, 1), vec![(0, true), (2, false), (3, false)]),
     ]
-    .map(|((v, bring_up, block), runs)| ((v.to_string(), bring_up, Some(block)), runs));
+    .map(|((v, bring_up, block), runs)| ((v.to_string(), bring_up, block), runs));
     assert_eq!(guest_sets(&o.records), want, "{}", brief(&o.records));
     assert!(o.records.iter().all(|r| r.attempt == 1));
     let mut all = before;
@@ -1593,7 +1547,7 @@ async fn two_hosts_are_dealt_whole_blocks_so_each_pair_is_made_on_one_host() {
     b.unwrap();
     let records = pool.into_inner().unwrap().records;
     for r in &records {
-        let block = r.slot.unwrap().block.unwrap();
+        let block = r.slot.block;
         assert_eq!(r.host, Some(format!("h{}", block % 2)), "{r:?}");
     }
     // Each host brought up each group once: its block of each.
@@ -1615,7 +1569,7 @@ fn a_stopping_rule_in_a_blocked_group_judges_whole_blocks() {
             "variant": cell.variant, "level": 1.0, "workload": cell.workload.id, "run": run,
             "warmup": false, "guest": guest, "guests": 2, "ok": true, "attempt": 1,
             "attempt_records": 2, "metrics": {METRIC: value}, "argv": [], "timings": {},
-            "finished_at": "t",
+            "finished_at": "t", "slot": {"boot": 0, "bring_up": run / 2 + 1, "seq": run % 2, "block": run / 2},
         }))
         .unwrap()
     };
