@@ -450,7 +450,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        // `SetEnv SHLVL=1` keeps root's ~/.bashrc out of the sessions (see tests/e2e_remote.rs).
+        // `SetEnv SHLVL=1` keeps root's ~/.bashrc out of the sessions (see tests/guests/remote.rs).
         let cfg = format!(
             "ListenAddress 127.0.0.1:{port}\nHostKey {}\nAuthorizedKeysFile {}\nUsePAM no\nStrictModes no\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\

@@ -1,12 +1,22 @@
-//! What the end-to-end tests that run one real sweep share.
+//! What the end-to-end tests that run one real sweep share (the `guests` test binary).
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+static ONE_SWEEP: Mutex<()> = Mutex::new(());
+
+/// One sweep at a time in this test binary: every test that boots guests or runs a sweep on this
+/// host's CPUs holds it throughout (taken first thing), since the guests of two sweeps would
+/// share the 2 host CPUs and distort each other's timings (and the test kernels' build takes
+/// them too). A test that failed holding it does not poison it for the others.
+pub fn one_sweep() -> MutexGuard<'static, ()> {
+    ONE_SWEEP.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Writes `scenario` to `file` in a fresh temporary directory and runs `ocrig run` on it there
 /// (queued behind any other sweep on these CPUs), failing the test with ocrig's stderr if the
 /// sweep fails. Returns the directory (removed when dropped) and the results root inside it.
-#[allow(dead_code)] // not every test binary runs its sweep through it
 pub fn run_scenario(file: &str, scenario: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join(file);
@@ -28,7 +38,6 @@ pub fn run_scenario(file: &str, scenario: &str) -> (tempfile::TempDir, PathBuf) 
 }
 
 /// The one results directory of a sweep run by [`run_scenario`] under `results`.
-#[allow(dead_code)] // not every test binary reads it
 pub fn results_dir(results: &std::path::Path) -> PathBuf {
     std::fs::read_dir(results)
         .unwrap()
@@ -41,7 +50,6 @@ pub fn results_dir(results: &std::path::Path) -> PathBuf {
 /// The boot group facts that apply to `rec` (`extra.group`), whole: its own when its attempt
 /// was its guest set's first, else those of the record its `facts_on` names (same boot group
 /// and bring-up), where a guest set's facts are journaled once.
-#[allow(dead_code)] // not every test binary reads them
 pub fn group_facts<'a>(
     runs: &'a [&'a serde_json::Value],
     rec: &'a serde_json::Value,
@@ -70,7 +78,6 @@ pub fn group_facts<'a>(
 /// `ocrig validate` of the shipped `scenarios/<name>`, each `(path, tree)` of `trees` put in
 /// place of the user's tree path it names (`/srv/kernels/base`): the scenario must name every
 /// one, and validate with the built trees.
-#[allow(dead_code)] // not every test binary boots its own kernels
 pub fn validate_shipped_with_trees(name: &str, trees: &[(&str, &std::path::Path)]) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let mut text = std::fs::read_to_string(dir.join(name)).unwrap();
@@ -95,7 +102,6 @@ pub fn validate_shipped_with_trees(name: &str, trees: &[(&str, &std::path::Path)
 
 /// The test kernel trees tests/kernel/build-test-kernel builds (`base`, `patched`,
 /// `spinfirst`), building them the first time on this machine (about 6 minutes here).
-#[allow(dead_code)] // not every test binary boots its own kernels
 pub fn test_kernel_trees() -> std::collections::BTreeMap<String, PathBuf> {
     let t0 = std::time::Instant::now();
     let out =
@@ -121,7 +127,6 @@ pub fn test_kernel_trees() -> std::collections::BTreeMap<String, PathBuf> {
 
 /// A report comparison row's effect (`report.json`): its ratio and interval, checked to hold the
 /// ratio inside the interval.
-#[allow(dead_code)] // not every test binary reads comparisons
 pub fn checked_effect(row: &serde_json::Value) -> (f64, f64, f64) {
     let e = &row["effect"];
     let (ratio, low, high) = (

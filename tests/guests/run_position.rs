@@ -17,10 +17,10 @@
 //! a restore) that costs 5 % or more still fails. The figures are printed for the record, with
 //! the other load of each run.
 
-mod common;
-
 use serde_json::Value;
 use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use crate::common;
 
 const SCENARIO: &str = "\
 name: run-position
@@ -50,6 +50,7 @@ warmup_runs: 0
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~19 s)")]
 fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
+    let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("position.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)
         .unwrap()

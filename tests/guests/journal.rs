@@ -7,25 +7,21 @@
 //!
 //! These sweeps run on the host backend (no guests: a sweep of 12 short lock runs takes about a
 //! second) and measure nothing, so they take their CPU claims in a private directory instead of
-//! queueing behind the real sweeps of a shared machine. One test runs real guests.
+//! queueing behind the real sweeps of a shared machine; still, one sweep at a time: each holds
+//! [`common::one_sweep`] (they would share the host CPUs with each other and with the guests'
+//! sweeps). One test runs real guests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One sweep at a time: they would share the host CPUs and the private claims directory.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common;
 
 fn say(msg: impl AsRef<str>) {
-    eprintln!("[e2e_journal] {}", msg.as_ref());
+    eprintln!("[journal] {}", msg.as_ref());
 }
 
 /// 2 variants × 2 levels × 1 workload × `runs` runs of a 30 ms lock workload.
@@ -353,7 +349,7 @@ fn listing(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     ignore = "full tier: runs sweeps on this host's CPUs (~99 s)"
 )]
 fn a_journal_torn_inside_its_last_record_is_cut_and_resumed() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let sc = b.write_scenario("s.yaml", &host_scenario("torn", ""));
     let out = b.run(&sc);
@@ -458,7 +454,7 @@ fn fill(dir: &Path) -> PathBuf {
     ignore = "full tier: runs sweeps on this host's CPUs (~61 s)"
 )]
 fn a_full_disk_mid_append_stops_the_sweep_and_resume_continues_once_freed() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let Some(fs) = Tmpfs::mount(&b.path("small"), "64m") else {
         say("skipped: cannot mount a tmpfs (not root?)");
@@ -518,7 +514,7 @@ fn a_full_disk_mid_append_stops_the_sweep_and_resume_continues_once_freed() {
     ignore = "full tier: runs sweeps on this host's CPUs (~31 s)"
 )]
 fn sigkill_at_random_points_then_resume_twenty_times() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let seed = std::env::var("E2E_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -567,7 +563,7 @@ fn sigkill_at_random_points_then_resume_twenty_times() {
     ignore = "full tier: runs sweeps on this host's CPUs (~80 s)"
 )]
 fn a_second_writer_of_a_results_directory_is_refused_or_waits_and_redoes_nothing() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let sc = b.write_scenario("s.yaml", &host_scenario("two", "runs: 12\n"));
     let mut first = b.spawn(&sc);
@@ -626,7 +622,7 @@ fn a_second_writer_of_a_results_directory_is_refused_or_waits_and_redoes_nothing
     ignore = "full tier: runs sweeps on this host's CPUs (~61 s)"
 )]
 fn a_resume_on_anything_else_is_refused_unless_accepted_and_then_recorded() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let yaml = host_scenario("changes", "");
     let sc = b.write_scenario("s.yaml", &yaml);
@@ -764,7 +760,7 @@ fn a_directory_that_is_not_a_results_directory_is_refused_and_left_as_it_was() {
     ignore = "full tier: runs sweeps on this host's CPUs (~113 s)"
 )]
 fn killed_and_resumed_three_times_a_sweep_ends_as_an_uninterrupted_one() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let sc = b.write_scenario(
         "s.yaml",
@@ -804,11 +800,11 @@ fn killed_and_resumed_three_times_a_sweep_ends_as_an_uninterrupted_one() {
 /// How long `--resume` takes to decide on a journal of 100,000 records (here: that the sweep is
 /// finished). Nothing in the decision may be quadratic: minutes, not hours, even unoptimised.
 /// A measurement more than a test (the journal is 280 MB; parsing it is most of the time):
-/// `cargo test --test e2e_journal -- --ignored --nocapture resume_decides`.
+/// `cargo test --test guests -- --ignored --nocapture resume_decides`.
 #[test]
 #[ignore = "measurement: writes a 280 MB journal and parses it (~40 s CPU unoptimised)"]
 fn resume_decides_on_a_journal_of_100_000_records() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let runs = 25_000;
     let sc = b.write_scenario("s.yaml", &host_scenario("big", &format!("runs: {runs}\n")));
@@ -849,7 +845,7 @@ fn resume_decides_on_a_journal_of_100_000_records() {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~74 s)")]
 fn on_real_guests_a_torn_journal_is_resumed_to_one_result_per_run() {
-    let _s = serial();
+    let _one = common::one_sweep();
     let b = Bench::new();
     let sc = b.write_scenario(
         "s.yaml",

@@ -1,6 +1,6 @@
 //! Malformed scenarios of many kinds: each is refused by `ocrig run` with exit status 2 and a
 //! message that names the file, the line and the field, before anything boots and without a
-//! results directory. (tests/cli_errors.rs covers an unknown top-level field, zero threads, an
+//! results directory. (tests/commands/cli_errors.rs covers an unknown top-level field, zero threads, an
 //! unknown workload command and a fractional guest count; they are not repeated here.)
 
 use std::process::Command;

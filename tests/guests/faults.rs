@@ -5,7 +5,7 @@
 //!
 //! The scenario is the smallest there is: level 0.5 on 2 host CPUs = one 1-vCPU guest, the
 //! test-and-set lock for a few seconds, 2 measured runs, a 20 s run deadline. The tests run one
-//! at a time (a file-level mutex): each boots guests under TCG on a 2-core host, and the timing
+//! at a time ([`common::one_sweep`]): each boots guests under TCG on a 2-core host, and the timing
 //! assertions only make sense without a second sweep competing for the CPUs.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,18 +13,12 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use serde_json::Value;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One QEMU test at a time; a failed test must not poison the others.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common;
 
 /// Payload duration: long enough to find the payload running over SSH and inject a fault.
 const DURATION_MS: u32 = 6000;
@@ -55,7 +49,7 @@ timeouts: {{run_s: 20, boot_s: 120, retries: 1}}
 }
 
 fn say(msg: impl AsRef<str>) {
-    eprintln!("[e2e_faults] {}", msg.as_ref());
+    eprintln!("[faults] {}", msg.as_ref());
 }
 
 // ------------------------------------------------------------------ QEMU processes on the host
@@ -555,7 +549,6 @@ impl Journal {
 /// Injects `fault` once the payload runs, then checks the sweep journaled a failure, retried
 /// it on fresh guests, finished with exit status 0 and left no QEMU behind.
 fn fault_is_retried(name: &str, fault: impl FnOnce(u32, u16)) -> (Journal, Value) {
-    let _serial = serial();
     let mut sweep = Sweep::start(name);
     let (qemu, run_id, port) = sweep.wait_guest(Duration::from_secs(180));
     say(format!("sweep {run_id}: guest QEMU {qemu}, SSH on port {port}"));
@@ -590,6 +583,7 @@ fn fault_is_retried(name: &str, fault: impl FnOnce(u32, u16)) -> (Journal, Value
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~73 s)")]
 fn sigstop_of_a_guest_times_out_and_is_retried() {
+    let _one = common::one_sweep();
     let (_j, failed) = fault_is_retried("fault-sigstop", |qemu, _| {
         say(format!("SIGSTOP to QEMU {qemu}"));
         kill(qemu, Signal::STOP);
@@ -604,6 +598,7 @@ fn sigstop_of_a_guest_times_out_and_is_retried() {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~33 s)")]
 fn sigkill_of_a_guest_is_retried() {
+    let _one = common::one_sweep();
     fault_is_retried("fault-qemu-kill", |qemu, _| {
         say(format!("SIGKILL to QEMU {qemu}"));
         kill(qemu, Signal::KILL);
@@ -613,6 +608,7 @@ fn sigkill_of_a_guest_is_retried() {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~49 s)")]
 fn guest_kernel_panic_is_retried_with_the_console_tail() {
+    let _one = common::one_sweep();
     let (_j, failed) = fault_is_retried("fault-panic", |_, port| {
         say("echo c > /proc/sysrq-trigger in the guest");
         // The guest dies under the command: the client is cut off, or sees the link drop.
@@ -630,6 +626,7 @@ fn guest_kernel_panic_is_retried_with_the_console_tail() {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~27 s)")]
 fn dropped_ssh_session_is_retried() {
+    let _one = common::one_sweep();
     fault_is_retried("fault-ssh-drop", |_, port| {
         // dropbear runs in the foreground under init (-F, pid file /run/dropbear.pid); each
         // connection is served by a forked child. Kill every child but the one serving us, all
@@ -660,7 +657,6 @@ fn dropped_ssh_session_is_retried() {
 /// Sends `sig` to ocrig mid-run; checks its exit status, that every guest is gone within 5 s
 /// and that the journal holds only whole lines.
 fn signal_stops_everything(name: &str, sig: Signal, code: i32) {
-    let _serial = serial();
     let mut sweep = Sweep::start(name);
     let (_, run_id, port) = sweep.wait_guest(Duration::from_secs(180));
     sweep.wait_payload(port, Duration::from_secs(180));
@@ -696,19 +692,21 @@ fn signal_stops_everything(name: &str, sig: Signal, code: i32) {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~33 s)")]
 fn sigint_exits_130_and_stops_every_guest() {
+    let _one = common::one_sweep();
     signal_stops_everything("fault-sigint", Signal::INT, 130);
 }
 
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~58 s)")]
 fn sigterm_exits_143_and_stops_every_guest() {
+    let _one = common::one_sweep();
     signal_stops_everything("fault-sigterm", Signal::TERM, 143);
 }
 
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~47 s)")]
 fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
-    let _serial = serial();
+    let _one = common::one_sweep();
     let mut sweep = Sweep::start("fault-resume");
     let (_, run_id, port) = sweep.wait_guest(Duration::from_secs(180));
     // Let run 0 finish and be journaled, then kill ocrig in the middle of run 1.
@@ -790,7 +788,7 @@ fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
     ignore = "full tier: runs sweeps on this host's CPUs (~2 s)"
 )]
 fn a_second_sweep_on_busy_cpus_is_refused_naming_the_first() {
-    let _serial = serial();
+    let _one = common::one_sweep();
     let tmp = tempfile::tempdir().unwrap();
     let first_yaml = tmp.path().join("holder.yaml");
     std::fs::write(

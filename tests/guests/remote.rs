@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common;
+
 /// A private sshd for one test; killed (by its pid) when dropped.
 struct Sshd {
     dir: tempfile::TempDir,
@@ -193,6 +195,7 @@ fn refused(scenario: &Path, env: &[(&str, &str)], want: &[&str]) {
     ignore = "full tier: boots guests on a remote host over SSH (~2 s)"
 )]
 fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
+    let _one = common::one_sweep();
     let sshd = Sshd::start();
     let tmp = tempfile::tempdir().unwrap();
     let host = format!("root@127.0.0.1:{}", sshd.port);
@@ -322,6 +325,7 @@ fn journal(results: &Path) -> (PathBuf, Value, Vec<Value>) {
     ignore = "full tier: boots guests on a remote host over SSH (~35 s)"
 )]
 fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
+    let _one = common::one_sweep();
     let sshd = Sshd::start();
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results");
@@ -508,6 +512,7 @@ impl Sshd {
     ignore = "full tier: boots guests on a remote host over SSH (~88 s)"
 )]
 fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
+    let _one = common::one_sweep();
     let mut sshd = Sshd::start();
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results");

@@ -12,11 +12,11 @@
 //! one measured sweep): the host's other load is printed next to the figures, and the issue's
 //! stronger claims (1x ≤ 1 % of intervals stretched, 2x ≥ 10×) are printed, not asserted.
 
-mod common;
-
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+
+use crate::common;
 
 const SCENARIO: &str = "\
 name: preemption-e2e
@@ -75,6 +75,7 @@ impl Side {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~36 s)")]
 fn stretched_handovers_rise_with_overcommit_and_cost_the_fifo_lock_most() {
+    let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("preemption.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)
         .unwrap()

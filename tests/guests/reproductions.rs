@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 /// A sweep's report (`report.json`) and counted runs (ok, not warm-ups), and its text report.
 struct Sweep {
@@ -138,6 +138,7 @@ impl Sweep {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~39 s)")]
 fn the_mutex_paradoxs_slower_contended_path_cuts_contended_acquisitions() {
+    let _one = common::one_sweep();
     let s = sweep(
         "seed000-small.yaml",
         "name: seed000-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
@@ -168,6 +169,7 @@ fn the_mutex_paradoxs_slower_contended_path_cuts_contended_acquisitions() {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~25 s)")]
 fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcommit() {
+    let _one = common::one_sweep();
     let s = sweep(
         "seed001-small.yaml",
         "name: seed001-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
@@ -221,6 +223,7 @@ fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcom
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~157 s)")]
 fn waiting_for_kernel_locks_from_sysfs_walks_grows_in_the_guest_profile_under_overcommit() {
+    let _one = common::one_sweep();
     let s = sweep(
         "seed002-small.yaml",
         "name: seed002-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
@@ -280,6 +283,7 @@ fn waiting_for_kernel_locks_from_sysfs_walks_grows_in_the_guest_profile_under_ov
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~136 s)")]
 fn the_spin_first_qspinlock_table_is_complete_at_every_level() {
+    let _one = common::one_sweep();
     let trees = common::test_kernel_trees();
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);
     common::validate_shipped_with_trees(

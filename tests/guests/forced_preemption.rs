@@ -19,14 +19,14 @@
 //!   on its runqueue for less than half of it (its runqueue wait is read; it may switch the
 //!   thread out for a moment once the vCPU is back: its clock jumped the whole stall);
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::common;
 
 /// How long each burst takes the CPU: above any stretch the host's own load made at 1x here
 /// (the longest other than the bursts: 3.1 and 8.7 ms in two runs, 2026-12-05; the test prints
@@ -186,9 +186,6 @@ fn observed(results: &std::path::Path) -> Value {
     o
 }
 
-/// One sweep at a time: the tests of this file each take a CPU on purpose.
-static ONE_SWEEP: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// The valid measured runs of the one sweep under `results`, the journal's header, and all
 /// its records.
 fn journal(results: &std::path::Path) -> (Value, Vec<Value>) {
@@ -219,7 +216,7 @@ fn valid_runs(all: &[Value]) -> Vec<&Value> {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~16 s)")]
 fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
-    let _one = ONE_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("stall.yaml", &scenario(true));
     let (_, all) = journal(&results);
     let runs = valid_runs(&all);
@@ -289,6 +286,7 @@ fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~33 s)")]
 fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_intervals() {
+    let _one = common::one_sweep();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIPPED LOUDLY: the forced-preemption test needs root for its SCHED_FIFO hog");
@@ -297,7 +295,6 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
     let cpus = allowed_cpus();
     assert!(cpus.len() >= 2, "two CPUs to run the guest on: {cpus:?}");
     let hogged = cpus[1];
-    let _one = ONE_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
     let hog = Hog::start(hogged);
     let (_tmp, results) = common::run_scenario("forced.yaml", &scenario(false));
     let bursts = hog.stop();

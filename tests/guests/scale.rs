@@ -6,12 +6,12 @@
 //! nothing of the sweep is left running afterwards. Also: a level that cannot fit is refused
 //! with its arithmetic, exit 2, before anything boots.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+
+use crate::common;
 
 const SCENARIO: &str = "\
 name: scale-8
@@ -80,6 +80,7 @@ fn qemus_under(dir: &Path) -> Vec<String> {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~14 s)")]
 fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
+    let _one = common::one_sweep();
     let (tmp, results) = common::run_scenario("scale-8.yaml", SCENARIO);
     let (dir, lines) = journal(&results);
     let runs: Vec<&Value> = lines.iter().filter(|r| r["type"] == "run").collect();

@@ -11,11 +11,12 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~41 s)")]
 fn locktorture_runs_in_guests_of_a_kernel_built_with_it_and_compares_two_kernels() {
+    let _one = common::one_sweep();
     let trees = common::test_kernel_trees();
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);
     // The shipped scenario, pointed at these trees, is valid as it stands otherwise.

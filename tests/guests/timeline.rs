@@ -11,13 +11,13 @@
 //! Where the host cannot be traced (not root, no tracefs) the record must say why instead, and
 //! the test checks that the report shows the reason.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+
+use crate::common;
 
 const SCENARIO: &str = "\
 name: timeline-2x
@@ -150,6 +150,7 @@ addEventListener('load', () => {
     ignore = "full tier: boots guests and traces the host (root, tracefs) (~13 s)"
 )]
 fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
+    let _one = common::one_sweep();
     let (tmp, results) = common::run_scenario("timeline.yaml", SCENARIO);
     let dir = common::results_dir(&results);
     // The counted attempt (a run's attempt that broke a physics check is retried).

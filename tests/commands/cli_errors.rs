@@ -101,8 +101,8 @@ fn validate_accepts_every_shipped_scenario() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        // Their build trees are the user's; tests/e2e_own_kernel.rs, e2e_locktorture.rs and
-        // e2e_reproductions.rs validate them with real ones.
+        // Their build trees are the user's; tests/guests/own_kernel.rs, locktorture.rs and
+        // reproductions.rs validate them with real ones.
         .filter(|p| {
             !["own-kernels.yaml", "locktorture.yaml", "seed004-spinfirst.yaml"]
                 .iter()

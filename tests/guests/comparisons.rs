@@ -21,11 +21,11 @@
 //! (hold 2400) was "not concluded" at six rounds there, as it should be. Each row's figures are
 //! printed for the record. About three minutes here (twelve bring-ups, clones).
 
-mod common;
-
 use std::process::Command;
 
 use serde_json::Value;
+
+use crate::common;
 
 const SCENARIO: &str = "\
 name: comparisons
@@ -60,6 +60,7 @@ schedule: {runs_per_bring_up: 1}
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~89 s)")]
 fn an_a_a_pair_never_differs_and_a_known_effect_is_found() {
+    let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("comparisons.yaml", SCENARIO);
     let dir = std::fs::read_dir(&results)
         .unwrap()

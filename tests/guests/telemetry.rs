@@ -13,13 +13,13 @@
 //! facts (no steal, no KVM statistics, each with its reason), the telemetry's own CPU cost
 //! (target ≤ 1 % of the run's CPU), and that the report shows the journal's numbers.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+
+use crate::common;
 
 const SCENARIO: &str = "\
 name: vcpu-wait-physics
@@ -71,6 +71,7 @@ fn cpu_of(rec: &Value, g: u64) -> u64 {
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~28 s)")]
 fn vcpu_wait_share_is_one_minus_one_over_the_level() {
+    let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("physics.yaml", SCENARIO);
     let (header, runs, dir) = journal(&results);
     let tcg = header["accel"] == "tcg";

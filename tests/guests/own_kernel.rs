@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -80,16 +80,13 @@ fn split(src: &Path, variant: &str, dest: &Path) {
     }
 }
 
-/// One sweep at a time: guests of two sweeps would share the 2 host CPUs.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
     ignore = "full tier: boots guests of kernels built here (~34 s)"
 )]
 fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::one_sweep();
     let (base, patched) = trees();
     let tmp = tempfile::tempdir().unwrap();
 
@@ -255,7 +252,7 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
     ignore = "full tier: boots guests of kernels built here (~19 s)"
 )]
 fn a_guest_without_eth0_fails_at_once_on_both_start_paths() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::one_sweep();
     let (base, _) = trees();
     let tmp = tempfile::tempdir().unwrap();
     for start in ["boot", "clone"] {

@@ -8,6 +8,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::common;
+
 fn journal_lines(results: &Path) -> (Value, Vec<Value>) {
     let dirs: Vec<_> = std::fs::read_dir(results)
         .unwrap()
@@ -22,15 +24,13 @@ fn journal_lines(results: &Path) -> (Value, Vec<Value>) {
     (header, lines.collect())
 }
 
-/// One sweep at a time: guests of two sweeps would share the 2 host CPUs and distort timings.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
     ignore = "full tier: boots guests (QEMU and libvirt) (~45 s)"
 )]
 fn smoke_sweep_on_real_guests_with_qemu() {
+    let _one = common::one_sweep();
     smoke("qemu");
 }
 
@@ -40,11 +40,11 @@ fn smoke_sweep_on_real_guests_with_qemu() {
     ignore = "full tier: boots guests (QEMU and libvirt) (~25 s)"
 )]
 fn smoke_sweep_on_real_guests_with_libvirt() {
+    let _one = common::one_sweep();
     smoke("libvirt");
 }
 
 fn smoke(backend: &str) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results");

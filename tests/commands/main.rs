@@ -1,0 +1,8 @@
+//! The tests of ocrig's commands that boot no guest: bad input refused before anything boots
+//! (`cli_errors`, `scenario_errors`, `validate_trace_events`) and the HTML report in a real
+//! browser (`report_browser`). One test binary; the tests that boot guests are `tests/guests`.
+
+mod cli_errors;
+mod report_browser;
+mod scenario_errors;
+mod validate_trace_events;
