@@ -1,8 +1,10 @@
 //! What the end-to-end tests that run one real sweep share (the `guests` test binary).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
 
 static ONE_SWEEP: Mutex<()> = Mutex::new(());
 
@@ -45,6 +47,25 @@ pub fn results_dir(results: &std::path::Path) -> PathBuf {
         .unwrap()
         .unwrap()
         .path()
+}
+
+/// [`results_dir`], checked to be the only directory under `results`.
+pub fn only_results_dir(results: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "expected one results directory, got {dirs:?}");
+    dirs.into_iter().next().unwrap()
+}
+
+/// The journal of the results directory `dir` (`journal.jsonl`, every line JSON): its header
+/// and the lines after it (run records, and a resume's entries).
+pub fn journal(dir: &Path) -> (Value, Vec<Value>) {
+    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let header = lines.next().unwrap();
+    (header, lines.collect())
 }
 
 /// The boot group facts that apply to `rec` (`extra.group`), whole: its own when its attempt

@@ -62,12 +62,7 @@ schedule: {runs_per_bring_up: 1}
 fn an_a_a_pair_never_differs_and_a_known_effect_is_found() {
     let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("comparisons.yaml", SCENARIO);
-    let dir = std::fs::read_dir(&results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = common::results_dir(&results);
     let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
         .args(["report", "--format", "json"])
         .arg(&dir)

@@ -186,20 +186,6 @@ fn observed(results: &std::path::Path) -> Value {
     o
 }
 
-/// The valid measured runs of the one sweep under `results`, the journal's header, and all
-/// its records.
-fn journal(results: &std::path::Path) -> (Value, Vec<Value>) {
-    let dir = common::results_dir(results);
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    let all = text
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (header, all)
-}
-
 fn valid_runs(all: &[Value]) -> Vec<&Value> {
     all.iter()
         .filter(|r| r["ok"] == true && r["guest"] == 0 && r.get("superseded").is_none())
@@ -218,7 +204,7 @@ fn valid_runs(all: &[Value]) -> Vec<&Value> {
 fn a_cpu_the_guest_takes_for_known_intervals_comes_back_as_guest_preemptions() {
     let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("stall.yaml", &scenario(true));
-    let (_, all) = journal(&results);
+    let (_, all) = common::journal(&common::results_dir(&results));
     let runs = valid_runs(&all);
     assert_eq!(runs.len(), 2, "2 valid runs");
     let slack = SLACK.as_nanos() as i64;
@@ -305,7 +291,7 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
         bursts.len()
     );
 
-    let (header, all) = journal(&results);
+    let (header, all) = common::journal(&common::results_dir(&results));
     assert_eq!(header["host_cpus"][1], hogged, "{header}");
     let refs: Vec<&Value> = all.iter().collect();
     let runs = valid_runs(&all);

@@ -39,10 +39,9 @@ fn locktorture_runs_in_guests_of_a_kernel_built_with_it_and_compares_two_kernels
     let (_tmp, results) = common::run_scenario("locktorture.yaml", &scenario);
     eprintln!("sweep took {:.1} s", t0.elapsed().as_secs_f64());
     let dir = common::results_dir(&results);
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
-    let header = lines.next().unwrap();
-    let runs: Vec<Value> = lines
+    let (header, records) = common::journal(&dir);
+    let runs: Vec<Value> = records
+        .into_iter()
         .filter(|r| r["type"] == "run" && r["ok"] == true && r["warmup"] != true)
         .collect();
 

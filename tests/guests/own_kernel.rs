@@ -39,13 +39,6 @@ fn run(scenario: &Path, results: &Path) -> std::process::Output {
     ocrig(&["run", s, "--quiet", "--wait-for-cpus", "--results", r])
 }
 
-fn read_journal(dir: &Path) -> (Value, Vec<Value>) {
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
-    let header = lines.next().unwrap();
-    (header, lines.collect())
-}
-
 /// Every `*.console.log` under `dir`.
 fn consoles(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -61,7 +54,7 @@ fn consoles(dir: &Path, out: &mut Vec<PathBuf>) {
 /// A results directory holding only `variant`'s part of `src` (its header narrowed to it).
 fn split(src: &Path, variant: &str, dest: &Path) {
     std::fs::create_dir_all(dest).unwrap();
-    let (mut header, runs) = read_journal(src);
+    let (mut header, runs) = common::journal(src);
     header["variants"] = serde_json::json!([variant]);
     header["baseline"] = serde_json::json!(variant);
     for key in ["kernels", "kernel_identity"] {
@@ -143,13 +136,8 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ocrig run failed:\n{stderr}");
     eprintln!("sweep took {:.1} s", t0.elapsed().as_secs_f64());
-    let dirs: Vec<PathBuf> = std::fs::read_dir(&results)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    let dir = &dirs[0];
-    let (header, runs) = read_journal(dir);
+    let dir = &common::only_results_dir(&results);
+    let (header, runs) = common::journal(dir);
 
     // Identity in the journal header: one release, three kernels.
     let id = &header["kernel_identity"];
@@ -278,12 +266,7 @@ fn a_guest_without_eth0_fails_at_once_on_both_start_paths() {
             "start: {start}: ocrig run ended after {took:.1} s (exit {:?})",
             out.status.code()
         );
-        let dir = std::fs::read_dir(&results)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let dir = common::results_dir(&results);
         let journal = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
         assert!(
             journal.contains("no network interface"),

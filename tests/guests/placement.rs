@@ -14,7 +14,6 @@
 //! that misses the bound is run again (at most three times); the last one is asserted.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde_json::Value;
 
@@ -44,20 +43,6 @@ warmup_runs: 0
 
 const LEVELS: [f64; 4] = [1.0, 1.5, 2.0, 2.5];
 const BOUND: f64 = 0.1;
-
-fn journal(results: &Path) -> Vec<Value> {
-    let dir = std::fs::read_dir(results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    text.lines()
-        .skip(1)
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .collect()
-}
 
 /// Guest `g`'s vCPU 0 host CPUs, from the placement the sweep journaled.
 fn cpus_of(rec: &Value, g: u64) -> Vec<u64> {
@@ -156,7 +141,8 @@ fn every_guest_waits_one_minus_one_over_the_level() {
     let mut last = None;
     for attempt in 1..=3 {
         let (_tmp, results) = common::run_scenario("placement.yaml", SCENARIO);
-        let v = judge(&journal(&results));
+        let (_, runs) = common::journal(&common::results_dir(&results));
+        let v = judge(&runs);
         eprintln!("attempt {attempt}:\n{}", v.lines.join("\n"));
         let busy = v.worst_foreign > 0.15;
         let ok = v.ok;

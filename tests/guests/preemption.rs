@@ -77,17 +77,10 @@ impl Side {
 fn stretched_handovers_rise_with_overcommit_and_cost_the_fifo_lock_most() {
     let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("preemption.yaml", SCENARIO);
-    let dir = std::fs::read_dir(&results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let runs: Vec<Value> = text
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str(l).unwrap())
+    let dir = common::results_dir(&results);
+    let (_, records) = common::journal(&dir);
+    let runs: Vec<Value> = records
+        .into_iter()
         .filter(|r: &Value| r["ok"] == true && r["guest"] == 0 && r.get("superseded").is_none())
         .filter(|r| r["warmup"] == false)
         .collect();

@@ -307,18 +307,6 @@ fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
     );
 }
 
-fn journal(results: &Path) -> (PathBuf, Value, Vec<Value>) {
-    let dirs: Vec<_> = std::fs::read_dir(results)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    let text = std::fs::read_to_string(dirs[0].join("journal.jsonl")).unwrap();
-    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
-    let header = lines.next().unwrap();
-    (dirs[0].clone(), header, lines.collect())
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
@@ -347,7 +335,8 @@ fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
     assert!(out.status.success(), "ocrig run failed:\n{stderr}");
     assert!(stderr.contains("SSH tunnel(s) set up"), "{stderr}");
 
-    let (dir, header, all) = journal(&results);
+    let dir = common::only_results_dir(&results);
+    let (header, all) = common::journal(&dir);
     assert_eq!(header["backend"], "libvirt");
     // An attempt the payload's self-checks rejected is retried, as it should be (a cloud VM's
     // CPU speed moves); its records do not count. Any other failed attempt fails the test.
@@ -571,7 +560,8 @@ fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
     assert!(stderr.contains(&format!("host {ssh_label} was lost")), "{stderr}");
     assert!(stderr.contains("go to local (qemu:///system)"), "{stderr}");
 
-    let (dir, header, runs) = journal(&results);
+    let dir = common::only_results_dir(&results);
+    let (header, runs) = common::journal(&dir);
     assert_eq!(header["hosts"][1], ssh_label.as_str(), "{header}");
     // The report compares the hosts cell by cell.
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();

@@ -41,9 +41,9 @@ fn sweep(file: &str, scenario: &str) -> Sweep {
     eprintln!("{file}: sweep took {:.1} s", t0.elapsed().as_secs_f64());
     let dir = common::results_dir(&results);
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
-    let runs = read("journal.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    let (_, records) = common::journal(&dir);
+    let runs = records
+        .into_iter()
         .filter(|r| r["type"] == "run" && r["ok"] == true && r["warmup"] != true)
         .collect();
     let text = report_text(&dir);

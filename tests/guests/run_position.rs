@@ -52,19 +52,8 @@ warmup_runs: 0
 fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
     let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("position.yaml", SCENARIO);
-    let dir = std::fs::read_dir(&results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let all: Vec<Value> = text
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|r: &Value| r["guest"] == 0)
-        .collect();
+    let (_, records) = common::journal(&common::results_dir(&results));
+    let all: Vec<Value> = records.into_iter().filter(|r: &Value| r["guest"] == 0).collect();
     // An attempt the payload's self-checks rejected (the calibration drifted: this cloud VM's
     // CPU speed moves) is retried in fresh guests; any other failure fails the test.
     let self_check = |r: &Value| {

@@ -48,21 +48,6 @@ timeouts:
   boot_s: 300
 ";
 
-fn journal(results: &Path) -> (std::path::PathBuf, Vec<Value>) {
-    let dir = std::fs::read_dir(results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let lines = text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .collect();
-    (dir, lines)
-}
-
 /// QEMU processes whose command line names `dir` (their work directories are under it).
 fn qemus_under(dir: &Path) -> Vec<String> {
     let out = Command::new("pgrep")
@@ -82,8 +67,9 @@ fn qemus_under(dir: &Path) -> Vec<String> {
 fn eight_clones_come_up_run_gated_report_back_and_leave_nothing() {
     let _one = common::one_sweep();
     let (tmp, results) = common::run_scenario("scale-8.yaml", SCENARIO);
-    let (dir, lines) = journal(&results);
-    let runs: Vec<&Value> = lines.iter().filter(|r| r["type"] == "run").collect();
+    let dir = common::results_dir(&results);
+    let (_, records) = common::journal(&dir);
+    let runs: Vec<&Value> = records.iter().filter(|r| r["type"] == "run").collect();
     // Every attempt has one record per guest; every guest of an attempt is there.
     let attempts: std::collections::BTreeSet<(u64, u64)> = runs
         .iter()

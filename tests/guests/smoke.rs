@@ -10,20 +10,6 @@ use serde_json::Value;
 
 use crate::common;
 
-fn journal_lines(results: &Path) -> (Value, Vec<Value>) {
-    let dirs: Vec<_> = std::fs::read_dir(results)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "expected one results directory, got {dirs:?}");
-    let dir = &dirs[0];
-    assert!(dir.file_name().unwrap().to_string_lossy().starts_with("smoke-"));
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
-    let header = lines.next().unwrap();
-    (header, lines.collect())
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
@@ -66,7 +52,9 @@ fn smoke(backend: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ocrig run failed:\n{stderr}");
 
-    let (header, runs) = journal_lines(&results);
+    let dir = common::only_results_dir(&results);
+    assert!(dir.file_name().unwrap().to_string_lossy().starts_with("smoke-"));
+    let (header, runs) = common::journal(&dir);
     assert_eq!(header["type"], "sweep");
     assert_eq!(header["scenario"], "smoke");
     assert_eq!(header["backend"], backend);
@@ -193,12 +181,6 @@ fn smoke(backend: &str) {
     // The run's reports were written next to the journal, and the table was printed.
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("lock-tas"), "{stdout}");
-    let dir = std::fs::read_dir(&results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
     for f in [
         "report.md",
         "report.csv",

@@ -14,7 +14,6 @@
 //! (target ≤ 1 % of the run's CPU), and that the report shows the journal's numbers.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -43,19 +42,6 @@ runs: 1
 warmup_runs: 0
 ";
 
-fn journal(results: &Path) -> (Value, Vec<Value>, std::path::PathBuf) {
-    let dir = std::fs::read_dir(results)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let text = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
-    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
-    let header = lines.next().unwrap();
-    (header, lines.collect(), dir)
-}
-
 /// Host CPU of guest `g`'s vCPU 0, from the pinning the sweep journaled.
 fn cpu_of(rec: &Value, g: u64) -> u64 {
     rec["extra"]["group"]["pinning"]
@@ -73,7 +59,8 @@ fn cpu_of(rec: &Value, g: u64) -> u64 {
 fn vcpu_wait_share_is_one_minus_one_over_the_level() {
     let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("physics.yaml", SCENARIO);
-    let (header, runs, dir) = journal(&results);
+    let dir = common::results_dir(&results);
+    let (header, runs) = common::journal(&dir);
     let tcg = header["accel"] == "tcg";
 
     let mut report = Vec::new();

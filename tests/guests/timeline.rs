@@ -42,15 +42,6 @@ runs: 1
 warmup_runs: 1
 ";
 
-fn records(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("journal.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| r["type"] == "run")
-        .collect()
-}
-
 /// Host CPU of each guest's vCPU 0, from the pinning the sweep journaled.
 fn placement(group: &Value) -> BTreeMap<u64, u64> {
     group["pinning"]
@@ -154,7 +145,11 @@ fn at_2x_the_two_guests_on_each_host_cpu_take_turns_in_plausible_slices() {
     let (tmp, results) = common::run_scenario("timeline.yaml", SCENARIO);
     let dir = common::results_dir(&results);
     // The counted attempt (a run's attempt that broke a physics check is retried).
-    let every: Vec<Value> = records(&dir);
+    let every: Vec<Value> = common::journal(&dir)
+        .1
+        .into_iter()
+        .filter(|r| r["type"] == "run")
+        .collect();
     let all: Vec<Value> = every.iter().filter(|r| r["warmup"] == false).cloned().collect();
     let last = all.iter().filter_map(|r| r["attempt"].as_u64()).max().unwrap();
     let recs: Vec<Value> = all.into_iter().filter(|r| r["attempt"] == last).collect();
