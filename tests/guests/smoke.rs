@@ -59,9 +59,7 @@ fn smoke(backend: &str) {
     assert_eq!(header["scenario"], "smoke");
     assert_eq!(header["backend"], backend);
     // One boot group per level, as planned and recorded.
-    let boots = header["schedule"]["boots"]
-        .as_array()
-        .expect("schedule in header");
+    let boots = header["boots"].as_array().expect("boots in header");
     assert_eq!(boots.len(), 2, "{header}");
     assert_eq!(header["schedule"]["order"], "round-robin");
     // The host probed on the sweep's CPUs before anything booted: its speed and, from the same
