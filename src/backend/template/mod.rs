@@ -43,7 +43,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::boot::BootPlan;
@@ -51,97 +50,25 @@ use super::launcher::{Controlled, Launcher};
 use super::paths::console_path;
 use super::{GuestSpec, RamBacking};
 use crate::guest::ready::{tail_file, wait_for_marker};
-use crate::host::Accel;
 use crate::vocabulary::StartMethod;
 
-/// Bump when the template layout or the way templates are made changes.
-pub const FORMAT: &str = "ocrig-template-2";
+mod key;
+mod migration;
+mod scratch;
+mod stored;
+#[cfg(test)]
+mod tests;
+
+pub use key::file_stamp;
+pub(crate) use scratch::make_ext4;
+
+use key::inputs;
+use migration::{MIGRATION_TIMEOUT, ignore_shared_ram, wait_migration};
+use scratch::copy_sparse;
+use stored::{FORMAT, Meta, RamFileMeta, Template, check, ram_in_file};
+
 /// Templates kept; the least recently used beyond this are removed when a new one is built.
 const KEEP: usize = 12;
-/// A template's cold boot to the ready marker (a loaded 2-core host can take 30 s+).
-const BUILD_BOOT_TIMEOUT: Duration = Duration::from_secs(150);
-/// Saving ~90 MB to a file, or loading it back.
-const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
-/// From a running restored guest to its sshd's banner.
-const BANNER_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Whether a template for `spec` keeps the guest's RAM in a file of its own: for
-/// [`StartMethod::CloneShared`] where the backend can; otherwise every clone loads its own copy
-/// from the state.
-pub fn ram_in_file(l: &dyn Launcher, spec: &GuestSpec) -> bool {
-    l.ram_files() && spec.start == StartMethod::CloneShared
-}
-
-/// The template's RAM file as saved: a clone maps it private, so nothing writes it after the
-/// build; its size and modification time catch a file replaced or truncated since.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RamFileMeta {
-    pub bytes: u64,
-    pub mtime_ns: u128,
-    /// Bytes of it on disk (the rest are holes: RAM the template never touched).
-    pub allocated_bytes: u64,
-}
-
-impl RamFileMeta {
-    fn of(path: &Path) -> anyhow::Result<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-        Ok(Self {
-            bytes: m.len(),
-            mtime_ns: mtime_ns(&m),
-            allocated_bytes: m.blocks() * 512,
-        })
-    }
-}
-
-/// What `template.json` records.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Meta {
-    pub format: String,
-    pub key: String,
-    pub backend: String,
-    /// The full input text the key hashes (compared on every use, not only its hash).
-    pub inputs: String,
-    pub state_bytes: u64,
-    pub state_sha256: String,
-    pub scratch_bytes: Option<u64>,
-    pub built_at: String,
-    /// Cold boot of the template to its ready marker, and the save, seconds.
-    pub boot_s: f64,
-    pub save_s: f64,
-    /// The guest's RAM, when it is a file beside the state rather than inside it.
-    #[serde(default)]
-    pub ram_file: Option<RamFileMeta>,
-}
-
-/// A usable template.
-#[derive(Debug, Clone)]
-pub struct Template {
-    pub key: String,
-    pub dir: PathBuf,
-    pub meta: Meta,
-    /// True when this process built it (the group that pays for the build).
-    pub built_now: bool,
-}
-
-impl Template {
-    pub fn state(&self) -> PathBuf {
-        self.dir.join("state")
-    }
-    pub fn scratch(&self) -> Option<PathBuf> {
-        self.meta.scratch_bytes.map(|_| self.dir.join("scratch.img"))
-    }
-    pub fn console(&self) -> PathBuf {
-        self.dir.join("console.log")
-    }
-    /// The guest's RAM as saved, when the template keeps it in a file.
-    pub fn ram(&self) -> Option<PathBuf> {
-        self.meta.ram_file.as_ref().map(|_| self.dir.join("ram"))
-    }
-    pub fn short(&self) -> &str {
-        &self.key[..16]
-    }
-}
 
 type Cell = Arc<tokio::sync::OnceCell<Result<Arc<Template>, String>>>;
 
@@ -255,143 +182,32 @@ impl TemplateCache {
     }
 }
 
-/// Everything the template key covers, as text.
-fn inputs(l: &dyn Launcher, spec: &GuestSpec, plan: &BootPlan) -> anyhow::Result<String> {
-    inputs_on(l, spec, plan, &crate::hostfs::LocalFs)
+/// Removes the least recently used templates beyond `keep`.
+fn evict(root: &Path, keep: usize) {
+    crate::image::sweep_stale(root);
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = rd
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| {
+            let used = std::fs::metadata(e.path().join("template.json"))
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            (used, e.path())
+        })
+        .collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
+    for (_, d) in dirs.into_iter().skip(keep) {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
-/// `inputs` with the host's kernel facts read through `host` (a stand-in in tests).
-fn inputs_on(
-    l: &dyn Launcher,
-    spec: &GuestSpec,
-    plan: &BootPlan,
-    host: &dyn crate::hostfs::HostFs,
-) -> anyhow::Result<String> {
-    let mut s = format!(
-        "format {FORMAT}\nbackend {}\naccel {}\n",
-        l.kind(),
-        spec.accel.as_str()
-    );
-    s.push_str(&l.fingerprint(spec, plan)?);
-    s.push('\n');
-    let files = [Some(&plan.kernel), Some(&spec.initrd), plan.bios.as_ref()];
-    for f in files.into_iter().flatten() {
-        s.push_str(&format!("file {}\n", file_stamp(f)?));
-    }
-    let scratch = match &spec.scratch_disk {
-        Some(d) => std::fs::metadata(d)
-            .with_context(|| format!("the scratch disk {}", d.display()))?
-            .len()
-            .to_string(),
-        None => "none".into(),
-    };
-    s.push_str(&format!("scratch {scratch}\n"));
-    s.push_str(if ram_in_file(l, spec) {
-        "ram file\n"
-    } else {
-        "ram state\n"
-    });
-    if spec.accel == Accel::Kvm {
-        // `-cpu host` is whatever this CPU offers; a template saved on other silicon (or after a
-        // microcode update that changed the flags) must not be restored here.
-        s.push_str(&format!("host-cpu {}\n", host_cpu_identity()));
-        // CPUID is not in the migration stream: the leaves KVM hands a `-cpu host` guest also
-        // depend on the host kernel and KVM's module parameters, so either changing means
-        // another template.
-        s.push_str(&crate::host::kvm_identity(host));
-    }
-    Ok(s)
-}
-
-/// `path size mtime-ns`: the files are content-addressed by the image cache already; this
-/// catches a file replaced in place.
-pub fn file_stamp(path: &Path) -> anyhow::Result<String> {
-    let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    let mtime = mtime_ns(&m);
-    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    Ok(format!("{} {} {mtime}", canon.display(), m.len()))
-}
-
-/// A file's modification time in nanoseconds since the epoch (0 where the file system has none).
-fn mtime_ns(m: &std::fs::Metadata) -> u128 {
-    m.modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos())
-}
-
-fn host_cpu_identity() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |k: &str| {
-        info.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-            .unwrap_or_default()
-    };
-    format!(
-        "{} | {} | {}",
-        field("model name"),
-        field("microcode"),
-        crate::image::sha256_hex(field("flags").as_bytes())
-    )
-}
-
-/// A usable template in `dir`, or why it is not.
-fn check(dir: &Path, key: &str, inputs: &str) -> Result<Template, String> {
-    let meta: Meta = std::fs::read(dir.join("template.json"))
-        .map_err(|e| format!("template.json: {e}"))
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("template.json: {e}")))?;
-    if meta.format != FORMAT || meta.key != key || meta.inputs != inputs {
-        return Err("its recorded inputs differ from this guest's".into());
-    }
-    let t = Template {
-        key: key.to_string(),
-        dir: dir.to_path_buf(),
-        meta,
-        built_now: false,
-    };
-    let size = std::fs::metadata(t.state())
-        .map_err(|e| format!("state file: {e}"))?
-        .len();
-    if size != t.meta.state_bytes {
-        return Err(format!(
-            "the state file has {size} bytes, {} were saved",
-            t.meta.state_bytes
-        ));
-    }
-    if let (Some(want), Some(p)) = (t.meta.scratch_bytes, t.scratch()) {
-        let got = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-        if got != want {
-            return Err(format!("its scratch disk has {got} bytes, {want} were saved"));
-        }
-    }
-    if let (Some(want), Some(p)) = (&t.meta.ram_file, t.ram()) {
-        let got = RamFileMeta::of(&p).map_err(|e| format!("RAM file: {e:#}"))?;
-        if (got.bytes, got.mtime_ns) != (want.bytes, want.mtime_ns) {
-            return Err(format!(
-                "its RAM file has {} bytes modified at {} ns, {} bytes at {} ns were saved",
-                got.bytes, got.mtime_ns, want.bytes, want.mtime_ns
-            ));
-        }
-    }
-    let sum = crate::image::sha256_file(&t.state()).map_err(|e| format!("state file: {e:#}"))?;
-    if sum != t.meta.state_sha256 {
-        return Err("the state file's checksum differs from the saved one".into());
-    }
-    // Recently used templates are kept when the cache is trimmed.
-    if let Ok(f) = std::fs::File::options()
-        .append(true)
-        .open(dir.join("template.json"))
-    {
-        let _ = f.set_modified(std::time::SystemTime::now());
-    }
-    Ok(t)
-}
+/// A template's cold boot to the ready marker (a loaded 2-core host can take 30 s+).
+const BUILD_BOOT_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// A name for a template guest that the orphan reaper recognises as belonging to this sweep
 /// (`ocrig-<run id>-<digits>`, the same run id as the guests it is built for).
-fn template_name(spec_name: &str) -> String {
+pub(super) fn template_name(spec_name: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = 900_000 + N.fetch_add(1, Ordering::Relaxed);
     match crate::backend::owned::run_id_of(spec_name) {
@@ -400,7 +216,7 @@ fn template_name(spec_name: &str) -> String {
     }
 }
 
-async fn build(
+pub(super) async fn build(
     l: &dyn Launcher,
     spec: &GuestSpec,
     plan: &BootPlan,
@@ -540,50 +356,8 @@ async fn save(g: &mut dyn Controlled, spec: &GuestSpec, state: &Path) -> anyhow:
     Ok((boot_s, t1.elapsed().as_secs_f64()))
 }
 
-/// Sets the migration capability that leaves shared (file) RAM out of the stream, on the
-/// saving side, and tells the loading side the stream has none.
-async fn ignore_shared_ram(g: &dyn Controlled) -> anyhow::Result<()> {
-    g.qmp(
-        "migrate-set-capabilities",
-        json!({ "capabilities": [{ "capability": "x-ignore-shared", "state": true }] }),
-    )
-    .await
-    .map(|_| ())
-}
-
-/// Polls `query-migrate` until it completes; fails on `failed`/`cancelled`, a dead QEMU or
-/// the timeout.
-async fn wait_migration(g: &dyn Controlled, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    let alive = g.liveness();
-    loop {
-        if !alive() {
-            bail!("QEMU exited: {}", g.qemu_log().trim());
-        }
-        let r = g.qmp("query-migrate", Value::Null).await;
-        match r.as_ref().ok().and_then(|v| v["status"].as_str()) {
-            Some("completed") => return Ok(()),
-            Some(s @ ("failed" | "cancelled")) => {
-                let why = r
-                    .as_ref()
-                    .ok()
-                    .and_then(|v| v["error-desc"].as_str())
-                    .unwrap_or("");
-                bail!("migration {s}: {why} {}", g.qemu_log().trim());
-            }
-            _ => {}
-        }
-        if let Err(e) = &r
-            && !alive()
-        {
-            bail!("QEMU exited ({e:#}): {}", g.qemu_log().trim());
-        }
-        if Instant::now() >= deadline {
-            bail!("no completed migration after {:.0} s", within.as_secs_f64());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// From a running restored guest to its sshd's banner.
+const BANNER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Why a clone did not come up, and whether the template is to blame.
 #[derive(Debug)]
@@ -729,42 +503,6 @@ fn prepare(t: &Template, spec: &GuestSpec) -> anyhow::Result<()> {
     }
 }
 
-/// `cp --sparse=always --reflink=auto`: a 1 GiB scratch disk holds ~35 MB of ext4 metadata;
-/// a plain copy would write the whole GiB.
-fn copy_sparse(src: &Path, dst: &Path) -> anyhow::Result<()> {
-    let out = std::process::Command::new("cp")
-        .args(["--sparse=always", "--reflink=auto", "-f"])
-        .arg(src)
-        .arg(dst)
-        .output()
-        .context("running cp")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "copying the template's scratch disk to {}: {}",
-        dst.display(),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
-}
-
-/// A raw ext4 image of `bytes` (the same as the sweep makes for booted guests).
-pub(crate) fn make_ext4(path: &Path, bytes: u64) -> anyhow::Result<()> {
-    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    f.set_len(bytes)?;
-    let out = std::process::Command::new("mkfs.ext4")
-        .args(["-F", "-q"])
-        .arg(path)
-        .output()
-        .context("running mkfs.ext4")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "mkfs.ext4 {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
 /// Waits until the guest's sshd sends its banner (`SSH-2.0-...`) on `addr`. QEMU's user-mode
 /// networking accepts the TCP connection itself, so only the banner proves the guest answers.
 fn wait_banner(addr: SocketAddr, deadline: Instant, alive: super::Liveness) -> anyhow::Result<()> {
@@ -789,26 +527,6 @@ fn read_banner(addr: SocketAddr) -> std::io::Result<String> {
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;
     Ok(line.trim().to_string())
-}
-
-/// Removes the least recently used templates beyond `keep`.
-fn evict(root: &Path, keep: usize) {
-    crate::image::sweep_stale(root);
-    let Ok(rd) = std::fs::read_dir(root) else { return };
-    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = rd
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| {
-            let used = std::fs::metadata(e.path().join("template.json"))
-                .and_then(|m| m.modified())
-                .unwrap_or(UNIX_EPOCH);
-            (used, e.path())
-        })
-        .collect();
-    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
-    for (_, d) in dirs.into_iter().skip(keep) {
-        let _ = std::fs::remove_dir_all(d);
-    }
 }
 
 /// The command a clone runs first: its wall clock to the host's (it still shows the moment
@@ -843,6 +561,3 @@ pub fn clone_facts(t: &Template, built_here: bool, r: &Restored, plan: &BootPlan
         "boot": plan.facts,
     })
 }
-
-#[cfg(test)]
-mod tests;

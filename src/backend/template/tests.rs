@@ -1,5 +1,15 @@
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::Value;
+
+use super::key::{inputs, inputs_on};
+use super::stored::{FORMAT, Meta, RamFileMeta};
 use super::*;
 use crate::backend::BoxFut;
+use crate::backend::launcher::Controlled;
+use crate::host::Accel;
 
 #[test]
 fn the_fixup_sets_the_clock_with_microseconds_and_feeds_the_pool() {
