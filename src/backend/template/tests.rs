@@ -4,6 +4,7 @@ use std::time::Duration;
 use anyhow::bail;
 use serde_json::Value;
 
+use super::build::template_name;
 use super::key::{inputs, inputs_on};
 use super::stored::{FORMAT, Meta, RamFileMeta};
 use super::*;
