@@ -121,7 +121,7 @@ pub fn qemu_args(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Opt
     ]);
     push(&["-append", &plan.cmdline]);
     let console = console_path(wd, &spec.name);
-    // append: a clone's log starts with its template's boot log (see template.rs).
+    // append: a clone's log starts with its template's boot log (see template/clone.rs).
     push(&[
         "-chardev",
         &format!("file,id=con0,path={},append=on", console.display()),
@@ -154,7 +154,7 @@ pub fn qemu_args(spec: &GuestSpec, plan: &BootPlan, ssh_port: u16, incoming: Opt
     match (incoming, &spec.ram) {
         // A clone of a template whose RAM is a file loads a stream without RAM: the migration
         // capability that says so (`x-ignore-shared`) must be set before the stream is read,
-        // which QMP can only do while QEMU waits for `migrate-incoming` (see template.rs).
+        // which QMP can only do while QEMU waits for `migrate-incoming` (see template/clone.rs).
         (Some(_), RamBacking::CloneOf(_)) => push(&["-incoming", "defer"]),
         (Some(state), _) => push(&["-incoming", &format!("file:{}", state.display())]),
         (None, _) => {}

@@ -4,7 +4,7 @@
 //! <cache>/images/<id>/        one finished image (vmlinuz, vmlinux, initrd.img, keys, manifest.json)
 //! <cache>/kernels/<deb sha>/  an unpacked Debian kernel: vmlinuz, release, modules/*.ko, modules.order,
 //!                             vmlinux (extracted on first use) or vmlinux.unavailable (why not)
-//! <cache>/templates/<key>/    a saved guest to clone (see backend/template.rs)
+//! <cache>/templates/<key>/    a saved guest to clone (see backend/template/)
 //! <cache>/*/.tmp-*            builds in progress; renamed into place when complete
 //! ```
 

@@ -10,7 +10,7 @@ pub const BUSYBOX: &str = "/bin/busybox";
 const DROPBEAR: &str = "/usr/sbin/dropbear";
 const SCP: &str = "/usr/bin/scp";
 /// GNU date, for `date -s @<seconds.fraction>` (busybox's takes whole seconds only): a restored
-/// clone sets its wall clock with it (backend/template.rs). Beside busybox's, not over it.
+/// clone sets its wall clock with it (backend/template/clone.rs). Beside busybox's, not over it.
 const GNU_DATE: &str = "/bin/date";
 pub const GUEST_GNU_DATE: &str = "/usr/libexec/ocrig/date";
 

@@ -24,11 +24,11 @@
 //! - The domain carries the `custom-argv` taint because of `<qemu:commandline>`; that is expected.
 //! - Boot: `<kernel>` is the PVH vmlinux when there is one, and qboot is `<loader type='rom'>`
 //!   (libvirt passes a ROM loader as `-bios`); the console file is opened with `append='on'`.
-//! - Templates and clones (template.rs) need QMP, which libvirt keeps to itself: every domain
+//! - Templates and clones (template/) need QMP, which libvirt keeps to itself: every domain
 //!   gets a second monitor, `-qmp unix:<workdir>/<name>.qmp`, in `<qemu:commandline>`. A clone
 //!   adds `-incoming file:<state>` there. libvirt starts QEMU with `-S` and sends `cont` while
 //!   the state loads, which QEMU turns into "resume when loaded" (qmp_cont in INMIGRATE); a
-//!   template saved stopped still stays paused, so template.rs sends `cont` itself afterwards.
+//!   template saved stopped still stays paused, so template/clone.rs sends `cont` itself afterwards.
 //!   libvirt's own restore (`virDomainRestore`) cannot be used: it refuses a domain name or
 //!   UUID other than the saved one, so two clones of one template could never run at once.
 //! - `<genid/>` (templates and clones): a fresh VM generation ID per domain, so a clone's kernel
