@@ -36,11 +36,15 @@ fn journal(dir: &Path) {
         },
         "backend": "qemu", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 2,
         "started_at": "2026-12-01T00:00:00Z", "ocrig_version": "0.1.0",
+        "journal_format": 3, "guest_start": "boot", "kernels": {},
+        // Every variant its own guests at every level (boot group `level index × 10 + variant`).
+        "boots": LEVELS.iter().flat_map(|&level| VARIANTS.iter().map(move |v| json!({"level": level, "guests": level as u32, "variants": [v]}))).collect::<Vec<_>>(),
+        "schedule": {"guests": "per-variant", "order": "round-robin", "runs_per_bring_up": 3},
     });
     let mut lines = vec![header.to_string()];
     for (w, workload) in ["lock[hold-ns=200]", "lock[hold-ns=2000]"].iter().enumerate() {
         for (v, variant) in VARIANTS.iter().enumerate() {
-            for &level in &LEVELS {
+            for (l, &level) in LEVELS.iter().enumerate() {
                 let guests = level as u32;
                 for run in 0..3u32 {
                     for guest in 0..guests {
@@ -61,7 +65,9 @@ fn journal(dir: &Path) {
                             json!({
                                 "type": "run", "variant": variant, "level": level, "workload": workload,
                                 "run": run, "warmup": false, "guest": guest, "guests": guests, "ok": true,
-                                "attempt": 1, "argv": ["lock"], "timings": {"run_s": 3.1},
+                                "attempt": 1, "attempt_records": guests, "argv": ["lock"], "timings": {"run_s": 3.1},
+                                // A bring-up per run, all in one block: compared unpaired over them.
+                                "slot": {"boot": 10 * l + v, "bring_up": run + 1, "seq": 0, "block": 0},
                                 "finished_at": "2026-12-01T00:00:00Z",
                                 "metrics": {
                                     "ops_per_sec": ops, "contention_rate": 0.1 * level, "jain": 0.999 - 0.0004 * run as f64,
