@@ -17,6 +17,8 @@ mod scenario;
 mod stats;
 mod sweep;
 mod telemetry;
+#[cfg(test)]
+mod testing;
 mod topology;
 mod vocabulary;
 

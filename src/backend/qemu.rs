@@ -428,7 +428,7 @@ impl Guest for QemuGuest {
 mod tests {
     use super::*;
     use crate::backend::FastKernel;
-    use crate::backend::boot::tests::spec;
+    use crate::testing::spec;
 
     fn plan(kernel: &str, bios: Option<&str>, cmdline: &str) -> BootPlan {
         BootPlan {
@@ -570,11 +570,11 @@ mod tests {
 
     #[test]
     fn kvm_guests_of_every_variant_kind_match_their_golden_arguments() {
-        for (name, s, p, incoming) in crate::backend::boot::tests::kvm_variant_cases() {
+        for (name, s, p, incoming) in crate::testing::kvm_variant_cases() {
             let args = qemu_args(&s, &p, 40022, incoming);
             assert_eq!(args[args.iter().position(|a| a == "-accel").unwrap() + 1], "kvm");
             // One argument a line, so a golden diff shows exactly what changed.
-            crate::backend::boot::tests::golden(&format!("kvm-{name}.qemu-args"), &(args.join("\n") + "\n"));
+            crate::testing::golden(&format!("kvm-{name}.qemu-args"), &(args.join("\n") + "\n"));
         }
     }
 }

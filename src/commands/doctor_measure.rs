@@ -190,11 +190,11 @@ pub fn judge(model: &crate::stats::cells::Model) -> anyhow::Result<Verdict> {
 mod tests {
     use super::*;
     use crate::journal::{Journal, SweepHeader};
-    use crate::stats::cells::tests::record;
+    use crate::testing::record;
 
     /// A sweep of [`SCENARIO`] whose runs read `values` per variant (ops/s, one per round).
     fn model_of(values: &[(&str, [f64; 6])]) -> crate::stats::cells::Model {
-        let header: SweepHeader = crate::journal::tests::header_with(serde_json::json!({
+        let header: SweepHeader = crate::testing::header_with(serde_json::json!({
             "scenario": "doctor-measure", "scenario_sha256": "00", "baseline": "a",
             "variants": ["a", "a-again", "hold-4000", "hold-2400"], "levels": [1.0],
             "workloads": {"lock": {"command": "lock", "metric": "ops_per_sec", "better": "higher"}},

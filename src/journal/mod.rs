@@ -37,4 +37,4 @@ pub use record::*;
 pub use writer::*;
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -4,55 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::*;
-
-pub(crate) fn header() -> SweepHeader {
-    SweepHeader {
-        journal_format: JOURNAL_FORMAT,
-        scenario: "t".into(),
-        runs_on: RunsOn {
-            scenario_sha256: "00".into(),
-            backend: "qemu".into(),
-            accel: "tcg".into(),
-            host_cpus: vec![0, 1],
-            boots: vec![BootInfo {
-                level: 1.0,
-                guests: 1,
-                variants: vec!["base".into()],
-            }],
-            ..RunsOn::default()
-        },
-        baseline: "base".into(),
-        variants: vec!["base".into()],
-        levels: vec![1.0],
-        workloads: BTreeMap::new(),
-        guest_vcpus: 1,
-        scenario_path: None,
-        kernel_identity: BTreeMap::new(),
-        schedule: ScheduleInfo {
-            guests: crate::vocabulary::GuestSharing::Shared,
-            order: crate::vocabulary::RunOrder::RoundRobin,
-            seed: None,
-            runs_per_bring_up: 1,
-        },
-        started_at: "now".into(),
-        ocrig_version: "0".into(),
-        guest_start: "boot".into(),
-        margin: None,
-        looks: None,
-        host_speed: None,
-        host_handover: None,
-        noise_floor: None,
-    }
-}
-
-/// A header of today's format with `fields` over [`header`]'s (a fixture names what it needs).
-pub(crate) fn header_with(fields: serde_json::Value) -> SweepHeader {
-    let mut v = serde_json::to_value(header()).unwrap();
-    for (k, x) in fields.as_object().expect("header fields").clone() {
-        v[k] = x;
-    }
-    serde_json::from_value(v).expect("sweep header fixture")
-}
+use crate::testing::header;
 
 fn record(run: u32) -> RunRecord {
     RunRecord {

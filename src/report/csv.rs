@@ -340,7 +340,7 @@ impl Exporter for CsvExporter {
 mod tests {
     use super::*;
     use crate::report::{Format, ReportOptions, render};
-    use crate::stats::cells::tests::journal;
+    use crate::testing::journal;
 
     /// Minimal RFC 4180 reader for the test.
     fn parse(text: &str) -> Vec<Vec<String>> {

@@ -192,8 +192,8 @@ pub fn agreement_text(j: &Digested, settled: &crate::journal::accounting::Settle
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::tests::header;
     use crate::journal::{Journal, RunRecord};
+    use crate::testing::header;
 
     fn rec(host: &str, run: u32, level: f64, v: f64) -> RunRecord {
         let mut r: RunRecord = serde_json::from_value(serde_json::json!({

@@ -131,7 +131,7 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
 mod tests {
     use super::*;
     use crate::report::{Format, ReportOptions, render};
-    use crate::stats::cells::tests::journal;
+    use crate::testing::journal;
 
     #[test]
     fn self_contained_with_an_svg_per_workload() {

@@ -36,7 +36,8 @@ impl Exporter for JsonExporter {
 #[cfg(test)]
 mod tests {
     use crate::report::{Format, ReportOptions, model, render};
-    use crate::stats::cells::{Model, tests::journal};
+    use crate::stats::cells::Model;
+    use crate::testing::journal;
 
     #[test]
     fn parses_back_into_the_model() {

@@ -457,7 +457,7 @@ mod tests {
     use super::*;
     use crate::journal::Journal;
     use crate::report::{Format, ReportInput, ReportOptions, render};
-    use crate::stats::kernel_symbols::tests::profiled;
+    use crate::testing::profiled;
 
     /// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
     /// and the rest of the text after it: the tests read the rendered CSV back with it.
@@ -486,7 +486,7 @@ mod tests {
 
     /// The demo journal plus profiled sysfs-mutex runs of both variants at 2x.
     fn journal() -> Journal {
-        let mut j = crate::stats::cells::tests::journal();
+        let mut j = crate::testing::journal();
         j.header.workloads.insert(
             "sysfs-mutex".into(),
             serde_json::from_value(
@@ -690,7 +690,7 @@ window.addEventListener('load', () => {
 </script>"#;
         let html = rendered(Format::Html).replace("</body>", &format!("{check}</body>"));
         std::fs::write(&page, html).unwrap();
-        let graphs = crate::report::flame::tests::checked_in_chromium(&page, tmp.path());
+        let graphs = crate::testing::checked_in_chromium(&page, tmp.path());
         let graphs = graphs.as_array().unwrap();
         assert_eq!(graphs.len(), 3, "two cells and one differential");
         for g in graphs {
@@ -744,7 +744,7 @@ window.addEventListener('load', () => {
 
     #[test]
     fn reports_without_profiles_are_unchanged() {
-        let plain = crate::stats::cells::tests::journal();
+        let plain = crate::testing::journal();
         for format in [Format::Table, Format::Md, Format::Csv, Format::Json, Format::Html] {
             let text = render(&plain, format, &ReportOptions::default()).unwrap();
             assert!(

@@ -172,7 +172,7 @@ fn describe(
 mod tests {
     use super::*;
     use crate::image::identity::store_config;
-    use crate::stats::cells::tests::journal;
+    use crate::testing::journal;
 
     fn ident(sha: &str, n: u32, config: &KernelConfig) -> KernelIdentity {
         KernelIdentity {

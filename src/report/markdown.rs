@@ -79,7 +79,7 @@ fn render_model(model: &Model) -> String {
 #[cfg(test)]
 mod tests {
     use crate::report::{Format, ReportOptions, render};
-    use crate::stats::cells::tests::journal;
+    use crate::testing::journal;
 
     #[test]
     fn markdown_tables() {

@@ -465,7 +465,7 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
 mod tests {
     use super::*;
     use crate::report::{ReportOptions, model};
-    use crate::stats::cells::tests::journal;
+    use crate::testing::journal;
 
     /// The trimmed contents of the SVG's `<text>` elements.
     fn texts(svg: &str) -> Vec<&str> {

@@ -83,7 +83,7 @@ fn render_model(model: &Model) -> String {
 #[cfg(test)]
 mod tests {
     use crate::report::{Format, ReportOptions, render};
-    use crate::stats::cells::tests::journal;
+    use crate::testing::journal;
 
     #[test]
     fn renders_the_published_layout() {

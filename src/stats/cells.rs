@@ -17,8 +17,6 @@ use super::summary::{Summary, mean, summarize};
 use crate::journal::Better;
 #[cfg(test)]
 use crate::journal::Journal;
-#[cfg(test)]
-use crate::journal::RunRecord;
 
 /// Lock workloads report these; their per-cell means go next to the headline metric.
 pub const CONTENTION_METRIC: &str = "contention_rate";
@@ -821,53 +819,9 @@ fn conclude(workloads: &mut [WorkloadModel], alpha: f64, looks: u32) -> usize {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::journal::SweepHeader;
-
-    // Built from JSON, as the journal stores them, so fields the journal later adds with
-    // `#[serde(default)]` do not break these fixtures.
-    pub(crate) fn record(
-        variant: &str,
-        level: f64,
-        workload: &str,
-        run: u32,
-        metrics: &[(&str, f64)],
-    ) -> RunRecord {
-        let metrics: BTreeMap<&str, f64> = metrics.iter().copied().collect();
-        serde_json::from_value(serde_json::json!({
-            "variant": variant, "level": level, "workload": workload, "run": run, "warmup": false,
-            "guest": 0, "guests": 1, "ok": true, "attempt": 1, "attempt_records": 1, "metrics": metrics, "argv": [],
-            "timings": {}, "finished_at": "2025-01-01T00:00:00Z",
-            // Every variant its own guests, every run a bring-up of its own, all in one block:
-            // the sides are compared unpaired over bring-ups (here, runs).
-            "slot": {"boot": 2 * u32::from(level >= 1.0) + u32::from(variant != "base"), "bring_up": run + 1, "seq": 0, "block": 0},
-            // The host's other load read around the run, as every local run has it.
-            "extra": {(crate::telemetry::host_load::KEY): 0.001},
-        }))
-        .expect("run record fixture")
-    }
-
-    /// What the run probe journals for one guest of a KVM run: one vCPU waiting `wait` of the
-    /// run, steal share `steal`, `halts` halt exits.
-    pub(crate) fn telemetry_extra(
-        wait: f64,
-        steal: f64,
-        halts: u64,
-    ) -> serde_json::Map<String, serde_json::Value> {
-        let v = serde_json::json!({
-            (crate::telemetry::host_load::KEY): 0.001,
-            "vcpu_sched": {"wall_s": 2.0, "mean_wait_share": wait, "vcpus": [{
-                "vcpu": 0, "tid": 100, "run_s": 2.0 * (1.0 - wait), "wait_s": 2.0 * wait, "wait_share": wait,
-                "timeslices": 10, "voluntary_switches": 5, "involuntary_switches": 5}]},
-            "guest_stat": {"user": 190, "system": 0, "idle": 0, "steal": 10, "steal_share": steal, "busy_share": 0.95},
-            "kvm": {"source": "qmp query-stats", "counters": {"halt_exits": halts, "directed_yield_attempted": 7}},
-            // 4 s of pinned CPU time, busy for the vCPU's run time plus 0.4 s: other load 0.1.
-            "host_stat": {"cpus": [0, 1], "user": (200.0 * (1.0 - wait)).round() as u64 + 40, "system": 0,
-                          "idle": 160 + (200.0 * wait).round() as u64, "steal": 0, "per_cpu": []},
-        });
-        v.as_object().unwrap().clone()
-    }
+    use crate::testing::{journal, record};
 
     /// A KVM sweep whose `patched` variant meant `nopvspin` but whose guests said PV spinlocks
     /// were enabled is named in the model (and so in every text format and JSON); `base`,
@@ -910,74 +864,6 @@ pub(crate) mod tests {
         drop(w);
         let streamed = build_digested(&Digested::read(d.path(), true).unwrap(), 0.05, None);
         assert_eq!(streamed.pv_disagreements, m.pv_disagreements);
-    }
-
-    /// A two-variant, two-level journal: `hackbench` (seconds, lower is better; journaled without
-    /// telemetry) and a lock workload (`ops_per_sec`, higher is better,
-    /// with contention, fairness and context-switch metrics and the run probe's telemetry).
-    pub(crate) fn journal() -> Journal {
-        let header: SweepHeader = crate::journal::tests::header_with(serde_json::json!({
-            "scenario": "demo", "scenario_sha256": "00", "baseline": "base",
-            "variants": ["base", "patched"], "levels": [0.5, 1.0],
-            "workloads": {
-                "hackbench": { "command": "hackbench", "metric": "seconds", "better": "lower" },
-                "lock-ticket": { "command": "lock", "metric": "ops_per_sec", "better": "higher" },
-            },
-            "backend": "qemu", "accel": "kvm", "host_cpus": [0, 1], "guest_vcpus": 2,
-            "started_at": "2025-01-01T00:00:00Z", "ocrig_version": "0.1.0",
-            "journal_format": crate::journal::JOURNAL_FORMAT, "guest_start": "boot", "kernels": {},
-            "boots": [{"level": 0.5, "guests": 1, "variants": ["base"]}, {"level": 0.5, "guests": 1, "variants": ["patched"]},
-                      {"level": 1.0, "guests": 1, "variants": ["base"]}, {"level": 1.0, "guests": 1, "variants": ["patched"]}],
-            "schedule": {"guests": "per-variant", "order": "round-robin", "runs_per_bring_up": 3},
-        }));
-        let mut runs = Vec::new();
-        let hb: [(&str, f64, [f64; 3]); 4] = [
-            ("base", 0.5, [10.0, 10.2, 9.8]),
-            ("patched", 0.5, [9.0, 9.1, 8.9]),
-            ("base", 1.0, [20.0, 21.0, 19.0]),
-            ("patched", 1.0, [20.5, 21.5, 19.5]),
-        ];
-        for (v, l, xs) in hb {
-            for (i, x) in xs.into_iter().enumerate() {
-                runs.push(record(v, l, "hackbench", i as u32, &[("seconds", x)]));
-            }
-        }
-        let lk: [(&str, f64, [f64; 3], f64, f64); 4] = [
-            ("base", 0.5, [1000.0, 1100.0, 900.0], 0.25, 0.99),
-            ("patched", 0.5, [1200.0, 1300.0, 1100.0], 0.20, 0.98),
-            ("base", 1.0, [500.0, 520.0, 480.0], 0.5, 0.75),
-            ("patched", 1.0, [800.0, 820.0, 780.0], 0.4, 0.9),
-        ];
-        for (v, l, xs, c, j) in lk {
-            for (i, x) in xs.into_iter().enumerate() {
-                let cs = 100.0 * l + i as f64;
-                let m = [
-                    ("ops_per_sec", x),
-                    (CONTENTION_METRIC, c),
-                    (JAIN_METRIC, j),
-                    (CTXSW_VOLUNTARY_METRIC, cs),
-                    (CTXSW_INVOLUNTARY_METRIC, 2.0 * cs),
-                ];
-                let mut r = record(v, l, "lock-ticket", i as u32, &m);
-                // vCPU wait 0.02 / 0.04 / 0.06 at 0.5x, 0.42 / 0.44 / 0.46 at 1x; steal 5 %.
-                let wait = if l < 1.0 { 0.02 } else { 0.42 } + 0.02 * i as f64;
-                r.extra = telemetry_extra(wait, 0.05, 1000 * (i as u64 + 1));
-                runs.push(r);
-            }
-        }
-        // Not counted as primary: a warm-up, a failure, and another guest.
-        let mut warm = record("base", 0.5, "hackbench", 0, &[("seconds", 99.0)]);
-        warm.warmup = true;
-        let mut failed = record("base", 0.5, "hackbench", 3, &[]);
-        failed.ok = false;
-        failed.error = Some("timeout".into());
-        let mut other = record("base", 0.5, "hackbench", 0, &[("seconds", 11.0)]);
-        other.guest = 1;
-        // Run 0 of that cell ran on two guests: its attempt journaled both records.
-        other.attempt_records = 2;
-        runs[0].attempt_records = 2;
-        runs.extend([warm, failed, other]);
-        Journal { header, runs }
     }
 
     #[test]

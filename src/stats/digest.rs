@@ -716,7 +716,8 @@ pub fn context(h: &SweepHeader) -> RecordContext<'_> {
 mod tests {
     use super::*;
     use crate::journal::{Entry, JournalWriter};
-    use crate::stats::cells::{build, build_digested, tests::journal};
+    use crate::stats::cells::{build, build_digested};
+    use crate::testing::journal;
 
     /// `j` written as a journal in `dir`.
     fn write(dir: &Path, j: &Journal) {
@@ -791,7 +792,7 @@ mod tests {
             if let Some(h) = r.extra.get_mut("host_stat") {
                 h["per_cpu"] = json!([{"cpu": 0, "user": 1, "idle": 2}, {"cpu": 1, "user": 3, "idle": 4}]);
             }
-            let mut detail = json!({"preemption": crate::stats::preemption::tests::preemption_json(10, 5, 0.01, 0.02), "algo": "ticket", "ops_per_thread": [1, 2]});
+            let mut detail = json!({"preemption": crate::testing::preemption_json(10, 5, 0.01, 0.02), "algo": "ticket", "ops_per_thread": [1, 2]});
             if i % 3 == 0 {
                 detail["kernel"] = json!({"source": "perf", "counts": {"spin": 3}, "not_measured": {"mutex": "not asked for"},
                     "profile": {"event": "cpu-clock", "rate_hz": 999, "samples": 5, "kernel_samples": 4, "user_samples": 1,
@@ -801,7 +802,7 @@ mod tests {
                 detail["preemption"] = json!(null);
                 detail["preemption_unavailable"] = json!("not a lock with sampling");
             }
-            crate::stats::preemption::tests::with_payload(r, detail);
+            crate::testing::with_payload(r, detail);
         }
         j
     }

@@ -697,7 +697,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::cells::tests::record;
+    use crate::testing::record;
     use serde_json::json;
 
     const KVM: RecordContext = RecordContext {
@@ -978,7 +978,7 @@ mod tests {
             &crate::telemetry::kvm::from_query_stats(&sample["after"]),
         )
         .unwrap();
-        let mut j = crate::stats::cells::tests::journal();
+        let mut j = crate::testing::journal();
         for r in &mut j.runs {
             r.extra.insert("kvm".into(), serde_json::to_value(&kvm).unwrap());
         }

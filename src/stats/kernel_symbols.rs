@@ -265,34 +265,9 @@ fn cells_of<'a>(records: impl Iterator<Item = (&'a str, &'a str, f64, RecordSymb
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::stats::cells::tests::record;
-
-    /// A record of `variant` at `level` whose payload carries a kernel profile of `stacks`
-    /// (plus `other` samples beyond them).
-    pub(crate) fn profiled(variant: &str, level: f64, stacks: &[(&str, u64)], other: u64) -> RunRecord {
-        let mut r = record(variant, level, "sysfs-mutex", 0, &[("ops_per_sec", 1.0)]);
-        let samples: u64 = stacks.iter().map(|s| s.1).sum::<u64>() + other;
-        let payload = serde_json::json!({
-            "schema": 2, "workload": "sysfs-mutex", "elapsed_ns": 1_000_000_000u64,
-            "env": serde_json::to_value(ocrig_payload::env::Env::read()).unwrap(),
-            "metrics": {"ops_per_sec": 1.0},
-            "kernel": {
-                "source": "perf", "kernel": "6.1.0", "cpus": [0, 1], "window_ns": 1_000_000_000u64,
-                "window_end": "workers_stopped", "counts": {}, "per_sec": {}, "per_op": {},
-                "ops_field": null, "not_measured": {}, "trace_events": [],
-                "profile": {
-                    "event": "cpu-clock", "rate_hz": 999, "samples": samples,
-                    "kernel_samples": samples, "user_samples": 0, "lost": 0,
-                    "folded": stacks, "other_samples": other, "processing_ns": 1,
-                    "max_sample_rate": 100000,
-                },
-            },
-        });
-        r.payload = Some(serde_json::from_value(payload).unwrap());
-        r
-    }
+    use crate::testing::{profiled, record};
 
     #[test]
     fn a_record_reduces_to_its_leaf_frames_and_a_cell_ranks_them_by_share() {

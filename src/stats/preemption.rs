@@ -466,47 +466,12 @@ pub const NOTE: &str = "stretched hold / hand-over: share of lock holds longer t
      unexpl. = none of these (interrupts, emulation stalls); only those at least 4 tie errors long are judged";
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// A lock payload report's `preemption` object (holds: 1000 timed, `h` stretched, 4 of them
-    /// with a guest switch; hand-overs: 500 timed, `o` stretched, none with one).
-    pub(crate) fn preemption_json(h: u64, o: u64, lost_h: f64, lost_o: f64) -> serde_json::Value {
-        let tsc = serde_json::json!({"hz": 2.0e9, "window_ns": 20_000_000, "read_spread_ns": 100});
-        let stretch = |n: u64, s: u64, guest: u64, lost: f64| {
-            serde_json::json!({
-                "timed": n, "stretched": s, "stretched_share": s as f64 / n as f64,
-                "lost_ns": lost * 3e9, "lost_share": lost,
-                "stretched_guest": guest, "stretched_vcpu": s - guest, "sampled_p50_ns": 300, "sampled": n / 64,
-                "stretched_len": if s == 0 { serde_json::Value::Null } else {
-                    serde_json::json!({"count": s, "p50_ns": 2_000_000, "p99_ns": null, "max_ns": 4_000_000})
-                },
-            })
-        };
-        serde_json::json!({
-            "sample_rate": 0.015625, "sample_every": 64, "sampling": "1 in 64", "threshold_ns": 50000,
-            "calibrated_hold_ns": 200.0, "tsc_before": tsc, "tsc_after": tsc,
-            "holds": stretch(1000, h, h.min(4), lost_h), "holds_unavailable": null,
-            "handovers": stretch(500, o, 0, lost_o), "handovers_unavailable": null,
-            "not_handed_over": 0, "clock_behind": 0, "split": "test",
-        })
-    }
-
-    /// Puts a payload report with these detail fields on `r`.
-    pub(crate) fn with_payload(r: &mut RunRecord, detail: serde_json::Value) {
-        let mut v = serde_json::json!({
-            "schema": 2, "workload": "lock", "elapsed_ns": 3_000_000_000u64,
-            "env": {"kernel": "6.1", "cpus": 2, "cpus_allowed": 2, "clocksource": "tsc", "hypervisor": null, "cmdline": ""},
-            "metrics": {},
-        });
-        for (k, x) in detail.as_object().unwrap() {
-            v[k] = x.clone();
-        }
-        r.payload = Some(serde_json::from_value(v).expect("payload report fixture"));
-    }
+    use crate::testing::{preemption_json, with_payload};
 
     fn lock_record(h: u64, o: u64) -> RunRecord {
-        let mut r = crate::stats::cells::tests::record("v", 2.0, "lock", 0, &[("ops_per_sec", 1.0)]);
+        let mut r = crate::testing::record("v", 2.0, "lock", 0, &[("ops_per_sec", 1.0)]);
         with_payload(
             &mut r,
             serde_json::json!({"preemption": preemption_json(h, o, 0.1, 0.4), "preemption_unavailable": null}),
@@ -609,7 +574,7 @@ pub(crate) mod tests {
         few["handovers"]["timed"] = 5.into();
         few["handovers"]["stretched"] = 2.into();
         few["handovers"]["stretched_share"] = 0.4.into();
-        let mut r = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
+        let mut r = crate::testing::record("v", 1.0, "lock", 0, &[]);
         with_payload(&mut r, serde_json::json!({"preemption": few}));
         let p = of_record(&r).unwrap();
         assert_eq!(
@@ -629,13 +594,13 @@ pub(crate) mod tests {
 
     #[test]
     fn absent_for_workloads_without_a_lock_and_reasons_for_unmeasured_figures() {
-        let mut hb = crate::stats::cells::tests::record("v", 1.0, "hb", 0, &[("time_s", 1.0)]);
+        let mut hb = crate::testing::record("v", 1.0, "hb", 0, &[("time_s", 1.0)]);
         assert_eq!(of_record(&hb), None);
         with_payload(&mut hb, serde_json::json!({"groups": 2}));
         assert_eq!(of_record(&hb), None);
         assert_eq!(aggregate(std::iter::empty::<RunPreemption>()), None);
 
-        let mut off = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
+        let mut off = crate::testing::record("v", 1.0, "lock", 0, &[]);
         with_payload(
             &mut off,
             serde_json::json!({"preemption": null, "preemption_unavailable": "switched off (--no-hold-sampling)"}),
@@ -655,7 +620,7 @@ pub(crate) mod tests {
         let mut one = preemption_json(0, 0, 0.0, 0.0);
         one["handovers"] = serde_json::Value::Null;
         one["handovers_unavailable"] = "no acquisition waited".into();
-        let mut r = crate::stats::cells::tests::record("v", 1.0, "lock", 0, &[]);
+        let mut r = crate::testing::record("v", 1.0, "lock", 0, &[]);
         with_payload(&mut r, serde_json::json!({"preemption": one}));
         let p = of_record(&r).unwrap();
         assert_eq!(p.stretched_holds, Ok(0.0));

@@ -60,7 +60,7 @@ async fn big_host_192_cpus_480_guests() {
     let calls = exec.calls.clone();
     let progress = Progress::new(plan.total_runs(), true);
     let mut writer = JournalWriter::open(dir.path()).unwrap();
-    let mut header = crate::journal::tests::header();
+    let mut header = crate::testing::header();
     header.baseline = "v0".into();
     header.variants = (0..10).map(|i| format!("v{i}")).collect();
     header.levels = scenario.levels.clone();

@@ -4,7 +4,7 @@ use crate::host::Accel;
 fn spec() -> GuestSpec {
     GuestSpec {
         cmdline: "console=ttyS0 panic=-1 a<b&c".into(),
-        ..crate::backend::boot::tests::spec(Default::default())
+        ..crate::testing::spec(Default::default())
     }
 }
 
@@ -295,9 +295,9 @@ fn a_domain_starts_on_its_cpus_with_its_memory_bound_and_its_other_threads_aside
 
 #[test]
 fn kvm_guests_of_every_variant_kind_match_their_golden_domain_xml() {
-    for (name, s, p, incoming) in crate::backend::boot::tests::kvm_variant_cases() {
+    for (name, s, p, incoming) in crate::testing::kvm_variant_cases() {
         let x = domain_xml(&s, &p, 40022, incoming, &Default::default());
         assert!(x.starts_with("<domain type='kvm'"), "{name}");
-        crate::backend::boot::tests::golden(&format!("kvm-{name}.libvirt.xml"), &x);
+        crate::testing::golden(&format!("kvm-{name}.libvirt.xml"), &x);
     }
 }

@@ -172,7 +172,7 @@ fn the_key_covers_every_input_and_a_file_replaced_in_place() {
     std::fs::write(&d, vec![0u8; 4096]).unwrap();
     let spec = GuestSpec {
         initrd: i.clone(),
-        ..crate::backend::boot::tests::spec(Default::default())
+        ..crate::testing::spec(Default::default())
     };
     let plan = BootPlan {
         kernel: k.clone(),

@@ -207,7 +207,7 @@ fn warmed_once_per_set_before_measuring(records: &[RunRecord], warmups: u32) -> 
 
 /// The reports' n per cell (through the reports' own model of the journal).
 fn report_n(records: &[RunRecord]) -> Vec<usize> {
-    let header: crate::journal::SweepHeader = crate::journal::tests::header_with(serde_json::json!({
+    let header: crate::journal::SweepHeader = crate::testing::header_with(serde_json::json!({
         "scenario": "t", "scenario_sha256": "00", "baseline": "a", "variants": ["a", "b"],
         "levels": [1.0],
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},

@@ -565,7 +565,7 @@ fn stats_model_of(
     variants: &[&str],
     looks: Option<u32>,
 ) -> crate::stats::cells::Model {
-    let header: crate::journal::SweepHeader = crate::journal::tests::header_with(serde_json::json!({
+    let header: crate::journal::SweepHeader = crate::testing::header_with(serde_json::json!({
         "scenario": "t", "scenario_sha256": "00", "baseline": variants[0], "variants": variants,
         "levels": [1.0], "looks": looks,
         "workloads": {"lock": {"command": "lock", "metric": METRIC, "better": "higher"}},
@@ -910,8 +910,7 @@ async fn a_journal_torn_at_every_byte_of_its_last_append_resumes_to_one_result_p
         .map(|(i, _)| i + 1)
         .collect();
     let last_append = lines[lines.len() - 3];
-    let header =
-        serde_json::to_string(&Entry::Sweep(Box::new(crate::journal::tests::header()))).unwrap() + "\n";
+    let header = serde_json::to_string(&Entry::Sweep(Box::new(crate::testing::header()))).unwrap() + "\n";
     // On tmpfs where there is one: ~1600 resumes, each fsync'ing its appends.
     let shm = std::path::Path::new("/dev/shm");
     for cut in last_append + 1..bytes.len() {
@@ -1009,7 +1008,7 @@ async fn the_cv_rule_of_several_hosts_judges_their_pooled_results() {
     let records = crate::journal::Journal::read(&{
         let f = dir.path().join(JOURNAL_FILE);
         let body = std::fs::read(&f).unwrap();
-        let h = serde_json::to_string(&Entry::Sweep(Box::new(crate::journal::tests::header()))).unwrap();
+        let h = serde_json::to_string(&Entry::Sweep(Box::new(crate::testing::header()))).unwrap();
         std::fs::write(&f, [h.as_bytes(), b"\n", &body].concat()).unwrap();
         f
     })
