@@ -369,7 +369,7 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
             false,
         );
         assert!(v.problems[0].contains("is not a kernel image"), "{v:?}");
-        let elf = super::super::vmlinux::tests::elf_with_notes(&[(b"GNU", 18)]);
+        let elf = crate::testing::elf_with_notes(&[(b"GNU", 18)]);
         fs::write(&p, elf).unwrap();
         let v = check(
             Given::File {
@@ -388,7 +388,7 @@ CONFIG_SERIAL_8250_CONSOLE=y\nCONFIG_PVH=y\n";
         );
         assert!(v.problems[0].contains("does not exist"), "{v:?}");
         // An ELF with the PVH note but no embedded config: booted, with a note.
-        let elf = super::super::vmlinux::tests::elf_with_notes(&[(b"Xen", 18)]);
+        let elf = crate::testing::elf_with_notes(&[(b"Xen", 18)]);
         fs::write(&p, elf).unwrap();
         let v = check(
             Given::File {

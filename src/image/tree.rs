@@ -232,7 +232,7 @@ mod tests {
             "CONFIG_MODULES=y\nCONFIG_VIRTIO_BLK=m\n",
         )
         .unwrap();
-        let elf = super::super::vmlinux::tests::elf_with_notes(&[(b"Xen", 18)]);
+        let elf = crate::testing::elf_with_notes(&[(b"Xen", 18)]);
         fs::write(d.path().join("vmlinux"), elf).unwrap();
         fs::create_dir_all(d.path().join("drivers/block")).unwrap();
         fs::write(d.path().join("drivers/block/virtio_blk.ko"), "ko").unwrap();
