@@ -21,8 +21,6 @@ use serde_json::{Map, Value};
 use super::explain::{self, HostOtherPart, RecordContext, Telemetry};
 use super::timeline_ref::TimelineAt;
 #[cfg(test)]
-use super::timeline_ref::TimelineRef;
-#[cfg(test)]
 use crate::journal::Journal;
 use crate::journal::accounting::{GuestSet, Headline};
 use crate::journal::{Big, RunLine, RunRecord, SweepHeader, scan, split_record};
@@ -202,24 +200,8 @@ impl Names {
 }
 
 /// The digest of one record: every per-record figure a report shows, computed here by the
-/// functions that compute it from the record.
-#[cfg(test)] // a streamed journal's records are digested as parsed (`ForReport`)
-pub fn digest(r: &RunRecord, ctx: &RecordContext, names: &mut Names) -> RunDigest {
-    let timeline = r
-        .extra
-        .get("timeline")
-        .map(|t| TimelineAt::Here(Box::new(TimelineRef::of(t))));
-    let telemetry = Telemetry::of(&r.extra);
-    let detail = r.payload.as_ref().map(|p| {
-        let mut d = Detail::of(&p.detail);
-        d.elapsed_ns = Some(p.elapsed_ns);
-        d
-    });
-    digest_with(r, &telemetry, detail, timeline, ctx, names)
-}
-
-/// [`digest`] of a record whose telemetry is `telemetry`, whose payload report's workload
-/// fields read `detail` and whose timeline is at `timeline`.
+/// functions that compute it from the record, whose telemetry is `telemetry`, whose payload
+/// report's workload fields read `detail` and whose timeline is at `timeline`.
 fn digest_with(
     r: &RunRecord,
     telemetry: &Telemetry,
@@ -679,7 +661,7 @@ impl Digested {
             progress,
             chunk,
             |h: &SweepHeader, names: &mut Names, offset, r: ForReport| {
-                let timeline = r.timeline.then(|| TimelineAt::Journal {
+                let timeline = r.timeline.then(|| TimelineAt {
                     file: file.clone(),
                     offset,
                 });
@@ -693,14 +675,10 @@ impl Digested {
     }
 
     #[cfg(test)]
-    /// The digests of a journal already in memory.
+    /// The digests of a journal held in memory (a test's fixture), read as every journal is:
+    /// from its file ([`crate::testing::on_disk`]).
     pub fn of(journal: &Journal) -> Self {
-        let ctx = context(&journal.header);
-        let mut names = Names::default();
-        Self {
-            header: journal.header.clone(),
-            runs: journal.runs.iter().map(|r| digest(r, &ctx, &mut names)).collect(),
-        }
+        Self::read(&crate::testing::on_disk(journal), false).expect("a fixture journal reads back")
     }
 }
 
@@ -717,6 +695,7 @@ mod tests {
     use super::*;
     use crate::journal::{Entry, JournalWriter};
     use crate::stats::cells::{build, build_digested};
+    use crate::stats::timeline_ref::TimelineRef;
     use crate::testing::journal;
 
     /// `j` written as a journal in `dir`.
@@ -857,17 +836,31 @@ mod tests {
         let in_memory = build(&j, 0.05, None);
         let digests = Digested::of(&j);
         assert!(digests.runs.iter().any(|r| r.preemption.is_some()));
+        // Each timeline read back is its record's own summary, its stalls placed on it.
+        let own: Vec<Option<TimelineRef>> = j
+            .runs
+            .iter()
+            .map(|r| {
+                r.extra.get("timeline").map(|t| TimelineRef {
+                    stalls: crate::stats::timeline_ref::stalls_of(r),
+                    ..TimelineRef::of(t)
+                })
+            })
+            .collect();
+        assert!(own.iter().any(Option::is_some));
         // Small chunks: many of them, over every parser thread, must come back in order.
         for chunk in [1 << 20, 700, 64] {
             let streamed = Digested::read_in_chunks(dir.path(), false, chunk).unwrap();
-            assert!(
-                streamed
-                    .runs
-                    .iter()
-                    .all(|r| !matches!(r.timeline, Some(TimelineAt::Here(_)))),
-                "a streamed digest holds no timeline summary"
+            let (runs, timelines): (Vec<_>, Vec<_>) = loaded(&streamed.runs).into_iter().unzip();
+            assert_eq!(timelines, own, "chunk {chunk}");
+            assert_eq!(
+                runs,
+                loaded(&digests.runs)
+                    .into_iter()
+                    .map(|(r, _)| r)
+                    .collect::<Vec<_>>(),
+                "chunk {chunk}"
             );
-            assert_eq!(loaded(&streamed.runs), loaded(&digests.runs), "chunk {chunk}");
             assert_eq!(build_digested(&streamed, 0.05, None), in_memory, "chunk {chunk}");
         }
         let streamed = Digested::read(dir.path(), false).unwrap();
@@ -930,20 +923,22 @@ mod tests {
                     .keys()
                     .all(|k| EXTRA.iter().any(|(e, _)| e == k))
             );
-            let timeline = r
-                .extra
-                .get("timeline")
-                .map(|t| TimelineAt::Here(Box::new(TimelineRef::of(t))));
             let mut names = Names::default();
-            let streamed = digest_with(
-                &lite.record,
-                &lite.telemetry,
-                lite.detail,
-                timeline,
+            let streamed = digest_with(&lite.record, &lite.telemetry, lite.detail, None, &ctx, &mut names);
+            // The whole record as serde parses it, each figure read from its parsed value.
+            let detail = r.payload.as_ref().map(|p| Detail {
+                elapsed_ns: Some(p.elapsed_ns),
+                ..Detail::of(&p.detail)
+            });
+            let whole = digest_with(
+                r,
+                &Telemetry::of(&r.extra),
+                detail,
+                None,
                 &ctx,
-                &mut names,
+                &mut Names::default(),
             );
-            assert_eq!(streamed, digest(r, &ctx, &mut Names::default()));
+            assert_eq!(streamed, whole);
             counted_disturbed += usize::from(streamed.disturbed());
             unread.insert(streamed.host_judged);
         }

@@ -18,7 +18,7 @@ pub struct Stall {
 }
 
 /// The stretched intervals a record's payload listed, where the host's record placed them.
-fn stalls_of(r: &crate::journal::RunRecord) -> Vec<Stall> {
+pub(crate) fn stalls_of(r: &crate::journal::RunRecord) -> Vec<Stall> {
     let (Some(p), Some(on_host)) = (r.payload.as_ref(), r.extra.get("stretched_on_host")) else {
         return Vec::new();
     };
@@ -47,35 +47,27 @@ fn stalls_of(r: &crate::journal::RunRecord) -> Vec<Stall> {
     out
 }
 
-/// Where a digest's timeline summary is.
+/// Where a digest's timeline summary is: in the record whose line starts `offset` bytes into
+/// the journal `file`, read again only for the runs drawn.
 #[derive(Debug, Clone, PartialEq)]
-pub enum TimelineAt {
-    /// In the record whose line starts `offset` bytes into the journal `file` (a streamed
-    /// journal: read again only for the runs drawn).
-    Journal {
-        /// (A thin pointer: every record of a one-guest sweep has a timeline.)
-        file: std::sync::Arc<std::path::PathBuf>,
-        offset: u64,
-    },
-    /// Held (the digest of a record in memory).
-    #[cfg_attr(not(test), allow(dead_code))] // reports stream their journal
-    Here(Box<TimelineRef>),
+pub struct TimelineAt {
+    /// (A thin pointer: every record of a one-guest sweep has a timeline.)
+    pub file: std::sync::Arc<std::path::PathBuf>,
+    pub offset: u64,
 }
 
 impl TimelineAt {
-    /// The summary, read again from the journal if it is there.
+    /// The summary, read again from the journal.
     pub fn load(&self) -> Result<TimelineRef, String> {
-        match self {
-            TimelineAt::Here(t) => Ok((**t).clone()),
-            TimelineAt::Journal { file, offset } => {
-                let r = crate::journal::read_record_at(file, *offset).map_err(|e| format!("{e:#}"))?;
-                let mut t = r.extra.get("timeline").map(TimelineRef::of).ok_or_else(|| {
-                    format!("{}: the record at byte {offset} has no timeline", file.display())
-                })?;
-                t.stalls = stalls_of(&r);
-                Ok(t)
-            }
-        }
+        let (file, offset) = (&self.file, self.offset);
+        let r = crate::journal::read_record_at(file, offset).map_err(|e| format!("{e:#}"))?;
+        let mut t = r
+            .extra
+            .get("timeline")
+            .map(TimelineRef::of)
+            .ok_or_else(|| format!("{}: the record at byte {offset} has no timeline", file.display()))?;
+        t.stalls = stalls_of(&r);
+        Ok(t)
     }
 }
 

@@ -3,8 +3,11 @@
 //! preemption figures).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
-use crate::journal::{BootInfo, JOURNAL_FORMAT, Journal, RunRecord, RunsOn, ScheduleInfo, SweepHeader};
+use crate::journal::{
+    BootInfo, Entry, JOURNAL_FORMAT, Journal, RunRecord, RunsOn, ScheduleInfo, SweepHeader,
+};
 use crate::stats::cells::{CONTENTION_METRIC, CTXSW_INVOLUNTARY_METRIC, CTXSW_VOLUNTARY_METRIC, JAIN_METRIC};
 
 /// A one-variant, one-level header of today's format.
@@ -228,4 +231,46 @@ pub(crate) fn with_payload(r: &mut RunRecord, detail: serde_json::Value) {
         v[k] = x.clone();
     }
     r.payload = Some(serde_json::from_value(v).expect("payload report fixture"));
+}
+
+/// `journal` written as a journal file, as `ocrig run` writes one, and its path: a report reads
+/// a fixture as it reads any journal (streamed, its timelines read back from the file). Named
+/// by its content's hash under the temp dir, so a fixture is one file however often a test
+/// reads it, written whole by a rename; files of earlier test runs (an hour old: fixtures that
+/// carry the time or a temp path differ from run to run) are removed once per process.
+pub(crate) fn on_disk(journal: &Journal) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let line = |e: Entry| serde_json::to_string(&e).expect("a fixture serializes") + "\n";
+    let mut text = line(Entry::Sweep(Box::new(journal.header.clone())));
+    for r in &journal.runs {
+        text += &line(Entry::Run(Box::new(r.clone())));
+    }
+    let dir = std::env::temp_dir().join("ocrig-test-journals");
+    std::fs::create_dir_all(&dir).unwrap();
+    static TIDY: std::sync::Once = std::sync::Once::new();
+    TIDY.call_once(|| {
+        let old = |e: &std::fs::DirEntry| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 3600))
+        };
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if old(&e) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    });
+    let path = dir.join(format!("{:x}.jsonl", Sha256::digest(&text)));
+    if !path.exists() {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let part = dir.join(format!(
+            ".{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&part, &text).unwrap();
+        std::fs::rename(&part, &path).unwrap();
+    }
+    path
 }
