@@ -752,7 +752,7 @@ mod tests {
     #[test]
     fn a_nested_host_is_recognised_by_cpuid_and_dmi() {
         let root = tempfile::tempdir().unwrap();
-        let fs = crate::hostfs::RootedFs::new(root.path());
+        let fs = crate::testing::RootedFs::new(root.path());
         fs.write(
             "/proc/cpuinfo",
             "processor : 0\nflags : fpu vme sse2 vmx hypervisor\n",
@@ -770,7 +770,7 @@ mod tests {
             "{d}"
         );
         let metal = tempfile::tempdir().unwrap();
-        let fs = crate::hostfs::RootedFs::new(metal.path());
+        let fs = crate::testing::RootedFs::new(metal.path());
         fs.write("/proc/cpuinfo", "flags : fpu vmx\n");
         fs.write("/sys/class/dmi/id/sys_vendor", "Dell Inc.\n");
         fs.write("/sys/class/dmi/id/product_name", "PowerEdge R640\n");
@@ -782,7 +782,7 @@ mod tests {
     #[test]
     fn kvm_identity_names_the_host_kernel_and_every_module_parameter() {
         let root = tempfile::tempdir().unwrap();
-        let fs = crate::hostfs::RootedFs::new(root.path());
+        let fs = crate::testing::RootedFs::new(root.path());
         fs.write("/proc/sys/kernel/osrelease", "6.1.0-41-amd64\n");
         fs.write("/sys/module/kvm/parameters/halt_poll_ns", "200000\n");
         fs.write("/sys/module/kvm/parameters/enable_pmu", "Y\n");

@@ -195,7 +195,7 @@ fn node_map(fs: &dyn HostFs) -> BTreeMap<usize, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hostfs::RootedFs;
+    use crate::testing::RootedFs;
 
     /// A stand-in host whose CPU `c` has the siblings `siblings[c]`, package `package[c]`, and
     /// whose nodes hold `nodes[n]` (a CPU list).

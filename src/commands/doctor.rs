@@ -386,7 +386,7 @@ mod tests {
     fn doctor_says_whether_runs_get_a_timeline_and_why_not() {
         // A host only read (a stand-in): no trace, and the line says why.
         let dir = tempfile::tempdir().unwrap();
-        let line = timeline_line(&crate::hostfs::RootedFs::new(dir.path()));
+        let line = timeline_line(&crate::testing::RootedFs::new(dir.path()));
         assert!(
             line.contains("not available") && line.contains("only read from here"),
             "{line}"
@@ -400,7 +400,7 @@ mod tests {
             "{line}"
         );
     }
-    use crate::hostfs::RootedFs;
+    use crate::testing::RootedFs;
 
     #[test]
     fn doctor_says_a_nested_host_is_a_guest_and_what_that_means() {

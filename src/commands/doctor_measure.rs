@@ -216,7 +216,7 @@ mod tests {
             }
         }
         let journal = Journal { header, runs };
-        crate::report::model(&journal, &crate::report::ReportOptions::default())
+        crate::testing::model(&journal, &crate::report::ReportOptions::default())
     }
 
     const A: [f64; 6] = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1000.0];

@@ -339,8 +339,9 @@ impl Exporter for CsvExporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Format, ReportOptions, render};
+    use crate::report::{Format, ReportOptions};
     use crate::testing::journal;
+    use crate::testing::render;
 
     /// Minimal RFC 4180 reader for the test.
     fn parse(text: &str) -> Vec<Vec<String>> {

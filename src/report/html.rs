@@ -130,8 +130,9 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Format, ReportOptions, render};
+    use crate::report::{Format, ReportOptions};
     use crate::testing::journal;
+    use crate::testing::render;
 
     #[test]
     fn self_contained_with_an_svg_per_workload() {

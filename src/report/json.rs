@@ -35,9 +35,10 @@ impl Exporter for JsonExporter {
 
 #[cfg(test)]
 mod tests {
-    use crate::report::{Format, ReportOptions, model, render};
+    use crate::report::{Format, ReportOptions};
     use crate::stats::cells::Model;
     use crate::testing::journal;
+    use crate::testing::{model, render};
 
     #[test]
     fn parses_back_into_the_model() {

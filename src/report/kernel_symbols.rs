@@ -456,8 +456,9 @@ pub fn compare_html(found: &[Changed], profiles: &[CellProfile], baseline: &str)
 mod tests {
     use super::*;
     use crate::journal::Journal;
-    use crate::report::{Format, ReportInput, ReportOptions, render};
+    use crate::report::{Format, ReportInput, ReportOptions};
     use crate::testing::profiled;
+    use crate::testing::render;
 
     /// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
     /// and the rest of the text after it: the tests read the rendered CSV back with it.
@@ -542,7 +543,7 @@ mod tests {
         // JSON: the model's own fields still parse, and the cells are there with their numbers.
         let json = rendered(Format::Json);
         let back: crate::stats::cells::Model = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, crate::report::model(&journal(), &ReportOptions::default()));
+        assert_eq!(back, crate::testing::model(&journal(), &ReportOptions::default()));
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let ks = v["kernel_symbols"].as_array().unwrap();
         assert_eq!(ks.len(), 2);

@@ -78,8 +78,9 @@ fn render_model(model: &Model) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::report::{Format, ReportOptions, render};
+    use crate::report::{Format, ReportOptions};
     use crate::testing::journal;
+    use crate::testing::render;
 
     #[test]
     fn markdown_tables() {

@@ -34,8 +34,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-#[cfg(test)]
-use crate::journal::Journal;
 use crate::journal::SweepHeader;
 use crate::stats::cells::{Cell, Comparison, Conclusion, Model, WorkloadModel};
 use crate::stats::compare::DEFAULT_ALPHA;
@@ -112,24 +110,13 @@ pub trait Exporter {
     fn render(&self, input: &ReportInput) -> anyhow::Result<String>;
 }
 
-/// Builds the comparison model of `journal`.
-#[cfg(test)] // reports build it from the digests (model_digested)
-pub fn model(journal: &Journal, opts: &ReportOptions) -> Model {
-    model_digested(&Digested::of(journal), opts)
-}
-
-/// [`model`] from a journal's digests.
+/// The comparison model of a journal's digests.
 pub fn model_digested(journal: &Digested, opts: &ReportOptions) -> Model {
     ReportInput::build(journal, opts).model
 }
 
-#[cfg(test)]
-/// Renders `journal` in `format`.
-pub fn render(journal: &Journal, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
-    render_digested(&Digested::of(journal), format, opts)
-}
-
-/// [`render`] from a journal's digests ([`Digested::read`] streams a journal file into them).
+/// A journal's digests ([`Digested::read`] streams a journal file into them) rendered in
+/// `format`.
 pub fn render_digested(journal: &Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
     format.exporter().render(&ReportInput::build(journal, opts))
 }

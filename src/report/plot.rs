@@ -464,8 +464,9 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{ReportOptions, model};
+    use crate::report::ReportOptions;
     use crate::testing::journal;
+    use crate::testing::model;
 
     /// The trimmed contents of the SVG's `<text>` elements.
     fn texts(svg: &str) -> Vec<&str> {

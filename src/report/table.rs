@@ -82,8 +82,9 @@ fn render_model(model: &Model) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::report::{Format, ReportOptions, render};
+    use crate::report::{Format, ReportOptions};
     use crate::testing::journal;
+    use crate::testing::render;
 
     #[test]
     fn renders_the_published_layout() {

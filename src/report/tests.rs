@@ -21,7 +21,7 @@ fn the_hosts_judgement_reads_per_run_with_its_bounds() {
         "vcpu 9.5 · both 0.5 · guest 0 · other vCPU 2 · unexpl. 1.5 of 13.5/run ≥ 1.0 ms (tie ±0.25 ms)"
     );
 }
-use crate::testing::journal;
+use crate::testing::{journal, model, render};
 
 #[test]
 fn number_formats() {

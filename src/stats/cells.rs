@@ -15,8 +15,6 @@ use super::explain::{self, Measured};
 use super::outliers::outlier_indices;
 use super::summary::{Summary, mean, summarize};
 use crate::journal::Better;
-#[cfg(test)]
-use crate::journal::Journal;
 
 /// Lock workloads report these; their per-cell means go next to the headline metric.
 pub const CONTENTION_METRIC: &str = "contention_rate";
@@ -377,14 +375,9 @@ pub fn same_level(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(1.0)
 }
 
-/// Builds the comparison model. `metric` overrides every workload's headline metric.
-#[cfg(test)] // the per-record form; reports use the digests' one
-pub fn build(journal: &Journal, alpha: f64, metric: Option<&str>) -> Model {
-    build_digested(&Digested::of(journal), alpha, metric)
-}
-
-/// [`build`] from a journal's digests ([`Digested::read`] streams a journal into them), at the
-/// margin the sweep's scenario set (or the default).
+/// The comparison model of a journal's digests ([`Digested::read`] streams a journal into
+/// them), at the margin the sweep's scenario set (or the default). `metric` overrides every
+/// workload's headline metric.
 #[cfg(test)] // reports go through build_with_margin
 pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> Model {
     let settled = crate::journal::accounting::settle(&journal.runs);
@@ -821,7 +814,7 @@ fn conclude(workloads: &mut [WorkloadModel], alpha: f64, looks: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{journal, record};
+    use crate::testing::{build, journal, record};
 
     /// A KVM sweep whose `patched` variant meant `nopvspin` but whose guests said PV spinlocks
     /// were enabled is named in the model (and so in every text format and JSON); `base`,
@@ -847,7 +840,7 @@ mod tests {
             "{:?}",
             m.pv_disagreements
         );
-        let md = crate::report::render(&j, crate::report::Format::Md, &Default::default()).unwrap();
+        let md = crate::testing::render(&j, crate::report::Format::Md, &Default::default()).unwrap();
         assert!(
             md.contains("variant not as meant: patched: meant `nopvspin`"),
             "{md}"

@@ -694,8 +694,9 @@ pub fn context(h: &SweepHeader) -> RecordContext<'_> {
 mod tests {
     use super::*;
     use crate::journal::{Entry, JournalWriter};
-    use crate::stats::cells::{build, build_digested};
+    use crate::stats::cells::build_digested;
     use crate::stats::timeline_ref::TimelineRef;
+    use crate::testing::build;
     use crate::testing::journal;
 
     /// `j` written as a journal in `dir`.
@@ -874,7 +875,7 @@ mod tests {
         ] {
             assert_eq!(
                 crate::report::render_digested(&streamed, format, &opts).unwrap(),
-                crate::report::render(&j, format, &opts).unwrap()
+                crate::testing::render(&j, format, &opts).unwrap()
             );
         }
     }

@@ -982,7 +982,7 @@ mod tests {
         for r in &mut j.runs {
             r.extra.insert("kvm".into(), serde_json::to_value(&kvm).unwrap());
         }
-        let text = crate::report::render(
+        let text = crate::testing::render(
             &j,
             crate::report::Format::Table,
             &crate::report::ReportOptions::default(),
@@ -1005,7 +1005,7 @@ mod tests {
             assert!(row.contains(v), "{v} missing from {row}");
         }
         assert!(text.contains("PLE (pause-loop exits): not measured"), "{text}");
-        let json = crate::report::render(
+        let json = crate::testing::render(
             &j,
             crate::report::Format::Json,
             &crate::report::ReportOptions::default(),

@@ -125,7 +125,7 @@ fn selected(modes: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// A host's files laid out under a directory (hostfs::RootedFs).
+    /// A host's files laid out under a directory (crate::testing::RootedFs).
     #[test]
     fn a_host_is_read_from_its_files() {
         let d = tempfile::tempdir().unwrap();
@@ -163,7 +163,7 @@ mod tests {
         );
         put("/proc/812/comm", "irqbalance\n");
         put("/proc/self/comm", "ocrig\n");
-        let fs = crate::hostfs::RootedFs::new(d.path());
+        let fs = crate::testing::RootedFs::new(d.path());
         let r = read(&fs, &[0, 1], false);
         assert_eq!(r.kernel_release.as_deref(), Some("6.1.0-41-amd64"));
         assert_eq!(

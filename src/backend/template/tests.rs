@@ -230,7 +230,7 @@ fn the_key_covers_every_input_and_a_file_replaced_in_place() {
     );
     // Under KVM: the host kernel release and every KVM module parameter are in the key.
     let root = tempfile::tempdir().unwrap();
-    let host = crate::hostfs::RootedFs::new(root.path());
+    let host = crate::testing::RootedFs::new(root.path());
     host.write("/proc/sys/kernel/osrelease", "6.1.0-41-amd64\n");
     host.write("/sys/module/kvm/parameters/halt_poll_ns", "200000\n");
     host.write("/sys/module/kvm_intel/parameters/ple_gap", "128\n");

@@ -218,7 +218,7 @@ fn report_n(records: &[RunRecord]) -> Vec<usize> {
         header,
         runs: records.to_vec(),
     };
-    let model = crate::stats::cells::build(&journal, 0.05, None);
+    let model = crate::testing::build(&journal, 0.05, None);
     model.workloads[0]
         .series
         .iter()

@@ -576,7 +576,7 @@ fn stats_model_of(
         header,
         runs: records.to_vec(),
     };
-    crate::stats::cells::build(&journal, 0.05, None)
+    crate::testing::build(&journal, 0.05, None)
 }
 
 #[tokio::test]
