@@ -137,7 +137,7 @@ hackbench: what explains each cell (means per run)
   patched at 0.5x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
   patched at 1x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
-  vCPU wait: not recorded (a journal from an ocrig without per-vCPU telemetry)
+  vCPU wait: not recorded (the record has no vcpu_sched)
   steal: not recorded
   other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   other load: not recorded

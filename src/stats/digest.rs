@@ -350,7 +350,7 @@ pub enum HostJudged {
     Remote,
     /// Not read: reading it failed (the record's `foreign_load.unavailable` says how).
     Failed,
-    /// Not read: not in the record (the host backend, or an ocrig before the reading).
+    /// Not read: not in the record.
     Absent,
 }
 

@@ -242,7 +242,7 @@ pub fn vcpu_wait_of(t: &Telemetry, ctx: &RecordContext) -> Result<f64, String> {
     }
     let sched = match &t.vcpu_sched {
         Part::Absent => {
-            return Err("not recorded (a journal from an ocrig without per-vCPU telemetry)".into());
+            return Err("not recorded (the record has no vcpu_sched)".into());
         }
         Part::Why(why) => return Err(why.clone()),
         Part::Read(s) => s.as_ref().map_err(|e| format!("unreadable vcpu_sched: {e}"))?,
