@@ -384,7 +384,7 @@ pub fn build_digested(journal: &Digested, alpha: f64, metric: Option<&str>) -> M
     build_with_margin(journal, &settled, alpha, metric, None)
 }
 
-/// [`build_digested`] of a journal `settled` by the accounting rule, at equivalence margin
+/// The comparison model of a journal's digests `settled` by the accounting rule, at equivalence margin
 /// `margin` (None: the scenario's, else the default). Linear in the records: they are grouped
 /// into their cells in one pass.
 pub fn build_with_margin(

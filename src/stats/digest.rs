@@ -1,5 +1,5 @@
 //! A report's compact digest of each journal record: what the statistics read of it (its run,
-//! standing, headline numbers and every figure that explains a cell), taken by [`digest`] as
+//! standing, headline numbers and every figure that explains a cell), taken by [`digest_with`] as
 //! the record is parsed, so a report of a million records holds a million digests (a few
 //! hundred bytes each), never the records (kilobytes each, with their telemetry).
 //!
@@ -8,8 +8,8 @@
 //! what a report draws from only a few records (the vCPU timeline of a cell's first counted
 //! run) stays in the journal, and the digest says where ([`TimelineAt`]).
 //!
-//! A new per-record figure is one more field of [`RunDigest`] and one more call in [`digest`]
-//! of the pure function that computes it from a `&RunRecord`; if it reads a part of the record
+//! A new per-record figure is one more field of [`RunDigest`] and one more call in
+//! [`digest_with`] of the pure function that computes it from a `&RunRecord`; if it reads a part of the record
 //! [`ForReport`] skips, that part joins its list of kept keys.
 
 use std::collections::HashMap;
@@ -103,15 +103,15 @@ pub struct RunDigest {
     pub rejected: Option<Why>,
     /// The payload's headline numbers (name → value), in name order.
     pub metrics: Keyed<f64>,
-    /// [`explain::vcpu_wait`] (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
+    /// [`explain::vcpu_wait_of`] (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
     /// a cell reads it of its primary samples only, and at 480 guests per attempt the others
     /// are nearly every digest).
     pub vcpu_wait: Figure,
-    /// [`explain::guest_steal`] (the primary guest's, as `vcpu_wait`).
+    /// [`explain::guest_steal_of`] (the primary guest's, as `vcpu_wait`).
     pub guest_steal: Figure,
-    /// This record's part of its run's [`explain::host_other`].
+    /// This record's part of its run's [`explain::host_other_of`].
     pub host_other: HostOtherPart<Why>,
-    /// [`explain::kvm_counters`] (the primary guest's, as `vcpu_wait`).
+    /// [`explain::kvm_counters_of`] (the primary guest's, as `vcpu_wait`).
     pub kvm: Counters,
     /// [`explain::pv_words`]: whether the boot facts name guests, and their PV lines (one
     /// copy shared by the digests that say the same).
@@ -387,7 +387,7 @@ impl RunDigest {
     }
 }
 
-/// A run record's line parsed as far as [`digest`] reads it: the record without its payload
+/// A run record's line parsed as far as [`digest_with`] reads it: the record without its payload
 /// report and telemetry but for what a digest reads of the report ([`Detail`]), its
 /// [`Telemetry`], both typed, and what [`EXTRA`] picks of the rest; of its timeline summary
 /// only whether there is one.

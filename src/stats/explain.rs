@@ -76,7 +76,7 @@ impl<T: DeserializeOwned> Part<T> {
 
 pub use crate::journal::scan::without_place;
 
-/// A host's /proc/stat ticks over a run (`host_stat`), as far as [`host_other_part`] reads them.
+/// A host's /proc/stat ticks over a run (`host_stat`), as far as [`host_other_part_of`] reads them.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct HostTicks {
     #[serde(default)]
@@ -89,7 +89,7 @@ pub struct HostTicks {
     steal: Option<f64>,
 }
 
-/// A guest's /proc/stat over a run (`guest_stat`), as far as [`guest_steal`] reads it.
+/// A guest's /proc/stat over a run (`guest_stat`), as far as [`guest_steal_of`] reads it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct GuestSteal {
     #[serde(default)]
@@ -197,16 +197,8 @@ impl Measured {
     }
 }
 
-/// Collects `value` over `records`; reasons are kept only when no record measured it.
-#[cfg(test)] // the per-record form; reports use the digests' one
-pub fn measure<'a>(
-    records: impl Iterator<Item = &'a RunRecord>,
-    value: impl Fn(&RunRecord) -> Result<f64, String>,
-) -> Measured {
-    measure_of(records.map(value))
-}
-
-/// [`measure`] over figures already taken (a report's digests of its records).
+/// Collects figures already taken (a report's digests of its records); reasons are kept only
+/// when no record measured it.
 pub fn measure_of<E: AsRef<str>>(figures: impl Iterator<Item = Result<f64, E>>) -> Measured {
     let mut samples = Vec::new();
     let mut reason: Option<String> = None;
@@ -229,13 +221,7 @@ pub fn measure_of<E: AsRef<str>>(figures: impl Iterator<Item = Result<f64, E>>) 
     }
 }
 
-/// Mean run-queue wait share of the record's vCPU threads.
-#[cfg(test)] // the per-record form; digests use `vcpu_wait_of`
-pub fn vcpu_wait(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
-    vcpu_wait_of(&Telemetry::of(&r.extra), ctx)
-}
-
-/// [`vcpu_wait`] of a record's telemetry.
+/// Mean run-queue wait share of the record's vCPU threads, from its telemetry.
 pub fn vcpu_wait_of(t: &Telemetry, ctx: &RecordContext) -> Result<f64, String> {
     if let Some(why) = ctx.no_guests() {
         return Err(why);
@@ -256,17 +242,7 @@ pub fn vcpu_wait_of(t: &Telemetry, ctx: &RecordContext) -> Result<f64, String> {
     }
 }
 
-/// Share of the pinned host CPUs' time that went to anything but this run's vCPUs — other
-/// processes on a shared host, QEMU's own threads, the orchestrator — from the run's host
-/// /proc/stat and every guest's vCPU run time (`run` holds all records of the run). A vCPU
-/// wait share above 1 - 1/L is explained by it.
-#[cfg(test)] // the per-record form; reports use the digests' one
-pub fn host_other(run: &[&RunRecord], ctx: &RecordContext) -> Result<f64, String> {
-    let parts: Vec<HostOtherPart> = run.iter().map(|r| host_other_part(r, ctx)).collect();
-    host_other_of(parts.iter())
-}
-
-/// What one record adds to its run's [`host_other`]: its host /proc/stat (busy and total
+/// What one record adds to its run's [`host_other_of`]: its host /proc/stat (busy and total
 /// seconds; only the run's first record's is read) and its guest's vCPU run time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostOtherPart<E = String> {
@@ -285,12 +261,7 @@ impl HostOtherPart {
     }
 }
 
-#[cfg(test)] // the per-record form; digests use `host_other_part_of`
-pub fn host_other_part(r: &RunRecord, ctx: &RecordContext) -> HostOtherPart {
-    host_other_part_of(&Telemetry::of(&r.extra), ctx)
-}
-
-/// [`host_other_part`] of a record's telemetry.
+/// What a record adds to its run's [`host_other_of`], from its telemetry.
 pub fn host_other_part_of(t: &Telemetry, ctx: &RecordContext) -> HostOtherPart {
     let host = (|| {
         let host = match &t.host_stat {
@@ -321,7 +292,10 @@ pub fn host_other_part_of(t: &Telemetry, ctx: &RecordContext) -> HostOtherPart {
     HostOtherPart { host, vcpus_s }
 }
 
-/// [`host_other`] from the parts of a run's records, in journal order.
+/// Share of the pinned host CPUs' time that went to anything but this run's vCPUs — other
+/// processes on a shared host, QEMU's own threads, the orchestrator — from the parts of a run's
+/// records in journal order: the first one's host /proc/stat and every guest's vCPU run time.
+/// A vCPU wait share above 1 - 1/L is explained by it.
 pub fn host_other_of<'a, E: AsRef<str> + 'a>(
     mut parts: impl Iterator<Item = &'a HostOtherPart<E>>,
 ) -> Result<f64, String> {
@@ -337,13 +311,8 @@ pub fn host_other_of<'a, E: AsRef<str> + 'a>(
 /// /proc/stat's tick rate.
 const USER_HZ: f64 = 100.0;
 
-/// The record's guest steal share; under TCG never a measurement, whatever the record says.
-#[cfg(test)] // the per-record form; digests use `guest_steal_of`
-pub fn guest_steal(r: &RunRecord, ctx: &RecordContext) -> Result<f64, String> {
-    guest_steal_of(&Telemetry::of(&r.extra), guest_cpu(r), ctx)
-}
-
-/// [`guest_steal`] of a record's telemetry and its guest's `-cpu` ([`guest_cpu`]).
+/// The record's guest steal share, from its telemetry and its guest's `-cpu` ([`guest_cpu`]);
+/// under TCG never a measurement, whatever the record says.
 pub fn guest_steal_of(t: &Telemetry, cpu: Option<&str>, ctx: &RecordContext) -> Result<f64, String> {
     if let Some(why) = ctx.no_guests() {
         return Err(why);
@@ -409,17 +378,6 @@ pub fn kvm_notes() -> Vec<String> {
     ]
     .map(String::from)
     .to_vec()
-}
-
-/// The kernel's own words on its PV features per variant (`PV spinlocks …`, `kvm-guest: …`),
-/// from the boot facts of every record's guest: variant → distinct lines, in first-seen order.
-/// A variant's guests that said nothing of the kind get one line saying so.
-#[cfg(test)] // the per-record form; reports use the digests' one
-pub fn kernel_words<'a>(records: impl Iterator<Item = &'a RunRecord>) -> BTreeMap<String, Vec<String>> {
-    let words: Vec<(&str, PvWords)> = records
-        .filter_map(|r| Some((r.variant.as_str(), pv_words(r)?)))
-        .collect();
-    kernel_words_of(words.iter().map(|(v, w)| (*v, w.guests, w.lines.iter())))
 }
 
 /// One record's guests' PV lines (dmesg time stripped), from its boot facts; `None` when the
@@ -530,7 +488,10 @@ pub fn pv_words(r: &RunRecord) -> Option<PvWords> {
     })
 }
 
-/// [`kernel_words`] from each record's (variant, [`PvWords::guests`], lines), in journal order.
+/// The kernel's own words on its PV features per variant (`PV spinlocks …`, `kvm-guest: …`),
+/// from each record's (variant, [`PvWords::guests`], lines) in journal order: variant →
+/// distinct lines, in first-seen order. A variant's guests that said nothing of the kind get
+/// one line saying so.
 pub fn kernel_words_of<'a, L, S>(
     records: impl Iterator<Item = (&'a str, bool, L)>,
 ) -> BTreeMap<String, Vec<String>>
@@ -575,13 +536,7 @@ fn strip_dmesg_time(line: &str) -> &str {
     }
 }
 
-/// The record's per-VM KVM counters over the run.
-#[cfg(test)] // the per-record form; digests use `kvm_counters_of`
-pub fn kvm_counters(r: &RunRecord, ctx: &RecordContext) -> Result<BTreeMap<String, u64>, String> {
-    kvm_counters_of(&Telemetry::of(&r.extra), ctx).cloned()
-}
-
-/// [`kvm_counters`] of a record's telemetry.
+/// The record's per-VM KVM counters over the run, from its telemetry.
 pub fn kvm_counters_of<'t>(
     t: &'t Telemetry,
     ctx: &RecordContext,
@@ -624,12 +579,8 @@ pub struct KvmCell {
     pub not_measured: BTreeMap<String, String>,
 }
 
-#[cfg(test)] // the per-record form; reports use the digests' one
-pub fn kvm_cell<'a>(records: impl Iterator<Item = &'a RunRecord>, ctx: &RecordContext) -> KvmCell {
-    kvm_cell_of(records.map(|r| kvm_counters(r, ctx)))
-}
-
-/// [`kvm_cell`] over counters already read (a report's digests of its records).
+/// A cell's KVM counters from its runs' counters already read (a report's digests of its
+/// records).
 pub fn kvm_cell_of<C, K, E>(per_run: impl Iterator<Item = Result<C, E>>) -> KvmCell
 where
     C: IntoIterator<Item = (K, u64)>,
@@ -697,7 +648,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::record;
+    use crate::testing::{
+        guest_steal, host_other, kernel_words, kvm_cell, kvm_counters, measure, record, vcpu_wait,
+    };
     use serde_json::json;
 
     const KVM: RecordContext = RecordContext {

@@ -307,7 +307,8 @@ impl Reported {
 
 /// Why a run's stretched intervals were not judged by the host's record when its record has
 /// none.
-pub const NO_HOST_RECORD: &str = "no host record of the stretched intervals (extra.stretched_on_host: a run without a vCPU timeline)";
+pub const NO_HOST_RECORD: &str =
+    "no host record of the stretched intervals (extra.stretched_on_host: a run without a vCPU timeline)";
 
 /// The run's figures from its report's `preemption` field (`None`: absent), its
 /// `preemption_unavailable`, its `elapsed_ns` (the run's length) and the host's record of its

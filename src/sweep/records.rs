@@ -708,10 +708,10 @@ mod tests {
             r.extra.insert("group".into(), group.clone());
             r.extra.insert("host_stat".into(), host_stat.clone());
         }
-        let refs = |v: &[RunRecord]| crate::stats::explain::host_other(&v.iter().collect::<Vec<_>>(), &ctx);
+        let refs = |v: &[RunRecord]| crate::testing::host_other(&v.iter().collect::<Vec<_>>(), &ctx);
         assert_eq!(refs(&recs), refs(&whole));
         assert!(refs(&recs).is_ok());
-        let words = |v: &[RunRecord]| crate::stats::explain::kernel_words(v.iter());
+        let words = |v: &[RunRecord]| crate::testing::kernel_words(v.iter());
         assert_eq!(words(&recs), words(&whole));
 
         // A later attempt of the same guest set: each record keeps its guest's start facts and

@@ -5,6 +5,7 @@
 
 mod boot;
 mod browser;
+mod explain;
 mod host;
 mod image;
 mod journal;
@@ -12,6 +13,7 @@ mod report;
 
 pub(crate) use boot::*;
 pub(crate) use browser::*;
+pub(crate) use explain::*;
 pub(crate) use host::*;
 pub(crate) use image::*;
 pub(crate) use journal::*;
