@@ -271,16 +271,7 @@ pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn thread_cpu_s() -> f64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
-    }
+    use crate::testing::thread_cpu_s;
 
     fn gettid() -> i32 {
         // SAFETY: gettid has no preconditions.

@@ -5,6 +5,7 @@
 
 mod boot;
 mod browser;
+mod cpu;
 mod explain;
 mod host;
 mod image;
@@ -13,6 +14,7 @@ mod report;
 
 pub(crate) use boot::*;
 pub(crate) use browser::*;
+pub(crate) use cpu::*;
 pub(crate) use explain::*;
 pub(crate) use host::*;
 pub(crate) use image::*;
