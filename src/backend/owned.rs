@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The directory every ocrig on this host shares, whoever runs it: /run/lock/ocrig (the
 /// world-writable lock directory), else `ocrig-lock` in the temp dir.
@@ -53,11 +53,11 @@ pub fn open_lock_file(path: &Path) -> anyhow::Result<File> {
     Ok(f)
 }
 
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
+/// Who holds an owner lock, written into it for a person who looks (the lock alone says
+/// whether the sweep lives).
+#[derive(Serialize)]
 struct Owner {
     pid: u32,
-    /// Process start time (clock ticks since boot) to tell a live owner from a reused pid.
-    start_ticks: u64,
     results_dir: PathBuf,
 }
 
@@ -73,10 +73,8 @@ impl RunOwnership {
     }
 
     fn claim_in(system: &Path, run_id: &str, results_dir: &Path) -> anyhow::Result<Self> {
-        let pid = std::process::id();
         let owner = Owner {
-            pid,
-            start_ticks: start_ticks(pid).unwrap_or(0),
+            pid: std::process::id(),
             results_dir: results_dir.to_path_buf(),
         };
         let owners = shared_subdir(system, "owners")?;
@@ -98,12 +96,6 @@ impl Drop for RunOwnership {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.lock_path);
     }
-}
-
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime); fields after the ")" that closes the command name start at 3.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// True when the sweep `run_id` is alive: its owner lock is held.
