@@ -203,6 +203,39 @@ where
     })
 }
 
+/// Refuses a header line of any journal format but [`JOURNAL_FORMAT`], told before its fields
+/// are parsed (another format's header may lack or rename some).
+pub(super) fn readable_format(line: &[u8]) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Format {
+        #[serde(rename = "type")]
+        kind: String,
+        /// Absent: format 1.
+        #[serde(default)]
+        journal_format: Option<u32>,
+        #[serde(default)]
+        ocrig_version: Option<String>,
+    }
+    let Ok(f) = serde_json::from_slice::<Format>(line) else {
+        return Ok(()); // not a header: the reader says what is wrong with it
+    };
+    let format = f.journal_format.unwrap_or(1);
+    if f.kind != "sweep" || format == JOURNAL_FORMAT {
+        return Ok(());
+    }
+    let by = f.ocrig_version.as_deref().unwrap_or("?");
+    let this = env!("CARGO_PKG_VERSION");
+    Err(if format > JOURNAL_FORMAT {
+        format!(
+            "written by ocrig {by} in journal format {format}; this ocrig ({this}) reads format {JOURNAL_FORMAT}: use a newer ocrig"
+        )
+    } else {
+        format!(
+            "written by ocrig {by} in journal format {format}, a development build's before the format settled; this ocrig ({this}) reads format {JOURNAL_FORMAT} only: report it with the ocrig that wrote it, or run the sweep again"
+        )
+    })
+}
+
 /// The journal's header, its first non-blank whole line, and where reading stopped: the
 /// line's number and the bytes read.
 fn read_header(
