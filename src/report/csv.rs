@@ -340,8 +340,7 @@ impl Exporter for CsvExporter {
 mod tests {
     use super::*;
     use crate::report::{Format, ReportOptions};
-    use crate::testing::journal;
-    use crate::testing::render;
+    use crate::testing::{journal, render};
 
     /// Minimal RFC 4180 reader for the test.
     fn parse(text: &str) -> Vec<Vec<String>> {

@@ -131,8 +131,7 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
 mod tests {
     use super::*;
     use crate::report::{Format, ReportOptions};
-    use crate::testing::journal;
-    use crate::testing::render;
+    use crate::testing::{journal, render};
 
     #[test]
     fn self_contained_with_an_svg_per_workload() {

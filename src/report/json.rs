@@ -37,8 +37,7 @@ impl Exporter for JsonExporter {
 mod tests {
     use crate::report::{Format, ReportOptions};
     use crate::stats::cells::Model;
-    use crate::testing::journal;
-    use crate::testing::{model, render};
+    use crate::testing::{journal, model, render};
 
     #[test]
     fn parses_back_into_the_model() {

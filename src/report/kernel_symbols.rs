@@ -457,8 +457,7 @@ mod tests {
     use super::*;
     use crate::journal::Journal;
     use crate::report::{Format, ReportInput, ReportOptions};
-    use crate::testing::profiled;
-    use crate::testing::render;
+    use crate::testing::{profiled, render};
 
     /// The fields of one CSV record (RFC 4180: quoted fields may hold commas, quotes, newlines),
     /// and the rest of the text after it: the tests read the rendered CSV back with it.

@@ -79,8 +79,7 @@ fn render_model(model: &Model) -> String {
 #[cfg(test)]
 mod tests {
     use crate::report::{Format, ReportOptions};
-    use crate::testing::journal;
-    use crate::testing::render;
+    use crate::testing::{journal, render};
 
     #[test]
     fn markdown_tables() {

@@ -465,8 +465,7 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
 mod tests {
     use super::*;
     use crate::report::ReportOptions;
-    use crate::testing::journal;
-    use crate::testing::model;
+    use crate::testing::{journal, model};
 
     /// The trimmed contents of the SVG's `<text>` elements.
     fn texts(svg: &str) -> Vec<&str> {

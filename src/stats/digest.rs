@@ -696,8 +696,7 @@ mod tests {
     use crate::journal::{Entry, JournalWriter};
     use crate::stats::cells::build_digested;
     use crate::stats::timeline_ref::TimelineRef;
-    use crate::testing::build;
-    use crate::testing::journal;
+    use crate::testing::{build, journal};
 
     /// `j` written as a journal in `dir`.
     fn write(dir: &Path, j: &Journal) {
