@@ -9,7 +9,6 @@ use anyhow::Context;
 use super::preflight::preflight_disk;
 use super::results_lock::ResultsLock;
 use super::resume;
-use crate::host::Accel;
 use crate::journal::{
     Entry, JOURNAL_FILE, JOURNAL_FORMAT, JournalWriter, ResumeNote, RunsOn, ScheduleInfo, SweepHeader,
     WorkloadInfo,
@@ -119,22 +118,12 @@ pub(crate) fn run_id() -> String {
     format!("{:x}{:04x}", t.as_secs() & 0xffffff, std::process::id() & 0xffff)
 }
 
-pub(crate) fn header(plan: &Plan, sha: &str, backend: &str, accel: Accel) -> SweepHeader {
+/// The header of a sweep of `plan` on what `runs_on` says.
+pub(crate) fn header(plan: &Plan, runs_on: RunsOn) -> SweepHeader {
     SweepHeader {
         journal_format: JOURNAL_FORMAT,
         scenario: plan.name.clone(),
-        runs_on: RunsOn {
-            scenario_sha256: sha.to_string(),
-            backend: backend.to_string(),
-            accel: accel.as_str().to_string(),
-            host_cpus: plan.host_cpus.clone(),
-            boots: plan.boot_infos(),
-            kernels: BTreeMap::new(),
-            payload_sha256: None,
-            images: BTreeMap::new(),
-            hosts: Vec::new(),
-            host: None,
-        },
+        runs_on,
         baseline: plan.baseline.clone(),
         variants: plan.variants.clone(),
         levels: plan.levels.clone(),

@@ -130,23 +130,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         &loaded.text,
         |dir| claims.iter_mut().for_each(|c| c.note_results_dir(dir)),
         || {
-            let mut head = results_dir::header(&plan, &loaded.sha256, first.backend_name(), accel);
+            let mut head = results_dir::header(&plan, runs_on.clone());
             head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
             head.runs_on.hosts = match several {
                 true => labels.clone(),
                 false => first.remote_label().into_iter().collect(),
             };
-            head.runs_on.kernels = runs_on.kernels.clone();
             head.kernel_identity = images
                 .iter()
                 .map(|(v, i)| (v.clone(), i.identity.clone()))
                 .collect();
-            head.runs_on.payload_sha256 = runs_on.payload_sha256.clone();
-            head.runs_on.images = runs_on.images.clone();
             head.host_speed = probes.speed.clone();
             head.host_handover = probes.handover.clone();
             head.noise_floor = probes.noise_floor.clone();
-            head.runs_on.host = runs_on.host.clone();
             head
         },
     )?;
