@@ -1,199 +1,282 @@
-//! Calibrated busy work: "hold the lock for H ns" as a fixed amount of CPU work.
+//! Busy work of a given length: "hold the lock for H ns" as H ns of running, spun to the TSC.
 //!
-//! Work is counted in loop iterations, not measured against a clock, so a vCPU preempted in the
-//! middle of a critical section still owes the same work when it resumes — which is exactly
-//! how a real critical section behaves under lock-holder preemption.
+//! Why the clock and not a count of loop iterations: a count sized by a calibration lasts
+//! whatever the CPU's speed makes it. Cloud hosts flip between speed states about 2x apart for
+//! 40 ms to 2 s at a time (an Intel machine of this project's kind: busy loop p5 / p95 0.35 /
+//! 0.72 ns per iteration, 43 % of samples slow, 2026-12-05), turbo and SMT siblings move it on
+//! bare metal, and a count calibrated a moment before then made 2000 ns holds of x0.66 to x1.62
+//! the asked length. A spin to the TSC lasts the asked time at any speed.
 //!
-//! The iteration count is only as true as the calibration that chose it, so a calibration is
-//! made where the work runs and when it runs ([`calibrate`], called by the workers themselves
-//! just before the start gate and again after the run) and is reported. The run itself is then
-//! judged by its work as it ran ([`crate::work_as_run`]: the in-run holds' undisturbed length, timed, against
-//! the asked hold), so the calibration's job is to predict the loop's speed *in the run*. What
-//! that took:
-//! - the calibrated loop and the measured loop were two inlined copies of the same source, and
-//!   an emulator (or a CPU front end) runs two copies at different speeds: [`spin_iters`] is
-//!   one out-of-line function, so the calibrated machine code *is* the code the workload runs;
-//! - a trial timed by the wall clock also counts the time its thread was preempted (by the
-//!   run's other threads, or anything else on the machine): trials are timed by the thread's
-//!   own CPU clock. (Inside a guest that clock still runs while the host preempts the vCPU,
-//!   which the guest cannot see; see the statistic below.)
-//! - the load: the calibrating workers calibrate all at once, with busy work (not sleeps)
-//!   before and between trials, so the CPUs are as busy as in the run. Serialised one at a
-//!   time, each calibrated beside idle CPUs while the run has every worker busy, and where CPUs
-//!   share a core or a power budget (SMT siblings, turbo; TCG's vCPU threads on a shared host)
-//!   the loop's speed depends on what the others do. (On this project's VM the other vCPU's
-//!   busy loop, PAUSE spin or idleness did not move it; the host's own load did, between 0.27
-//!   and 0.50-0.56 ns per iteration for tens of ms to seconds, measured 2026-12-04.)
-//! - the statistic: the 10th percentile ([`UNDISTURBED_QUANTILE`], the 3rd fastest) of
-//!   [`TRIALS`] trials, each about [`TRIAL_TARGET`] of CPU (at most about 1 ms even at half the
-//!   sizing's speed), spread evenly over [`SPAN`]. The run is judged by its undisturbed
-//!   intervals, the 10th percentile of the sampled holds and gaps ([`crate::work_as_run`]): a
-//!   hold that a preemption (in the guest or of the vCPU by the host) or a slow spell of the
-//!   host lands in sits in the upper part of the distribution, and so does a trial (which the
-//!   guest cannot see: its CPU clock runs while the host preempts the vCPU). So the calibration
-//!   and the check read the same part of the loop's distribution of speeds, over 250 ms and
-//!   over the run. Fastest, 10th percentile, median and slowest are all reported. (Before the
-//!   span, natively on this VM with other work running, in-run ns per iteration / fastest of 9
-//!   trials within 10 ms was p50 1.00-1.02, 54 runs, 2026-12-04.)
-//! - the span: this VM's host switches between two speeds x1.7-1.9 apart, for 40 ms to 2 s at a
-//!   time (`ocrig doctor`'s host speed line). Under TCG a guest's loop shows it as a floor of
-//!   1.63 ns per iteration and spells of 1.7-3.5: of 52 calibrations of 9 trials within 10 ms
-//!   (2-vCPU guests, ticket-vs-tas at 1x, 2026-12-04), about half never reached the floor, so
-//!   before and after disagreed by up to x1.6 and the holds chosen from a slow one ran at x0.7
-//!   of the asked length whenever the host was fast. Trials spread over 250 ms reach the floor
-//!   in nearly every calibration (the figures are in the sweep notes); 2 x 250 ms per run is
-//!   the price.
-//! - a few milliseconds at process start are a lucky or unlucky moment (in a guest, QEMU's I/O
-//!   thread is still busy with the SSH traffic that started the payload): the first calibration
-//!   of a process waits [`SETTLE`] first, busy, and every calibration started meanwhile waits
-//!   for the same instant, so they all start together.
+//! Running time, not wall time: a spin is chunks of the busy loop ([`spin_iters`]), each
+//! followed by a TSC read. A chunk that took far longer than planned (over [`DISTURBED_FACTOR`]
+//! times its plan and [`DISTURBED_SLACK_NS`] more: the thread preempted in the guest, its vCPU
+//! by the host, a long interrupt) counts only what its plan said, so a preempted holder still
+//! owes the rest of its hold when it resumes, as a real critical section does, and a disturbed
+//! hold lasts the asked time plus the disturbance. A CPU at half speed is no disturbance: its
+//! chunks take twice their plan and count in full.
+//!
+//! Few reads, landing where asked: a spin's first chunk is planned for [`FIRST_CHUNK`] of the
+//! length, and the chunks after it for all that is left, so an undisturbed spin is two chunks
+//! and two reads. The first is short of the deadline on purpose: whatever came just before a
+//! spin slows its first iterations by an amount that varies from one spin to the next (a gap
+//! follows a release whose store to the contended lock line is still waiting, and the loop's
+//! own stores queue behind it: a 200 ns gap planned as one chunk overran by 14 % at the median
+//! with a second thread spinning on the lock, on the machine of the note above). The plans come
+//! from a line through what the spinner's first and later chunks cost (an exponentially weighted
+//! mean of each's iterations and ticks, [`ChunkCost`]): a chunk's cost besides its iterations
+//! is not only the read but the loop's mispredicted exit and the spin's own arithmetic (natively
+//! about 40 ns here, against 10 ns for two reads back to back), and the line, followed from
+//! every undisturbed chunk, carries that, the loop's pace and the CPU's speed state. A spin
+//! stops once less than half a later chunk's fixed cost is owed (the next read would overshoot
+//! by more). Each [`Spinner`] serves one kind of interval of one thread (a hold, a gap), so its
+//! chunks are alike from one spin to the next and the line fits them where they fall.
 
 use std::hint::black_box;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-use crate::clock::thread_cpu_ns;
 
 use serde::{Deserialize, Serialize};
 
-/// CPU time one calibration trial aims at: long against the clock's resolution (microseconds
-/// on an emulated HPET), short against a scheduler time slice (0.75-3 ms): half a millisecond,
-/// so that a trial made at half the sizing's speed still stays within 1 ms.
-pub const TRIAL_TARGET: Duration = Duration::from_micros(500);
-/// Trials per calibration; the one at [`UNDISTURBED_QUANTILE`] is kept.
-pub const TRIALS: usize = 25;
-/// Where in the loop's distribution of speeds "undisturbed" is read, by the calibration (among
-/// its trials) and by a run's checks (among its timed intervals, [`crate::work_as_run`]): the
-/// 10th percentile, so both read the same part of the same distribution. Not the fastest: a
-/// host can be fast for rare moments, which 25 trials over 250 ms find and a run's holds never
-/// have (natively here the fastest of 25 made 1000 ns holds read 1141-1151 ns net in every run
-/// while the gaps' 10th percentile read 991-1001, 2026-12-04).
-pub const UNDISTURBED_QUANTILE: f64 = 0.10;
-/// The wall time the trials are spread over, busy between them (so they sample different
-/// moments of the host, and the CPUs stay as loaded as in the run: a sleep would hand them to
-/// whatever else runs there). Long against the host's slow spells that a 10 ms calibration sat
-/// wholly inside (see the module notes), short against a run of seconds.
-pub const SPAN: Duration = Duration::from_millis(250);
-/// Busy time before the first trial of a process: in a guest the payload starts right after
-/// the host's SSH traffic (deploy, the go line), which keeps QEMU's I/O thread busy on the
-/// vCPU's host CPU for a while. Measured under TCG (1-vCPU guest, quiet-cell scenario): with
-/// no settling, calibrations made at once were mostly 15-30 % slower than the same one after
-/// the run (8 of 8 attempts broke the 5 % drift bound); with 50 ms, 6 of 7; with 300 ms, 4 of
-/// 8, the remaining drifts going both ways (the host's own load).
-const SETTLE: Duration = Duration::from_millis(300);
+use crate::preempt_sample::ticks;
 
-/// One calibration on the calling thread.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct Calibration {
-    /// The trial at [`UNDISTURBED_QUANTILE`] (the 3rd fastest of 25; the fastest in reports made
-    /// before): nanoseconds per [`spin_iters`] iteration when nothing disturbed it.
-    pub ns_per_iter: f64,
-    /// Fastest, median and slowest trial, ns per iteration (their ratios are the noise seen).
-    pub min_ns_per_iter: f64,
-    #[serde(default)]
-    pub median_ns_per_iter: f64,
-    pub max_ns_per_iter: f64,
-    /// Iterations per trial (sized to take about [`TRIAL_TARGET`]).
-    pub trial_iters: u64,
-    pub trials: usize,
-    /// Wall time from the first trial's start to the last one's end, ms (null in reports made
-    /// before the trials were spread over [`SPAN`]).
-    #[serde(default)]
-    pub span_ms: Option<f64>,
+/// A chunk that took more than this many times its plan (and [`DISTURBED_SLACK_NS`] more) was
+/// disturbed: a speed state 2x slower is not, a preemption (50 µs to 30 ms) or an interrupt
+/// under TCG (tens of µs) against chunks of 0.2-5 µs is.
+pub const DISTURBED_FACTOR: i64 = 4;
+
+/// ... and at least this much longer than planned, ns: a short top-up chunk (tens of ns) is not
+/// disturbed by a few ns of jitter in the read itself.
+pub const DISTURBED_SLACK_NS: f64 = 1_000.0;
+
+/// The share of a spin its first chunk is planned for (see the module notes), where the spin
+/// is long enough for two chunks: three quarters.
+pub const FIRST_CHUNK: (i64, i64) = (3, 4);
+
+/// Each chunk moves the spinner's means by 1/2^this of its difference from them: a quarter, so a
+/// speed state's change is followed within a few spins and one odd chunk moves the next plan by
+/// a quarter of its error.
+const GAIN_SHIFT: u32 = 2;
+
+/// What a read costs with the loop's call around nothing, measured this many times (the 10th
+/// percentile kept).
+const OVERHEAD_READS: usize = 65;
+
+/// Fixed-point scale of the means and of ticks per iteration: 2^16. A spin does integer
+/// arithmetic only: under TCG every floating-point operation is a call into the emulator's
+/// soft float (tens of ns), which made each chunk of a 200 ns gap cost 120 ns and more.
+const SCALE: u32 = 16;
+
+/// Work spun to the TSC, for one kind of interval of one thread (see the module notes).
+#[derive(Debug, Clone)]
+pub struct Spinner {
+    ticks_per_ns: f64,
+    cost: ChunkCost,
+    /// [`DISTURBED_SLACK_NS`] in ticks.
+    slack_ticks: i64,
+    pub counts: SpinCounts,
 }
 
-/// The end of the process's settling time, set by the first calibration: every thread that
-/// calibrates before it busy-waits until then, so all settle at once, as they will run.
-static SETTLED_AT: OnceLock<Instant> = OnceLock::new();
+/// What a spinner's chunks cost, in ticks: the exponentially weighted means of (iterations,
+/// ticks) of its first chunks and of its later ones, and the line through the two; all scaled
+/// by 2^[`SCALE`].
+#[derive(Debug, Clone, Copy)]
+struct ChunkCost {
+    first: (i64, i64),
+    later: (i64, i64),
+    /// Ticks per iteration and fixed ticks measured when the spinner was made: the line where
+    /// the two means lie too close together (or slope the wrong way) to draw one.
+    measured_per_iter: i64,
+    measured_fixed: i64,
+}
 
-/// Measures this thread's loop speed: sizes a trial to about [`TRIAL_TARGET`], then times
-/// [`TRIALS`] trials spread over [`SPAN`] with busy work between them and keeps the one at
-/// [`UNDISTURBED_QUANTILE`].
-/// Every calibrating worker of a run calls it at the same time (no turns), so each trial runs
-/// under the load the run will have. Takes about [`SPAN`] (plus what remains of [`SETTLE`] on
-/// the first calls of the process).
-pub fn calibrate() -> Calibration {
-    let settled_at = *SETTLED_AT.get_or_init(|| Instant::now() + SETTLE);
-    busy_until(settled_at);
-    // Size the trial (this also warms the code: the first runs of a translated block under TCG
-    // include its translation).
-    let mut iters = 1_000u64;
-    loop {
-        let t = thread_cpu_ns();
-        spin_iters(iters);
-        let took = thread_cpu_ns().saturating_sub(t);
-        if took >= TRIAL_TARGET.as_nanos() as u64 / 2 || iters >= 1 << 40 {
-            let scale = TRIAL_TARGET.as_nanos() as f64 / took.max(1) as f64;
-            iters = ((iters as f64 * scale) as u64).max(1_000);
-            break;
+impl ChunkCost {
+    /// Ticks per iteration, scaled: the slope through the two means, where it is a plausible one.
+    fn per_iter(&self) -> i64 {
+        let dk = self.first.0 - self.later.0;
+        let m = self.measured_per_iter;
+        if dk < 16 << SCALE {
+            return m;
         }
-        iters *= 4;
+        let slope = (((self.first.1 - self.later.1) as i128) << SCALE) / dk as i128;
+        let slope = slope as i64;
+        if slope > m / 4 && slope < m * 4 { slope } else { m }
     }
-    let mut per_iter = [0f64; TRIALS];
-    let start = Instant::now();
-    for (i, slot) in per_iter.iter_mut().enumerate() {
-        busy_until(start + SPAN.mul_f64(i as f64 / TRIALS as f64));
-        let t = thread_cpu_ns();
-        spin_iters(iters);
-        *slot = thread_cpu_ns().saturating_sub(t).max(1) as f64 / iters as f64;
+
+    /// Ticks a later chunk costs besides its iterations, scaled (the line at 0 iterations
+    /// through the later chunks' mean): never under the measured cost of a read.
+    fn fixed(&self, per_iter: i64) -> i64 {
+        let at_zero = self.later.1 - ((self.later.0 as i128 * per_iter as i128) >> SCALE) as i64;
+        at_zero.max(self.measured_fixed)
     }
-    per_iter.sort_by(f64::total_cmp);
-    let undisturbed = ((TRIALS - 1) as f64 * UNDISTURBED_QUANTILE).round() as usize;
-    Calibration {
-        ns_per_iter: per_iter[undisturbed],
-        min_ns_per_iter: per_iter[0],
-        median_ns_per_iter: per_iter[TRIALS / 2],
-        max_ns_per_iter: per_iter[TRIALS - 1],
-        trial_iters: iters,
-        trials: TRIALS,
-        span_ms: Some(start.elapsed().as_secs_f64() * 1e3),
+
+    /// The iterations that take `ticks` (unscaled) on the line of slope `per_iter` through
+    /// `mean`, whose slope `iters_per_tick` (scaled) is its inverse, and the ticks that many are
+    /// planned to take: a first chunk is planned from the first chunks' mean, a later one from
+    /// the later ones' (a first chunk also carries the spin's own start, which under TCG costs
+    /// as much as a later chunk's read).
+    fn plan(mean: (i64, i64), per_iter: i64, iters_per_tick: i64, ticks: i64) -> (u64, i64) {
+        let extra = (ticks << SCALE) - mean.1;
+        let iters = mean.0 + ((extra as i128 * iters_per_tick as i128) >> SCALE) as i64;
+        let iters = (iters >> SCALE).max(0);
+        let planned = mean.1 + ((((iters << SCALE) - mean.0) as i128 * per_iter as i128) >> SCALE) as i64;
+        (iters as u64, (planned >> SCALE).max(1))
+    }
+
+    fn learn(mean: &mut (i64, i64), iters: u64, took: i64) {
+        mean.0 += (((iters as i64) << SCALE) - mean.0) >> GAIN_SHIFT;
+        mean.1 += ((took << SCALE) - mean.1) >> GAIN_SHIFT;
     }
 }
 
-/// Runs the busy loop, untimed, until `until`: the load of a run, between and before trials.
-fn busy_until(until: Instant) {
-    while Instant::now() < until {
-        spin_iters(10_000);
+/// A spinner's chunks, counted.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SpinCounts {
+    /// Spins made (intervals of work).
+    pub spins: u64,
+    /// Chunks of the loop they took, each with its read.
+    pub chunks: u64,
+    /// Chunks that took far longer than planned and counted only their plan.
+    pub disturbed: u64,
+}
+
+impl SpinCounts {
+    pub fn add(&mut self, o: &SpinCounts) {
+        self.spins += o.spins;
+        self.chunks += o.chunks;
+        self.disturbed += o.disturbed;
     }
 }
 
-/// The median of several threads' calibrations (ns per iteration); None for none.
-pub fn median_ns_per_iter(cals: &[Calibration]) -> Option<f64> {
-    let mut v: Vec<f64> = cals.iter().map(|c| c.ns_per_iter).collect();
-    if v.is_empty() {
-        return None;
+impl Spinner {
+    /// A spinner for a TSC running at `tsc_hz`, with the read's cost and the loop's pace
+    /// measured now on the calling thread (about 40 µs natively; the loop warms up first, as
+    /// the first run of a block under TCG includes its translation).
+    pub fn new(tsc_hz: f64) -> Self {
+        spin_registers(20_000);
+        let fixed = chunk_overhead_ticks() as i64;
+        const N: u64 = 4_096;
+        let mut took = [0i64; 9];
+        for t in &mut took {
+            let t0 = ticks();
+            spin_registers(N);
+            *t = ticks().wrapping_sub(t0) as i64;
+        }
+        took.sort_unstable();
+        let per_iter = (((took[took.len() / 2] - fixed).max(1)) << SCALE) / N as i64;
+        let ticks_per_ns = tsc_hz / 1e9;
+        Self {
+            ticks_per_ns,
+            cost: ChunkCost {
+                first: ((N as i64) << SCALE, (fixed << SCALE) + N as i64 * per_iter),
+                later: (0, fixed << SCALE),
+                measured_per_iter: per_iter.max(1),
+                measured_fixed: fixed << SCALE,
+            },
+            slack_ticks: (DISTURBED_SLACK_NS * ticks_per_ns) as i64,
+            counts: SpinCounts::default(),
+        }
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+
+    /// `ns` in ticks of this spinner's TSC.
+    pub fn ticks_for(&self, ns: f64) -> u64 {
+        (ns * self.ticks_per_ns).round() as u64
+    }
+
+    /// What a read of the clock costs with the loop's call around nothing, ns, as measured when
+    /// the spinner was made: the shortest interval that can be made.
+    pub fn overhead_ns(&self) -> f64 {
+        unscaled(self.cost.measured_fixed) / self.ticks_per_ns
+    }
+
+    /// The loop's pace as this spinner last saw it, ns per iteration.
+    pub fn ns_per_iter(&self) -> f64 {
+        unscaled(self.cost.per_iter()) / self.ticks_per_ns
+    }
+
+    /// Spins from `start` (a TSC reading the caller took) until `length` ticks of running have
+    /// passed, and returns the last reading: the end of the interval. Out of line, so every
+    /// interval runs this one copy of the machine code.
+    #[inline(never)]
+    pub fn spin(&mut self, start: u64, length: u64) -> u64 {
+        self.counts.spins += 1;
+        let per_iter = self.cost.per_iter();
+        let fixed = self.cost.fixed(per_iter) >> SCALE;
+        // Iterations per tick, scaled: one division a spin, multiplications a chunk.
+        let iters_per_tick = (1i64 << (2 * SCALE)) / per_iter;
+        let mut owed = length as i64;
+        let mut prev = start;
+        let mut first = true;
+        while owed > fixed / 2 {
+            let (iters, planned) = if first {
+                let target = if owed > 4 * fixed {
+                    owed * FIRST_CHUNK.0 / FIRST_CHUNK.1
+                } else {
+                    owed
+                };
+                ChunkCost::plan(self.cost.first, per_iter, iters_per_tick, target)
+            } else {
+                ChunkCost::plan(self.cost.later, per_iter, iters_per_tick, owed)
+            };
+            spin_registers(iters);
+            let now = ticks();
+            let took = now.wrapping_sub(prev) as i64;
+            prev = now;
+            self.counts.chunks += 1;
+            // (A TSC that went backwards reads as a huge chunk: disturbed too.)
+            if took < 0 || took > (planned * DISTURBED_FACTOR).max(planned + self.slack_ticks) {
+                self.counts.disturbed += 1;
+                owed -= planned;
+            } else {
+                owed -= took;
+                let mean = if first {
+                    &mut self.cost.first
+                } else {
+                    &mut self.cost.later
+                };
+                ChunkCost::learn(mean, iters, took);
+            }
+            first = false;
+        }
+        prev
+    }
+
+    /// Spins `length` ticks from now, `times` times in a row: before a run's start gate, so the
+    /// pace is learnt before the first measured interval.
+    pub fn warm_up(&mut self, length: u64, times: u32) {
+        for _ in 0..times {
+            self.spin(ticks(), length);
+        }
+    }
 }
 
-/// Iterations for `ns` of work at `ns_per_iter`; 0 for 0. A positive amount shorter than one
-/// iteration cannot be made and is refused, naming `arg` and the measured resolution, rather
-/// than rounded to nothing (or up to a whole iteration, many times what was asked).
-pub fn iterations(arg: &str, ns: u64, ns_per_iter: f64) -> Result<u64, crate::workloads::BadInput> {
-    if ns == 0 {
-        return Ok(0);
-    }
-    if (ns as f64) < ns_per_iter {
-        return Err(crate::workloads::BadInput(format!(
-            "{arg} {ns} cannot be calibrated here: one busy-loop iteration takes {ns_per_iter:.2} ns on this CPU \
-             (the resolution of the work), so use 0 or at least {}",
-            ns_per_iter.ceil() as u64
-        )));
-    }
-    Ok(((ns as f64) / ns_per_iter).round().max(1.0) as u64)
+/// A scaled value as a plain one.
+fn unscaled(v: i64) -> f64 {
+    v as f64 / (1u64 << SCALE) as f64
 }
 
-/// `iters` × `factor`, rounded: the test-only `--debug-scale-hold` and kin, which make the work
-/// deliberately other than asked after the calibration chose it (so a test can show that the
-/// in-run checks see it).
-pub fn scaled(iters: u64, factor: f64) -> u64 {
-    (iters as f64 * factor).round() as u64
+/// The 10th percentile of [`OVERHEAD_READS`] readings of what a chunk costs besides its
+/// iterations: a read, an empty call of the loop, a read.
+fn chunk_overhead_ticks() -> f64 {
+    let mut v = [0u64; OVERHEAD_READS];
+    for s in &mut v {
+        let t0 = ticks();
+        spin_registers(0);
+        *s = ticks().wrapping_sub(t0);
+    }
+    v.sort_unstable();
+    v[OVERHEAD_READS / 10].max(1) as f64
+}
+
+/// An asked length in ns that a spinner with `overhead_ns` can make: 0 (nothing), or at least
+/// one chunk's cost. A shorter positive one is refused, naming `arg` and the resolution, rather
+/// than made as a whole read (many times what was asked) or as nothing.
+pub fn makeable(arg: &str, ns: u64, overhead_ns: f64) -> Result<(), crate::workloads::BadInput> {
+    if ns == 0 || ns as f64 >= overhead_ns {
+        return Ok(());
+    }
+    Err(crate::workloads::BadInput(format!(
+        "{arg} {ns} cannot be made here: the work is spun to the TSC, and one read of it (with the loop's call) takes \
+         {overhead_ns:.0} ns on this CPU (the resolution of the work), so use 0 or at least {}",
+        overhead_ns.ceil() as u64
+    )))
 }
 
 /// Parses a `--debug-scale-hold` (or kin) factor: positive and finite.
@@ -204,8 +287,68 @@ pub fn scale_factor(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The busy loop. Out of line on purpose: every caller runs, and [`calibrate`] measures, this
-/// one copy of the machine code (the call costs a few ns once per hold or gap).
+/// How a run's busy work was made, for its report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkMade {
+    /// In words ([`METHOD`]).
+    pub method: String,
+    /// The TSC rate the asked lengths were turned into ticks at (measured before the run), Hz.
+    pub tsc_hz: f64,
+    /// What one chunk costs besides its iterations (a read and the call), ns: the median over
+    /// the workers' spinners.
+    pub chunk_overhead_ns: f64,
+    /// The loop's pace as the spinners followed it through the run (ns per iteration, read at
+    /// the sampled cycles: 10th, 50th and 90th percentile): how much the CPU's speed moved,
+    /// which the work's lengths did not. Null with no sampled cycle.
+    pub pace_ns_per_iter: Option<Pace>,
+    /// Every worker's spins, chunks and disturbed chunks.
+    pub counts: SpinCounts,
+}
+
+/// The 10th, 50th and 90th percentile of the loop's pace, ns per iteration.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Pace {
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub samples: u64,
+}
+
+impl Pace {
+    /// From a histogram of paces in picoseconds per iteration; None when empty.
+    pub fn of(ps: &hdrhistogram::Histogram<u64>) -> Option<Self> {
+        (!ps.is_empty()).then(|| Self {
+            p10: ps.value_at_quantile(0.10) as f64 / 1e3,
+            p50: ps.value_at_quantile(0.50) as f64 / 1e3,
+            p90: ps.value_at_quantile(0.90) as f64 / 1e3,
+            samples: ps.len(),
+        })
+    }
+}
+
+/// [`WorkMade::method`].
+pub const METHOD: &str = "spun to the TSC: chunks of the busy loop, each followed by a TSC read, until the asked ns of running \
+     have passed at the rate measured before the run; a chunk that took over 4x its plan and 1 us more (a preemption, a long \
+     interrupt) counts only its plan, so a preempted interval still owes the rest; each chunk is planned from the loop's pace as \
+     last seen, so the CPU's speed moves the number of iterations, not the length";
+
+/// The median of `values`; None for none.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    })
+}
+
+/// The busy loop. Out of line on purpose: every caller runs this one copy of the machine code.
+/// Each iteration stores its counter (`black_box`): the seeds' loops that `futexlock` and the
+/// host's speed probe reproduce.
 #[inline(never)]
 pub fn spin_iters(iters: u64) {
     for i in 0..iters {
@@ -213,51 +356,120 @@ pub fn spin_iters(iters: u64) {
     }
 }
 
+/// The spinners' busy loop: the same count, kept in a register, with no memory access at all.
+/// A loop that stores stalls behind an earlier store still waiting for its cache line: a gap
+/// right after the release of a contended lock ran its first iterations several times slower,
+/// by an amount that varied with the other threads' spinning. Out of line, as [`spin_iters`].
+#[inline(never)]
+pub fn spin_registers(iters: u64) {
+    for i in 0..iters {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an empty instruction sequence that takes the counter in a register: it touches
+        // no memory, stack or flags, and only keeps the loop from being optimised away.
+        unsafe {
+            std::arch::asm!("/* {0} */", in(reg) i, options(nomem, nostack, preserves_flags));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        black_box(i);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::preempt_sample::TscCalibration;
 
-    #[test]
-    fn calibration_is_positive_ordered_and_sized() {
-        let c = calibrate();
-        assert!(c.ns_per_iter > 0.0);
-        assert!(c.min_ns_per_iter <= c.ns_per_iter && c.ns_per_iter <= c.median_ns_per_iter);
-        assert!(c.min_ns_per_iter <= c.median_ns_per_iter && c.median_ns_per_iter <= c.max_ns_per_iter);
-        assert!(c.trial_iters >= 1_000 && c.trials == TRIALS);
-        // The trials are spread over the span: the last starts (TRIALS - 1) / TRIALS of it in.
-        let span = c.span_ms.unwrap();
-        let least = SPAN.as_secs_f64() * 1e3 * (TRIALS - 1) as f64 / TRIALS as f64;
-        assert!(span >= least && span < least + 1_000.0, "{span} ms");
+    fn spinner() -> Spinner {
+        Spinner::new(TscCalibration::measure(std::time::Duration::from_millis(5)).hz)
+    }
+
+    /// The median of `n` spins of `asked` ticks, in ticks.
+    fn median_spin(s: &mut Spinner, asked: u64, n: usize) -> f64 {
+        let mut took: Vec<f64> = (0..n)
+            .map(|_| {
+                let t0 = ticks();
+                s.spin(t0, asked).wrapping_sub(t0) as f64
+            })
+            .collect();
+        took.sort_by(f64::total_cmp);
+        took[n / 2]
     }
 
     #[test]
-    fn iterations_refuse_what_cannot_be_made_and_round_the_rest() {
-        assert_eq!(iterations("--hold-ns", 0, 2.5).unwrap(), 0);
-        let e = iterations("--hold-ns", 2, 2.5).unwrap_err().to_string();
-        assert!(e.contains("--hold-ns 2") && e.contains("2.50 ns"), "{e}");
-        assert_eq!(iterations("--gap-ns", 200, 2.5).unwrap(), 80);
-        assert_eq!(iterations("--gap-ns", 3, 2.5).unwrap(), 1);
-        assert_eq!(
-            (scaled(727, 0.5), scaled(727, 2.0), scaled(727, 1.0)),
-            (364, 1454, 727)
+    fn a_spin_lasts_what_was_asked_at_any_pace() {
+        let mut s = spinner();
+        assert!(s.overhead_ns() > 0.0 && s.ns_per_iter() > 0.0);
+        for ns in [5_000.0, 1_000.0] {
+            let asked = s.ticks_for(ns);
+            s.warm_up(asked, 100);
+            // The median spin, against what was asked (a loaded machine's disturbed spins only
+            // lengthen the upper part).
+            let p50 = median_spin(&mut s, asked, 401);
+            assert!(
+                (p50 / asked as f64).ln().abs() < 0.03,
+                "{ns} ns: median {p50} ticks for {asked} asked ({:?})",
+                s.cost
+            );
+        }
+        // The line misread x3 slow (as if the CPU had sped up 3x after it was learnt), then x3
+        // fast: the next spin still lasts what was asked where its plan fell short (more
+        // chunks), and the line is followed back within a few dozen spins.
+        let asked = s.ticks_for(5_000.0);
+        let right = s.cost.per_iter();
+        for misread in [3.0, 1.0 / 3.0] {
+            for mean in [&mut s.cost.first, &mut s.cost.later] {
+                mean.1 = (mean.1 as f64 * misread) as i64;
+            }
+            let t0 = ticks();
+            let first = s.spin(t0, asked).wrapping_sub(t0) as f64;
+            if misread > 1.0 {
+                assert!(first >= asked as f64 * 0.97, "{first} vs {asked}");
+            }
+            s.warm_up(asked, 40);
+            let now = s.cost.per_iter();
+            assert!(
+                (now as f64 / right as f64).ln().abs() < 0.3,
+                "per iteration {now} vs {right}"
+            );
+            let p50 = median_spin(&mut s, asked, 101);
+            assert!((p50 / asked as f64).ln().abs() < 0.03, "median {p50} vs {asked}");
+        }
+    }
+
+    #[test]
+    fn a_disturbed_chunk_counts_only_its_plan() {
+        let mut s = spinner();
+        let asked = s.ticks_for(20_000.0);
+        s.warm_up(asked, 50);
+        let before = s.counts;
+        // A "preemption" in the first chunk: the thread sleeps 2 ms after the spin's start.
+        let t0 = ticks();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let took = s.spin(t0, asked).wrapping_sub(t0);
+        // The sleep did not count: the spin ran its whole length after it.
+        assert!(s.counts.disturbed > before.disturbed, "{:?}", s.counts);
+        let slept = s.ticks_for(2_000_000.0);
+        assert!(took as f64 >= (slept + asked) as f64 * 0.97, "{took} ticks");
+        assert_eq!(s.counts.spins, before.spins + 1);
+    }
+
+    #[test]
+    fn nothing_asked_is_no_spin_and_too_short_is_refused() {
+        let mut s = spinner();
+        let t0 = ticks();
+        assert_eq!(s.spin(t0, 0), t0);
+        assert_eq!(s.counts.chunks, 0);
+        assert!(makeable("--hold-ns", 0, 40.0).is_ok());
+        assert!(makeable("--hold-ns", 40, 40.0).is_ok());
+        let e = makeable("--hold-ns", 20, 40.4).unwrap_err().to_string();
+        assert!(
+            e.contains("--hold-ns 20") && e.contains("40 ns") && e.contains("at least 41"),
+            "{e}"
         );
         assert_eq!(scale_factor("2").unwrap(), 2.0);
         assert!(scale_factor("0").is_err() && scale_factor("-1").is_err() && scale_factor("inf").is_err());
-    }
-
-    #[test]
-    fn median_of_calibrations() {
-        let c = |ns| Calibration {
-            ns_per_iter: ns,
-            min_ns_per_iter: ns,
-            median_ns_per_iter: ns,
-            max_ns_per_iter: ns,
-            trial_iters: 1,
-            trials: 1,
-            span_ms: None,
-        };
-        assert_eq!(median_ns_per_iter(&[]), None);
-        assert_eq!(median_ns_per_iter(&[c(3.0), c(1.0), c(2.0)]), Some(2.0));
-        assert_eq!(median_ns_per_iter(&[c(4.0), c(1.0), c(2.0), c(3.0)]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
     }
 }

@@ -11,7 +11,6 @@ pub mod cli;
 pub mod clock;
 pub mod env;
 pub mod locks;
-pub mod loop_memory;
 pub mod metrics;
 pub mod preempt_sample;
 pub mod probe;

@@ -2,16 +2,16 @@
 //! and split into vCPU and guest preemption by sampled context-switch readings.
 //!
 //! Why: a lock that collapses under vCPU overcommit loses its time either to a preempted holder
-//! (the critical section takes a host time slice instead of its calibrated length) or to a
+//! (the critical section takes a host time slice instead of its asked length) or to a
 //! preempted next owner (the lock was handed to a waiter whose vCPU is not running, so it sits
 //! free). This module measures both inside the guest, per run.
 //!
 //! - Clock: the TSC (`rdtsc`: a few cycles natively, no syscall; guests run on it). Its rate is
 //!   measured against CLOCK_MONOTONIC before the run and again after it ([`TscCalibration`]);
 //!   a rate that moved by more than [`MAX_TSC_RATE_CHANGE`] makes the figures null with a reason.
-//! - Hold: every acquisition reads the TSC ([`ordered_ticks`]) right before its hold's busy
-//!   loop and right after it, nothing else between (so a sampled hold, less the same two reads around an empty loop,
-//!   is the hold's work as it ran: [`crate::work_as_run`]). Stretched when longer than the
+//! - Hold: every acquisition reads the TSC ([`ordered_ticks`]) right before its hold's spin,
+//!   which ends on a read of its own ([`crate::busywork`]), nothing else between (so a sampled
+//!   hold is the hold's work as it ran: [`crate::work_as_run`]). Stretched when longer than the
 //!   run's own median hold (the sampled ones', timed the same way) by more than the threshold.
 //! - Hand-over: every release stores its hold's end TSC in a cell protected by the lock itself;
 //!   an acquisition that had to wait (its try_lock failed; it read the TSC then) reads that cell
@@ -21,7 +21,7 @@
 //!   when that release came after the wait began (so a waiter was queued when it happened);
 //!   stretched when longer than the run's median hand-over by more than the threshold.
 //! - The run's medians are known only at its end, so each thread keeps every interval over a
-//!   provisional limit that no counted run's median can be under (holds: the calibrated hold
+//!   provisional limit that no counted run's median can be under (holds: the asked hold
 //!   shrunk by the work check's bound, [`Settings::max_work_error`]; hand-overs: 0), and the
 //!   report counts those over the run's limit ([`StretchLimit`]).
 //!   Every hold and hand-over is timed (two TSC reads a cycle, a third on a contended one)
@@ -225,10 +225,11 @@ pub struct TscWindow {
 }
 
 impl TscWindow {
-    /// The TSC and CLOCK_MONOTONIC read back to back, now.
+    /// The TSC and CLOCK_MONOTONIC at one instant, now: the tightest of a few (monotonic, TSC,
+    /// monotonic) triples, the TSC against the middle of its two monotonic reads ([`tightest_pair`]).
     pub fn read_pair() -> (u64, u64) {
-        let t = ticks();
-        (t, crate::clock::monotonic_ns())
+        let (t, mono, _) = tightest_pair();
+        (t, mono)
     }
 
     pub fn of(start: (u64, u64), end: (u64, u64)) -> Self {
@@ -256,25 +257,40 @@ pub struct TscCalibration {
 }
 
 impl TscCalibration {
-    /// Reads (monotonic, TSC, monotonic), sleeps `window`, reads again.
+    /// Reads the TSC against CLOCK_MONOTONIC ([`tightest_pair`]), sleeps `window`, reads again.
     pub fn measure(window: Duration) -> Self {
-        let read = || {
-            let a = crate::clock::monotonic_ns();
-            let t = ticks();
-            let b = crate::clock::monotonic_ns();
-            (a, t, b)
-        };
-        let (a0, t0, b0) = read();
+        let (t0, m0, spread0) = tightest_pair();
         std::thread::sleep(window);
-        let (a1, t1, b1) = read();
-        let mid = |a: u64, b: u64| a / 2 + b / 2;
-        let window_ns = mid(a1, b1).saturating_sub(mid(a0, b0)).max(1);
+        let (t1, m1, spread1) = tightest_pair();
+        let window_ns = m1.saturating_sub(m0).max(1);
         Self {
             hz: t1.wrapping_sub(t0) as f64 * 1e9 / window_ns as f64,
             window_ns,
-            read_spread_ns: (b0 - a0) + (b1 - a1),
+            read_spread_ns: spread0 + spread1,
         }
     }
+}
+
+/// Triples read by [`tightest_pair`].
+const PAIR_TRIES: usize = 8;
+
+/// The TSC against CLOCK_MONOTONIC at one instant: of [`PAIR_TRIES`] (monotonic, TSC,
+/// monotonic) triples, the one whose two monotonic reads lie closest, as (TSC, the middle of
+/// the two, their spread in ns). One triple alone is as wide as any preemption between its
+/// reads: a vCPU preempted there for a host slice (ms) would misread a 20 ms calibration by
+/// 10 % and more, and the work is spun at that rate ([`crate::busywork`]).
+pub fn tightest_pair() -> (u64, u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..PAIR_TRIES {
+        let a = crate::clock::monotonic_ns();
+        let t = ticks();
+        let b = crate::clock::monotonic_ns();
+        let spread = b.saturating_sub(a);
+        if spread < best.2 {
+            best = (t, a / 2 + b / 2 + (a % 2 + b % 2) / 2, spread);
+        }
+    }
+    best
 }
 
 /// The sampler's settings (from the lock workload's arguments).
@@ -283,15 +299,15 @@ pub struct Settings {
     /// One acquisition in this many (per thread) is sampled.
     pub every: u64,
     pub threshold_ns: u64,
-    /// The calibrated hold (hold iterations × ns per iteration), ns.
-    pub calibrated_hold_ns: f64,
+    /// The hold the work is made to (`--hold-ns`, times the test-only scale), ns.
+    pub hold_ns: f64,
     pub tsc_hz: f64,
     /// Also read the thread's runqueue wait for the split (`--split-runqueue-wait`,
     /// [`SPLIT_METHOD`]); else switches alone ([`SPLIT_WITHOUT_SCHEDSTAT`]).
     pub runqueue_wait: bool,
     /// The run's own work check (`hold_as_asked`) refuses a run whose median hold is off the
     /// asked one by more than this factor (`--max-work-error`): no counted run's median hold is
-    /// under calibrated / (1 + this), so a hold over that + the threshold is a candidate.
+    /// under hold_ns / (1 + this), so a hold over that + the threshold is a candidate.
     pub max_work_error: f64,
 }
 
@@ -302,7 +318,7 @@ impl Settings {
     }
 
     /// Holds over this are candidates: the shortest median hold a counted run can have, plus
-    /// the threshold. Its cost: a hold this close to its calibration (within the work check's
+    /// the threshold. Its cost: a hold this close to its asked length (within the work check's
     /// bound, minus the threshold) takes the cold path (a getrusage) for nothing; only holds
     /// longer than the threshold / the bound (500 µs at 50 µs and 10 %) come near it, where a
     /// getrusage is under 1 % of the hold.
@@ -312,7 +328,7 @@ impl Settings {
         } else {
             1.0
         };
-        self.calibrated_hold_ns.max(0.0) * floor + self.threshold_ns as f64
+        self.hold_ns.max(0.0) * floor + self.threshold_ns as f64
     }
 }
 
@@ -453,7 +469,7 @@ pub struct Sampler {
     settings: Settings,
     countdown: u64,
     ns_per_tick: f64,
-    /// A hold longer than this many ticks is a candidate (the provisional limit: calibrated
+    /// A hold longer than this many ticks is a candidate (the provisional limit: the asked
     /// hold / (1 + max work error) + threshold).
     hold_limit: u64,
     /// A hand-over longer than this many ticks is a candidate (the threshold).
@@ -689,7 +705,7 @@ pub struct Stretch {
     #[serde(default)]
     pub longest: Vec<StretchedInterval>,
     /// Stretched = longer than this, ns, and what it is (see [`StretchLimit`]); absent from
-    /// reports made when it was the calibrated hold (or 0) + the threshold.
+    /// reports made when it was the asked hold (or 0) + the threshold.
     #[serde(default)]
     pub limit_ns: Option<u64>,
     #[serde(default)]
@@ -706,15 +722,15 @@ pub struct StretchLimit {
 }
 
 pub const LIMIT_FROM_MEDIAN: &str = "the run's median (sampled_p50_ns) + threshold_ns";
-pub const LIMIT_FROM_FLOOR: &str = "the provisional limit (the calibrated hold / (1 + the work check's bound) + threshold_ns): the run's median \
+pub const LIMIT_FROM_FLOOR: &str = "the provisional limit (the asked hold / (1 + the work check's bound) + threshold_ns): the run's median \
      + threshold_ns is under it, so the threads kept no interval that short (the work check refuses such a run)";
 pub const LIMIT_FROM_NO_SAMPLE: &str =
-    "no acquisition sampled, so no median: the calibrated hold (hand-overs: 0) + threshold_ns";
+    "no acquisition sampled, so no median: the asked hold (hand-overs: 0) + threshold_ns";
 
 impl StretchLimit {
     /// From the run's `median` (None: nothing sampled), the `threshold_ns`, the
     /// `provisional_ns` the threads kept candidates over, and the `fallback_ns` a median stands
-    /// in for where there is none (holds: the calibrated hold; hand-overs: 0).
+    /// in for where there is none (holds: the asked hold; hand-overs: 0).
     pub fn of(median: Option<u64>, threshold_ns: u64, provisional_ns: f64, fallback_ns: f64) -> Self {
         let provisional = provisional_ns.max(0.0).ceil() as u64;
         match median {
@@ -861,9 +877,9 @@ pub struct PreemptionReport {
     pub sampling: String,
     /// Stretched = longer than the run's median by more than this (each side's `limit_ns`).
     pub threshold_ns: u64,
-    /// The hold asked, as calibrated, ns (what a hold is measured against where no hold was
-    /// sampled).
-    pub calibrated_hold_ns: f64,
+    /// The hold the work was made to (`--hold-ns`, times the test-only scale), ns: what a hold
+    /// is measured against where no hold was sampled.
+    pub hold_ns: f64,
     pub tsc_before: TscCalibration,
     pub tsc_after: TscCalibration,
     pub holds: Option<Stretch>,
@@ -945,7 +961,7 @@ pub fn report(
         median(&all.holds.sampled_len),
         threshold,
         settings.provisional_hold_limit_ns(),
-        settings.calibrated_hold_ns,
+        settings.hold_ns,
     );
     let handover_limit = StretchLimit::of(
         median(&all.handovers.sampled_len),
@@ -983,7 +999,7 @@ pub fn report(
              reads the thread's context switches before it (the split's window) and records its lengths in sampled_p50_ns"
         ),
         threshold_ns: settings.threshold_ns,
-        calibrated_hold_ns: settings.calibrated_hold_ns,
+        hold_ns: settings.hold_ns,
         tsc_before,
         tsc_after,
         holds,
@@ -1058,7 +1074,7 @@ mod tests {
         Settings {
             every: 4,
             threshold_ns: 50_000,
-            calibrated_hold_ns: 1_000.0,
+            hold_ns: 1_000.0,
             tsc_hz: 1e9, // one tick = one ns, for readable cases
             runqueue_wait: true,
             max_work_error: 0.10,
@@ -1277,15 +1293,15 @@ mod tests {
         assert_eq!(counts(&s), (2, 1));
     }
 
-    /// Stretched is judged against the run's own median, not the calibration: a run whose holds
-    /// all ran 30 % over the calibrated 100 µs (within a looser work bound) counts only the one
+    /// Stretched is judged against the run's own median, not the asked length: a run whose holds
+    /// all ran 30 % over the asked 100 µs (within a looser work bound) counts only the one
     /// that ran the threshold over the others; one whose median sits under what the threads
     /// kept falls back to the provisional limit and says so.
     #[test]
     fn stretched_is_over_the_runs_own_median() {
         let slow = Settings {
             threshold_ns: 20_000,
-            calibrated_hold_ns: 100_000.0,
+            hold_ns: 100_000.0,
             max_work_error: 0.5,
             ..settings()
         };
@@ -1297,7 +1313,7 @@ mod tests {
             s.record(&cycle(None, 0, at, at + len));
             at += 1_000_000;
         }
-        // Against the calibrated hold + threshold (120 µs) every one would be stretched.
+        // Against the asked hold + threshold (120 µs) every one would be stretched.
         assert_eq!(s.out.holds.candidates(), 6);
         let tsc = TscCalibration {
             hz: 1e9,
@@ -1322,7 +1338,7 @@ mod tests {
         assert_eq!(h.longest.iter().map(|l| l.len_ns).collect::<Vec<_>>(), [160_000]);
         assert!((h.lost_ns - (160_000 - median) as f64).abs() < 200.0, "{h:?}");
 
-        // Holds far under their calibration: the median + threshold is under the provisional
+        // Holds far under their asked length: the median + threshold is under the provisional
         // limit, which the threads kept candidates over, so it is the limit, said as such.
         let mut s = Sampler::new(slow);
         for len in [10_000, 10_000, 10_000, 90_000] {
@@ -1336,7 +1352,7 @@ mod tests {
     }
 
     #[test]
-    fn a_limit_without_a_median_stands_on_the_calibration() {
+    fn a_limit_without_a_median_stands_on_the_asked_hold() {
         let l = StretchLimit::of(None, 50_000, 50_909.1, 1_000.0);
         assert_eq!(
             (l.limit_ns, l.base_ns, l.from),

@@ -90,8 +90,8 @@ fn no_workload_reports_less_time_than_its_cpu_time_allows() {
             "--loops",
             "10000",
         ],
-        // Calibrated work inside and outside one lock: the workers calibrate it themselves, and
-        // its work and hold bounds are checked with the CPU bound.
+        // Spun work inside and outside one lock: the workers make it themselves, and its work
+        // and hold bounds are checked with the CPU bound.
         &[
             "mutex",
             "--threads",
@@ -106,8 +106,6 @@ fn no_workload_reports_less_time_than_its_cpu_time_allows() {
             "300",
             "--work-outside",
             "300",
-            "--max-calibration-drift",
-            "0.6",
         ],
         &[
             "futexlock",
@@ -150,17 +148,7 @@ fn no_workload_reports_less_time_than_its_cpu_time_allows() {
             "--threads",
             "--pipe",
         ],
-        &[
-            "lock",
-            "--algo",
-            "tas",
-            "--threads",
-            "16",
-            "--duration-ms",
-            "300",
-            "--max-calibration-drift",
-            "0.6",
-        ],
+        &["lock", "--algo", "tas", "--threads", "16", "--duration-ms", "300"],
         &[
             "ebizzy",
             "--threads",
@@ -193,20 +181,10 @@ fn no_workload_reports_less_time_than_its_cpu_time_allows() {
         let (report, cpu_s) = run_measured(args);
         let elapsed_s = report["elapsed_ns"].as_f64().unwrap() / 1e9;
         let checks = report["checks"].as_array().expect("a checks array");
-        // Physics and counts must hold whatever the load; the calibration's drift and the work
-        // as it ran are quality checks that this shared machine's moving loop speed may
-        // legitimately break.
-        let quality = [
-            "calibration_drift",
-            "hold_as_asked",
-            "gap_as_asked",
-            "work_inside_as_asked",
-            "work_outside_as_asked",
-        ];
-        for c in checks
-            .iter()
-            .filter(|c| !quality.contains(&c["name"].as_str().unwrap()))
-        {
+        // Physics, counts and the work as asked must hold whatever the load: 16 threads on this
+        // machine's CPUs preempt each other, which only lengthens intervals, and the work is
+        // spun to the TSC, so the CPU's speed does not move it.
+        for c in checks {
             assert!(c["ok"].as_bool().unwrap(), "{args:?}: check failed: {c}");
         }
         match checks.iter().find(|c| c["name"] == "cpu_within_elapsed") {

@@ -553,7 +553,7 @@ async fn libvirt_boots_pvh_and_clones() {
 /// has a standard error of ~4.5 %: ±15 % is over three of them. A gross difference (a wrong
 /// clock rate, vCPU placement, a memory backing of its own) fails it; a few per cent is below
 /// what a test can resolve on this machine. The workload is one thread (the lock taken
-/// uncontended, calibrated busy work in and out of it). The first pair is kept out (restored memory is touched for the first time then),
+/// uncontended, spun busy work in and out of it). The first pair is kept out (restored memory is touched for the first time then),
 /// as a scenario's warm-up run would be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~88 s)")]
@@ -648,8 +648,7 @@ async fn clones_measure_what_booted_guests_measure() {
         "{} lock --algo ticket --threads 1 --duration-ms 300 --hold-ns 200 --gap-ns 200",
         crate::payload_bin::GUEST_PATH
     );
-    // One run in each guest at once; None where a run's own checks rejected it (e.g. the
-    // calibration drifted when the other CPU's load changed): never a sample.
+    // One run in each guest at once; None where a run's own checks rejected it: never a sample.
     let side_by_side = || -> [Option<f64>; 2] {
         let one = |g: &Up| {
             let out = g.ssh.exec(&cmd, None, Duration::from_secs(60)).unwrap();
@@ -674,11 +673,8 @@ async fn clones_measure_what_booted_guests_measure() {
     let mut ratios = Vec::new();
     let mut first = None;
     let mut rejected = 0;
-    // Up to 2.5 pairs tried for each one needed: the runs here are 200 ns holds, too short for
-    // the work check to time under emulation, so the calibration drift judges them, and on
-    // this host it refuses a fifth to a quarter of pairs when quiet (the host's speed state
-    // changes between a run's two calibrations; measured 13–14 of ~63) and more beside a
-    // fresh cache's image builds (CI fell short of 48 in 72).
+    // Up to 2.5 pairs tried for each one needed: a pair either of whose runs its own checks
+    // refuse is tried again.
     for i in 0..PAIRS * 5 / 2 {
         if ratios.len() == PAIRS {
             break;

@@ -239,7 +239,7 @@ pub fn loosened_bounds_note(wl: &WorkloadModel) -> Option<String> {
     (!wl.loosened_bounds.is_empty()).then(|| {
         format!(
             "self-check bounds looser than the payload's defaults: {}; runs were accepted that the defaults would reject \
-             (holds, gaps or the calibration that far off what was asked)",
+             (holds and gaps that far off what was asked)",
             wl.loosened_bounds.join(", ")
         )
     })

@@ -70,7 +70,7 @@ pub fn section(journal: &Digested, settled: &Settled) -> String {
         out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&summary.words)));
         let whole = (tl.traced_from_us as f64 / 1e3, tl.traced_to_us as f64 / 1e3);
         // Zoomed on the longest stall where the run has them (the lock's window opens after
-        // the payload's calibration, so its first milliseconds have none), else its start.
+        // the payload's warm-up, so its first milliseconds have none), else its start.
         let (zoom, zoomed) = match summary.stalls.iter().max_by(|a, b| a.len_ms.total_cmp(&b.len_ms)) {
             Some(s) => {
                 let from = (s.at_ms - 10.0).max(tl.traced_from_us as f64 / 1e3);

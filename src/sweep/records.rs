@@ -297,13 +297,7 @@ pub fn refused_args(records: &[RunRecord]) -> Option<(&RunRecord, &str)> {
 
 /// The payload's self-check bounds and their defaults: a workload that sets one looser
 /// accepts runs the shipped defaults would reject.
-const BOUNDS: [(&str, f64); 2] = [
-    (
-        "--max-calibration-drift",
-        ocrig_payload::checks::MAX_CALIBRATION_DRIFT,
-    ),
-    ("--max-work-error", ocrig_payload::work_as_run::MAX_WORK_ERROR),
-];
+const BOUNDS: [(&str, f64); 1] = [("--max-work-error", ocrig_payload::work_as_run::MAX_WORK_ERROR)];
 
 /// Each self-check bound some `argv` sets above its default, with the loosest value, e.g.
 /// `--max-work-error 1 (default 0.1)`; in [`BOUNDS`] order.
@@ -558,15 +552,12 @@ mod tests {
     #[test]
     fn loosened_bounds_name_each_bound_set_above_its_default_at_its_loosest() {
         let argv = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        let a = argv("lock --algo tas --max-work-error 1 --max-calibration-drift 0.05");
-        let b = argv("lock --algo ticket --max-work-error=0.5 --max-calibration-drift=0.3");
+        let a = argv("lock --algo tas --max-work-error=0.5");
+        let b = argv("lock --algo ticket --max-work-error 1");
         let c = argv("lock --algo mcs --max-work-error 0.05");
         assert_eq!(
             loosened_bounds([a.as_slice(), b.as_slice(), c.as_slice()].into_iter()),
-            vec![
-                "--max-calibration-drift 0.3 (default 0.1)".to_string(),
-                "--max-work-error 1 (default 0.1)".to_string()
-            ]
+            vec!["--max-work-error 1 (default 0.1)".to_string()]
         );
         // At or below the defaults, or not set: nothing loosened.
         assert!(loosened_bounds([c.as_slice(), argv("lock").as_slice()].into_iter()).is_empty());

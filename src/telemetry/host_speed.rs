@@ -1,14 +1,15 @@
 //! How steady the host's own CPU speed is: the payload's busy loop ([`spin_iters`]) timed in
 //! short back-to-back samples on every CPU of a set at once, as a sweep loads them.
 //!
-//! Why: the payload's holds and gaps are iteration counts calibrated before the run, and its
-//! self-checks hold the run's holds to what was asked (±10 %) and the calibration to itself
-//! (5 %). On a host whose core speed moves — a cloud VM whose physical core is shared with
-//! another tenant's hyperthread, a laptop's frequency scaling — those checks reject runs for
-//! what the host did, not for what the rig did. Measured on this project's 2-CPU cloud VMs
-//! (2026-12-04, idle): the same loop at 0.54 or ~1.05 ns per iteration, switching every 40 ms
-//! to 2 s. Neither /proc/stat nor steal time shows it; only the loop's own speed does. So the
-//! host is probed before a sweep, journaled, reported, and `ocrig doctor` says it up front.
+//! Why: on a host whose core speed moves — a cloud VM whose physical core is shared with
+//! another tenant's hyperthread, a laptop's frequency scaling — everything a run does besides
+//! its spun holds and gaps (the lock's own atomics and hand-overs, the guest's kernel) takes
+//! longer in the slow spells, so runs spread for what the host did, not for what was compared.
+//! (The holds and gaps themselves are spun to the TSC and keep their length.) Measured on this
+//! project's 2-CPU cloud VMs (2026-12-04, idle): the same loop at 0.54 or ~1.05 ns per
+//! iteration, switching every 40 ms to 2 s. Neither /proc/stat nor steal time shows it; only the
+//! loop's own speed does. So the host is probed before a sweep, journaled, reported, and
+//! `ocrig doctor` says it up front.
 
 use std::time::{Duration, Instant};
 
@@ -117,9 +118,8 @@ impl HostProbe for HostSpeed {
         } else {
             format!(
                 "NOT steady, x{:.2} between its fast and slow samples, {:.0} % of samples over 10 % slower than the fast state: {figures}. \
-                 Runs are judged by their undisturbed holds and gaps (the 10th percentile), so they still count, but the typical hold \
-                 runs longer than asked in the slow spells (the median in each run's work_as_run says how much), and a calibration \
-                 made in a long slow spell is refused and retried",
+                 Holds and gaps are spun to the clock and keep their length, but a lock's own work (its atomics, its hand-overs) \
+                 takes longer in the slow spells, so runs spread more and comparisons need more of them to conclude",
                 self.spread,
                 self.slow_share * 100.0
             )

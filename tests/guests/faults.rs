@@ -23,11 +23,6 @@ use crate::common;
 /// Payload duration: long enough to find the payload running over SSH and inject a fault.
 const DURATION_MS: u32 = 6000;
 
-/// These tests are of fault handling, where a run's self-check rejecting it would be a second
-/// failure: the calibration bound is wide. This machine's loop speed was seen to flip 1.5x
-/// within a process, and 1.7x (62–70 % drift, 1.66 → 2.84 ns/iter) during a full suite.
-const MAX_DRIFT: f64 = 3.0;
-
 fn scenario_yaml(name: &str) -> String {
     format!(
         "name: {name}
@@ -37,7 +32,7 @@ levels: [0.5]
 workloads:
   - name: lock-tas
     command: lock
-    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}, max-calibration-drift: {MAX_DRIFT}, max-work-error: {MAX_DRIFT}}}
+    args: {{algo: tas, threads: 2, duration-ms: {DURATION_MS}}}
     metric: ops_per_sec
 runs: 2
 # Faults are injected into the first payload run seen and looked up by run and attempt: no

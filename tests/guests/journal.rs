@@ -25,11 +25,6 @@ fn say(msg: impl AsRef<str>) {
 }
 
 /// 2 variants × 2 levels × 1 workload × `runs` runs of a 30 ms lock workload.
-///
-/// Its drift bound is 1.5: these tests check the journal and resume, not calibration, and a
-/// 30 ms native run on this shared core saw its loop speed change 1.9x between the calibrations
-/// before and after it (0.330 -> 0.624 ns/iter, another process on the sibling thread), twice in
-/// a row, which left a slot without a valid result and failed the kill test on calibration.
 fn host_scenario(name: &str, extra: &str) -> String {
     let runs = if extra.contains("runs:") { "" } else { "runs: 3\n" };
     format!(

@@ -54,8 +54,8 @@ fn the_first_run_in_a_fresh_guest_is_a_sample_like_the_others() {
     let (_tmp, results) = common::run_scenario("position.yaml", SCENARIO);
     let (_, records) = common::journal(&common::results_dir(&results));
     let all: Vec<Value> = records.into_iter().filter(|r: &Value| r["guest"] == 0).collect();
-    // An attempt the payload's self-checks rejected (the calibration drifted: this cloud VM's
-    // CPU speed moves) is retried in fresh guests; any other failure fails the test.
+    // An attempt the payload's self-checks rejected is retried in fresh guests, as it should be;
+    // any other failure fails the test.
     let self_check = |r: &Value| {
         let said = |k: &str| r[k].as_str().is_some_and(|e| e.contains("self-check failed: "));
         said("error") || said("superseded")

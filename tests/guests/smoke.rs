@@ -90,9 +90,8 @@ fn smoke(backend: &str) {
         .expect("kernel release in header")
         .to_string();
 
-    // An attempt the payload's self-checks rejected (this cloud VM's CPU speed moves: the
-    // calibration drifts) is retried, as it should be, and its records do not count; any
-    // other failed attempt fails the test.
+    // An attempt the payload's self-checks rejected is retried, as it should be, and its
+    // records do not count; any other failed attempt fails the test.
     let self_check = |r: &Value| {
         let said = |k: &str| r[k].as_str().is_some_and(|e| e.contains("self-check failed: "));
         said("error") || said("superseded")

@@ -36,9 +36,7 @@ workloads:
     metric: ops_per_sec
     better: higher
 runs: 1
-# A fresh guest's first run: one full-suite run here saw both attempts' pre-gate calibration 5-7x
-# slower than after the run (19.9 -> 2.9 ns per iteration), each on a freshly started guest set;
-# the warm-up every fresh guest set gets takes that run.
+# A fresh guest's first run (its payload and pages cold) is the warm-up every fresh guest set gets.
 warmup_runs: 1
 ";
 

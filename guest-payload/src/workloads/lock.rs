@@ -2,64 +2,61 @@
 //!
 //! T threads loop for a fixed duration: acquire (trylock first, so an acquisition that found
 //! the lock taken is counted as contended), update cache-line-padded shared data, hold for
-//! `hold_ns` of calibrated work, release, then `gap_ns` of work outside. Two live exclusion
-//! checks sit next to the shared data in every run: an owner-identity cell
-//! ([`OwnerCheck`]: each owner writes its id on entry and must still find it on exit) and a
-//! non-atomic counter whose final value must equal the ops total.
+//! `hold_ns` of work, release, then `gap_ns` of work outside. Two live exclusion checks sit next
+//! to the shared data in every run: an owner-identity cell ([`OwnerCheck`]: each owner writes
+//! its id on entry and must still find it on exit) and a non-atomic counter whose final value
+//! must equal the ops total.
 //!
-//! No clock is read inside a critical section, and none at all on an uncontended acquisition:
-//! a clock read costs 20-50 ns natively and microseconds on an emulated HPET, which would
-//! become part of the hold (and the lock's hand-over) it is meant to measure. Acquisition
-//! latency is sampled: one in [`LATENCY_SAMPLE_EVERY`] contended acquisitions reads the clock
-//! when its try_lock failed and again just after its release; the hold's calibrated duration
-//! is taken off that interval (see [`LockResult::acquire_latency`]).
-//!
-//! Hold and gap are iteration counts from calibrations the workers make themselves (up to
-//! [`CALIBRATING_WORKERS`] of them, all at once, so under the load the run will have) just
-//! before the start gate, and again after the stop, outside the window; the median before
-//! chooses the counts. Every run checks itself ([`crate::checks`]):
-//! - the work as it ran, the run's verdict: the sampled holds' median, timed with the TSC, less
-//!   the timing's own cost read the same way around an empty loop in the same cycles, within a
-//!   factor 1 + `--max-work-error` (default 0.10) of `--hold-ns` either way (`hold_as_asked`),
-//!   and the same for the gaps (`gap_as_asked`); see [`crate::work_as_run`];
-//! - the calibration's drift: after/before within a factor 1 + `--max-calibration-drift`
-//!   (default 0.05) either way;
+//! Hold and gap are spun to the TSC ([`crate::busywork`]): `hold_ns` of running at whatever
+//! speed the CPU has, each thread with a spinner for each, made and warmed up by the thread
+//! itself before the start gate. The only clock reads inside a critical section are the TSC
+//! reads of the hold's spin and the one right before it (a few cycles natively, no syscall);
+//! acquisition latency is sampled: one in [`LATENCY_SAMPLE_EVERY`] contended acquisitions reads
+//! CLOCK_MONOTONIC when its try_lock failed and again just after its release, and the hold is
+//! taken off that interval (see [`LockResult::acquire_latency`]). Every run checks itself
+//! ([`crate::checks`]):
+//! - the work as it ran, the run's verdict: the sampled holds' median within a factor
+//!   1 + `--max-work-error` (default 0.10) of `--hold-ns` either way (`hold_as_asked`), and the
+//!   same for the gaps (`gap_as_asked`); see [`crate::work_as_run`];
+//! - the TSC rate the work was spun at against the rate over the run's window, within 2 %
+//!   (`tsc_rate_held`): the work's lengths against an independent clock;
 //! - bookkeeping guards, which hold whatever the load (load only slows a run down) and so catch
 //!   only the payload's own accounting errors: CPU time inside the window within elapsed × CPUs,
-//!   calibrated work per second within the CPUs the threads can use, exclusive holds per second
+//!   hold + gap per second within the CPUs the threads can use, exclusive holds per second
 //!   within one.
 //!
 //! Preempted holds and hand-overs ([`crate::preempt_sample`]): every acquisition reads the TSC
-//! right before its hold's busy loop and right after it, and every release stores the latter in
-//! a cell the lock protects, so an acquisition that waited knows when the lock was handed to it;
-//! one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
-//! critical section) and times its gap and an empty loop ([`crate::work_as_run`]). These TSC
-//! reads are the only clock reads inside a critical section: a few cycles natively (no syscall,
-//! unlike the CLOCK_MONOTONIC reads above), and `--no-hold-sampling` takes them all out.
+//! right before its hold's spin, whose last read ends it, and every release stores the latter
+//! in a cell the lock protects, so an acquisition that waited knows when the lock was handed to
+//! it; one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
+//! critical section) and records its gap ([`crate::work_as_run`]). `--no-hold-sampling` takes
+//! the sampling and the hold's first ordered read out (the spin's own reads remain: they are the
+//! work's clock).
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use lock_api::RawMutex;
 use serde::{Deserialize, Serialize};
 
-use super::calibrated::{CALIBRATING_WORKERS, CalibratedWorkers};
+use super::gated::GatedWorkers;
 use super::stall::{Stall, StallReport, StallSpec};
-use crate::busywork::{self, Calibration, spin_iters};
+use crate::busywork::{self, SpinCounts, Spinner, WorkMade};
 use crate::checks::{self, Check, TOLERANCE};
 use crate::env::Env;
 use crate::locks::owner::{OwnerCheck, OwnerId};
 use crate::locks::{self, LockInfo, LockVisitor, futex};
-use crate::loop_memory::{self, LoopMemory};
 use crate::metrics::{Ctxsw, Fairness, Latency, new_latency_histogram};
-use crate::preempt_sample::{self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration, TscWindow};
+use crate::preempt_sample::{
+    self, Cycle, PreemptionReport, Sampler, Settings, TscCalibration, TscWindow, ticks,
+};
 use crate::report::Report;
-use crate::work_as_run::{self, TimedWork, WorkAsRun, WorkSamples};
+use crate::work_as_run::{self, TIMED_EVERY, TimedWork, WorkAsRun, WorkSamples};
 
 /// One in this many contended acquisitions (per thread, starting with the first) is timed.
 pub const LATENCY_SAMPLE_EVERY: u64 = 8;
@@ -79,20 +76,12 @@ pub struct Args {
     /// How long to run, in milliseconds.
     #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
     pub duration_ms: u64,
-    /// Work inside the critical section, in nanoseconds (calibrated busy loop).
+    /// Work inside the critical section, in nanoseconds of running (spun to the TSC).
     #[arg(long, default_value_t = 200)]
     pub hold_ns: u64,
-    /// Work between releases and the next acquisition, in nanoseconds.
+    /// Work between releases and the next acquisition, in nanoseconds of running.
     #[arg(long, default_value_t = 200)]
     pub gap_ns: u64,
-    /// Largest accepted change of the busy loop's speed between the calibrations before and
-    /// after the run: after/before within a factor 1 + this either way (0.10: [1/1.1, 1.1]);
-    /// beyond it the run is not a result (exit 3), where no work check could time the run's
-    /// own holds and gaps (`checks::drift_unless_work_judged`). Widen it only
-    /// on a machine whose CPU speed is known to move (a cloud VM whose physical core is
-    /// shared), and say so: the holds then took that much longer or shorter than asked.
-    #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = crate::checks::positive_fraction)]
-    pub max_calibration_drift: f64,
     /// Share of acquisitions (per thread), in (0, 1], that read the thread's context switches
     /// before trying the lock (the window that splits stretched holds and hand-overs into guest
     /// and vCPU preemption) and record their lengths; every hold is timed regardless. The
@@ -109,31 +98,24 @@ pub struct Args {
           allow_negative_numbers = true)]
     #[serde(default = "default_threshold")]
     pub stretch_threshold_ns: u64,
-    /// No hold/hand-over timing or sampling: no TSC read at all inside critical sections (the
-    /// report's `preemption` is then null, with the reason, and the holds and gaps as they ran
-    /// are not judged). For measuring their cost.
+    /// No hold/hand-over timing or sampling: no TSC read inside critical sections but the hold's
+    /// own spin (the report's `preemption` is then null, with the reason, and the holds and gaps
+    /// as they ran are not judged). For measuring their cost.
     #[arg(long)]
     #[serde(default)]
     pub no_hold_sampling: bool,
     /// Largest accepted error of the hold and gap as they ran (sampled in the run, timed with the
-    /// TSC, less the timing's own cost) against --hold-ns and --gap-ns: within a factor 1 + this
-    /// either way (0.10: [1/1.1, 1.1]); beyond it the run is not a result (exit 3).
+    /// TSC: their median) against --hold-ns and --gap-ns: within a factor 1 + this either way
+    /// (0.10: [1/1.1, 1.1]); beyond it the run is not a result (exit 3).
     #[arg(long, default_value_t = work_as_run::MAX_WORK_ERROR, value_parser = crate::checks::positive_fraction)]
     #[serde(default = "default_work_error")]
     pub max_work_error: f64,
-    /// Size the work from this run's calibration alone, never from the loop speed that earlier
-    /// passing runs in this guest remembered (see `loop_memory`: used where this run's
-    /// calibration reads more than 5 % slower, i.e. sat in one of the host's slow spells).
-    #[arg(long)]
-    #[serde(default)]
-    pub no_loop_memory: bool,
-    /// Test only: multiplies the hold's iteration count by this after the calibration chose it,
-    /// so the hold is deliberately not what was asked (the gap, unscaled, shows meanwhile that
-    /// the loop ran at its calibrated speed).
+    /// Test only: multiplies the hold's length by this, so the hold is deliberately not what
+    /// was asked (the gap, unscaled, shows meanwhile that the rest of the work was made right).
     #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
     #[serde(default = "one")]
     pub debug_scale_hold: f64,
-    /// Test only: the same for the gap's iteration count.
+    /// Test only: the same for the gap's length.
     #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
     #[serde(default = "one")]
     pub debug_scale_gap: f64,
@@ -204,8 +186,8 @@ pub struct LockResult {
     /// Why `futex` is null.
     pub futex_unavailable: Option<String>,
     /// Sampled contended acquisitions: from the failed try_lock until the lock was owned,
-    /// estimated as (time from the failed try_lock to just after the release) − `hold_ns`, so
-    /// that no clock is read while the lock is held. It therefore includes the release itself
+    /// estimated as (time from the failed try_lock to just after the release) − the hold made,
+    /// so that CLOCK_MONOTONIC is never read while the lock is held. It therefore includes the release itself
     /// (a FUTEX_WAKE for sleeping locks) and any preemption of the new owner during its hold.
     /// Null when no acquisition was contended (an uncontended acquisition is never timed).
     pub acquire_latency: Option<Latency>,
@@ -223,8 +205,14 @@ pub struct LockResult {
     pub acquire_p99_ns: Option<u64>,
     /// How many contended acquisitions `acquire_latency` holds.
     pub acquire_latency_samples: u64,
-    /// What the hold and gap were made of.
-    pub calibration: WorkCalibration,
+    /// How the hold and gap were made.
+    pub work: WorkMade,
+    /// The test-only `--debug-scale-hold` and `--debug-scale-gap` factors the lengths were
+    /// multiplied by (absent when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub debug_scale_hold: f64,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub debug_scale_gap: f64,
     /// CPU time of every worker inside the measured window (thread CPU clocks read after the
     /// gate and at the stop), nanoseconds.
     pub window_cpu_ns: u64,
@@ -232,47 +220,12 @@ pub struct LockResult {
     /// sampling was off, with `preemption_unavailable` saying so.
     pub preemption: Option<PreemptionReport>,
     pub preemption_unavailable: Option<String>,
-    /// The hold and gap as they ran (sampled, timed, less the timing's own cost) against the
-    /// asked ones: what `hold_as_asked` and `gap_as_asked` judge. Absent from reports made
-    /// before those checks existed.
-    #[serde(default)]
-    pub work_as_run: Option<WorkAsRun>,
+    /// The hold and gap as they ran (sampled, timed) against the asked ones: what
+    /// `hold_as_asked` and `gap_as_asked` judge.
+    pub work_as_run: WorkAsRun,
     /// The known guest preemption a test asked for (`--debug-guest-stall`), burst by burst.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debug_guest_stall: Option<StallReport>,
-}
-
-/// The calibration of one run's busy work.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct WorkCalibration {
-    /// Median over the calibrating workers before the gate: chose the iteration counts.
-    pub ns_per_iter_before: f64,
-    /// The same workers' median after the stop (outside the window).
-    pub ns_per_iter_after: f64,
-    pub hold_iters: u64,
-    pub gap_iters: u64,
-    /// hold_iters × ns_per_iter_before (and after): the hold actually made, in ns.
-    pub effective_hold_ns: f64,
-    pub effective_hold_ns_after: f64,
-    pub effective_gap_ns: f64,
-    pub effective_gap_ns_after: f64,
-    /// This run's own calibration before the gate (the workers' median), where the speed
-    /// remembered from earlier passing runs in this guest sized the work instead because this
-    /// one read more than 5 % slower (`ns_per_iter_before` is then the remembered speed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured_ns_per_iter_before: Option<f64>,
-    /// The speed earlier passing runs in this guest remembered, when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remembered_ns_per_iter: Option<f64>,
-    /// Each calibrating worker's calibration, before and after.
-    pub before: Vec<Calibration>,
-    pub after: Vec<Calibration>,
-    /// The test-only `--debug-scale-hold` and `--debug-scale-gap` factors the counts were
-    /// multiplied by after the calibration (absent when 1: the counts are the calibration's).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub debug_scale_hold: f64,
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub debug_scale_gap: f64,
 }
 
 #[repr(align(128))]
@@ -293,15 +246,33 @@ struct Shared<R: RawMutex> {
     lock: Padded<R>,
     protected: Padded<Protected>,
     stop: Padded<AtomicBool>,
-    /// Iteration counts, stored by the main thread under the start gate's mutex.
-    hold_iters: AtomicU64,
-    gap_iters: AtomicU64,
-    /// The calibrated hold in ns (f64 bits), stored with the iteration counts.
-    calibrated_hold_ns: AtomicU64,
 }
 
 // SAFETY: `protected.data` is only accessed while `lock` is held.
 unsafe impl<R: RawMutex + Sync> Sync for Shared<R> {}
+
+/// How long each worker warms its spinners up before the start gate: each spin's first chunk
+/// teaches its pace, so a few hundred spins make the first measured ones land where they should
+/// (under TCG the first runs of the loop's code also include its translation).
+const WARM_UP: Duration = Duration::from_millis(5);
+
+/// A worker's two spinners, made and warmed up by the worker itself before the gate.
+struct Spinners {
+    hold: Spinner,
+    gap: Spinner,
+}
+
+impl Spinners {
+    fn warmed_up(tsc_hz: f64, hold_ticks: u64, gap_ticks: u64) -> Self {
+        let (mut hold, mut gap) = (Spinner::new(tsc_hz), Spinner::new(tsc_hz));
+        let until = Instant::now() + WARM_UP;
+        while Instant::now() < until {
+            hold.warm_up(hold_ticks, 8);
+            gap.warm_up(gap_ticks, 8);
+        }
+        Self { hold, gap }
+    }
+}
 
 struct ThreadOutcome {
     ops: u64,
@@ -310,9 +281,11 @@ struct ThreadOutcome {
     cycle: hdrhistogram::Histogram<u64>,
     ctxsw: Ctxsw,
     window_cpu_ns: u64,
-    after: Option<Calibration>,
     samples: Option<preempt_sample::ThreadSamples>,
     work: Option<WorkSamples>,
+    /// The hold spinner's chunk overhead, ns, and both spinners' counts.
+    chunk_overhead_ns: f64,
+    spins: SpinCounts,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -329,19 +302,12 @@ impl LockVisitor for Bench<'_> {
     }
 }
 
-/// The iteration counts for the calibration `ns_per_iter` (times the test-only
-/// `--debug-scale-hold` and `--debug-scale-gap`), or the argument that cannot be made.
-fn iteration_counts(args: &Args, ns_per_iter: f64) -> Result<(u64, u64), super::BadInput> {
-    Ok((
-        busywork::scaled(
-            busywork::iterations("--hold-ns", args.hold_ns, ns_per_iter)?,
-            args.debug_scale_hold,
-        ),
-        busywork::scaled(
-            busywork::iterations("--gap-ns", args.gap_ns, ns_per_iter)?,
-            args.debug_scale_gap,
-        ),
-    ))
+/// The hold and gap the work is made to, ns: the asked ones times the test-only scales.
+fn made_ns(args: &Args) -> (f64, f64) {
+    (
+        args.hold_ns as f64 * args.debug_scale_hold,
+        args.gap_ns as f64 * args.debug_scale_gap,
+    )
 }
 
 fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> anyhow::Result<Report> {
@@ -353,118 +319,73 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             release_ticks: UnsafeCell::new(0),
         }),
         stop: Padded(AtomicBool::new(false)),
-        hold_iters: AtomicU64::new(0),
-        gap_iters: AtomicU64::new(0),
-        calibrated_hold_ns: AtomicU64::new(0),
     });
-    // Measured before any worker starts (they would load the CPU it measures on).
-    let tsc_before =
-        (!args.no_hold_sampling).then(|| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
-    let sampling = tsc_before.as_ref().map(|t| Settings {
+    // Measured before any worker starts (they would load the CPU it measures on): the rate the
+    // work is spun at, and what a chunk of it costs here (the shortest that can be made).
+    let tsc_before = TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW);
+    let probe = Spinner::new(tsc_before.hz);
+    busywork::makeable("--hold-ns", args.hold_ns, probe.overhead_ns())?;
+    busywork::makeable("--gap-ns", args.gap_ns, probe.overhead_ns())?;
+    let (hold_made, gap_made) = made_ns(args);
+    let (hold_ticks, gap_ticks) = (probe.ticks_for(hold_made), probe.ticks_for(gap_made));
+    let tsc_hz = tsc_before.hz;
+    let ns_per_tick = 1e9 / tsc_hz;
+    let sampling = (!args.no_hold_sampling).then(|| Settings {
         every: Settings::every_for(args.hold_sample_rate),
         threshold_ns: args.stretch_threshold_ns,
-        calibrated_hold_ns: f64::NAN, // known after the calibration, set by each worker
-        tsc_hz: t.hz,
+        hold_ns: hold_made,
+        tsc_hz,
         runqueue_wait: args.split_runqueue_wait,
         max_work_error: args.max_work_error,
     });
-    let ns_per_tick = sampling.map_or(f64::NAN, |s| 1e9 / s.tsc_hz);
-    let calibrating = (args.threads as usize).min(CALIBRATING_WORKERS);
-    let memory = LoopMemory::unless_off(args.no_loop_memory);
-    let remembered = memory.as_ref().and_then(LoopMemory::recall);
     futex::reset_counts();
 
     // The end is stamped (and so every worker's CPU reading precedes it) while every worker is
-    // parked, before any calibrates again.
-    let workers = CalibratedWorkers::spawn("lock-worker", args.threads, calibrating, {
-        let shared = Arc::clone(&shared);
-        move |t| {
-            // Relaxed: stored under the start gate's mutex, which the worker took after.
-            let hold = shared.hold_iters.load(Ordering::Relaxed);
-            let gap = shared.gap_iters.load(Ordering::Relaxed);
-            let sampler = sampling.map(|s| {
-                Sampler::new(Settings {
-                    calibrated_hold_ns: f64::from_bits(shared.calibrated_hold_ns.load(Ordering::Relaxed)),
-                    ..s
-                })
-            });
-            worker(&shared, t as OwnerId + 1, hold, gap, sampler, ns_per_tick)
-        }
-    })?;
-
-    let (start, counts) = workers.start(|before| {
-        let measured = busywork::median_ns_per_iter(&before).unwrap_or(f64::NAN);
-        let (ns_per_iter, from_memory) = loop_memory::sizing_speed(measured, remembered);
-        let counts = iteration_counts(args, ns_per_iter);
-        match &counts {
-            Ok((hold, gap)) => {
-                shared.hold_iters.store(*hold, Ordering::Relaxed);
-                shared.gap_iters.store(*gap, Ordering::Relaxed);
-                let calibrated_hold = *hold as f64 * ns_per_iter;
-                shared
-                    .calibrated_hold_ns
-                    .store(calibrated_hold.to_bits(), Ordering::Relaxed);
+    // parked at the stop gate.
+    let workers = GatedWorkers::spawn(
+        "lock-worker",
+        args.threads,
+        move |_| Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks),
+        {
+            let shared = Arc::clone(&shared);
+            move |t, spinners| {
+                let sampler = sampling.map(Sampler::new);
+                let lengths = (hold_ticks, gap_ticks);
+                worker(&shared, t as OwnerId + 1, lengths, spinners, sampler, ns_per_tick)
             }
-            // Refused: the workers leave at once (0 operations) and the run fails below.
-            Err(_) => shared.stop.0.store(true, Ordering::Relaxed),
-        }
-        counts.map(|c| (c, before, ns_per_iter, from_memory.then_some(measured)))
-    });
+        },
+    )?;
+    let start = workers.start();
     // The window's start on the TSC, for the stretched intervals' times (microseconds after
-    // `start`: nothing against intervals of tens of µs and more).
+    // `start`: nothing against intervals of tens of µs and more) and the rate over the run.
     let window_start = TscWindow::read_pair();
     let origin_tick = window_start.0;
-    let stall = match (args.debug_guest_stall, &counts, &tsc_before) {
-        (Some(spec), Ok(_), Some(_)) => Some(Stall::start(spec, origin_tick)),
-        (Some(_), Ok(_), None) => Some(Err(anyhow::anyhow!(
+    let stall = match (args.debug_guest_stall, args.no_hold_sampling) {
+        (Some(spec), false) => Some(Stall::start(spec, origin_tick)),
+        (Some(_), true) => Some(Err(anyhow::anyhow!(
             "--debug-guest-stall times its bursts on the TSC: not with --no-hold-sampling"
         ))),
         _ => None,
     };
-    if counts.is_ok() && !matches!(stall, Some(Err(_))) {
+    if !matches!(stall, Some(Err(_))) {
         std::thread::sleep(Duration::from_millis(args.duration_ms));
     }
     // Relaxed suffices: the flag carries no data, and the stop gate synchronises the results.
     shared.stop.0.store(true, Ordering::Relaxed);
     let end = workers.stop();
     let window_end = TscWindow::read_pair();
+    let window = TscWindow::of(window_start, window_end);
     // The stall ends with the window, before anything after it is timed.
-    let hz = TscWindow::of(window_start, window_end).hz;
-    let stall = stall.map(|s| s.and_then(|s| s.stop(hz)));
+    let stall = stall.map(|s| s.and_then(|s| s.stop(window.hz)));
     crate::probe::window_close();
-    let outcomes: Vec<ThreadOutcome> = workers
-        .join("lock")?
-        .into_iter()
-        .map(|(o, after)| ThreadOutcome { after, ..o })
-        .collect();
-    let ((hold_iters, gap_iters), before, ns_before, measured_before) = counts?;
+    let outcomes: Vec<ThreadOutcome> = workers.join("lock")?;
     let debug_guest_stall = stall.transpose()?;
-    let tsc_after = tsc_before
-        .as_ref()
-        .map(|_| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
+    let tsc_after = TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW);
     // Every counted operation lies inside the window: each worker was parked at the stop gate.
     let elapsed = end.saturating_duration_since(start);
     let (futex, futex_unavailable) = super::futex_counts(info);
     let env = Env::read();
 
-    let after: Vec<Calibration> = outcomes.iter().filter_map(|o| o.after).collect();
-    let ns_after = busywork::median_ns_per_iter(&after).unwrap_or(f64::NAN);
-    let calibration = WorkCalibration {
-        ns_per_iter_before: ns_before,
-        ns_per_iter_after: ns_after,
-        hold_iters,
-        gap_iters,
-        effective_hold_ns: hold_iters as f64 * ns_before,
-        effective_hold_ns_after: hold_iters as f64 * ns_after,
-        effective_gap_ns: gap_iters as f64 * ns_before,
-        effective_gap_ns_after: gap_iters as f64 * ns_after,
-        measured_ns_per_iter_before: measured_before,
-        remembered_ns_per_iter: remembered,
-        before,
-        after,
-        debug_scale_hold: args.debug_scale_hold,
-        debug_scale_gap: args.debug_scale_gap,
-    };
     let ops_per_thread: Vec<u64> = outcomes.iter().map(|o| o.ops).collect();
     let ops_total: u64 = ops_per_thread.iter().sum();
     let contended: u64 = outcomes.iter().map(|o| o.contended).sum();
@@ -475,37 +396,26 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     // SAFETY: every worker has been joined; no one else touches the data now.
     let counted = unsafe { (*shared.protected.0.data.get())[0] };
     let secs = elapsed.as_secs_f64();
-    // What the sampled interval includes besides the wait: the hold as calibrated (not the
-    // nominal `hold_ns`, which rounding and the loop's speed make different).
-    let acquire_latency =
-        (!cycle.is_empty()).then(|| Latency::of(&cycle).minus(calibration.effective_hold_ns.round() as u64));
+    // What the sampled interval includes besides the wait: the hold as made.
+    let acquire_latency = (!cycle.is_empty()).then(|| Latency::of(&cycle).minus(hold_made.round() as u64));
     let acquire_latency_samples = cycle.len();
     let thread_samples: Vec<preempt_sample::ThreadSamples> =
         outcomes.iter().filter_map(|o| o.samples.clone()).collect();
-    let preemption = match (sampling, tsc_before, tsc_after) {
-        (Some(s), Some(before), Some(after)) => Some(preempt_sample::report(
-            &Settings {
-                calibrated_hold_ns: calibration.effective_hold_ns,
-                ..s
-            },
+    let preemption = sampling.map(|s| {
+        preempt_sample::report(
+            &s,
             args.hold_sample_rate,
             &thread_samples,
             elapsed.as_nanos() as u64,
-            TscWindow::of(window_start, window_end),
-            before,
-            after,
-        )),
-        _ => None,
-    };
+            window,
+            tsc_before,
+            tsc_after,
+        )
+    });
     let preemption_unavailable = preemption
         .is_none()
         .then(|| "hold/hand-over timing switched off (--no-hold-sampling)".to_string());
-    let work_as_run = work_as_run_of(
-        args,
-        &outcomes,
-        preemption.as_ref(),
-        preemption_unavailable.as_deref(),
-    );
+    let (work_as_run, work) = work_of(args, &outcomes, preemption_unavailable.as_deref(), tsc_hz);
     let result = LockResult {
         algo: args.algo.clone(),
         threads: args.threads,
@@ -538,10 +448,12 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         owner_violations: shared.protected.0.owner.violations(),
         threads_ctxsw: outcomes.iter().map(|o| o.ctxsw).collect(),
         window_cpu_ns: outcomes.iter().map(|o| o.window_cpu_ns).sum(),
-        calibration,
+        work,
+        debug_scale_hold: args.debug_scale_hold,
+        debug_scale_gap: args.debug_scale_gap,
         preemption,
         preemption_unavailable,
-        work_as_run: Some(work_as_run.clone()),
+        work_as_run,
         debug_guest_stall,
     };
     anyhow::ensure!(
@@ -557,26 +469,12 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     );
     let checks = checks_of(
         &result,
-        &work_as_run,
+        made_ns(args),
+        window.hz,
         elapsed.as_nanos() as u64,
         env.cpus_allowed,
-        Bounds {
-            max_drift: args.max_calibration_drift,
-            max_work_error: args.max_work_error,
-        },
+        args.max_work_error,
     );
-    if let Some(m) = &memory {
-        let c = &result.calibration;
-        m.after_sized_run(
-            c.ns_per_iter_before,
-            measured_before,
-            c.ns_per_iter_after,
-            (
-                checks.iter().find(|k| k.name == "hold_as_asked"),
-                work_as_run.hold.ratio,
-            ),
-        );
-    }
     Ok(Report::new(
         "lock",
         elapsed.as_nanos() as u64,
@@ -587,92 +485,68 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     .with_checks(checks))
 }
 
-/// The hold and gap as they ran, from every thread's samples (the holds are the preemption
-/// sampler's sampled ones; the gaps and the timing cost were read in the same cycles).
-fn work_as_run_of(
+/// The hold and gap as they ran, from every thread's timed cycles, and how they were made.
+fn work_of(
     args: &Args,
     outcomes: &[ThreadOutcome],
-    preemption: Option<&PreemptionReport>,
     timing_off: Option<&str>,
-) -> WorkAsRun {
-    let mut holds = crate::metrics::new_latency_histogram();
+    tsc_hz: f64,
+) -> (WorkAsRun, WorkMade) {
     let mut work = WorkSamples::default();
+    let mut counts = SpinCounts::default();
     for o in outcomes {
-        if let Some(s) = &o.samples {
-            // Same bounds on both sides: adding cannot fail.
-            let _ = holds.add(&s.holds.sampled_len);
-        }
         if let Some(w) = &o.work {
             work.add(w);
         }
+        counts.add(&o.spins);
     }
-    let unusable_clock = match (timing_off, preemption) {
-        (Some(why), _) => Some(why.to_string()),
-        (None, Some(p)) => preempt_sample::tsc_rate_moved(&p.tsc_before, &p.tsc_after),
-        (None, None) => Some("no timing".to_string()),
-    };
-    let clock = unusable_clock.as_deref();
-    WorkAsRun {
-        hold: TimedWork::of("hold", args.hold_ns, &holds, &work.timing_cost, clock),
-        gap: TimedWork::of("gap", args.gap_ns, &work.gaps, &work.timing_cost, clock),
+    let as_run = WorkAsRun {
+        hold: TimedWork::of("hold", args.hold_ns, &work.holds, timing_off),
+        gap: TimedWork::of("gap", args.gap_ns, &work.gaps, timing_off),
         method: work_as_run::METHOD.into(),
-    }
-}
-
-/// The bounds the run's checks hold it to (from the arguments).
-#[derive(Debug, Clone, Copy)]
-struct Bounds {
-    max_drift: f64,
-    max_work_error: f64,
+    };
+    let made = WorkMade {
+        method: busywork::METHOD.into(),
+        tsc_hz,
+        chunk_overhead_ns: busywork::median(outcomes.iter().map(|o| o.chunk_overhead_ns).collect())
+            .unwrap_or(f64::NAN),
+        pace_ns_per_iter: busywork::Pace::of(&work.pace_ps),
+        counts,
+    };
+    (as_run, made)
 }
 
 /// The run's checks. `hold_as_asked` and `gap_as_asked` judge the work by what happened in the
-/// run; the calibration drift still says whether the loop kept its speed outside it;
-/// `work_done` that the run made at least one operation (the others pass on an empty run). The
-/// other three are bookkeeping guards: they hold whatever the machine's load (load only slows a run
-/// down), and fail only when the payload's own accounting is wrong (a start stamped late, CPU
-/// counted twice, work counted that was not done). Work per operation is counted there at the
-/// faster of the two calibrations (the smaller ns per iteration), so a guard fails only if it
-/// fails under either of them.
+/// run, `tsc_rate_held` the clock it was spun to; `work_done` that the run made at least one
+/// operation (the others pass on an empty run). The other three are bookkeeping guards: they
+/// hold whatever the machine's load (load only slows a run down), and fail only when the
+/// payload's own accounting is wrong (a start stamped late, CPU counted twice, work counted
+/// that was not done, a hold that ended early). `made` is the hold and gap made, ns;
+/// `window_hz` the TSC's rate over the run's window.
 fn checks_of(
     r: &LockResult,
-    as_run: &WorkAsRun,
+    made: (f64, f64),
+    window_hz: f64,
     elapsed_ns: u64,
     cpus_allowed: usize,
-    bounds: Bounds,
+    max_work_error: f64,
 ) -> Vec<Check> {
-    let c = &r.calibration;
-    let per_iter = c.ns_per_iter_before.min(c.ns_per_iter_after);
-    let (hold_s, gap_s) = (
-        c.hold_iters as f64 * per_iter / 1e9,
-        c.gap_iters as f64 * per_iter / 1e9,
-    );
+    let (hold_s, gap_s) = (made.0 / 1e9, made.1 / 1e9);
     let usable = (r.threads as usize).min(cpus_allowed.max(1));
     let work = r.ops_per_sec * (hold_s + gap_s);
     let holds = r.ops_per_sec * hold_s;
-    let hold = checks::work_as_asked("hold_as_asked", "--hold-ns", &as_run.hold, bounds.max_work_error);
-    let gap = checks::work_as_asked("gap_as_asked", "--gap-ns", &as_run.gap, bounds.max_work_error);
-    let drift = checks::drift_unless_work_judged(
-        checks::sizing_drift(
-            c.ns_per_iter_before,
-            c.measured_ns_per_iter_before.unwrap_or(c.ns_per_iter_before),
-            c.ns_per_iter_after,
-            bounds.max_drift,
-        ),
-        &[&hold, &gap],
-    );
     vec![
         checks::cpu_within_elapsed(r.window_cpu_ns, elapsed_ns, cpus_allowed),
         checks::work_done(r.ops_total, "lock operations", elapsed_ns),
-        drift,
-        hold,
-        gap,
+        checks::tsc_rate_held(r.work.tsc_hz, window_hz),
+        checks::work_as_asked("hold_as_asked", "--hold-ns", &r.work_as_run.hold, max_work_error),
+        checks::work_as_asked("gap_as_asked", "--gap-ns", &r.work_as_run.gap, max_work_error),
         Check::at_most(
             "work_within_cpus",
             work,
             usable as f64 * TOLERANCE,
             format!(
-                "{:.0} ops/s x ({:.1} + {:.1}) ns of calibrated hold + gap is {work:.3} CPU-s of work per second, \
+                "{:.0} ops/s x ({:.1} + {:.1}) ns of hold + gap is {work:.3} CPU-s of work per second, \
                  for min({} threads, {cpus_allowed} CPUs allowed) = {usable} CPUs (x{TOLERANCE})",
                 r.ops_per_sec,
                 hold_s * 1e9,
@@ -685,7 +559,7 @@ fn checks_of(
             holds,
             TOLERANCE,
             format!(
-                "{:.0} ops/s x {:.1} ns of calibrated hold is {holds:.3} s of exclusive hold per second (at most 1, x{TOLERANCE})",
+                "{:.0} ops/s x {:.1} ns of hold is {holds:.3} s of exclusive hold per second (at most 1, x{TOLERANCE})",
                 r.ops_per_sec,
                 hold_s * 1e9
             ),
@@ -721,12 +595,19 @@ fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
     m
 }
 
-/// One critical section: owner check around the protected update and the hold work. With
-/// `timing`, returns the TSC read right before the hold's busy loop (with the CPU it was read
-/// on) and right after it, and nothing else between, so a timed hold is the loop (and the two
-/// reads) alone: the owner check and the update, and their cache misses, fall in the hand-overs.
+/// One critical section: owner check around the protected update and the hold's spin. Returns
+/// the TSC read right before the spin (with the CPU it was read on, with `timing`; an ordered
+/// read then, so the update's stores are out of the way) and the spin's last read, and nothing
+/// else between, so a timed hold is the spin alone: the owner check and the update, and their
+/// cache misses, fall in the hand-overs.
 #[inline(always)]
-fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> ((u64, u32), u64) {
+fn critical(
+    p: &Protected,
+    me: OwnerId,
+    spinner: &mut Spinner,
+    hold_ticks: u64,
+    timing: bool,
+) -> ((u64, u32), u64) {
     p.owner.enter(me);
     // SAFETY: the caller holds the lock; the data is only touched under it.
     unsafe {
@@ -738,14 +619,9 @@ fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> ((u64,
     let entered = if timing {
         preempt_sample::ordered_ticks_on_cpu()
     } else {
-        (0, preempt_sample::NO_CPU)
+        (ticks(), preempt_sample::NO_CPU)
     };
-    spin_iters(hold_iters);
-    let released = if timing {
-        preempt_sample::ordered_ticks()
-    } else {
-        0
-    };
+    let released = spinner.spin(entered.0, hold_ticks);
     p.owner.leave(me);
     (entered, released)
 }
@@ -753,8 +629,8 @@ fn critical(p: &Protected, me: OwnerId, hold_iters: u64, timing: bool) -> ((u64,
 fn worker<R: RawMutex>(
     shared: &Shared<R>,
     me: OwnerId,
-    hold_iters: u64,
-    gap_iters: u64,
+    (hold_ticks, gap_ticks): (u64, u64),
+    mut spinners: Spinners,
     mut sampler: Option<Sampler>,
     ns_per_tick: f64,
 ) -> ThreadOutcome {
@@ -764,10 +640,14 @@ fn worker<R: RawMutex>(
         cycle: new_latency_histogram(),
         ctxsw: Ctxsw::default(),
         window_cpu_ns: 0,
-        after: None,
         samples: None,
         work: None,
+        chunk_overhead_ns: spinners.hold.overhead_ns(),
+        spins: SpinCounts::default(),
     };
+    // Only the run's own spins are counted (not the warm-up's).
+    spinners.hold.counts = SpinCounts::default();
+    spinners.gap.counts = SpinCounts::default();
     let lock = &shared.lock.0;
     let protected = &shared.protected.0;
     let timing = sampler.is_some();
@@ -780,8 +660,9 @@ fn worker<R: RawMutex>(
         // between `began` and lock() returning it is waiting (outside too, unless the lock was
         // handed to this thread meanwhile: then it is the hand-over's); between lock() and
         // `entered` a stretched hand-over (the lock was ours and no one ran in it); between
-        // `entered` and `released` a stretched hold; between `released` and the unlock store it
-        // counts in the next owner's hand-over (a window of a few instructions).
+        // `entered` and `released` a stretched hold (whose spin still owes the rest of the
+        // hold when it resumes); between `released` and the unlock store it counts in the next
+        // owner's hand-over (a window of a few instructions).
         let sampled = sampler.as_mut().is_some_and(|s| s.begin());
         let (wait_began, sample) = if lock.try_lock() {
             (None, None)
@@ -802,7 +683,8 @@ fn worker<R: RawMutex>(
         } else {
             0
         };
-        let ((entered, entered_cpu), released) = critical(protected, me, hold_iters, timing);
+        let ((entered, entered_cpu), released) =
+            critical(protected, me, &mut spinners.hold, hold_ticks, timing);
         if timing {
             // SAFETY: still under the lock.
             unsafe { *protected.release_ticks.get() = released };
@@ -824,16 +706,25 @@ fn worker<R: RawMutex>(
             let _ = out.cycle.record((t0.elapsed().as_nanos() as u64).max(1));
         }
         out.ops += 1;
-        match work.as_mut() {
-            // `sampled` is only ever true with timing on.
-            Some(w) if sampled => w.timed_gap(gap_iters, ns_per_tick),
-            _ => spin_iters(gap_iters),
+        let gap_start = ticks();
+        let gap_end = spinners.gap.spin(gap_start, gap_ticks);
+        if let (Some(w), true) = (work.as_mut(), out.ops % TIMED_EVERY == TIMED_EVERY / 2) {
+            let pace = if hold_ticks > 0 {
+                &spinners.hold
+            } else {
+                &spinners.gap
+            }
+            .ns_per_iter();
+            let lengths = (released.wrapping_sub(entered), gap_end.wrapping_sub(gap_start));
+            w.record(lengths, ns_per_tick, pace);
         }
     }
     out.ctxsw = Ctxsw::this_thread().since(before);
     out.window_cpu_ns = crate::clock::thread_cpu_ns().saturating_sub(cpu0);
     out.samples = sampler.map(|s| s.out);
     out.work = work;
+    out.spins = spinners.hold.counts;
+    out.spins.add(&spinners.gap.counts);
     out
 }
 
@@ -848,12 +739,10 @@ mod tests {
             duration_ms: 150,
             hold_ns: 100,
             gap_ns: 100,
-            max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
             hold_sample_rate: preempt_sample::DEFAULT_SAMPLE_RATE,
             stretch_threshold_ns: preempt_sample::DEFAULT_STRETCH_THRESHOLD_NS,
             no_hold_sampling: false,
             max_work_error: work_as_run::MAX_WORK_ERROR,
-            no_loop_memory: true,
             debug_scale_hold: 1.0,
             debug_scale_gap: 1.0,
             debug_guest_stall: None,
@@ -898,12 +787,17 @@ mod tests {
                 report.metrics.contains_key("acquire_p99_ns"),
                 r.acquire_p99_ns.is_some()
             );
-            // The calibration that made the work is reported, before and after.
-            let c = &r.calibration;
-            assert_eq!(c.before.len(), 3);
-            assert_eq!(c.after.len(), 3);
-            assert!(c.ns_per_iter_before > 0.0 && c.ns_per_iter_after > 0.0);
-            assert!((c.effective_hold_ns - c.hold_iters as f64 * c.ns_per_iter_before).abs() < 1e-6);
+            // How the work was made: every operation spun one hold and one gap, each of at
+            // least one chunk, at a rate and a chunk cost that were measured.
+            let m = &r.work;
+            assert_eq!(m.counts.spins, 2 * r.ops_total, "{algo}: {m:?}");
+            assert!(m.counts.chunks >= m.counts.spins && m.counts.disturbed <= m.counts.chunks);
+            assert!(m.tsc_hz > 1e6 && m.chunk_overhead_ns > 0.0, "{algo}: {m:?}");
+            let pace = m.pace_ns_per_iter.expect("timed cycles read the pace");
+            assert!(
+                pace.p10 > 0.0 && pace.p10 <= pace.p50 && pace.p50 <= pace.p90,
+                "{pace:?}"
+            );
             assert!(r.window_cpu_ns > 0);
             let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
             assert_eq!(
@@ -911,7 +805,7 @@ mod tests {
                 [
                     "cpu_within_elapsed",
                     "work_done",
-                    "calibration_drift",
+                    "tsc_rate_held",
                     "hold_as_asked",
                     "gap_as_asked",
                     "work_within_cpus",
@@ -919,32 +813,38 @@ mod tests {
                 ],
                 "{algo}"
             );
-            // The work as it ran: each figure judged, or null with the reason; the judged net is
-            // the timed 10th percentile less the timing cost's, the median net beside it; the
-            // asked lengths are the arguments.
-            let w = r.work_as_run.as_ref().expect("work_as_run in a new report");
+            // The work as it ran: each figure judged, or null with the reason; the ratio is the
+            // median against the asked length, which are the arguments.
+            let w = &r.work_as_run;
             for (t, asked) in [(&w.hold, 100), (&w.gap, 100)] {
                 assert_eq!(t.asked_ns, asked);
                 assert!(t.ratio.is_some() != t.unavailable.is_some(), "{algo}: {t:?}");
-                if let (Some(timed), Some(cost), Some(net)) = (t.timed_p50_ns, t.timing_cost_ns, t.net_p50_ns)
-                {
-                    assert!(cost > 0.0 && net == timed - cost, "{algo}: {t:?}");
-                }
-                if let (Some(timed), Some(cost), Some(net)) =
-                    (t.timed_p10_ns, t.timing_cost_p10_ns, t.net_p10_ns)
-                {
-                    assert!(cost > 0.0 && net == timed - cost, "{algo}: {t:?}");
-                    assert!(timed <= t.timed_p50_ns.unwrap(), "{algo}: {t:?}");
+                if let (Some(p10), Some(p50), Some(p90)) = (t.p10_ns, t.p50_ns, t.p90_ns) {
+                    assert!(p10 <= p50 && p50 <= p90, "{algo}: {t:?}");
                 }
                 if let Some(ratio) = t.ratio {
-                    assert_eq!(ratio, t.net_p10_ns.unwrap() / asked as f64);
+                    assert_eq!(ratio, t.p50_ns.unwrap() / asked as f64);
                 }
             }
-            // Every sampled cycle timed its gap and read the timing cost once.
-            assert_eq!(w.gap.samples, w.hold.samples);
-            assert_eq!(w.gap.timing_cost_samples, w.hold.samples);
-            // Bookkeeping guards cannot fail, whatever the machine's load (load only slows the run).
-            for name in ["cpu_within_elapsed", "work_within_cpus", "holds_serialised"] {
+            // One cycle in 64 per thread (halfway between the sampler's) timed its hold and gap
+            // and read the pace.
+            let timed: u64 = r
+                .ops_per_thread
+                .iter()
+                .map(|&o| (o + TIMED_EVERY / 2) / TIMED_EVERY)
+                .sum();
+            assert_eq!(
+                (w.hold.samples, w.gap.samples, pace.samples),
+                (timed, timed, timed)
+            );
+            // Bookkeeping guards cannot fail, whatever the machine's load (load only slows the
+            // run), nor the clock the work was spun to.
+            for name in [
+                "cpu_within_elapsed",
+                "work_within_cpus",
+                "holds_serialised",
+                "tsc_rate_held",
+            ] {
                 let check = report.checks.iter().find(|c| c.name == name).unwrap();
                 assert!(check.ok, "{algo}: {check:?}");
             }
@@ -952,17 +852,23 @@ mod tests {
     }
 
     #[test]
-    fn a_hold_or_gap_below_one_iteration_is_refused_naming_the_argument() {
+    fn a_hold_or_gap_shorter_than_a_clock_read_is_refused_naming_the_argument() {
+        // 1 ns is shorter than a TSC read on any CPU (several ns at the least): refused as bad
+        // input, naming the argument and the resolution, before any worker starts.
+        for (hold, gap, arg) in [(1, 200, "--hold-ns 1"), (200, 1, "--gap-ns 1")] {
+            let mut a = args("tas", 1);
+            (a.hold_ns, a.gap_ns) = (hold, gap);
+            let e = run(&a).unwrap_err();
+            assert!(e.is::<super::super::BadInput>(), "{e}");
+            assert!(
+                e.to_string().contains(arg) && e.to_string().contains("one read of it"),
+                "{e}"
+            );
+        }
+        // 0 is nothing asked, and runs.
         let mut a = args("tas", 1);
-        a.hold_ns = 2;
-        let e = iteration_counts(&a, 2.5).unwrap_err().to_string();
-        assert!(e.contains("--hold-ns 2") && e.contains("2.50 ns"), "{e}");
-        a.hold_ns = 200;
-        a.gap_ns = 1;
-        let e = iteration_counts(&a, 2.5).unwrap_err().to_string();
-        assert!(e.contains("--gap-ns 1"), "{e}");
         a.gap_ns = 0;
-        assert_eq!(iteration_counts(&a, 2.5).unwrap(), (80, 0));
+        assert!(run(&a).is_ok());
     }
 
     /// A "lock" that excludes nothing: the owner-identity check must fail the run by name.
@@ -996,13 +902,9 @@ mod tests {
         let expected: u64 = r.ops_per_thread.iter().map(|o| o.div_ceil(64)).sum();
         assert_eq!(h.sampled, expected);
         assert!(h.stretched <= h.timed && h.stretched_guest + h.stretched_vcpu == h.stretched);
-        // A normal sampled hold is the calibrated hold plus a few reads: never 100x it.
+        // A normal sampled hold is the hold made: never 100x it.
         let p50 = h.sampled_p50_ns.unwrap() as f64;
-        assert!(
-            p50 < 100.0 * p.calibrated_hold_ns.max(1_000.0),
-            "{h:?} vs {}",
-            p.calibrated_hold_ns
-        );
+        assert!(p50 < 100.0 * p.hold_ns.max(1_000.0), "{h:?} vs {}", p.hold_ns);
         // Stretched time is at least the threshold per stretched hold, and within the run.
         assert!(h.lost_ns >= h.stretched as f64 * p.threshold_ns as f64);
         assert!(h.lost_share <= 1.0 + 1e-9, "{h:?}");
@@ -1029,8 +931,8 @@ mod tests {
         assert!(r.preemption.is_none());
         assert!(r.preemption_unavailable.unwrap().contains("--no-hold-sampling"));
         // Nothing timed, so the work as it ran is not judged, and says why.
-        let w = r.work_as_run.unwrap();
-        assert!(w.hold.ratio.is_none() && w.hold.timed_p50_ns.is_none());
+        let w = r.work_as_run;
+        assert!(w.hold.ratio.is_none() && w.hold.p50_ns.is_none());
         assert!(w.gap.unavailable.unwrap().contains("--no-hold-sampling"));
         let c = check(&report, "hold_as_asked");
         assert!(
@@ -1097,11 +999,7 @@ mod tests {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         assert!(v["env"]["kernel"].is_string() && v["env"]["cpus"].is_u64());
-        // A report made before the work was timed (no work_as_run, no scale factors) still reads.
-        let mut old = v.clone();
-        old.as_object_mut().unwrap().remove("work_as_run");
-        assert!(old["calibration"].get("debug_scale_hold").is_none());
-        let r: LockResult = serde_json::from_value(old).unwrap();
-        assert!(r.work_as_run.is_none() && r.calibration.debug_scale_hold == 1.0);
+        // The test-only scales are absent when 1.
+        assert!(v.get("debug_scale_hold").is_none() && v.get("debug_scale_gap").is_none());
     }
 }

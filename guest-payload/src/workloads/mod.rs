@@ -1,11 +1,11 @@
 //! Workloads: each takes its clap `Args`, runs, and returns one [`crate::report::Report`].
 
-mod calibrated;
 pub mod dbench;
 mod dbench_client;
 pub mod dbench_loadfile;
 pub mod ebizzy;
 pub mod futexlock;
+mod gated;
 pub mod hackbench;
 pub mod hog;
 pub mod lock;

@@ -16,19 +16,17 @@
 //! it halved sysbench's time). So `contended` is null under `--acquire lock`.
 //!
 //! Additions: `--contended-delay-ns` spins that long before blocking, on the contended path
-//! only (needs `--acquire trylock-first`); `--work-inside` / `--work-outside` add calibrated
-//! work inside the critical section / after it. That work is calibrated as the `lock`
-//! workload's hold and gap (see [`super::lock`]): up to [`CALIBRATING_WORKERS`] workers
-//! calibrate themselves, all at once, before the start gate and again after every worker has
-//! finished, and the median before chooses the iteration counts. The run is judged by its work
-//! as it ran: 1 in [`WORK_SAMPLE_EVERY`] iterations per thread times its work inside and outside
-//! with the TSC, and their medians less the timing's own cost must be within a factor
-//! 1 + `--max-work-error` of the asked ones (`work_inside_as_asked`, `work_outside_as_asked`,
-//! see [`crate::work_as_run`]); the calibration must not drift (`--max-calibration-drift`),
-//! and two bookkeeping guards hold the calibrated work to the CPUs and the calibrated holds of
-//! each lock to one CPU-second per second; the JSON's `calibration` (with its `work_as_run`)
-//! says what was found. Without calibrated work (sysbench's own test) nothing is calibrated
-//! and `calibration` is null with the reason. Each lock also guards its own counter and an
+//! only (needs `--acquire trylock-first`); `--work-inside` / `--work-outside` add work inside the
+//! critical section / after it. That work is spun to the TSC as the `lock` workload's hold and
+//! gap (see [`super::lock`] and [`crate::busywork`]): each worker makes its own spinners and
+//! warms them up before the start gate. The run is judged by its work as it ran: 1 in
+//! [`WORK_SAMPLE_EVERY`] iterations per thread times its work inside and outside with the TSC,
+//! and their medians must be within a factor 1 + `--max-work-error` of the asked ones
+//! (`work_inside_as_asked`, `work_outside_as_asked`, see [`crate::work_as_run`]); the TSC rate
+//! the work was spun at must hold over the run (`tsc_rate_held`), and two bookkeeping guards
+//! hold the work to the CPUs and the holds of each lock to one second per second; the JSON's
+//! `work` and `work_as_run` say what was found. Without such work (sysbench's own test) nothing
+//! is spun and `work` is null with the reason. Each lock also guards its own counter and an
 //! owner-identity cell ([`OwnerCheck`]), both checked. `progress_at_first_finish` records how
 //! far every thread had got when the first thread finished: the fairness of progress under
 //! preemption (equal work per thread otherwise hides it); `jain` is its Jain's index.
@@ -36,22 +34,22 @@
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use clap::{Args as ClapArgs, ValueEnum};
 use lock_api::RawMutex;
 use serde::{Deserialize, Serialize};
 
 use super::Rng;
-use super::calibrated::{CALIBRATING_WORKERS, CalibratedWorkers};
-use crate::busywork::{self, Calibration, spin_iters};
+use super::gated::GatedWorkers;
+use crate::busywork::{self, SpinCounts, Spinner, WorkMade};
 use crate::checks::{self, Check, TOLERANCE};
 use crate::env::Env;
 use crate::locks::owner::{OwnerCheck, OwnerId};
 use crate::locks::{self, LockInfo, LockVisitor, futex};
 use crate::metrics::{Ctxsw, Fairness};
-use crate::preempt_sample::{self, TscCalibration};
+use crate::preempt_sample::{self, TscCalibration, TscWindow, ticks};
 use crate::report::Report;
 use crate::work_as_run::{self, TimedWork, WorkSamples};
 
@@ -85,10 +83,10 @@ pub struct Args {
     /// lock: as sysbench; trylock-first: count contended acquisitions (changes the timing).
     #[arg(long, value_enum, default_value_t = Acquire::Lock)]
     pub acquire: Acquire,
-    /// Extra calibrated work inside the critical section, in nanoseconds.
+    /// Extra work inside the critical section, in nanoseconds of running (spun to the TSC).
     #[arg(long, default_value_t = 0)]
     pub work_inside: u64,
-    /// Extra calibrated work after releasing, in nanoseconds.
+    /// Extra work after releasing, in nanoseconds of running.
     #[arg(long, default_value_t = 0)]
     pub work_outside: u64,
     /// Busy delay before blocking when the trylock failed (contended path only, needs
@@ -101,26 +99,15 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     #[serde(default)]
     pub contended_sleep_ns: u64,
-    /// Largest accepted change of the busy loop's speed between the calibrations before and
-    /// after the run, as the `lock` workload's: after/before within a factor 1 + this either way
-    /// (0.05: [1/1.05, 1.05]); beyond it the run is not a result (exit 3). Only calibrated work (the three options above) is calibrated and checked.
-    #[arg(long, default_value_t = crate::checks::MAX_CALIBRATION_DRIFT, value_parser = checks::positive_fraction)]
-    #[serde(default = "default_drift")]
-    pub max_calibration_drift: f64,
     /// Largest accepted error of the work inside and outside as it ran (1 in 64 iterations
-    /// timed with the TSC, less the timing's own cost) against --work-inside and
-    /// --work-outside, as the `lock` workload's --max-work-error: within a factor 1 + this
-    /// either way; beyond it the run is not a result (exit 3).
+    /// timed with the TSC: their median) against --work-inside and --work-outside, as the
+    /// `lock` workload's --max-work-error: within a factor 1 + this either way; beyond it the
+    /// run is not a result (exit 3).
     #[arg(long, default_value_t = work_as_run::MAX_WORK_ERROR, value_parser = checks::positive_fraction)]
     #[serde(default = "default_work_error")]
     pub max_work_error: f64,
-    /// Size the work from this run's calibration alone, never from the loop speed earlier runs
-    /// in this guest remembered (as the `lock` workload's `--no-loop-memory`).
-    #[arg(long)]
-    #[serde(default)]
-    pub no_loop_memory: bool,
-    /// Test only: multiplies the work inside's iteration count by this after the calibration
-    /// chose it (the work outside, unscaled, shows meanwhile that the loop kept its speed).
+    /// Test only: multiplies the work inside's length by this (the work outside, unscaled,
+    /// shows meanwhile that the rest of the work was made right).
     #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
     #[serde(default = "one")]
     pub debug_scale_inside: f64,
@@ -128,10 +115,6 @@ pub struct Args {
     #[arg(long, hide = true, default_value_t = 1.0, value_parser = busywork::scale_factor)]
     #[serde(default = "one")]
     pub debug_scale_outside: f64,
-}
-
-fn default_drift() -> f64 {
-    crate::checks::MAX_CALIBRATION_DRIFT
 }
 
 fn default_work_error() -> f64 {
@@ -147,19 +130,17 @@ fn is_one(f: &f64) -> bool {
 }
 
 /// One in this many iterations per thread (the first, then every 64th) times its work inside
-/// and outside, when there is calibrated work: two TSC reads inside its critical section, a
-/// few cycles natively (~200 ns under TCG) once per 64 acquisitions.
+/// and outside, when there is such work (its spins read the TSC anyway) and reads the pace.
 pub const WORK_SAMPLE_EVERY: u64 = 64;
 
 /// How the `work_as_run` figures of a mutex run were read.
-pub const WORK_METHOD: &str = "1 in 64 iterations per thread (the first, then every 64th): its work inside read as two TSC reads right \
-     around the busy loop (inside the critical section), its work outside the same way, and the timing's own cost as the same two reads \
-     around an empty call of the loop (after the work outside); judged by the undisturbed intervals: net = 10th percentile timed - 10th percentile cost, ratio = net / asked (medians reported beside); the \
-     contended delay runs the same loop and is not timed";
+pub const WORK_METHOD: &str = "1 in 64 iterations per thread (the first, then every 64th): its work inside from the TSC read right before the \
+     spin (inside the critical section) to the spin's own last read, its work outside the same way; judged by the median, ratio = median / \
+     asked (10th and 90th percentiles beside); the contended delay is spun the same way and not timed";
 
 impl Args {
-    /// True when the run has calibrated busy work to make (and so calibrates).
-    fn has_calibrated_work(&self) -> bool {
+    /// True when the run has busy work to spin.
+    fn has_spun_work(&self) -> bool {
         self.work_inside > 0 || self.work_outside > 0 || self.contended_delay_ns > 0
     }
 
@@ -219,78 +200,31 @@ pub struct MutexResult {
     pub owner_violations: u64,
     /// Per worker: context switches during its acquisitions.
     pub threads_ctxsw: Vec<Ctxsw>,
-    /// What the calibrated work (`work_inside`, `work_outside`, `contended_delay_ns`) was
-    /// made of; null when there was none, with `calibration_unavailable` saying so.
-    pub calibration: Option<MutexCalibration>,
-    pub calibration_unavailable: Option<String>,
+    /// How the spun work (`work_inside`, `work_outside`, `contended_delay_ns`) was made; null
+    /// when there was none, with `work_unavailable` saying so.
+    pub work: Option<WorkMade>,
+    pub work_unavailable: Option<String>,
+    /// The work inside and outside as it ran, against the asked: what `work_inside_as_asked`
+    /// and `work_outside_as_asked` judge (null without spun work).
+    pub work_as_run: Option<MutexWorkAsRun>,
+    /// The test-only `--debug-scale-inside` and `--debug-scale-outside` factors the lengths were
+    /// multiplied by (absent when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub debug_scale_inside: f64,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub debug_scale_outside: f64,
     /// CPU time of every worker inside the measured window (thread CPU clocks read after the
     /// gate and as each finished), nanoseconds.
     pub window_cpu_ns: u64,
 }
 
-/// The calibration of one run's busy work, as the `lock` workload's (`hold` and `gap` there
-/// are `inside` and `outside` here, plus the contended path's `delay`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct MutexCalibration {
-    /// Median over the calibrating workers before the gate: chose the iteration counts.
-    pub ns_per_iter_before: f64,
-    /// The same workers' median after every worker had finished (outside the window).
-    pub ns_per_iter_after: f64,
-    pub inside_iters: u64,
-    pub outside_iters: u64,
-    pub delay_iters: u64,
-    /// iterations × ns_per_iter_before (and after): the work actually made, in ns.
-    pub effective_inside_ns: f64,
-    pub effective_inside_ns_after: f64,
-    pub effective_outside_ns: f64,
-    pub effective_outside_ns_after: f64,
-    pub effective_delay_ns: f64,
-    pub effective_delay_ns_after: f64,
-    /// This run's own calibration where the remembered speed sized the work instead (as the
-    /// `lock` workload's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured_ns_per_iter_before: Option<f64>,
-    /// The speed earlier runs in this guest remembered, when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remembered_ns_per_iter: Option<f64>,
-    /// Each calibrating worker's calibration, before and after.
-    pub before: Vec<Calibration>,
-    pub after: Vec<Calibration>,
-    /// The work inside and outside as it ran, against the asked: what `work_inside_as_asked`
-    /// and `work_outside_as_asked` judge. Absent from reports made before those checks existed.
-    #[serde(default)]
-    pub work_as_run: Option<MutexWorkAsRun>,
-    /// The test-only `--debug-scale-inside` and `--debug-scale-outside` factors the counts were
-    /// multiplied by after the calibration (absent when 1).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub debug_scale_inside: f64,
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub debug_scale_outside: f64,
-}
-
-/// The `work_as_run` object of a mutex run's calibration.
+/// The `work_as_run` object of a mutex run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MutexWorkAsRun {
     pub inside: TimedWork,
     pub outside: TimedWork,
     /// How they were read ([`WORK_METHOD`]).
     pub method: String,
-}
-
-/// The iteration counts (inside, outside, delay) at `ns_per_iter`, or the argument that
-/// cannot be made.
-fn iteration_counts(args: &Args, ns_per_iter: f64) -> Result<(u64, u64, u64), super::BadInput> {
-    Ok((
-        busywork::scaled(
-            busywork::iterations("--work-inside", args.work_inside, ns_per_iter)?,
-            args.debug_scale_inside,
-        ),
-        busywork::scaled(
-            busywork::iterations("--work-outside", args.work_outside, ns_per_iter)?,
-            args.debug_scale_outside,
-        ),
-        busywork::iterations("--contended-delay-ns", args.contended_delay_ns, ns_per_iter)?,
-    ))
 }
 
 /// One element of the lock array: sysbench's `{ pthread_mutex_t mutex; char pad[256]; }`,
@@ -313,11 +247,6 @@ struct Shared<R> {
     /// Read by every thread on every iteration: kept off `global_var`'s line, which the lock
     /// owners write.
     first_done: Padded<AtomicBool>,
-    /// Iteration counts (inside, outside, delay), stored by the main thread under the start
-    /// gate's mutex.
-    iters: [AtomicU64; 3],
-    /// Set under the gate when the calibrated work cannot be made: the workers leave at once.
-    refused: AtomicBool,
 }
 
 // SAFETY: each `counter` is only touched while its `lock` is held.
@@ -330,25 +259,11 @@ struct Outcome {
     end: Instant,
     /// Thread CPU time from the gate to `end`.
     cpu_ns: u64,
-    after: Option<Calibration>,
-    /// The sampled iterations' work inside, and their work outside and timing cost (ns); None
-    /// without calibrated work.
-    work: Option<(hdrhistogram::Histogram<u64>, WorkSamples)>,
-}
-
-impl Outcome {
-    /// A worker that did nothing (the run was refused under the gate).
-    fn idle(locks: u64) -> Self {
-        Self {
-            contended: 0,
-            at_first_finish: locks,
-            ctxsw: Ctxsw::default(),
-            end: Instant::now(),
-            cpu_ns: 0,
-            after: None,
-            work: None,
-        }
-    }
+    /// The timed iterations' work inside and outside, and the pace; None without spun work.
+    work: Option<WorkSamples>,
+    /// The inside spinner's chunk overhead, ns, and every spinner's counts (None without spun
+    /// work).
+    spun: Option<(f64, SpinCounts)>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<Report> {
@@ -366,18 +281,55 @@ impl LockVisitor for Bench<'_> {
     }
 }
 
+/// How long each worker warms its spinners up before the start gate (as the `lock` workload's).
+const WARM_UP: Duration = Duration::from_millis(5);
+
+/// A worker's spinners for the work inside, outside and the contended delay, made and warmed
+/// up by the worker itself before the gate.
+struct Spinners {
+    inside: Spinner,
+    outside: Spinner,
+    delay: Spinner,
+}
+
+/// The spun work's lengths in ticks, and what they are timed with.
+#[derive(Clone, Copy)]
+struct Lengths {
+    tsc_hz: f64,
+    inside: u64,
+    outside: u64,
+    delay: u64,
+}
+
+impl Spinners {
+    fn warmed_up(l: Lengths) -> Self {
+        let mut s = Self {
+            inside: Spinner::new(l.tsc_hz),
+            outside: Spinner::new(l.tsc_hz),
+            delay: Spinner::new(l.tsc_hz),
+        };
+        let until = Instant::now() + WARM_UP;
+        while Instant::now() < until {
+            s.inside.warm_up(l.inside, 8);
+            s.outside.warm_up(l.outside, 8);
+            s.delay.warm_up(l.delay, 8);
+        }
+        for sp in [&mut s.inside, &mut s.outside, &mut s.delay] {
+            sp.counts = SpinCounts::default();
+        }
+        s
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Params {
     locks: u64,
     loops: u32,
     trylock_first: bool,
-    inside: u64,
-    outside: u64,
-    delay: u64,
     /// The contended path's sleep (None: no sleep).
     sleep: Option<std::time::Duration>,
-    /// ns per TSC tick when the work is timed (there is calibrated work), else None.
-    ns_per_tick: Option<f64>,
+    /// The spun work (None: there is none).
+    lengths: Option<Lengths>,
 }
 
 fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> anyhow::Result<Report> {
@@ -392,131 +344,75 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             .collect(),
         global_var: Padded(AtomicU32::new(0)),
         first_done: Padded(AtomicBool::new(false)),
-        iters: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-        refused: AtomicBool::new(false),
     });
-    // Measured before any worker starts (they would load the CPU it measures on).
+    // Measured before any worker starts (they would load the CPU it measures on): the rate the
+    // work is spun at, and what a chunk of it costs here (the shortest that can be made).
     let tsc_before = args
-        .has_calibrated_work()
+        .has_spun_work()
         .then(|| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
-    let base = Params {
+    let lengths = match &tsc_before {
+        Some(tsc) => {
+            let probe = Spinner::new(tsc.hz);
+            for (arg, ns) in [
+                ("--work-inside", args.work_inside),
+                ("--work-outside", args.work_outside),
+                ("--contended-delay-ns", args.contended_delay_ns),
+            ] {
+                busywork::makeable(arg, ns, probe.overhead_ns())?;
+            }
+            let (inside, outside) = made_ns(args);
+            Some(Lengths {
+                tsc_hz: tsc.hz,
+                inside: probe.ticks_for(inside),
+                outside: probe.ticks_for(outside),
+                delay: probe.ticks_for(args.contended_delay_ns as f64),
+            })
+        }
+        None => None,
+    };
+    let p = Params {
         locks: args.locks,
         loops: args.loops,
         trylock_first: args.acquire == Acquire::TrylockFirst,
-        inside: 0,
-        outside: 0,
-        delay: 0,
         sleep: (args.contended_sleep_ns > 0)
             .then(|| std::time::Duration::from_nanos(args.contended_sleep_ns)),
-        ns_per_tick: tsc_before.as_ref().map(|t| 1e9 / t.hz),
+        lengths,
     };
-    let calibrating = if args.has_calibrated_work() {
-        (args.threads as usize).min(CALIBRATING_WORKERS)
-    } else {
-        0
-    };
-    let memory = crate::loop_memory::LoopMemory::unless_off(args.no_loop_memory);
-    let remembered = memory.as_ref().and_then(|m| m.recall());
     futex::reset_counts();
-    // Every worker parks once finished, so the after-run calibrations start only when no worker
-    // is measured any more (and none competes with them).
-    let workers = CalibratedWorkers::spawn("mutex-worker", args.threads, calibrating, {
-        let shared = Arc::clone(&shared);
-        move |t| {
-            // Relaxed: stored under the start gate's mutex, which the worker took after.
-            let [inside, outside, delay] = [0, 1, 2].map(|i| shared.iters[i].load(Ordering::Relaxed));
-            let p = Params {
-                inside,
-                outside,
-                delay,
-                ..base
-            };
-            if shared.refused.load(Ordering::Relaxed) {
-                Outcome::idle(p.locks)
-            } else {
-                worker(&shared, p, t as OwnerId + 1)
-            }
-        }
-    })?;
-    let (start, counts) = workers.start(|before| {
-        if calibrating == 0 {
-            return Ok(None);
-        }
-        let measured = busywork::median_ns_per_iter(&before).unwrap_or(f64::NAN);
-        let (ns_per_iter, from_memory) = crate::loop_memory::sizing_speed(measured, remembered);
-        match iteration_counts(args, ns_per_iter) {
-            Ok(counts) => {
-                for (slot, n) in shared.iters.iter().zip([counts.0, counts.1, counts.2]) {
-                    slot.store(n, Ordering::Relaxed);
-                }
-                Ok(Some((
-                    counts,
-                    before,
-                    ns_per_iter,
-                    from_memory.then_some(measured),
-                )))
-            }
-            Err(e) => {
-                shared.refused.store(true, Ordering::Relaxed);
-                Err(e)
-            }
-        }
-    });
+    // Every worker parks once finished, so the end's window read follows every worker's work.
+    let workers = GatedWorkers::spawn(
+        "mutex-worker",
+        args.threads,
+        move |_| lengths.map(Spinners::warmed_up),
+        {
+            let shared = Arc::clone(&shared);
+            move |t, spinners| worker(&shared, p, spinners, t as OwnerId + 1)
+        },
+    )?;
+    let start = workers.start();
+    let window_start = TscWindow::read_pair();
     workers.stop();
+    let window = TscWindow::of(window_start, TscWindow::read_pair());
     crate::probe::window_close();
-    let outcomes: Vec<Outcome> = workers
-        .join("mutex")?
-        .into_iter()
-        .map(|(o, after)| Outcome { after, ..o })
-        .collect();
-    let counts = counts?;
-    let tsc_after = tsc_before
-        .as_ref()
-        .map(|_| TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW));
+    let outcomes: Vec<Outcome> = workers.join("mutex")?;
     let (futex, futex_unavailable) = super::futex_counts(info);
     let thread_ns: Vec<u64> = outcomes
         .iter()
         .map(|o| o.end.duration_since(start).as_nanos() as u64)
         .collect();
     let elapsed_ns = thread_ns.iter().copied().max().unwrap_or(0);
-    let calibration = counts.map(|((inside, outside, delay), before, ns_before, measured_before)| {
-        let after: Vec<Calibration> = outcomes.iter().filter_map(|o| o.after).collect();
-        let ns_after = busywork::median_ns_per_iter(&after).unwrap_or(f64::NAN);
-        MutexCalibration {
-            ns_per_iter_before: ns_before,
-            ns_per_iter_after: ns_after,
-            inside_iters: inside,
-            outside_iters: outside,
-            delay_iters: delay,
-            effective_inside_ns: inside as f64 * ns_before,
-            effective_inside_ns_after: inside as f64 * ns_after,
-            effective_outside_ns: outside as f64 * ns_before,
-            effective_outside_ns_after: outside as f64 * ns_after,
-            effective_delay_ns: delay as f64 * ns_before,
-            effective_delay_ns_after: delay as f64 * ns_after,
-            measured_ns_per_iter_before: measured_before,
-            remembered_ns_per_iter: remembered,
-            before,
-            after,
-            work_as_run: Some(work_as_run_of(
-                args,
-                &outcomes,
-                tsc_before.as_ref().zip(tsc_after.as_ref()),
-            )),
-            debug_scale_inside: args.debug_scale_inside,
-            debug_scale_outside: args.debug_scale_outside,
-        }
-    });
+    let work = lengths.map(|l| work_of(args, &outcomes, l.tsc_hz));
 
     // SAFETY: every worker has been joined; nobody touches the counters now.
     let counted: u64 = shared.slots.iter().map(|s| unsafe { *s.counter.get() }).sum();
     let owner_violations: u64 = shared.slots.iter().map(|s| s.owner.violations()).sum();
     let ops_total = args.threads as u64 * args.locks;
-    let contended = base
+    let contended = p
         .trylock_first
         .then(|| outcomes.iter().map(|o| o.contended).sum::<u64>());
     let progress: Vec<u64> = outcomes.iter().map(|o| o.at_first_finish).collect();
     let secs = super::secs(elapsed_ns);
+    let (work_as_run, work) = work.unzip();
     let result = MutexResult {
         algo: args.algo.clone(),
         threads: args.threads,
@@ -533,7 +429,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         ops_per_sec: ops_total as f64 / secs.max(1e-9),
         contended,
         contention_rate: contended.map(|c| c as f64 / ops_total as f64),
-        contended_unavailable: (!base.trylock_first).then(|| {
+        contended_unavailable: (!p.trylock_first).then(|| {
             "not counted under --acquire lock (sysbench's way); use --acquire trylock-first".to_string()
         }),
         time_fairness: Fairness::of(&thread_ns.iter().map(|&n| n / 1000).collect::<Vec<_>>()),
@@ -545,11 +441,13 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         counted,
         owner_violations,
         threads_ctxsw: outcomes.iter().map(|o| o.ctxsw).collect(),
-        calibration_unavailable: calibration.is_none().then(|| {
-            "no calibrated work asked for (--work-inside, --work-outside and --contended-delay-ns are 0), so nothing was calibrated"
-                .to_string()
+        work_unavailable: work.is_none().then(|| {
+            "no spun work asked for (--work-inside, --work-outside and --contended-delay-ns are 0), so none was made".to_string()
         }),
-        calibration,
+        work,
+        work_as_run,
+        debug_scale_inside: args.debug_scale_inside,
+        debug_scale_outside: args.debug_scale_outside,
         window_cpu_ns: outcomes.iter().map(|o| o.cpu_ns).sum(),
     };
     anyhow::ensure!(
@@ -565,71 +463,64 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let env = Env::read();
     let checks = checks_of(
         &result,
+        made_ns(args),
+        window.hz,
         elapsed_ns,
         env.cpus_allowed,
-        args.max_calibration_drift,
         args.max_work_error,
     );
-    if let (Some(m), Some(c)) = (&memory, &result.calibration) {
-        m.after_sized_run(
-            c.ns_per_iter_before,
-            c.measured_ns_per_iter_before,
-            c.ns_per_iter_after,
-            (
-                checks.iter().find(|k| k.name == "work_inside_as_asked"),
-                c.work_as_run.as_ref().and_then(|w| w.inside.ratio),
-            ),
-        );
-    }
     Ok(Report::new("mutex", elapsed_ns, env, metrics_of(&result), &result)?.with_checks(checks))
 }
 
-/// The work inside and outside as it ran, from every thread's samples. `tsc` is the TSC's rate
-/// measured before and after the run.
-fn work_as_run_of(
-    args: &Args,
-    outcomes: &[Outcome],
-    tsc: Option<(&TscCalibration, &TscCalibration)>,
-) -> MutexWorkAsRun {
-    let mut inside = crate::metrics::new_latency_histogram();
-    let mut work = WorkSamples::default();
-    for (i, w) in outcomes.iter().filter_map(|o| o.work.as_ref()) {
-        // Same bounds on both sides: adding cannot fail.
-        let _ = inside.add(i);
-        work.add(w);
-    }
-    let unusable_clock = match tsc {
-        Some((before, after)) => preempt_sample::tsc_rate_moved(before, after),
-        None => Some("no TSC calibration (no calibrated work)".to_string()),
-    };
-    let clock = unusable_clock.as_deref();
-    MutexWorkAsRun {
-        inside: TimedWork::of("work inside", args.work_inside, &inside, &work.timing_cost, clock),
-        outside: TimedWork::of(
-            "work outside",
-            args.work_outside,
-            &work.gaps,
-            &work.timing_cost,
-            clock,
-        ),
-        method: WORK_METHOD.into(),
-    }
+/// The work inside and outside the work is made to, ns: the asked ones times the test-only
+/// scales.
+fn made_ns(args: &Args) -> (f64, f64) {
+    (
+        args.work_inside as f64 * args.debug_scale_inside,
+        args.work_outside as f64 * args.debug_scale_outside,
+    )
 }
 
-/// The run's checks: CPU inside the window, and, where there is calibrated work, the work
-/// inside and outside as it ran (`work_inside_as_asked`, `work_outside_as_asked`: the run's
-/// verdict on its work, see [`crate::work_as_run`]), the calibration's drift, and two
+/// The work inside and outside as it ran, from every thread's samples, and how it was made.
+fn work_of(args: &Args, outcomes: &[Outcome], tsc_hz: f64) -> (MutexWorkAsRun, WorkMade) {
+    let mut work = WorkSamples::default();
+    for w in outcomes.iter().filter_map(|o| o.work.as_ref()) {
+        work.add(w);
+    }
+    let mut counts = SpinCounts::default();
+    for (_, c) in outcomes.iter().filter_map(|o| o.spun.as_ref()) {
+        counts.add(c);
+    }
+    let as_run = MutexWorkAsRun {
+        inside: TimedWork::of("work inside", args.work_inside, &work.holds, None),
+        outside: TimedWork::of("work outside", args.work_outside, &work.gaps, None),
+        method: WORK_METHOD.into(),
+    };
+    let made = WorkMade {
+        method: busywork::METHOD.into(),
+        tsc_hz,
+        chunk_overhead_ns: busywork::median(outcomes.iter().filter_map(|o| o.spun.map(|s| s.0)).collect())
+            .unwrap_or(f64::NAN),
+        pace_ns_per_iter: busywork::Pace::of(&work.pace_ps),
+        counts,
+    };
+    (as_run, made)
+}
+
+/// The run's checks: CPU inside the window, and, where there is spun work, the work inside and
+/// outside as it ran (`work_inside_as_asked`, `work_outside_as_asked`: the run's verdict on its
+/// work, see [`crate::work_as_run`]), the TSC rate it was spun at (`tsc_rate_held`), and two
 /// bookkeeping guards. The guards (with `cpu_within_elapsed`) hold whatever the machine's load
-/// (load only slows a run down) and fail only on the payload's own accounting errors. Work is
-/// counted there at the faster of the two calibrations (so a guard fails only if it fails under
-/// either), and only the calibrated part of it (not sysbench's empty loop, nor the lock's own
-/// cost): the bounds are then lower bounds on the work done, which makes them safe to hold to
-/// the CPUs.
+/// (load only slows a run down) and fail only on the payload's own accounting errors. Only the
+/// spun part of the work is counted there (not sysbench's empty loop, nor the lock's own cost):
+/// the bounds are then lower bounds on the work done, which makes them safe to hold to the
+/// CPUs. `made` is the work inside and outside made, ns; `window_hz` the TSC's rate over the run.
 fn checks_of(
     r: &MutexResult,
+    made: (f64, f64),
+    window_hz: f64,
     elapsed_ns: u64,
     cpus_allowed: usize,
-    max_drift: f64,
     max_work_error: f64,
 ) -> Vec<Check> {
     let mut out = vec![checks::cpu_within_elapsed(
@@ -637,50 +528,36 @@ fn checks_of(
         elapsed_ns,
         cpus_allowed,
     )];
-    let Some(c) = &r.calibration else {
+    let (Some(m), Some(w)) = (&r.work, &r.work_as_run) else {
         return out;
     };
-    let per_iter = c.ns_per_iter_before.min(c.ns_per_iter_after);
     let secs = elapsed_ns.max(1) as f64 / 1e9;
     let ops_per_sec = r.ops_total as f64 / secs;
     // The delay is only spent on contended acquisitions (counted under trylock-first, which
     // the delay requires).
     let delays_per_sec = r.contended.unwrap_or(0) as f64 / secs;
-    let (inside_s, outside_s, delay_s) = (
-        c.inside_iters as f64 * per_iter / 1e9,
-        c.outside_iters as f64 * per_iter / 1e9,
-        c.delay_iters as f64 * per_iter / 1e9,
-    );
+    let (inside_s, outside_s, delay_s) = (made.0 / 1e9, made.1 / 1e9, r.contended_delay_ns as f64 / 1e9);
     let usable = (r.threads as usize).min(cpus_allowed.max(1));
     let work = ops_per_sec * (inside_s + outside_s) + delays_per_sec * delay_s;
-    let drift = checks::sizing_drift(
-        c.ns_per_iter_before,
-        c.measured_ns_per_iter_before.unwrap_or(c.ns_per_iter_before),
-        c.ns_per_iter_after,
-        max_drift,
-    );
-    // A report made before the work was timed has no figures to judge.
-    if let Some(w) = &c.work_as_run {
-        let inside =
-            checks::work_as_asked("work_inside_as_asked", "--work-inside", &w.inside, max_work_error);
-        let outside = checks::work_as_asked(
-            "work_outside_as_asked",
-            "--work-outside",
-            &w.outside,
-            max_work_error,
-        );
-        out.push(checks::drift_unless_work_judged(drift, &[&inside, &outside]));
-        out.push(inside);
-        out.push(outside);
-    } else {
-        out.push(drift);
-    }
+    out.push(checks::tsc_rate_held(m.tsc_hz, window_hz));
+    out.push(checks::work_as_asked(
+        "work_inside_as_asked",
+        "--work-inside",
+        &w.inside,
+        max_work_error,
+    ));
+    out.push(checks::work_as_asked(
+        "work_outside_as_asked",
+        "--work-outside",
+        &w.outside,
+        max_work_error,
+    ));
     out.push(Check::at_most(
         "work_within_cpus",
         work,
         usable as f64 * TOLERANCE,
         format!(
-            "{ops_per_sec:.0} ops/s x ({:.1} + {:.1}) ns of calibrated work inside + outside, plus {delays_per_sec:.0} \
+            "{ops_per_sec:.0} ops/s x ({:.1} + {:.1}) ns of work inside + outside, plus {delays_per_sec:.0} \
              contended/s x {:.1} ns of delay, is {work:.3} CPU-s of work per second, for min({} threads, \
              {cpus_allowed} CPUs allowed) = {usable} CPUs (x{TOLERANCE})",
             inside_s * 1e9,
@@ -689,7 +566,7 @@ fn checks_of(
             r.threads
         ),
     ));
-    if c.inside_iters > 0 {
+    if made.0 > 0.0 {
         // Each lock serialises its holders: at most one hold-second per second per lock (and
         // never more than the CPUs, which `work_within_cpus` already bounds).
         let holds = ops_per_sec * inside_s;
@@ -699,7 +576,7 @@ fn checks_of(
             holds,
             bound_locks as f64 * TOLERANCE,
             format!(
-                "{ops_per_sec:.0} ops/s x {:.1} ns of calibrated work inside is {holds:.3} s of exclusive hold per second, \
+                "{ops_per_sec:.0} ops/s x {:.1} ns of work inside is {holds:.3} s of exclusive hold per second, \
                  over min(--num {}, {usable} usable CPUs) = {bound_locks} (x{TOLERANCE})",
                 inside_s * 1e9,
                 r.num
@@ -755,16 +632,27 @@ impl SbRand {
     }
 }
 
-fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
+fn worker<R: RawMutex>(
+    shared: &Shared<R>,
+    p: Params,
+    mut spinners: Option<Spinners>,
+    me: OwnerId,
+) -> Outcome {
     let mut rng = SbRand::new(me.wrapping_mul(0x51_7CC1_B727_220A).wrapping_add(7));
     let n = shared.slots.len() as u32;
-    let mut out = Outcome::idle(p.locks);
+    let mut out = Outcome {
+        contended: 0,
+        at_first_finish: p.locks,
+        ctxsw: Ctxsw::default(),
+        end: Instant::now(),
+        cpu_ns: 0,
+        work: None,
+        spun: None,
+    };
     let cpu0 = crate::clock::thread_cpu_ns();
     let mut seen_first = false;
-    let mut work = p
-        .ns_per_tick
-        .map(|_| (crate::metrics::new_latency_histogram(), WorkSamples::default()));
-    let ns_per_tick = p.ns_per_tick.unwrap_or(f64::NAN);
+    let mut work = p.lengths.map(|_| WorkSamples::default());
+    let ns_per_tick = p.lengths.map_or(f64::NAN, |l| 1e9 / l.tsc_hz);
     let before = Ctxsw::this_thread();
     for i in 0..p.locks {
         let timed = work.is_some() && i % WORK_SAMPLE_EVERY == 0;
@@ -780,7 +668,9 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
             slot.lock.lock();
         } else if !slot.lock.try_lock() {
             out.contended += 1;
-            spin_iters(p.delay);
+            if let (Some(s), Some(l)) = (spinners.as_mut(), p.lengths) {
+                s.delay.spin(ticks(), l.delay);
+            }
             if let Some(d) = p.sleep {
                 std::thread::sleep(d);
             }
@@ -792,21 +682,20 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
         shared.global_var.0.store(g.wrapping_add(1), Ordering::Relaxed);
         // SAFETY: we hold this slot's lock.
         unsafe { *slot.counter.get() += 1 };
-        match work.as_mut() {
-            Some((inside, _)) if timed => {
-                let t0 = preempt_sample::ordered_ticks();
-                spin_iters(p.inside);
-                let t1 = preempt_sample::ordered_ticks();
-                let _ = inside.record(((t1.wrapping_sub(t0) as f64 * ns_per_tick) as u64).max(1));
-            }
-            _ => spin_iters(p.inside),
-        }
+        let inside = spinners.as_mut().zip(p.lengths).map(|(s, l)| {
+            let t0 = ticks();
+            (t0, s.inside.spin(t0, l.inside))
+        });
         slot.owner.leave(me);
         // SAFETY: this thread acquired the lock above.
         unsafe { slot.lock.unlock() };
-        match work.as_mut() {
-            Some((_, outside)) if timed => outside.timed_gap(p.outside, ns_per_tick),
-            _ => spin_iters(p.outside),
+        if let (Some(s), Some(l), Some((i0, i1))) = (spinners.as_mut(), p.lengths, inside) {
+            let t0 = ticks();
+            let t1 = s.outside.spin(t0, l.outside);
+            if let (Some(w), true) = (work.as_mut(), timed) {
+                let pace = if l.inside > 0 { &s.inside } else { &s.outside }.ns_per_iter();
+                w.record((i1.wrapping_sub(i0), t1.wrapping_sub(t0)), ns_per_tick, pace);
+            }
         }
         if !seen_first && shared.first_done.0.load(Ordering::Relaxed) {
             seen_first = true;
@@ -818,6 +707,12 @@ fn worker<R: RawMutex>(shared: &Shared<R>, p: Params, me: OwnerId) -> Outcome {
     shared.first_done.0.store(true, Ordering::Relaxed);
     out.ctxsw = Ctxsw::this_thread().since(before);
     out.work = work;
+    out.spun = spinners.map(|s| {
+        let mut c = s.inside.counts;
+        c.add(&s.outside.counts);
+        c.add(&s.delay.counts);
+        (s.inside.overhead_ns(), c)
+    });
     out
 }
 
@@ -837,9 +732,7 @@ mod tests {
             work_outside: 0,
             contended_delay_ns: 0,
             contended_sleep_ns: 0,
-            max_calibration_drift: crate::checks::MAX_CALIBRATION_DRIFT,
             max_work_error: work_as_run::MAX_WORK_ERROR,
-            no_loop_memory: true,
             debug_scale_inside: 1.0,
             debug_scale_outside: 1.0,
         }
@@ -868,15 +761,15 @@ mod tests {
             assert_eq!(report.metrics["jain"], r.progress_fairness.jain);
             assert_eq!(r.threads_ctxsw.len(), 2);
             assert!(r.futex.is_some() != r.futex_unavailable.is_some(), "{algo}");
-            // No calibrated work: nothing calibrated, said so, and only the CPU check.
-            assert!(r.calibration.is_none() && r.calibration_unavailable.is_some());
+            // No spun work: nothing made, said so, and only the CPU check.
+            assert!(r.work.is_none() && r.work_as_run.is_none() && r.work_unavailable.is_some());
             let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
             assert_eq!(names, ["cpu_within_elapsed"], "{algo}");
         }
     }
 
     #[test]
-    fn calibrated_work_is_calibrated_by_the_workers_and_checked() {
+    fn spun_work_is_made_by_the_workers_and_checked() {
         let mut a = args("tas", 3);
         a.num = 1;
         a.locks = 3000;
@@ -884,39 +777,23 @@ mod tests {
         a.work_outside = 200;
         a.acquire = Acquire::TrylockFirst;
         a.contended_delay_ns = 400;
-        // These are about the calibration's bookkeeping; its drift on a shared machine is not.
-        a.max_calibration_drift = 0.6;
         let report = run(&a).unwrap();
         let r: MutexResult = report.detail_as().unwrap();
-        assert!(r.calibration_unavailable.is_none());
-        let c = r.calibration.as_ref().expect("a calibration");
-        // Every worker (3 < CALIBRATING_WORKERS) calibrated before the gate and after the stop.
-        assert_eq!((c.before.len(), c.after.len()), (3, 3));
-        assert_eq!(
-            Some(c.ns_per_iter_before),
-            busywork::median_ns_per_iter(&c.before)
+        assert!(r.work_unavailable.is_none());
+        let m = r.work.as_ref().expect("the work made");
+        // Every iteration spun its work inside and outside, and every contended one its delay.
+        assert_eq!(m.counts.spins, 2 * r.ops_total + r.contended.unwrap(), "{m:?}");
+        assert!(
+            m.counts.chunks >= 2 * r.ops_total && m.tsc_hz > 1e6 && m.chunk_overhead_ns > 0.0,
+            "{m:?}"
         );
-        assert_eq!(Some(c.ns_per_iter_after), busywork::median_ns_per_iter(&c.after));
-        // The counts are the asked ns at the measured speed, and the effective ns say so.
-        for (iters, ns, eff) in [
-            (c.inside_iters, 300.0, c.effective_inside_ns),
-            (c.outside_iters, 200.0, c.effective_outside_ns),
-            (c.delay_iters, 400.0, c.effective_delay_ns),
-        ] {
-            assert_eq!(iters, (ns / c.ns_per_iter_before).round().max(1.0) as u64);
-            assert!((eff - iters as f64 * c.ns_per_iter_before).abs() < 1e-6);
-            assert!(
-                (eff - ns).abs() <= c.ns_per_iter_before / 2.0 + 1e-9,
-                "{eff} vs {ns}"
-            );
-        }
         assert!(r.window_cpu_ns > 0);
         let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
             [
                 "cpu_within_elapsed",
-                "calibration_drift",
+                "tsc_rate_held",
                 "work_inside_as_asked",
                 "work_outside_as_asked",
                 "work_within_cpus",
@@ -925,111 +802,60 @@ mod tests {
         );
         // The work as it ran: the asked lengths, one timed sample per 64 iterations per thread
         // (the first, then every 64th), each figure judged or null with the reason.
-        let w = c.work_as_run.as_ref().expect("work_as_run in a new report");
+        let w = r.work_as_run.as_ref().expect("work_as_run with spun work");
         assert_eq!((w.inside.asked_ns, w.outside.asked_ns), (300, 200));
         assert_eq!(w.inside.samples, 3 * 3000u64.div_ceil(WORK_SAMPLE_EVERY));
         assert_eq!(w.outside.samples, w.inside.samples);
-        assert_eq!(w.inside.timing_cost_samples, w.inside.samples);
+        assert_eq!(m.pace_ns_per_iter.unwrap().samples, w.inside.samples);
         for t in [&w.inside, &w.outside] {
             assert!(t.ratio.is_some() != t.unavailable.is_some(), "{t:?}");
         }
-        // The bookkeeping guards hold whatever the load (load only slows the run down); the
-        // drift and the work as it ran are what this shared machine's moving loop speed may
-        // legitimately break.
-        let quality = [
-            "calibration_drift",
-            "work_inside_as_asked",
-            "work_outside_as_asked",
-        ];
-        for c in report
-            .checks
-            .iter()
-            .filter(|c| !quality.contains(&c.name.as_str()))
-        {
+        // The bookkeeping guards hold whatever the load (load only slows the run down), and so
+        // does the clock the work was spun to.
+        for c in report.checks.iter().filter(|c| !c.name.ends_with("_as_asked")) {
             assert!(c.ok, "{c:?}");
         }
         let v: serde_json::Value = serde_json::to_value(&report).unwrap();
-        for field in [
-            "ns_per_iter_before",
-            "ns_per_iter_after",
-            "inside_iters",
-            "effective_delay_ns_after",
-        ] {
-            assert!(
-                v["calibration"].get(field).is_some(),
-                "missing calibration.{field}"
-            );
+        for field in ["tsc_hz", "chunk_overhead_ns", "pace_ns_per_iter", "counts"] {
+            assert!(v["work"].get(field).is_some(), "missing work.{field}");
         }
     }
 
     #[test]
-    fn work_below_one_iteration_is_refused_naming_the_argument() {
-        let mut a = args("tas", 1);
-        a.work_outside = 1;
-        let e = iteration_counts(&a, 2.5).unwrap_err().to_string();
-        assert!(e.contains("--work-outside 1") && e.contains("2.50 ns"), "{e}");
-        a.work_outside = 0;
-        a.contended_delay_ns = 2;
-        let e = iteration_counts(&a, 2.5).unwrap_err().to_string();
-        assert!(e.contains("--contended-delay-ns 2"), "{e}");
-        a.contended_delay_ns = 0;
-        a.work_inside = 25;
-        assert_eq!(iteration_counts(&a, 2.5).unwrap(), (10, 0, 0));
-        // Refused in a whole run too, as bad input: 1 ns is below one iteration wherever an
-        // iteration takes more (every build and CPU measured here: 2-16 ns); a CPU that runs
-        // the loop faster cannot show the refusal with 1 ns, which is the smallest input.
-        if busywork::calibrate().ns_per_iter > 1.5 {
-            a.work_inside = 1;
+    fn work_shorter_than_a_clock_read_is_refused_naming_the_argument() {
+        // 1 ns is shorter than a TSC read on any CPU: refused as bad input, naming the argument.
+        for (inside, outside, arg) in [(1, 0, "--work-inside 1"), (0, 1, "--work-outside 1")] {
+            let mut a = args("tas", 1);
+            (a.work_inside, a.work_outside) = (inside, outside);
             let e = run(&a).unwrap_err();
             assert!(e.is::<super::super::BadInput>(), "{e}");
-            assert!(e.to_string().contains("--work-inside 1"), "{e}");
+            assert!(e.to_string().contains(arg), "{e}");
         }
+        let mut a = args("tas", 1);
+        a.acquire = Acquire::TrylockFirst;
+        a.contended_delay_ns = 2;
+        let e = run(&a).unwrap_err().to_string();
+        assert!(e.contains("--contended-delay-ns 2"), "{e}");
     }
 
     #[test]
     fn a_broken_bound_fails_its_check_with_the_numbers() {
         // The checks alone, on made-up results: 1 lock held 1000 ns by 2M ops/s is 2 s of
         // exclusive hold per second.
-        let cal = |ns| Calibration {
-            ns_per_iter: ns,
-            min_ns_per_iter: ns,
-            median_ns_per_iter: ns,
-            max_ns_per_iter: ns,
-            trial_iters: 1000,
-            trials: 9,
-            span_ms: None,
-        };
-        let report = run(&args("tas", 2)).unwrap();
+        let mut a = args("tas", 2);
+        a.work_inside = 1000;
+        let report = run(&a).unwrap();
         let mut r: MutexResult = report.detail_as().unwrap();
         r.num = 1;
         r.ops_total = 2_000_000;
         r.window_cpu_ns = 1_000_000_000;
-        r.calibration = Some(MutexCalibration {
-            // Sized in a slow spell: the loop ran faster after the run (holds too short).
-            ns_per_iter_before: 1.5,
-            ns_per_iter_after: 1.0,
-            inside_iters: 1000,
-            outside_iters: 0,
-            delay_iters: 0,
-            effective_inside_ns: 1500.0,
-            effective_inside_ns_after: 1000.0,
-            effective_outside_ns: 0.0,
-            effective_outside_ns_after: 0.0,
-            effective_delay_ns: 0.0,
-            effective_delay_ns_after: 0.0,
-            before: vec![cal(1.5)],
-            after: vec![cal(1.0)],
-            work_as_run: None,
-            measured_ns_per_iter_before: None,
-            remembered_ns_per_iter: None,
-            debug_scale_inside: 1.0,
-            debug_scale_outside: 1.0,
-        });
-        let checks = checks_of(&r, 1_000_000_000, 2, 0.05, 0.10);
+        // The TSC ran 5 % faster over the run than the rate the work was spun at.
+        let hz = r.work.as_ref().unwrap().tsc_hz;
+        let checks = checks_of(&r, (1000.0, 0.0), hz * 1.05, 1_000_000_000, 2, 0.10);
         let by = |n: &str| by_name(&checks, n);
         assert!(by("cpu_within_elapsed").ok);
-        let drift = by("calibration_drift");
-        assert!(!drift.ok && drift.detail.contains("x0.667"), "{drift:?}");
+        let rate = by("tsc_rate_held");
+        assert!(!rate.ok && rate.detail.contains("x0.9524"), "{rate:?}");
         let holds = by("holds_serialised");
         assert!(!holds.ok && holds.value == Some(2.0), "{holds:?}");
         assert!(
@@ -1040,7 +866,13 @@ mod tests {
         // 2 s of work per second on 2 threads and 2 CPUs is within the bound.
         assert!(by("work_within_cpus").ok);
         r.threads = 1;
-        assert!(!by_name(&checks_of(&r, 1_000_000_000, 2, 0.05, 0.10), "work_within_cpus").ok);
+        assert!(
+            !by_name(
+                &checks_of(&r, (1000.0, 0.0), hz, 1_000_000_000, 2, 0.10),
+                "work_within_cpus"
+            )
+            .ok
+        );
     }
 
     fn by_name(checks: &[Check], name: &str) -> Check {
@@ -1077,10 +909,5 @@ mod tests {
         assert_eq!(report.metrics["contended"], r.contended.unwrap() as f64);
         let back: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
         assert_eq!(back, report);
-        // A report made before the work was timed (no work_as_run) still reads.
-        let mut old = serde_json::to_value(&report).unwrap();
-        old["calibration"].as_object_mut().unwrap().remove("work_as_run");
-        let r: MutexResult = serde_json::from_value(old).unwrap();
-        assert!(r.calibration.unwrap().work_as_run.is_none());
     }
 }

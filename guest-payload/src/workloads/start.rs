@@ -53,23 +53,15 @@ impl StartGate {
     /// Main thread: waits until every worker has arrived, stamps the start and releases them.
     /// The returned instant precedes the first instruction any worker runs after the gate.
     pub fn open(&self) -> Instant {
-        self.open_with(|| ()).0
-    }
-
-    /// As [`Self::open`], running `setup` once every worker has arrived and before the stamp:
-    /// what the workers left before arriving (their calibrations) is visible to it, and what it
-    /// stores is visible to every worker after the gate (the gate's mutex orders both).
-    pub fn open_with<T>(&self, setup: impl FnOnce() -> T) -> (Instant, T) {
         let mut s = self.lock();
         while s.arrived < self.workers {
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        let made = setup();
         crate::probe::window_open();
         let start = Instant::now();
         s.open = true;
         self.changed.notify_all();
-        (start, made)
+        start
     }
 }
 
