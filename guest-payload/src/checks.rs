@@ -112,15 +112,29 @@ pub fn tsc_rate_held(used_hz: f64, window_hz: f64) -> Check {
 }
 
 /// The work as it ran within a factor `1 + max_error` of what was asked, either way:
-/// `|ln(median / asked)| <= ln(1 + max_error)` (see [`crate::work_as_run`]). `name` is the
-/// check's (`hold_as_asked`), `arg` the argument that asked (`--hold-ns`). Where the run cannot
-/// judge, the check passes with no value and says why.
+/// `|ln(median / asked)| <= ln(1 + max_error)` (see [`crate::work_as_run`]); or, where one read
+/// of the clock in the run costs more than `max_error` of the asked length, within one read of
+/// it: `max_error` is then `read / asked`, since an interval that ends on a read can be made
+/// no closer. `name` is the check's (`hold_as_asked`), `arg` the argument that asked
+/// (`--hold-ns`). Where the run cannot judge, the check passes with no value and says why.
 pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Check {
-    let bound = max_error.ln_1p();
     let (Some(ratio), Some(p10), Some(p50), Some(p90)) = (w.ratio, w.p10_ns, w.p50_ns, w.p90_ns) else {
         let why = w.unavailable.as_deref().unwrap_or("no figures");
-        return not_judged(name, bound, why);
+        return not_judged(name, max_error.ln_1p(), why);
     };
+    let read = w.clock_read_ns.unwrap_or(0.0);
+    let resolution = read / w.asked_ns as f64;
+    let (tolerance, why) = if resolution > max_error {
+        (
+            resolution,
+            format!(
+                "one read of the clock: {read:.0} ns at the median in this run, more than {max_error} of the asked length"
+            ),
+        )
+    } else {
+        (max_error, format!("--max-work-error {max_error}"))
+    };
+    let bound = tolerance.ln_1p();
     // A median of 0 (ratio 0) has no logarithm: it is infinitely too short.
     let error = if ratio > 0.0 {
         ratio.ln().abs()
@@ -129,11 +143,12 @@ pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Ch
     };
     let detail = format!(
         "the {} sampled intervals ran {p50:.0} ns as timed (median; 10th-90th percentile {p10:.0}-{p90:.0} ns): x{ratio:.3} \
-         the asked {arg} {} (accepted within x{:.3}..x{:.3}, i.e. |ln(median/asked)| = {error:.4} <= ln(1 + {max_error}) = {bound:.4})",
+         the asked {arg} {} (accepted within x{:.3}..x{:.3}, {why}; i.e. |ln(median/asked)| = {error:.4} <= ln(1 + {tolerance:.3}) \
+         = {bound:.4})",
         w.samples,
         w.asked_ns,
-        1.0 / (1.0 + max_error),
-        1.0 + max_error,
+        1.0 / (1.0 + tolerance),
+        1.0 + tolerance,
     );
     Check::at_most(name, error, bound, detail)
 }
@@ -297,6 +312,7 @@ mod tests {
             p10_ns: Some(p50 - 10.0),
             p50_ns: Some(p50),
             p90_ns: Some(2.0 * p50),
+            clock_read_ns: Some(15.0),
             ratio: Some(p50 / asked as f64),
             unavailable: None,
         };
@@ -307,7 +323,7 @@ mod tests {
                 .contains("the 1000 sampled intervals ran 210 ns as timed")
                 && ok.detail.contains("10th-90th percentile 200-420 ns")
                 && ok.detail.contains("x1.050 the asked --hold-ns 200")
-                && ok.detail.contains("x0.909..x1.100"),
+                && ok.detail.contains("x0.909..x1.100, --max-work-error 0.1;"),
             "{}",
             ok.detail
         );
@@ -321,6 +337,21 @@ mod tests {
         assert!(work_as_asked("h", "--hold-ns", &work(1000, 910.0), 0.10).ok);
         assert!(!work_as_asked("h", "--hold-ns", &work(1000, 1101.0), 0.10).ok);
         assert!(!work_as_asked("h", "--hold-ns", &work(1000, 908.0), 0.10).ok);
+        // A read of the clock dearer than the tolerance (150 ns against 10 % of 200): judged
+        // within one read of the asked length, and said so.
+        let mut coarse = work(200, 320.0);
+        coarse.clock_read_ns = Some(150.0);
+        let c = work_as_asked("hold_as_asked", "--hold-ns", &coarse, 0.10);
+        assert!(c.ok && c.bound == Some(0.75f64.ln_1p()), "{c:?}");
+        assert!(
+            c.detail
+                .contains("x0.571..x1.750, one read of the clock: 150 ns at the median in this run"),
+            "{}",
+            c.detail
+        );
+        coarse.p50_ns = Some(360.0);
+        coarse.ratio = Some(1.8);
+        assert!(!work_as_asked("hold_as_asked", "--hold-ns", &coarse, 0.10).ok);
         // A median of nothing is infinitely short.
         let none = work_as_asked("h", "--hold-ns", &work(200, 0.0), 0.10);
         assert!(!none.ok && none.value == Some(f64::INFINITY), "{none:?}");

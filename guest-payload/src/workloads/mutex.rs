@@ -492,8 +492,20 @@ fn work_of(args: &Args, outcomes: &[Outcome], tsc_hz: f64) -> (MutexWorkAsRun, W
         counts.add(c);
     }
     let as_run = MutexWorkAsRun {
-        inside: TimedWork::of("work inside", args.work_inside, &work.holds, None),
-        outside: TimedWork::of("work outside", args.work_outside, &work.gaps, None),
+        inside: TimedWork::of(
+            "work inside",
+            args.work_inside,
+            &work.holds,
+            work.clock_read_ns(),
+            None,
+        ),
+        outside: TimedWork::of(
+            "work outside",
+            args.work_outside,
+            &work.gaps,
+            work.clock_read_ns(),
+            None,
+        ),
         method: WORK_METHOD.into(),
     };
     let made = WorkMade {
