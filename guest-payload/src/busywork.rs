@@ -7,34 +7,37 @@
 //! bare metal, and a count calibrated a moment before then made 2000 ns holds of x0.66 to x1.62
 //! the asked length. A spin to the TSC lasts the asked time at any speed.
 //!
-//! Running time, not wall time: a spin is chunks of the busy loop ([`spin_iters`]), each
-//! followed by a TSC read. A chunk that took far longer than planned (over [`DISTURBED_FACTOR`]
-//! times its plan and [`DISTURBED_SLACK_NS`] more: the thread preempted in the guest, its vCPU
-//! by the host, a long interrupt) counts only what its plan said, so a preempted holder still
-//! owes the rest of its hold when it resumes, as a real critical section does, and a disturbed
-//! hold lasts the asked time plus the disturbance. A CPU at half speed is no disturbance: its
-//! chunks take twice their plan and count in full.
+//! Running time, not wall time: a spin is chunks of a busy loop that touches no memory
+//! ([`spin_registers`]), each followed by a TSC read. A chunk that took far longer than planned
+//! (over [`DISTURBED_FACTOR`] times its plan and [`DISTURBED_SLACK_NS`] more: the thread
+//! preempted in the guest, its vCPU by the host, a long interrupt) counts only what its plan
+//! said, so a preempted holder still owes the rest of its hold when it resumes, as a real
+//! critical section does, and a disturbed hold lasts the asked time plus the disturbance. A
+//! CPU at half speed is no disturbance: its chunks take twice their plan and count in full.
 //!
 //! Few reads, landing where asked: a spin's first chunk is planned for [`FIRST_CHUNK`] of the
 //! length, and the chunks after it for all that is left, so an undisturbed spin is two chunks
-//! and two reads. The first is short of the deadline on purpose: whatever came just before a
-//! spin slows its first iterations by an amount that varies from one spin to the next (a gap
-//! follows a release whose store to the contended lock line is still waiting, and the loop's
-//! own stores queue behind it: a 200 ns gap planned as one chunk overran by 14 % at the median
-//! with a second thread spinning on the lock, on the machine of the note above). The plans come
-//! from a line through what the spinner's first and later chunks cost (an exponentially weighted
-//! mean of each's iterations and ticks, [`ChunkCost`]): a chunk's cost besides its iterations
-//! is not only the read but the loop's mispredicted exit and the spin's own arithmetic (natively
-//! about 40 ns here, against 10 ns for two reads back to back), and the line, followed from
-//! every undisturbed chunk, carries that, the loop's pace and the CPU's speed state. A spin
-//! stops once less than half a later chunk's fixed cost is owed (the next read would overshoot
-//! by more). What no line can know is the chunks' jitter: under TCG, with another vCPU of the
-//! guest busy on the lock, chunks of 200 ns run up to a few times long now and then, and each
-//! spin's last read lands past its deadline by whatever its last chunk caught. So each spinner
-//! also follows the median of where its spins land (a step towards it every spin) and aims
-//! that far short of the deadline: half its spins end past the asked length and half short of
-//! it, which is what the work check judges (the median). Each [`Spinner`] serves one kind of interval of one thread (a hold, a gap), so its
-//! chunks are alike from one spin to the next and the line fits them where they fall.
+//! and two reads. The first is short of the deadline on purpose: whatever ran just before a
+//! spin slows its start by an amount that varies from one spin to the next (a gap right after
+//! the release of a contended lock; natively, a 200 ns gap planned as one chunk overran by 14 %
+//! at the median with a second thread spinning on the lock, on the machine of the note above).
+//! The plans come from a line through what the spinner's first and later chunks cost (an
+//! exponentially weighted mean of each's iterations and ticks, [`ChunkCost`]): a chunk's cost
+//! besides its iterations is not only the read but the loop's mispredicted exit and the spin's
+//! own arithmetic (natively about 40 ns here, against 10 ns for two reads back to back), and the
+//! line, followed from every undisturbed chunk, carries that, the loop's pace and the CPU's
+//! speed state. A spin stops once less than half a later chunk's fixed cost is owed (the next
+//! read would overshoot by more). Each [`Spinner`] serves one kind of interval of one thread (a
+//! hold, a gap), so its chunks are alike from one spin to the next and the line fits them where
+//! they fall.
+//!
+//! What no line can know is the chunks' jitter: under TCG, where every read of the TSC takes a
+//! lock of the emulator's, with another vCPU of the guest busy on the lock workload, chunks of
+//! 200 ns run up to a few times long now and then, and each spin's last read lands past its
+//! deadline by whatever its last chunk caught. So each spinner also follows the median of where
+//! its spins land (a step towards it every spin) and aims that far short of the deadline: half
+//! its spins end past the asked length and half short of it, which is what the work check
+//! judges (the median).
 
 use std::hint::black_box;
 
@@ -356,10 +359,11 @@ impl Pace {
 }
 
 /// [`WorkMade::method`].
-pub const METHOD: &str = "spun to the TSC: chunks of the busy loop, each followed by a TSC read, until the asked ns of running \
+pub const METHOD: &str = "spun to the TSC: chunks of a busy loop, each followed by a TSC read, until the asked ns of running \
      have passed at the rate measured before the run; a chunk that took over 4x its plan and 1 us more (a preemption, a long \
-     interrupt) counts only its plan, so a preempted interval still owes the rest; each chunk is planned from the loop's pace as \
-     last seen, so the CPU's speed moves the number of iterations, not the length";
+     interrupt) counts only its plan, so a preempted interval still owes the rest; two chunks a spin (3/4, then the rest), \
+     planned from what the spinner's chunks cost of late and aimed short by the median overshoot of its spins, so the CPU's \
+     speed moves the number of iterations, not the length";
 
 /// The median of `values`; None for none.
 pub fn median(mut values: Vec<f64>) -> Option<f64> {

@@ -188,8 +188,12 @@ mod tests {
     }
 
     /// On this host's first two CPUs: a round trip takes tens to hundreds of ns (a physical
-    /// bound: it cannot beat a cache-to-cache transfer, ~20 ns on any x86 of the last decade,
-    /// and a host slice would show as µs, which the p50 of 100 ms must not be).
+    /// bound: it cannot beat a cache-to-cache transfer, ~20 ns on any x86 of the last decade).
+    /// The upper bound is a host time slice's scale, not this machine's hand-over: a sample of
+    /// 2000 round trips that a preemption lands in reads µs a trip, and the median of 300 ms
+    /// must not be one, while hand-overs 5x slower than this project's slowest state (300 ns)
+    /// still pass; and 300 ms hold the probe's 20 samples even then (3 ms a sample) with the
+    /// CPUs shared with the rest of the tier.
     #[test]
     fn a_probe_bounces_a_line_between_two_cpus() {
         let cpus = crate::host::allowed_cpus();
@@ -197,10 +201,10 @@ mod tests {
             cpus.len() >= 2,
             "this test needs two CPUs; the machine has {cpus:?}"
         );
-        let s = probe(&cpus, Duration::from_millis(100)).unwrap();
+        let s = probe(&cpus, Duration::from_millis(300)).unwrap();
         assert_eq!(s.cpus, [cpus[0], cpus[1]]);
         assert!(s.samples >= 20, "{s:?}");
-        assert!(s.p5_ns > 10.0 && s.p50_ns < 2000.0, "{s:?}");
+        assert!(s.p5_ns > 10.0 && s.p50_ns < 10_000.0, "{s:?}");
         assert!(s.p5_ns <= s.p50_ns && s.p50_ns <= s.p95_ns, "{s:?}");
         assert!(probe(&cpus[..1], Duration::from_millis(10)).is_err());
         // A CPU that does not exist: refused, not hung.

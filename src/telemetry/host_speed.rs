@@ -283,7 +283,10 @@ impl NoiseFloor {
 /// Samples of ns per iteration on `cpu`, back to back for `total`.
 fn samples_on(cpu: usize, total: Duration) -> Result<Vec<f64>, String> {
     pin_to(cpu)?;
-    // Iterations per sample from the fastest of a few short timings.
+    // Steps of a sixteenth of a sample at the fastest of a few short timings; a sample is as
+    // many steps as fit in [`SAMPLE`] of wall time, so every sample (and every block of them,
+    // [`floor_of`]) lasts its time whatever the CPU's speed: sized in iterations, a probe that
+    // fell in a slow spell made half as many samples, and half as many blocks.
     let per_ns = (0..5)
         .map(|_| {
             let t = Instant::now();
@@ -291,12 +294,17 @@ fn samples_on(cpu: usize, total: Duration) -> Result<Vec<f64>, String> {
             20_000.0 / (t.elapsed().as_nanos().max(1) as f64)
         })
         .fold(0.0, f64::max);
-    let iters = ((SAMPLE.as_nanos() as f64 * per_ns) as u64).max(1000);
+    let step = ((SAMPLE.as_nanos() as f64 * per_ns / 16.0) as u64).max(100);
     let end = Instant::now() + total;
     let mut out = Vec::new();
     while Instant::now() < end {
         let t = Instant::now();
-        spin_iters(iters);
+        let until = t + SAMPLE;
+        let mut iters = 0;
+        while Instant::now() < until {
+            spin_iters(step);
+            iters += step;
+        }
         out.push(t.elapsed().as_nanos() as f64 / iters as f64);
     }
     Ok(out)

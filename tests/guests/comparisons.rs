@@ -8,19 +8,21 @@
 //!   paired by round);
 //! - `a-own`: the same but for a kernel argument the kernel ignores, so it gets guests of its
 //!   own (an A/A pair of two boots: paired by interleaved bring-up, never by runs of one boot);
-//! - `hold-2400`: hold 2400 ns in `a`'s guests. With one thread nothing contends, so a lock
-//!   cycle is hold + gap + the lock's own cost c: throughput falls to (2200 + c) / (2600 + c),
-//!   0.846 at c = 0 and nearer 1 as c grows (c is 400-600 ns under TCG: 0.87).
+//! - `hold-3000`: hold 3000 ns in `a`'s guests. With one thread nothing contends, so a lock
+//!   cycle is hold + gap + the lock's own cost c: throughput falls to (2200 + c) / (3200 + c),
+//!   0.69 at c = 0 and nearer 1 as c grows (c is 400-600 ns under TCG: 0.72-0.74).
 //!
 //! What must hold whatever the machine's moment (the test must not fail one run in twenty):
 //! no A/A row has a Holm p below 0.001 (the rig's nominal false-alarm rate is 5 %, so a p that
 //! small says the design, not chance, made the difference), and the known effect is "differs"
-//! with a ratio in [0.80, 0.93] (c from 0 to 3 µs). The holds and gaps are spun to the TSC, so
+//! with a ratio in [0.65, 0.85] (c from 0 to 3 µs). The holds and gaps are spun to the TSC, so
 //! the host's speed states (this kind of machine flips between two 2x apart, 40 ms to 2 s at a
 //! time) no longer move their length: runs of one cell spread by CV 2-5 % here (2026-12-06; by
-//! 18 % when the work was a calibrated loop count, when only a 48 % effect, hold 4000, could be
-//! asserted). Each row's figures are printed for the record. About a minute and a half here
-//! (twelve bring-ups, clones).
+//! 18 % when the work was a calibrated loop count, when only a 48 % effect, hold 4000, was
+//! asserted). The lock's own cost c still moves with the speed state (one run of `a` in its
+//! slow state read 7 % slower), so the effect is 27 %, found at six pairs even at a CV of 8 %.
+//! Each row's figures are printed for the record. About a minute and a half here (twelve
+//! bring-ups, clones).
 
 use std::process::Command;
 
@@ -42,7 +44,7 @@ variants:
   - {name: a, baseline: true}
   - {name: a-again}
   - {name: a-own, cmdline: ocrig.aa=1}
-  - {name: hold-2400, args: {hold-ns: 2400}}
+  - {name: hold-3000, args: {hold-ns: 3000}}
 workloads:
   - name: lock
     command: lock
@@ -109,11 +111,11 @@ fn an_a_a_pair_never_differs_and_a_known_effect_is_found() {
             r["p_holm"]
         );
     }
-    let known = row("hold-2400");
+    let known = row("hold-3000");
     assert_eq!(known["conclusion"], "differs", "{known}");
     let ratio = known["effect"]["ratio"].as_f64().unwrap();
     assert!(
-        (0.80..=0.93).contains(&ratio),
-        "hold 2000 -> 2400 ns at gap 200 should keep about (2200 + c) / (2600 + c) of the throughput: {ratio}"
+        (0.65..=0.85).contains(&ratio),
+        "hold 2000 -> 3000 ns at gap 200 should keep about (2200 + c) / (3200 + c) of the throughput: {ratio}"
     );
 }

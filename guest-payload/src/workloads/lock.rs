@@ -15,9 +15,10 @@
 //! CLOCK_MONOTONIC when its try_lock failed and again just after its release, and the hold is
 //! taken off that interval (see [`LockResult::acquire_latency`]). Every run checks itself
 //! ([`crate::checks`]):
-//! - the work as it ran, the run's verdict: the sampled holds' median within a factor
-//!   1 + `--max-work-error` (default 0.10) of `--hold-ns` either way (`hold_as_asked`), and the
-//!   same for the gaps (`gap_as_asked`); see [`crate::work_as_run`];
+//! - the work as it ran, the run's verdict: the timed holds' median (1 cycle in 64) within a
+//!   factor 1 + `--max-work-error` (default 0.10) of `--hold-ns` either way, or within one read
+//!   of the clock where a read costs more (`hold_as_asked`), and the same for the gaps
+//!   (`gap_as_asked`); see [`crate::work_as_run`];
 //! - the TSC rate the work was spun at against the rate over the run's window, within 2 %
 //!   (`tsc_rate_held`): the work's lengths against an independent clock;
 //! - bookkeeping guards, which hold whatever the load (load only slows a run down) and so catch
@@ -29,9 +30,8 @@
 //! right before its hold's spin, whose last read ends it, and every release stores the latter
 //! in a cell the lock protects, so an acquisition that waited knows when the lock was handed to
 //! it; one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
-//! critical section) and records its gap ([`crate::work_as_run`]). `--no-hold-sampling` takes
-//! the sampling and the hold's first ordered read out (the spin's own reads remain: they are the
-//! work's clock).
+//! critical section). `--no-hold-sampling` takes the sampling, the timed cycles and the hold's
+//! first ordered read out (the spins' own reads remain: they are the work's clock).
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
