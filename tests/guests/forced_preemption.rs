@@ -369,14 +369,30 @@ fn a_vcpu_the_host_takes_for_known_intervals_comes_back_as_those_stretched_inter
                 && s["cpu"].as_u64() == Some(vcpu)
         });
         // Each burst in the window is found once (less those that froze the thread in its gap),
-        // on vCPU `vcpu`, a burst long, on the bursts' grid; at most one other interval that
-        // long (the host's own load) is tolerated.
+        // on vCPU `vcpu`, a burst long, on the bursts' grid. Other intervals that long are the
+        // host's own load or the emulator's: under TCG a vCPU stalls for ~100 ms now and then
+        // with no hog at all (the same sweep without the hog, 6 runs of 3 s: 0-2 such holds or
+        // hand-overs a run with this payload, 0-3 with the payload before issue 44, on either
+        // vCPU, 2026-12-06). So they are tolerated, up to one for every two bursts: more would
+        // mean the bursts are found twice or intervals made up.
         let n = matched.len() as f64;
         assert!(
             n >= injected.floor() - 2.0 && n <= injected.ceil(),
             "{n} of {injected:.1} injected found on vCPU {vcpu}, {lo}..{hi} ns long, every {period} ns; others: {others:?}"
         );
-        assert!(others.len() <= 1, "not a burst: {others:?}");
+        for (kind, s) in &others {
+            let list = r["payload"]["preemption"][*kind]["longest"].as_array().unwrap();
+            let i = list.iter().position(|x| x == *s).unwrap();
+            eprintln!(
+                "run {}: not a burst: {kind} {s}; on the host: {}",
+                r["run"], r["extra"]["stretched_on_host"][*kind][i]
+            );
+        }
+        assert!(
+            others.len() as f64 <= (injected / 2.0).ceil(),
+            "{} long intervals that are not bursts: {others:?}",
+            others.len()
+        );
         // The guest believed it ran the thread: it may have switched it out for a moment once
         // the vCPU was back, and then the split still says vcpu. But where the guest had
         // switched the thread out just before the host took the vCPU, the thread waited on the

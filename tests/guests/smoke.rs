@@ -72,10 +72,12 @@ fn smoke(backend: &str) {
     assert!(floor["blocks"].as_u64().unwrap_or(0) >= 10, "{floor}");
     let (p10, p90) = (floor["p10"].as_f64().unwrap(), floor["p90"].as_f64().unwrap());
     assert!(0.0 < p10 && p10 <= p90, "{floor}");
+    // A measured spread (how quiet the host is, not a bound this test sets: one block in a
+    // spell of other load reads 2 700x the median, and a block CV of 1.7, 2026-12-06).
     assert!(
         floor["block_cv"]
             .as_f64()
-            .is_some_and(|cv| (0.0..1.0).contains(&cv)),
+            .is_some_and(|cv| cv.is_finite() && cv >= 0.0),
         "{floor}"
     );
     // Each QEMU started on the measured CPUs, its memory bound to their node.
@@ -90,10 +92,14 @@ fn smoke(backend: &str) {
         .expect("kernel release in header")
         .to_string();
 
-    // An attempt the payload's self-checks rejected is retried, as it should be, and its
-    // records do not count; any other failed attempt fails the test.
+    // An attempt the payload's self-checks rejected, or that other load on the host disturbed,
+    // is retried, as it should be, and its records do not count; any other failed attempt
+    // fails the test.
     let self_check = |r: &Value| {
-        let said = |k: &str| r[k].as_str().is_some_and(|e| e.contains("self-check failed: "));
+        let said = |k: &str| {
+            r[k].as_str()
+                .is_some_and(|e| e.contains("self-check failed: ") || e.starts_with("disturbed: "))
+        };
         said("error") || said("superseded")
     };
     let (runs, rejected): (Vec<Value>, Vec<Value>) = runs
