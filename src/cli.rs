@@ -4,10 +4,18 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// `ocrig --version`: the version and the payload it deploys (the `payload_sha256` journaled).
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\npayload sha256 ",
+    env!("OCRIG_PAYLOAD_SHA256")
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ocrig",
     version,
+    long_version = LONG_VERSION,
     about = "KVM vCPU-overcommit test rig: real guests, lock workloads, overcommit tables"
 )]
 pub struct Cli {

@@ -458,13 +458,12 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-/// The CPUs this process may run on outside `measured`: where QEMU's other threads and ocrig
-/// itself go (empty on a host measured whole).
-pub fn allowed_cpus_outside(measured: &[usize]) -> Vec<usize> {
-    allowed_cpus()
-        .into_iter()
-        .filter(|c| !measured.contains(c))
-        .collect()
+/// Where QEMU's other threads and ocrig itself go on this machine while `measured` is
+/// measured: the usable CPUs outside the measured cores and the isolated CPUs, or what it had
+/// to fall back to, and why ([`crate::topology::Topology::others`]; empty on a host measured
+/// whole).
+pub fn other_cpus(measured: &[usize]) -> crate::topology::Others {
+    crate::topology::Topology::read(&crate::hostfs::LocalFs, measured).others(measured, &allowed_cpus())
 }
 
 pub fn online_cpus() -> usize {

@@ -238,10 +238,12 @@ mod tests {
             siblings: vec![cpu],
             package: node,
             node,
+            l3: node,
         };
         // Two sockets: CPUs 0-3 on node 0, 4-7 on node 1.
         let two = Topology {
             cpus: (0..8).map(|c| place(c, Some(c / 4))).collect(),
+            isolated: Vec::new(),
         };
         assert_eq!(StartPlacement::of(&[5, 6], &two, vec![0]).memory_nodes, vec![1]);
         assert_eq!(
@@ -251,6 +253,7 @@ mod tests {
         // No NUMA information: nothing bound, and said so.
         let unknown = Topology {
             cpus: (0..2).map(|c| place(c, None)).collect(),
+            isolated: Vec::new(),
         };
         let s = StartPlacement::of(&[0, 1], &unknown, vec![]);
         assert!(s.memory_nodes.is_empty());

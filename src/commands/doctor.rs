@@ -7,25 +7,29 @@ use crate::hostfs::{HostFs, LocalFs};
 use crate::image::{self, ImageSpec, KernelSource};
 
 pub fn doctor() -> anyhow::Result<()> {
-    let cpus = host::allowed_cpus();
+    let allowed = host::allowed_cpus();
+    let cpus = crate::topology::usable_cpus(&LocalFs, &allowed);
     let (total, avail) = host::memory_mib();
     println!(
-        "host CPUs:      {} online, usable {:?}",
+        "host CPUs:      {} online, usable {}",
         host::online_cpus(),
-        cpus
+        crate::topology::cpu_words(&cpus)
     );
     let topology = crate::topology::Topology::read(&LocalFs, &cpus);
     let order = topology.preference();
     println!(
-        "CPU order:      {order:?} (`host.cpus: N` takes the first N: one thread a core, one NUMA node's cores first, CPU 0's core last)"
+        "CPU order:      {} (`host.cpus: N` takes the first N: isolated CPUs first, one thread a core, one L3 \
+         domain and one NUMA node's cores first, CPU 0's core last)",
+        crate::topology::cpu_words(&order)
     );
+    // What a sweep with `host.cpus: 2` measures on: the probes below are taken there.
     let two: Vec<usize> = {
         let mut v = order.iter().copied().take(2).collect::<Vec<_>>();
         v.sort_unstable();
         v
     };
-    println!("host.cpus: 2 →  {}", topology.describe(&two, Some(&cpus)));
-    let start = crate::backend::StartPlacement::of(&two, &topology, crate::host::allowed_cpus_outside(&two));
+    println!("host.cpus: 2 →  {}", topology.describe(&two, Some(&allowed)));
+    let start = crate::backend::StartPlacement::of(&two, &topology, topology.others(&two, &allowed).cpus);
     println!("guests start:   {}", start.describe());
     println!("memory:         {total} MiB total, {avail} MiB available");
     let ev = VirtEvidence::read();
@@ -73,15 +77,15 @@ pub fn doctor() -> anyhow::Result<()> {
     }
     println!("{}", timeline_line(&LocalFs));
     use crate::telemetry::host_speed::HostProbe;
-    match crate::telemetry::host_speed::probe(&cpus, Duration::from_secs(2)) {
+    match crate::telemetry::host_speed::probe(&two, Duration::from_secs(2)) {
         Ok(s) => println!("host speed:     {}", s.describe()),
         Err(e) => println!("host speed:     not probed — {e}"),
     }
-    match crate::telemetry::host_handover::probe(&cpus, Duration::from_secs(2)) {
+    match crate::telemetry::host_handover::probe(&two, Duration::from_secs(2)) {
         Ok(s) => println!("host hand-over: {}", s.describe()),
         Err(e) => println!("host hand-over: not probed — {e}"),
     }
-    let record = crate::telemetry::host_record::read(&LocalFs, &cpus, true);
+    let record = crate::telemetry::host_record::read(&LocalFs, &two, true);
     println!("host:           {}", record.summary());
     let hazards = record.hazards();
     if hazards.is_empty() {
@@ -90,7 +94,7 @@ pub fn doctor() -> anyhow::Result<()> {
     for h in hazards {
         println!("timing hazard:  {h}");
     }
-    match crate::telemetry::host_speed::noise_floor(&cpus, Duration::from_secs(6), Duration::from_secs(1)) {
+    match crate::telemetry::host_speed::noise_floor(&two, Duration::from_secs(6), Duration::from_secs(1)) {
         Ok(f) => println!(
             "noise floor:    {}",
             f.describe(crate::stats::power::detectable_at_cv)
@@ -235,12 +239,14 @@ fn libvirt_qemu_line() -> String {
     qemu_conf_words(conf.as_deref(), conf_changed, libvirtd_started())
 }
 
-/// When the running libvirtd started, seconds since the epoch (None: not running, or unread).
+/// When the running daemon of libvirt's QEMU driver started — the monolithic libvirtd, or the
+/// modular virtqemud that Debian 13 and Ubuntu 24.04 can run instead — seconds since the epoch
+/// (None: not running, or unread).
 fn libvirtd_started() -> Option<f64> {
     let pid = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "libvirtd").then_some(pid)
+        matches!(comm.trim(), "libvirtd" | "virtqemud").then_some(pid)
     })?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Field 22, after the parenthesised name: start time in clock ticks after boot.

@@ -17,6 +17,7 @@ pub mod deploy;
 pub mod host;
 #[cfg(test)]
 pub mod mock;
+pub mod pins;
 pub mod vm;
 
 use std::time::Duration;

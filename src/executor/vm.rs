@@ -112,6 +112,34 @@ impl VmExecutor {
         })
     }
 
+    /// The pins as they hold: a failed pin, or (on this machine) a vCPU thread whose affinity
+    /// reads back other than planned, is an error; else the sets read back (`pinning` as
+    /// `pin_all` journaled it where the threads cannot be read: another host, or threads the
+    /// backend could not name).
+    fn pins_held(&self, pinning: Value, placed: &Placement, local: bool) -> Result<Value, String> {
+        let failed = super::pins::failed(&pinning);
+        if !failed.is_empty() {
+            return Err(format!("pinning vCPUs failed: {}", failed.join("; ")));
+        }
+        let named = self
+            .live
+            .iter()
+            .all(|l| l.vcpu_tids.len() == self.cfg.vcpus as usize);
+        if !local || !named {
+            return Ok(pinning);
+        }
+        let guests: Vec<super::pins::GuestPins<'_>> = self
+            .live
+            .iter()
+            .map(|l| super::pins::GuestPins {
+                guest: l.index,
+                planned: placed.cpus.get(l.index as usize).map_or(&[], Vec::as_slice),
+                tids: &l.vcpu_tids,
+            })
+            .collect();
+        super::pins::verify(&guests, super::pins::affinity_of)
+    }
+
     fn collect_limit(&self) -> Duration {
         Duration::from_secs(self.cfg.timeouts.collect_s)
     }
@@ -149,8 +177,15 @@ impl Executor for VmExecutor {
             crate::backend::pin_thread,
         );
         let pinning = pin_all(&self.live, &placed).await;
+        let pinning = match self.pins_held(pinning, &placed, local) {
+            Ok(p) => p,
+            Err(e) => {
+                self.shut_down().await;
+                anyhow::bail!("{e}");
+            }
+        };
         let emulator = if local {
-            let rest = crate::host::allowed_cpus_outside(&self.cfg.host_cpus);
+            let rest = crate::host::other_cpus(&self.cfg.host_cpus).cpus;
             emulator_threads_to(&self.live, &rest, crate::backend::pin_thread)
         } else {
             json!("left where the remote host's libvirt starts them")

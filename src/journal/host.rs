@@ -46,6 +46,14 @@ pub struct HostRecord {
     pub isolated: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nohz_full: Option<String>,
+    /// The cpuidle driver and the idle states enabled on every measured CPU, with their exit
+    /// latencies (`intel_idle: POLL 0 µs, C1 2 µs, C1E 10 µs, C6 170 µs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuidle: Option<String>,
+    /// The deepest of those states, as (name, exit latency in µs): a hazard past
+    /// [`DEEP_IDLE_US`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deepest_idle: Option<(String, u64)>,
     /// Every kvm, kvm_intel and kvm_amd module parameter (`kvm.halt_poll_ns` → value).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kvm_params: BTreeMap<String, String>,
@@ -77,6 +85,10 @@ pub struct HostRecord {
     pub guest_start: Option<String>,
 }
 
+/// An idle state whose exit takes longer than this (µs) is a hazard: C1 and C1E exit in 1–10 µs,
+/// package C6 in 100 µs or more (intel_idle's tables).
+pub const DEEP_IDLE_US: u64 = 20;
+
 /// The KVM parameters a summary names (halt polling and pause-loop exiting decide how a
 /// spinning vCPU is treated); every one is recorded and compared.
 const KVM_SUMMARY: &[&str] = &[
@@ -103,6 +115,7 @@ impl HostRecord {
             ("boost".into(), self.boost.clone()),
             ("isolated".into(), self.isolated.clone()),
             ("nohz_full".into(), self.nohz_full.clone()),
+            ("cpuidle".into(), self.cpuidle.clone()),
             ("QEMU".into(), self.qemu.clone()),
             ("libvirt".into(), self.libvirt.clone()),
             ("VM".into(), self.vm.clone()),
@@ -167,6 +180,26 @@ impl HostRecord {
             out.push(
                 "no isolated CPUs (isolcpus, nohz_full): the host's own tasks, timers and interrupts share the measured CPUs".into(),
             );
+        }
+        if let Some((name, us)) = self.deepest_idle.as_ref().filter(|(_, us)| *us > DEEP_IDLE_US) {
+            out.push(format!(
+                "deep idle state {name} (exit latency {us} µs) enabled on the measured CPUs: a vCPU that halts (a PV-spinlock waiter at 1x, once halt_poll_ns has passed) wakes that much later (`cpupower idle-set -D {DEEP_IDLE_US}` disables it)"
+            ));
+        }
+        if let (Some(isolated), false) = (self.isolated.as_deref(), self.cpu_places.is_empty()) {
+            let isolated = ocrig_payload::probe::tracefs::parse_cpu_list(isolated).unwrap_or_default();
+            let shared: Vec<usize> = self
+                .cpu_places
+                .iter()
+                .map(|p| p.cpu)
+                .filter(|c| !isolated.is_empty() && !isolated.contains(c))
+                .collect();
+            if !shared.is_empty() {
+                out.push(format!(
+                    "measured CPUs {shared:?} are not isolated although the host isolates {}: the host's own tasks share them (name isolated CPUs in `host.cpus`)",
+                    self.isolated.as_deref().unwrap_or_default()
+                ));
+            }
         }
         if self.irqbalance == Some(true) {
             out.push("irqbalance runs: it moves device interrupts onto the measured CPUs too".into());

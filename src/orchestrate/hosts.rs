@@ -186,7 +186,8 @@ fn local(loaded: &Loaded, seed: u64) -> anyhow::Result<Host> {
     }
     let cpus = &host.plan.host_cpus;
     let topology = crate::topology::Topology::read(&crate::hostfs::LocalFs, cpus);
-    let start = StartPlacement::of(cpus, &topology, crate::host::allowed_cpus_outside(cpus));
+    let others = topology.others(cpus, &crate::host::allowed_cpus()).cpus;
+    let start = StartPlacement::of(cpus, &topology, others);
     let s = &loaded.scenario;
     host.backend = match s.host.backend {
         BackendKind::Qemu => Some(Arc::new(QemuBackend::default().starting_on(start.clone()))),

@@ -42,6 +42,8 @@ pub(crate) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
             &(0..cpus as usize).collect::<Vec<_>>(),
         ),
         mem_available_mib: free_mib,
+        node_of_cpu: Default::default(),
+        node_mem_available_mib: Default::default(),
         remote: Some(label),
     })
 }

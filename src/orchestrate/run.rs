@@ -283,7 +283,11 @@ fn backend_named(name: &str) -> Option<BackendKind> {
 /// `QemuBackend::starting_on`); where there are none, as on a 2-CPU host measured whole, ocrig
 /// shares them, which the journal's host record says (`placement`).
 fn keep_off_measured_cpus(measured: &[usize]) {
-    let rest = crate::host::allowed_cpus_outside(measured);
+    let others = crate::host::other_cpus(measured);
+    if let Some(note) = &others.note {
+        tracing::warn!("{note}");
+    }
+    let rest = others.cpus;
     if rest.is_empty() {
         return;
     }

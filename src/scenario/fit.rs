@@ -10,10 +10,16 @@ use crate::scenario::CpuSet;
 /// What validation needs to know about the host.
 #[derive(Debug, Clone)]
 pub struct HostFacts {
-    /// The CPUs this process may use, in the order a CPU count takes them
-    /// ([`crate::topology::Topology::preference`]: one thread a core, one node, CPU 0 last).
+    /// The CPUs a sweep may measure on (this process's, and the host's isolated CPUs:
+    /// [`crate::topology::usable_cpus`]), in the order a CPU count takes them
+    /// ([`crate::topology::Topology::preference`]: isolated first, one thread a core, one L3
+    /// domain, one node, CPU 0 last).
     pub allowed_cpus: Vec<usize>,
     pub mem_available_mib: u64,
+    /// Per NUMA node: its CPUs and the memory it has available (MiB); empty where unknown (a
+    /// remote host). Guest memory is bound to the measured CPUs' nodes, so that is what fits.
+    pub node_of_cpu: std::collections::BTreeMap<usize, usize>,
+    pub node_mem_available_mib: std::collections::BTreeMap<usize, u64>,
     /// The host these facts are about when it is not this machine (a remote libvirt host).
     pub remote: Option<String>,
 }
@@ -23,10 +29,38 @@ impl HostFacts {
         Self {
             allowed_cpus: crate::topology::preferred_order(
                 &crate::hostfs::LocalFs,
-                &crate::host::allowed_cpus(),
+                &crate::topology::usable_cpus(&crate::hostfs::LocalFs, &crate::host::allowed_cpus()),
             ),
             mem_available_mib: crate::host::memory_mib().1,
+            node_of_cpu: crate::topology::node_map(&crate::hostfs::LocalFs),
+            node_mem_available_mib: crate::topology::node_memory_mib(&crate::hostfs::LocalFs),
             remote: None,
+        }
+    }
+
+    /// The memory the guests of a sweep on `cpus` may take (MiB), and where, in words: the
+    /// available memory of the nodes their memory is bound to (never more than the host's),
+    /// or the host's where the nodes are not known.
+    pub fn memory_for(&self, cpus: &[usize]) -> (u64, String) {
+        let nodes: Option<std::collections::BTreeSet<usize>> =
+            cpus.iter().map(|c| self.node_of_cpu.get(c).copied()).collect();
+        let per_node: Option<Vec<u64>> = nodes
+            .iter()
+            .flatten()
+            .map(|n| self.node_mem_available_mib.get(n).copied())
+            .collect();
+        match (nodes, per_node) {
+            (Some(nodes), Some(mib)) if !nodes.is_empty() => {
+                let list: Vec<String> = nodes.iter().map(usize::to_string).collect();
+                (
+                    mib.iter().sum::<u64>().min(self.mem_available_mib),
+                    format!(
+                        " on NUMA node(s) {} (the guests' memory is bound there)",
+                        list.join(",")
+                    ),
+                )
+            }
+            _ => (self.mem_available_mib, String::new()),
         }
     }
 }
@@ -95,6 +129,8 @@ pub struct FitHost {
     /// Host CPUs the sweep uses.
     pub cpus: usize,
     pub mem_available_mib: u64,
+    /// Where that memory is, in words (` on NUMA node(s) 1 (…)`; empty: the host's).
+    pub mem_where: String,
     /// This process's open-file limit (soft, hard) and the files it has open; `None` when
     /// unknown (not checked).
     pub fds: Option<FdLimits>,
@@ -151,9 +187,10 @@ pub fn fit_problems(level: f64, vcpus: u32, memory_mib: u32, host: &FitHost) -> 
             "memory_mib",
             format!(
                 "the largest level does not fit in memory: {head} × ({memory_mib} MiB + {QEMU_OVERHEAD_MIB} MiB QEMU) \
-                 = {} > {} available",
+                 = {} > {} available{}",
                 mib_text(need),
-                mib_text(host.mem_available_mib)
+                mib_text(host.mem_available_mib),
+                host.mem_where
             ),
         ));
     }

@@ -38,7 +38,10 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
     let siblings_in_set = siblings_in(&topology);
     let irqbalance = irqbalance_runs(fs);
     let allowed = local.then(crate::host::allowed_cpus);
+    let (cpuidle, deepest_idle) = idle_states(fs, cpus);
     HostRecord {
+        cpuidle,
+        deepest_idle,
         siblings_in_set,
         irqbalance,
         placement: Some(topology.describe(cpus, allowed.as_deref())),
@@ -82,6 +85,65 @@ pub fn read(fs: &dyn HostFs, cpus: &[usize], local: bool) -> HostRecord {
             "bare metal".into()
         }),
     }
+}
+
+/// The cpuidle driver and the idle states enabled on every one of `cpus` (name and exit
+/// latency), in words, and the deepest of them. None where the host has no cpuidle (a VM
+/// without it, or a remote host's files unread).
+fn idle_states(fs: &dyn HostFs, cpus: &[usize]) -> (Option<String>, Option<(String, u64)>) {
+    const CPU: &str = "/sys/devices/system/cpu";
+    let driver = fs.read(&format!("{CPU}/cpuidle/current_driver")).ok();
+    let Some(first) = cpus.first() else {
+        return (None, None);
+    };
+    let states: Vec<String> = fs
+        .list_dir(&format!("{CPU}/cpu{first}/cpuidle"))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.starts_with("state"))
+        .collect();
+    let paths: Vec<String> = cpus
+        .iter()
+        .flat_map(|c| {
+            states.iter().flat_map(move |st| {
+                ["name", "latency", "disable"].map(|f| format!("{CPU}/cpu{c}/cpuidle/{st}/{f}"))
+            })
+        })
+        .collect();
+    let texts = fs.read_many(&paths);
+    let field = |i: usize| {
+        texts
+            .get(i)
+            .and_then(|t| t.as_ref().ok())
+            .map(|t| t.trim().to_string())
+    };
+    // A state counts as enabled where every measured CPU has it enabled.
+    let mut enabled: Vec<(String, u64)> = Vec::new();
+    for (k, _) in states.iter().enumerate() {
+        let on_all = (0..cpus.len()).all(|i| field((i * states.len() + k) * 3 + 2).as_deref() == Some("0"));
+        let (name, latency) = (field(k * 3), field(k * 3 + 1).and_then(|l| l.parse().ok()));
+        if let (true, Some(name), Some(latency)) = (on_all, name, latency) {
+            enabled.push((name, latency));
+        }
+    }
+    enabled.sort_by_key(|(_, l)| *l);
+    let words = match (driver.as_deref().map(str::trim), enabled.is_empty()) {
+        (None, true) => return (None, None),
+        (d, true) => format!(
+            "{}: no idle state enabled on every measured CPU",
+            d.unwrap_or("cpuidle")
+        ),
+        (d, false) => format!(
+            "{}: {}",
+            d.unwrap_or("cpuidle"),
+            enabled
+                .iter()
+                .map(|(n, l)| format!("{n} {l} µs"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    (Some(words), enabled.last().cloned())
 }
 
 /// The groups of `cpus` that share a core (from each CPU's `topology/thread_siblings_list`).
@@ -197,6 +259,45 @@ mod tests {
         );
         // Not read: absent, never a guess; no tools asked about on a host that is not local.
         assert!(r.cmdline.is_none() && r.numa_nodes.is_none() && r.qemu.is_none());
+    }
+
+    #[test]
+    fn idle_states_and_isolation_on_recorded_hosts_are_recorded_and_judged() {
+        use crate::testing::host_trees;
+        let tree = host_trees::intel_two_socket();
+        let r = read(&tree.fs, &[8, 9], false);
+        assert_eq!(
+            r.cpuidle.as_deref(),
+            Some("intel_idle: POLL 0 µs, C1 2 µs, C1E 10 µs, C6 170 µs")
+        );
+        assert_eq!(r.deepest_idle, Some(("C6".to_string(), 170)));
+        assert!(
+            r.hazards()
+                .iter()
+                .any(|h| h.starts_with("deep idle state C6 (exit latency 170 µs)")),
+            "{:#?}",
+            r.hazards()
+        );
+        // C6 disabled on one measured CPU: not enabled on every one, so C1E is the deepest.
+        tree.fs
+            .write("/sys/devices/system/cpu/cpu9/cpuidle/state3/disable", "1\n");
+        let r = read(&tree.fs, &[8, 9], false);
+        assert_eq!(r.deepest_idle, Some(("C1E".to_string(), 10)));
+        assert!(!r.hazards().iter().any(|h| h.contains("deep idle")));
+        // Measured CPUs outside the host's isolated ones: a hazard naming them.
+        let tree = host_trees::isolated_host();
+        let h = read(&tree.fs, &[7, 8], false).hazards();
+        assert!(
+            h.iter()
+                .any(|h| h.starts_with("measured CPUs [7] are not isolated although the host isolates 8-15")),
+            "{h:#?}"
+        );
+        assert!(
+            !read(&tree.fs, &[8, 9], false)
+                .hazards()
+                .iter()
+                .any(|h| h.contains("not isolated"))
+        );
     }
 
     /// This machine, read for real: a cloud VM here.

@@ -8,6 +8,7 @@ mod browser;
 mod cpu;
 mod explain;
 mod host;
+pub(crate) mod host_trees;
 mod image;
 mod journal;
 mod report;

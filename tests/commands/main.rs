@@ -5,4 +5,5 @@
 mod cli_errors;
 mod report_browser;
 mod scenario_errors;
+mod setup_plan;
 mod validate_trace_events;

@@ -10,6 +10,7 @@ mod common;
 mod comparisons;
 mod faults;
 mod forced_preemption;
+mod install;
 mod journal;
 mod locktorture;
 mod own_kernel;

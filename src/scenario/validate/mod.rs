@@ -239,9 +239,11 @@ fn check_levels_fit(
         }
     }
     if s.host.backend != BackendKind::Host && max_guests > 0 {
+        let (mem_available_mib, mem_where) = host.memory_for(cpus);
         let fit = FitHost {
             cpus: cpus.len(),
-            mem_available_mib: host.mem_available_mib,
+            mem_available_mib,
+            mem_where,
             fds: fd_limits(),
             ephemeral_ports: ephemeral_ports(),
         };

@@ -6,6 +6,8 @@ fn facts() -> HostFacts {
     HostFacts {
         allowed_cpus: vec![0, 1],
         mem_available_mib: 8192,
+        node_of_cpu: Default::default(),
+        node_mem_available_mib: Default::default(),
         remote: None,
     }
 }
@@ -15,6 +17,7 @@ fn big_host() -> FitHost {
     FitHost {
         cpus: 192,
         mem_available_mib: 120 * 1024,
+        mem_where: String::new(),
         fds: Some(FdLimits {
             soft: 1024,
             hard: 1 << 20,
@@ -169,6 +172,8 @@ fn fractional_levels_memory_and_duplicate_variants_are_all_reported() {
         &HostFacts {
             allowed_cpus: vec![0, 1],
             mem_available_mib: 6000,
+            node_of_cpu: Default::default(),
+            node_mem_available_mib: Default::default(),
             remote: None,
         },
     )
@@ -483,4 +488,26 @@ fn variants_of_different_kernels_need_guests_of_two_vcpus_unless_marked() {
     assert!(check_virt(&l, &kvm_host()).unwrap().warnings.is_empty());
     let (_d, l) = loaded(&text(1, "", ", cmdline: quiet"));
     assert!(check_virt(&l, &kvm_host()).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn memory_fits_on_the_nodes_the_guests_are_bound_to_not_the_whole_host() {
+    // 2 CPUs of node 1, which has 1 000 MiB free of the host's 8 GiB; 2x of 1-vCPU guests of
+    // 256 MiB: 4 × (256 + 150) = 1 624 MiB, which fits the host but not the node.
+    let (_d, l) = loaded(
+        "name: x\nhost: {cpus: 2}\nguest: {vcpus: 1, memory_mib: 256}\nlevels: [1.0, 2.0]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+    );
+    let host = |node1_mib: u64| HostFacts {
+        allowed_cpus: vec![2, 3, 0, 1],
+        mem_available_mib: 8192,
+        node_of_cpu: [(0, 0), (1, 0), (2, 1), (3, 1)].into(),
+        node_mem_available_mib: [(0, 7192), (1, node1_mib)].into(),
+        remote: None,
+    };
+    let e = validate(&l, &host(1000)).unwrap_err().to_string();
+    assert!(
+        e.contains("guest.memory_mib") && e.contains("> 1000 MiB available on NUMA node(s) 1"),
+        "{e}"
+    );
+    validate(&l, &host(2000)).unwrap();
 }
