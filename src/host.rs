@@ -516,10 +516,10 @@ pub fn tsc_freq() -> Option<TscFreq> {
 
 #[cfg(target_arch = "x86_64")]
 fn read_tsc_freq() -> Option<TscFreq> {
-    use std::arch::x86_64::__cpuid;
+    use ocrig_payload::env::cpuid;
     // cpuid exists on every x86-64 CPU; leaves above the maximum read as zeros or junk, hence
     // the range checks.
-    let invariant = __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0;
+    let invariant = cpuid(0x8000_0000).eax >= 0x8000_0007 && cpuid(0x8000_0007).edx & (1 << 8) != 0;
     let with = |khz: u64, source| {
         Some(TscFreq {
             khz,
@@ -528,9 +528,9 @@ fn read_tsc_freq() -> Option<TscFreq> {
         })
     };
     let hv_khz = {
-        let max = __cpuid(0x4000_0000).eax;
+        let max = cpuid(0x4000_0000).eax;
         if (0x4000_0010..0x4000_0100).contains(&max) {
-            __cpuid(0x4000_0010).eax as u64
+            cpuid(0x4000_0010).eax as u64
         } else {
             0
         }

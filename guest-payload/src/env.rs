@@ -76,15 +76,23 @@ fn allowed_cpus() -> usize {
     }
 }
 
+/// CPUID leaf `leaf`: a safe function since Rust 1.94, wrapped for the older toolchains the
+/// crate's rust-version allows.
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)]
+pub fn cpuid(leaf: u32) -> std::arch::x86_64::CpuidResult {
+    // SAFETY: every x86_64 CPU has the CPUID instruction.
+    unsafe { std::arch::x86_64::__cpuid(leaf) }
+}
+
 #[cfg(target_arch = "x86_64")]
 fn hypervisor_vendor() -> Option<String> {
-    use std::arch::x86_64::__cpuid;
     // CPUID.1:ECX bit 31 is the "running under a hypervisor" bit.
-    let leaf1 = __cpuid(1);
+    let leaf1 = cpuid(1);
     if leaf1.ecx & (1 << 31) == 0 {
         return None;
     }
-    let leaf = __cpuid(0x4000_0000);
+    let leaf = cpuid(0x4000_0000);
     let mut bytes = Vec::with_capacity(12);
     for reg in [leaf.ebx, leaf.ecx, leaf.edx] {
         bytes.extend_from_slice(&reg.to_le_bytes());

@@ -153,9 +153,10 @@ pub fn tsc_names_cpu() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 fn rdtscp_agrees_with_sched_getcpu() -> bool {
-    use core::arch::x86_64::{__cpuid, __rdtscp};
+    use crate::env::cpuid;
+    use core::arch::x86_64::__rdtscp;
     // Leaf 0x80000001 is read only where the highest extended leaf reaches it.
-    let has = __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).edx & (1 << 27) != 0;
+    let has = cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).edx & (1 << 27) != 0;
     // A migration between the two reads makes one try disagree: three tries.
     has && (0..3).any(|_| {
         let mut aux = 0u32;
