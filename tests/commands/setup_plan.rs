@@ -186,3 +186,42 @@ fn an_unknown_distribution_or_a_debian_12_without_sources_is_refused_with_what_t
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown argument '--bogus'"));
 }
+
+/// The set-up's package resolution for real on fresh Debian 12 (one-line sources) and 13 (deb822)
+/// chroots: `scripts/check-setup` (debootstrap, cached under ~/.cache/ocrig/setup-chroots;
+/// ~65 s the first time here, 2026-12-06).
+#[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: debootstraps Debian 12 and 13 chroots as root (~65 s the first time)"
+)]
+fn the_set_up_resolves_every_package_group_in_fresh_debian_12_and_13_chroots() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED LOUDLY: debootstrap and chroot need root");
+        return;
+    }
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check-setup"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for (case, release, source) in [
+        ("bookworm-oneline", "debian 12", "linux-source-6.1"),
+        ("trixie-deb822", "debian 13", "linux-source-6.12"),
+    ] {
+        assert!(
+            err.contains(&format!("check-setup: {case}: every package group resolves")),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("every package group resolves on {release}")),
+            "{err}"
+        );
+        assert!(err.contains(&format!(" {source} ")), "{err}");
+    }
+    assert!(
+        err.contains("setup: added /etc/apt/sources.list.d/ocrig-backports.list"),
+        "{err}"
+    );
+}
