@@ -35,8 +35,17 @@ impl Fairness {
 }
 
 /// Latency histogram in nanoseconds, 3 significant digits, up to one minute.
+///
+/// Its counts (about 220 KB) are written once here, so their pages are in memory before it is
+/// used: a histogram a worker makes before its run's start gate costs the run no page faults
+/// when it records. Faulting in and zeroing fresh pages is slow under emulation: at 12x
+/// overcommit (24 1-vCPU guests on 2 CPUs, TCG) the workers' histograms made after the gate
+/// took whole 1-2 s windows (`clear_page_erms` and `do_user_addr_fault` 43 % of the guests'
+/// kernel profile), and most runs did no lock operation at all (2026-12-06).
 pub fn new_latency_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds are valid")
+    let mut h = Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds are valid");
+    h.clear();
+    h
 }
 
 /// Percentiles of a latency histogram, in nanoseconds.

@@ -256,6 +256,15 @@ unsafe impl<R: RawMutex + Sync> Sync for Shared<R> {}
 /// (under TCG the first runs of the loop's code also include its translation).
 const WARM_UP: Duration = Duration::from_millis(5);
 
+/// What a worker makes itself before the start gate, so the window holds none of it: its
+/// spinners (warmed up), its sampler, and the histograms it records into (their pages in).
+struct Prepared {
+    spinners: Spinners,
+    sampler: Option<Sampler>,
+    work: Option<WorkSamples>,
+    cycle: hdrhistogram::Histogram<u64>,
+}
+
 /// A worker's two spinners, made and warmed up by the worker itself before the gate.
 struct Spinners {
     hold: Spinner,
@@ -345,13 +354,17 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let workers = GatedWorkers::spawn(
         "lock-worker",
         args.threads,
-        move |_| Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks),
+        move |_| Prepared {
+            spinners: Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks),
+            sampler: sampling.map(Sampler::new),
+            work: sampling.is_some().then(WorkSamples::default),
+            cycle: new_latency_histogram(),
+        },
         {
             let shared = Arc::clone(&shared);
-            move |t, spinners| {
-                let sampler = sampling.map(Sampler::new);
+            move |t, prepared| {
                 let lengths = (hold_ticks, gap_ticks);
-                worker(&shared, t as OwnerId + 1, lengths, spinners, sampler, ns_per_tick)
+                worker(&shared, t as OwnerId + 1, lengths, prepared, ns_per_tick)
             }
         },
     )?;
@@ -636,14 +649,19 @@ fn worker<R: RawMutex>(
     shared: &Shared<R>,
     me: OwnerId,
     (hold_ticks, gap_ticks): (u64, u64),
-    mut spinners: Spinners,
-    mut sampler: Option<Sampler>,
+    prepared: Prepared,
     ns_per_tick: f64,
 ) -> ThreadOutcome {
+    let Prepared {
+        mut spinners,
+        mut sampler,
+        mut work,
+        cycle,
+    } = prepared;
     let mut out = ThreadOutcome {
         ops: 0,
         contended: 0,
-        cycle: new_latency_histogram(),
+        cycle,
         ctxsw: Ctxsw::default(),
         window_cpu_ns: 0,
         samples: None,
@@ -657,7 +675,6 @@ fn worker<R: RawMutex>(
     let lock = &shared.lock.0;
     let protected = &shared.protected.0;
     let timing = sampler.is_some();
-    let mut work = timing.then(WorkSamples::default);
     let cpu0 = crate::clock::thread_cpu_ns();
     let before = Ctxsw::this_thread();
     while !shared.stop.0.load(Ordering::Relaxed) {

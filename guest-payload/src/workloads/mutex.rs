@@ -383,10 +383,17 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let workers = GatedWorkers::spawn(
         "mutex-worker",
         args.threads,
-        move |_| lengths.map(Spinners::warmed_up),
+        // Made before the gate, so the window holds none of it: the spinners (warmed up) and
+        // the histograms the work is timed into (their pages in: see `new_latency_histogram`).
+        move |_| {
+            (
+                lengths.map(Spinners::warmed_up),
+                lengths.map(|_| WorkSamples::default()),
+            )
+        },
         {
             let shared = Arc::clone(&shared);
-            move |t, spinners| worker(&shared, p, spinners, t as OwnerId + 1)
+            move |t, (spinners, work)| worker(&shared, p, spinners, work, t as OwnerId + 1)
         },
     )?;
     let start = workers.start();
@@ -648,6 +655,7 @@ fn worker<R: RawMutex>(
     shared: &Shared<R>,
     p: Params,
     mut spinners: Option<Spinners>,
+    mut work: Option<WorkSamples>,
     me: OwnerId,
 ) -> Outcome {
     let mut rng = SbRand::new(me.wrapping_mul(0x51_7CC1_B727_220A).wrapping_add(7));
@@ -663,7 +671,6 @@ fn worker<R: RawMutex>(
     };
     let cpu0 = crate::clock::thread_cpu_ns();
     let mut seen_first = false;
-    let mut work = p.lengths.map(|_| WorkSamples::default());
     let ns_per_tick = p.lengths.map_or(f64::NAN, |l| 1e9 / l.tsc_hz);
     let before = Ctxsw::this_thread();
     for i in 0..p.locks {
