@@ -262,8 +262,11 @@ fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
         }
     }
     {
+        // Waiting for the lock (not -n): the sweep refused just above may still be letting go
+        // of it, and a holder that gave up at once would leave the CPU free (seen once in a full-tier run,
+        // 2026-12-06).
         let mut holder = Command::new("flock")
-            .arg("-n")
+            .args(["-w", "20"])
             .arg(lock_dir.join("cpu1.lock"))
             .args(["sleep", "30"])
             .spawn()
@@ -277,7 +280,7 @@ fn bad_remote_hosts_are_refused_at_preflight_naming_the_host() {
                 .unwrap()
                 .success()
         };
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(25);
         while !held(()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
