@@ -44,6 +44,7 @@ pub(crate) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
         mem_available_mib: free_mib,
         node_of_cpu: Default::default(),
         node_mem_available_mib: Default::default(),
+        online_cpus: None,
         remote: Some(label),
     })
 }

@@ -20,6 +20,9 @@ pub struct HostFacts {
     /// remote host). Guest memory is bound to the measured CPUs' nodes, so that is what fits.
     pub node_of_cpu: std::collections::BTreeMap<usize, usize>,
     pub node_mem_available_mib: std::collections::BTreeMap<usize, u64>,
+    /// The host's online CPUs, where known (a CPU listed in `host.cpus` that is offline is
+    /// named as such).
+    pub online_cpus: Option<Vec<usize>>,
     /// The host these facts are about when it is not this machine (a remote libvirt host).
     pub remote: Option<String>,
 }
@@ -34,6 +37,8 @@ impl HostFacts {
             mem_available_mib: crate::host::memory_mib().1,
             node_of_cpu: crate::topology::node_map(&crate::hostfs::LocalFs),
             node_mem_available_mib: crate::topology::node_memory_mib(&crate::hostfs::LocalFs),
+            online_cpus: Some(crate::topology::online_cpus(&crate::hostfs::LocalFs))
+                .filter(|c| !c.is_empty()),
             remote: None,
         }
     }

@@ -170,11 +170,30 @@ fn check_host(s: &Scenario, host: &HostFacts, err: &mut impl FnMut(&[Seg], Strin
         .remote
         .as_ref()
         .map_or(String::new(), |h| format!(" on remote host {h}"));
-    let cpus = match host_cpus(&s.host.cpus, &host.allowed_cpus).map_err(|m| format!("{m}{on}")) {
-        Ok(c) => c,
-        Err(m) => {
-            err(&[key("host"), key("cpus")], m);
-            host.allowed_cpus.clone()
+    // A listed CPU that is offline is said to be, rather than "not available to this process".
+    let offline: Vec<usize> = match (&s.host.cpus, &host.online_cpus) {
+        (Some(crate::scenario::CpuSet::List(list)), Some(online)) => {
+            list.iter().copied().filter(|c| !online.contains(c)).collect()
+        }
+        _ => Vec::new(),
+    };
+    let cpus = if !offline.is_empty() {
+        let online = host.online_cpus.as_deref().unwrap_or_default();
+        err(
+            &[key("host"), key("cpus")],
+            format!(
+                "CPU(s) {offline:?} are offline{on} (online: {})",
+                crate::topology::cpu_words(online)
+            ),
+        );
+        host.allowed_cpus.clone()
+    } else {
+        match host_cpus(&s.host.cpus, &host.allowed_cpus).map_err(|m| format!("{m}{on}")) {
+            Ok(c) => c,
+            Err(m) => {
+                err(&[key("host"), key("cpus")], m);
+                host.allowed_cpus.clone()
+            }
         }
     };
     if s.host.backend == BackendKind::Libvirt && s.host.libvirt_uri.trim().is_empty() {

@@ -8,6 +8,7 @@ fn facts() -> HostFacts {
         mem_available_mib: 8192,
         node_of_cpu: Default::default(),
         node_mem_available_mib: Default::default(),
+        online_cpus: None,
         remote: None,
     }
 }
@@ -174,6 +175,7 @@ fn fractional_levels_memory_and_duplicate_variants_are_all_reported() {
             mem_available_mib: 6000,
             node_of_cpu: Default::default(),
             node_mem_available_mib: Default::default(),
+            online_cpus: None,
             remote: None,
         },
     )
@@ -502,6 +504,7 @@ fn memory_fits_on_the_nodes_the_guests_are_bound_to_not_the_whole_host() {
         mem_available_mib: 8192,
         node_of_cpu: [(0, 0), (1, 0), (2, 1), (3, 1)].into(),
         node_mem_available_mib: [(0, 7192), (1, node1_mib)].into(),
+        online_cpus: None,
         remote: None,
     };
     let e = validate(&l, &host(1000)).unwrap_err().to_string();
@@ -510,4 +513,32 @@ fn memory_fits_on_the_nodes_the_guests_are_bound_to_not_the_whole_host() {
         "{e}"
     );
     validate(&l, &host(2000)).unwrap();
+}
+
+#[test]
+fn a_listed_cpu_that_is_offline_is_named_as_offline_at_its_line() {
+    let (_d, l) = loaded(
+        "name: x\nhost:\n  cpus: [8, 17]\nguest: {vcpus: 1}\nlevels: [1.0]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+    );
+    let host = HostFacts {
+        allowed_cpus: (0..16).collect(),
+        mem_available_mib: 8192,
+        node_of_cpu: Default::default(),
+        node_mem_available_mib: Default::default(),
+        online_cpus: Some((0..16).collect()),
+        remote: None,
+    };
+    let e = validate(&l, &host).unwrap_err();
+    assert_eq!(
+        (e.0[0].field.as_str(), e.0[0].line),
+        ("host.cpus", Some(3)),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("CPU(s) [17] are offline (online: [0, 1, 2,"),
+        "{e}"
+    );
+    // Isolated CPUs (8 here) that are online are not refused as offline.
+    assert!(!e.to_string().contains("[8, 17] are offline"), "{e}");
 }
