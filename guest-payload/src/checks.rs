@@ -100,14 +100,17 @@ pub fn tsc_rate_held(used_hz: f64, window_hz: f64) -> Check {
     let max = crate::preempt_sample::MAX_TSC_RATE_CHANGE;
     let ratio = used_hz / window_hz;
     let (error, bound) = (ratio.ln().abs(), max.ln_1p());
+    // A NaN (no rate) compares false either way: said as `>`, and not accepted.
+    let cmp = if error <= bound { "<=" } else { ">" };
     let detail = format!(
-        "the work was spun at a TSC rate of {:.4} GHz (measured before the run), x{ratio:.4} the {:.4} GHz the TSC ran at          against CLOCK_MONOTONIC over the run's window (accepted within x{:.3}..x{:.3}, i.e. |ln(used/window)| = {error:.4}          <= ln(1 + {max}) = {bound:.4}); every interval's length is off by that factor",
+        "the work was spun at a TSC rate of {:.4} GHz (measured before the run), x{ratio:.4} the {:.4} GHz the TSC \
+         ran at against CLOCK_MONOTONIC over the run's window (accepted within x{:.3}..x{:.3}, i.e. \
+         |ln(used/window)| = {error:.4} {cmp} ln(1 + {max}) = {bound:.4}); every interval's length is off by that factor",
         used_hz / 1e9,
         window_hz / 1e9,
         1.0 / (1.0 + max),
         1.0 + max,
     );
-    // A NaN (no rate) compares false: not accepted.
     Check::at_most("tsc_rate_held", error, bound, detail)
 }
 
@@ -141,9 +144,11 @@ pub fn work_as_asked(name: &str, arg: &str, w: &TimedWork, max_error: f64) -> Ch
     } else {
         f64::INFINITY
     };
+    // The comparison as it came out: `<=` where the check holds, `>` where it fails.
+    let cmp = if error <= bound { "<=" } else { ">" };
     let detail = format!(
         "the {} sampled intervals ran {p50:.0} ns as timed (median; 10th-90th percentile {p10:.0}-{p90:.0} ns): x{ratio:.3} \
-         the asked {arg} {} (accepted within x{:.3}..x{:.3}, {why}; i.e. |ln(median/asked)| = {error:.4} <= ln(1 + {tolerance:.3}) \
+         the asked {arg} {} (accepted within x{:.3}..x{:.3}, {why}; i.e. |ln(median/asked)| = {error:.4} {cmp} ln(1 + {tolerance:.3}) \
          = {bound:.4})",
         w.samples,
         w.asked_ns,
@@ -290,7 +295,9 @@ mod tests {
         );
         // The bound is in the words: x1/1.02..x1.02 and its log.
         assert!(
-            rate.detail.contains("x0.980..x1.020") && rate.detail.contains("ln(1 + 0.02) = 0.0198"),
+            rate.detail.contains("x0.980..x1.020")
+                && rate.detail.contains("= 0.0488 > ln(1 + 0.02) = 0.0198")
+                && rate.detail.contains("the TSC ran at against CLOCK_MONOTONIC"),
             "{}",
             rate.detail
         );
@@ -332,6 +339,17 @@ mod tests {
         let long = work_as_asked("hold_as_asked", "--hold-ns", &work(200, 400.0), 0.10);
         assert!(!short.ok && !long.ok);
         assert!((short.value.unwrap() - long.value.unwrap()).abs() < 1e-12);
+        // The comparison is said as it came out.
+        assert!(
+            ok.detail.contains("= 0.0488 <= ln(1 + 0.100) = 0.0953"),
+            "{}",
+            ok.detail
+        );
+        assert!(
+            long.detail.contains("= 0.6931 > ln(1 + 0.100) = 0.0953"),
+            "{}",
+            long.detail
+        );
         // The edges: x1.1 and x1/1.1 pass, beyond fails.
         assert!(work_as_asked("h", "--hold-ns", &work(1000, 1099.0), 0.10).ok);
         assert!(work_as_asked("h", "--hold-ns", &work(1000, 910.0), 0.10).ok);
