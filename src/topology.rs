@@ -339,23 +339,28 @@ pub fn preferred_order(fs: &dyn HostFs, cpus: &[usize]) -> Vec<usize> {
     Topology::read(fs, cpus).preference()
 }
 
-/// NUMA node → the memory its guests could take now, in MiB, from each node's meminfo: free,
-/// plus the file cache and reclaimable slab the kernel gives back on demand (the per-node
-/// counterpart of MemAvailable; empty: no NUMA information).
-pub fn node_memory_mib(fs: &dyn HostFs) -> BTreeMap<usize, u64> {
-    let Ok(entries) = fs.list_dir(NODE_DIR) else {
-        return BTreeMap::new();
-    };
-    let nodes: Vec<usize> = entries
+/// Each NUMA node's `file` (/sys/devices/system/node/node<n>/<file>), read in one batch; none
+/// where the host has no NUMA information.
+fn per_node(fs: &dyn HostFs, file: &str) -> Vec<(usize, Result<String, String>)> {
+    let nodes: Vec<usize> = fs
+        .list_dir(NODE_DIR)
+        .unwrap_or_default()
         .iter()
         .filter_map(|e| e.strip_prefix("node")?.parse().ok())
         .collect();
     let paths: Vec<String> = nodes
         .iter()
-        .map(|n| format!("{NODE_DIR}/node{n}/meminfo"))
+        .map(|n| format!("{NODE_DIR}/node{n}/{file}"))
         .collect();
+    nodes.into_iter().zip(fs.read_many(&paths)).collect()
+}
+
+/// NUMA node → the memory its guests could take now, in MiB, from each node's meminfo: free,
+/// plus the file cache and reclaimable slab the kernel gives back on demand (the per-node
+/// counterpart of MemAvailable; empty: no NUMA information).
+pub fn node_memory_mib(fs: &dyn HostFs) -> BTreeMap<usize, u64> {
     let mut out = BTreeMap::new();
-    for (n, text) in nodes.iter().zip(fs.read_many(&paths)) {
+    for (n, text) in per_node(fs, "meminfo") {
         let Ok(text) = text else { continue };
         // `Node 0 MemFree:        123456 kB`
         let kib = |field: &str| {
@@ -369,7 +374,7 @@ pub fn node_memory_mib(fs: &dyn HostFs) -> BTreeMap<usize, u64> {
                 .iter()
                 .filter_map(|f| kib(&format!(" {f}")))
                 .sum::<u64>();
-            out.insert(*n, (free + reclaimable) / 1024);
+            out.insert(n, (free + reclaimable) / 1024);
         }
     }
     out
@@ -377,25 +382,14 @@ pub fn node_memory_mib(fs: &dyn HostFs) -> BTreeMap<usize, u64> {
 
 /// CPU → NUMA node, from /sys/devices/system/node/node*/cpulist (empty: no NUMA information).
 pub fn node_map(fs: &dyn HostFs) -> BTreeMap<usize, usize> {
-    let Ok(entries) = fs.list_dir(NODE_DIR) else {
-        return BTreeMap::new();
-    };
-    let nodes: Vec<usize> = entries
-        .iter()
-        .filter_map(|e| e.strip_prefix("node")?.parse().ok())
-        .collect();
-    let paths: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("{NODE_DIR}/node{n}/cpulist"))
-        .collect();
     let mut map = BTreeMap::new();
-    for (n, text) in nodes.iter().zip(fs.read_many(&paths)) {
+    for (n, text) in per_node(fs, "cpulist") {
         for cpu in text
             .ok()
             .and_then(|t| parse_cpu_list(t.trim()))
             .unwrap_or_default()
         {
-            map.insert(cpu, *n);
+            map.insert(cpu, n);
         }
     }
     map

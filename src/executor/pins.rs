@@ -48,18 +48,23 @@ pub fn verify(
                 Err(e) => problems.push(format!("guest {g} vCPU {v} (thread {tid}): {e}")),
             }
         }
-        let mut entry = json!({ "guest": g, "vcpu_to_cpus": map });
-        // One CPU per vCPU: also as plain (vCPU, CPU) pairs, as `pin_all` journals them.
-        if map.iter().all(|(_, set)| set.len() == 1) {
-            let one: Vec<(u32, usize)> = map.iter().map(|(v, set)| (*v, set[0])).collect();
-            entry["vcpu_to_cpu"] = json!(one);
-        }
-        held.push(entry);
+        held.push(journaled(*g, &map));
     }
     match problems.is_empty() {
         true => Ok(Value::Array(held)),
         false => Err(format!("vCPU pins did not hold: {}", problems.join("; "))),
     }
+}
+
+/// One guest's pins as the journal keeps them: `{"guest", "vcpu_to_cpus"}`, and where each
+/// vCPU has one CPU also as plain (vCPU, CPU) pairs (`vcpu_to_cpu`), what a reader of one wants.
+pub fn journaled(guest: u32, map: &[(u32, Vec<usize>)]) -> Value {
+    let mut entry = json!({ "guest": guest, "vcpu_to_cpus": map });
+    if map.iter().all(|(_, set)| set.len() == 1) {
+        let one: Vec<(u32, usize)> = map.iter().map(|(v, set)| (*v, set[0])).collect();
+        entry["vcpu_to_cpu"] = json!(one);
+    }
+    entry
 }
 
 /// The pins that failed outright, from what `pin_all` journals per guest (`error`).

@@ -790,15 +790,7 @@ async fn pin_all(live: &[Live], placed: &Placement) -> Value {
             continue;
         };
         match l.guest.pin_vcpus(sets).await {
-            Ok(map) => {
-                let mut entry = json!({ "guest": l.index, "vcpu_to_cpus": map });
-                // One CPU per vCPU: also as plain (vCPU, CPU) pairs, what a reader of one wants.
-                if map.iter().all(|(_, set)| set.len() == 1) {
-                    let one: Vec<(u32, usize)> = map.iter().map(|(v, set)| (*v, set[0])).collect();
-                    entry["vcpu_to_cpu"] = json!(one);
-                }
-                all.push(entry)
-            }
+            Ok(map) => all.push(super::pins::journaled(l.index, &map)),
             Err(e) => all.push(json!({ "guest": l.index, "error": format!("{e:#}") })),
         }
     }
