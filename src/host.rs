@@ -79,36 +79,19 @@ impl QemuUser {
         }
     }
 
-    /// The user libvirtd runs QEMU as: qemu.conf's `user`/`group` (Debian's default
-    /// `libvirt-qemu`), resolved through the host's /etc/passwd and /etc/group.
+    /// The user libvirt's QEMU runs ocrig's domains as: root, as each domain asks in its DAC
+    /// `<seclabel>` (the host's qemu.conf `user` is for its other VMs), resolved through the
+    /// host's /etc/passwd and /etc/group.
     pub fn libvirt_daemon(fs: &dyn crate::hostfs::HostFs) -> Result<Self, String> {
-        let conf = fs.read("/etc/libvirt/qemu.conf").unwrap_or_default();
-        let (user, group) = qemu_conf_user(&conf);
         let passwd = fs.read("/etc/passwd").unwrap_or_default();
         let groups_file = fs.read("/etc/group").unwrap_or_default();
-        resolve_user(&user, group.as_deref(), &passwd, &groups_file)
+        resolve_user("+0", Some("+0"), &passwd, &groups_file)
             .map(|mut u| {
-                u.who = format!("libvirt's QEMU user {user} (/etc/libvirt/qemu.conf `user`)");
+                u.who = "libvirt's QEMU for ocrig's domains (root, by their <seclabel>)".into();
                 u
             })
-            .map_err(|e| format!("libvirt's QEMU user {user} (/etc/libvirt/qemu.conf): {e}"))
+            .map_err(|e| format!("libvirt's QEMU for ocrig's domains (root): {e}"))
     }
-}
-
-/// qemu.conf's `user` and `group` settings; libvirt's built-in default user when unset.
-pub fn qemu_conf_user(conf: &str) -> (String, Option<String>) {
-    let value = |key: &str| {
-        conf.lines().rev().find_map(|l| {
-            let l = l.trim();
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
-        })
-    };
-    // Debian builds libvirt with --with-qemu-user=libvirt-qemu.
-    (
-        value("user").unwrap_or_else(|| "libvirt-qemu".into()),
-        value("group"),
-    )
 }
 
 /// `name` (or `+uid`) and an optional group name (or `+gid`) as ids, with the user's
@@ -393,7 +376,7 @@ impl VirtEvidence {
         }
     }
 
-    /// For the libvirt backend: access judged for the daemon's QEMU user (qemu.conf).
+    /// For the libvirt backend: access judged for root, as its domains ask in their <seclabel>.
     pub fn read_for_libvirt(fs: &dyn crate::hostfs::HostFs) -> Self {
         if !fs.is_local() {
             // A remote node cannot be stat'ed from here: not judged (QEMU's error says it).
@@ -727,14 +710,20 @@ mod tests {
     }
 
     #[test]
-    fn libvirt_qemu_user_comes_from_qemu_conf_and_etc_group() {
-        let conf = "# user = \"root\"\nuser = \"libvirt-qemu\"\n#group = \"root\"\n";
-        assert_eq!(qemu_conf_user(conf), ("libvirt-qemu".into(), None));
-        assert_eq!(
-            qemu_conf_user("user = \"root\"\ngroup = \"root\"\n"),
-            ("root".into(), Some("root".into()))
-        );
-        assert_eq!(qemu_conf_user("").0, "libvirt-qemu");
+    fn qemu_users_resolve_through_etc_passwd_and_etc_group() {
+        // ocrig's libvirt domains run QEMU as root by their own <seclabel>, whatever qemu.conf says.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/libvirt")).unwrap();
+        std::fs::write(
+            dir.path().join("etc/libvirt/qemu.conf"),
+            "user = \"libvirt-qemu\"\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("etc/passwd"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+        std::fs::write(dir.path().join("etc/group"), "root:x:0:\nkvm:x:104:root\n").unwrap();
+        let root = QemuUser::libvirt_daemon(&crate::testing::RootedFs::new(dir.path())).unwrap();
+        assert_eq!((root.uid, root.gid, root.groups.clone()), (0, 0, vec![104]));
+        assert!(root.who.contains("<seclabel>"), "{}", root.who);
         let passwd = "root:x:0:0:root:/root:/bin/bash\nlibvirt-qemu:x:64055:108:Libvirt Qemu,,,:/var/lib/libvirt:/usr/sbin/nologin\n";
         let group = "root:x:0:\nkvm:x:104:libvirt-qemu,alice\nlibvirt-qemu:x:108:\n";
         let u = resolve_user("libvirt-qemu", None, passwd, group).unwrap();

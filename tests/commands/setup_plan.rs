@@ -125,7 +125,7 @@ fn debian_13_and_ubuntu_need_no_backports_and_get_their_own_kernel_sources() {
     ];
     for (os, source, browser) in cases {
         let m = machine(&[("/etc/os-release", os)]);
-        let out = text(&plan(m.path(), &["--tests", "--no-libvirt-config"]));
+        let out = text(&plan(m.path(), &["--tests"]));
         assert!(out.contains("backports: not needed\n"), "{out}");
         assert!(out.contains("\npackages: qemu-system-x86 "), "{out}");
         assert!(out.contains(&format!(" {source} ")), "{out}");
@@ -136,14 +136,14 @@ fn debian_13_and_ubuntu_need_no_backports_and_get_their_own_kernel_sources() {
         );
         assert_eq!(out.contains("no browser:"), !browser, "{out}");
         assert!(
-            out.contains("libvirt: /etc/libvirt/qemu.conf left as it is"),
+            out.contains("libvirt: /etc/libvirt/qemu.conf left as it is (ocrig's domains say how their QEMU runs in their own XML)"),
             "{out}"
         );
     }
 }
 
 #[test]
-fn the_host_wide_libvirt_change_is_said_before_it_is_made() {
+fn the_hosts_libvirt_settings_are_never_changed() {
     let m = machine(&[
         ("/etc/os-release", BOOKWORM),
         (
@@ -151,14 +151,14 @@ fn the_host_wide_libvirt_change_is_said_before_it_is_made() {
             "deb http://deb.debian.org/debian bookworm main\n",
         ),
     ]);
-    let out = text(&plan(m.path(), &[]));
-    assert!(
-        out.contains(
-            "libvirt: add to /etc/libvirt/qemu.conf (every VM libvirt runs here):\n  # ocrig settings\n  \
-             security_driver = \"none\"\n  user = \"root\"\n  group = \"root\"\n"
-        ),
-        "{out}"
-    );
+    // Nor with the option older READMEs gave to decline the change.
+    for args in [&[][..], &["--no-libvirt-config"][..]] {
+        let out = text(&plan(m.path(), args));
+        assert!(
+            out.contains("libvirt: /etc/libvirt/qemu.conf left as it is") && !out.contains("security_driver"),
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -212,7 +212,15 @@ impl Launcher for LibvirtBackend {
             self.versions,
             qemu_identity(Path::new("qemu-system-x86_64")),
             // Where it starts is not part of what a template is.
-            domain_xml(&masked, plan, 0, None, &crate::backend::StartPlacement::default())
+            // Nor how it is confined (the host's security models).
+            domain_xml(
+                &masked,
+                plan,
+                0,
+                None,
+                &crate::backend::StartPlacement::default(),
+                &[]
+            )
         ))
     }
 
@@ -377,6 +385,19 @@ impl LibvirtBackend {
     }
 }
 
+/// The security models whose labels a domain of `uri` sets for itself ([`seclabel_xml`]): all
+/// the host's, but DAC on a per-user (`/session`) daemon, whose QEMU cannot become root.
+fn confinement_models(uri: &str, conn: &Connect) -> anyhow::Result<Vec<String>> {
+    let caps = conn
+        .capabilities()
+        .map_err(|e| anyhow::anyhow!("capabilities of {uri}: {}", e.message()))?;
+    let session = uri.split('?').next().is_some_and(|u| u.ends_with("/session"));
+    Ok(security_models(&caps)
+        .into_iter()
+        .filter(|m| !(session && m == "dac"))
+        .collect())
+}
+
 /// Creates the transient domain on a fresh connection (retrying with another port when the picked
 /// one was taken before QEMU bound it).
 fn create(
@@ -387,10 +408,11 @@ fn create(
     start: &crate::backend::StartPlacement,
 ) -> anyhow::Result<(Connect, Domain, u16)> {
     let conn = open(uri)?;
+    let models = confinement_models(uri, &conn)?;
     let mut last = None;
     for _ in 0..3 {
         let port = free_loopback_port().context("finding a free loopback port")?;
-        let xml = domain_xml(spec, plan, port, incoming, start);
+        let xml = domain_xml(spec, plan, port, incoming, start, &models);
         match conn.create_domain_xml(&xml, virt::sys::VIR_DOMAIN_START_AUTODESTROY) {
             Ok(dom) => return Ok((conn, dom, port)),
             // QEMU: "Could not set up host forwarding rule 'tcp:127.0.0.1:PORT-:22'".

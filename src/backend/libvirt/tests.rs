@@ -24,7 +24,14 @@ fn plan(s: &GuestSpec, pvh: bool) -> BootPlan {
 
 #[test]
 fn domain_xml_matches_the_qemu_backend_devices() {
-    let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &Default::default());
+    let x = domain_xml(
+        &spec(),
+        &plan(&spec(), false),
+        40022,
+        None,
+        &Default::default(),
+        &[],
+    );
     assert!(x.starts_with("<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"));
     assert!(x.contains("<name>ocrig-t-0</name>"));
     assert!(x.contains("<memory unit='MiB'>512</memory>") && x.contains(">2</vcpu>"));
@@ -67,6 +74,7 @@ fn domain_xml_for_kvm_with_cpu_flags_and_a_scratch_disk() {
         1,
         Some(Path::new("/t/state")),
         &Default::default(),
+        &[],
     );
     // PVH with qboot as a ROM loader (libvirt turns it into -bios), restoring a state file.
     assert!(x.contains("<loader type='rom' readonly='yes'>/usr/share/qemu/qboot.rom</loader>"));
@@ -161,10 +169,12 @@ fn ssh(img: &Path, port: u16, cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Boots real 1- and 2-vCPU domains on qemu:///system:
-/// `cargo test --bin ocrig libvirt -- --ignored --nocapture`.
+/// Boots real 1- and 2-vCPU domains on qemu:///system, whatever its qemu.conf says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "boots real guests through libvirtd"]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: boots real guests through libvirtd (~15 s)"
+)]
 async fn boots_pins_and_destroys_real_domains() {
     let uri = "qemu:///system";
     let backend = LibvirtBackend::connect(uri).unwrap();
@@ -210,6 +220,11 @@ async fn boots_pins_and_destroys_real_domains() {
         assert_eq!(ssh(&img, g.ssh_addr().port(), "nproc"), vcpus.to_string());
         let tids = g.vcpu_threads().await.unwrap();
         assert_eq!(tids.len(), vcpus as usize);
+        // Root, as the domain's own <seclabel> asks (scripts/setup leaves qemu.conf, whose
+        // default user is libvirt-qemu, as it is).
+        let status = std::fs::read_to_string(format!("/proc/{}/status", tids[0])).unwrap();
+        let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert_eq!(uid.split_whitespace().nth(1), Some("0"), "{uid}");
         let map = g.pin_vcpus(&[vec![1], vec![0]]).await.unwrap();
         for (i, tid) in tids.iter().enumerate() {
             let out = std::process::Command::new("taskset")
@@ -268,7 +283,7 @@ fn a_domain_starts_on_its_cpus_with_its_memory_bound_and_its_other_threads_aside
         memory_nodes: vec![0],
         others: vec![0, 1],
     };
-    let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &start);
+    let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &start, &[]);
     assert!(
         x.contains("  <vcpu placement='static' cpuset='2,4'>2</vcpu>\n"),
         "{x}"
@@ -282,7 +297,14 @@ fn a_domain_starts_on_its_cpus_with_its_memory_bound_and_its_other_threads_aside
         "{x}"
     );
     // Nothing said, nothing placed: libvirt's defaults.
-    let x = domain_xml(&spec(), &plan(&spec(), false), 40022, None, &Default::default());
+    let x = domain_xml(
+        &spec(),
+        &plan(&spec(), false),
+        40022,
+        None,
+        &Default::default(),
+        &[],
+    );
     assert!(
         !x.contains("cpuset") && !x.contains("numatune") && !x.contains("cputune"),
         "{x}"
@@ -296,8 +318,41 @@ fn a_domain_starts_on_its_cpus_with_its_memory_bound_and_its_other_threads_aside
 #[test]
 fn kvm_guests_of_every_variant_kind_match_their_golden_domain_xml() {
     for (name, s, p, incoming) in crate::testing::kvm_variant_cases() {
-        let x = domain_xml(&s, &p, 40022, incoming, &Default::default());
+        let x = domain_xml(&s, &p, 40022, incoming, &Default::default(), &[]);
         assert!(x.starts_with("<domain type='kvm'"), "{name}");
         crate::testing::golden(&format!("kvm-{name}.libvirt.xml"), &x);
     }
+}
+
+#[test]
+fn each_domain_runs_its_qemu_as_root_unconfined_by_its_own_seclabel() {
+    // This machine's capabilities (qemu.conf security_driver "none"), and a Debian host with
+    // AppArmor as shipped (QEMU as libvirt-qemu): the models are read from <host> only.
+    let none_dac = "<capabilities><host><cpu/><secmodel><model>none</model><doi>0</doi></secmodel>\
+        <secmodel><model>dac</model><doi>0</doi><baselabel type='kvm'>+0:+0</baselabel></secmodel></host>\
+        <guest><secmodel><model>ignored</model></secmodel></guest></capabilities>";
+    let apparmor = "<capabilities><host><secmodel>\n<model>apparmor</model>\n<doi>0</doi>\n</secmodel>\
+        <secmodel><model>dac</model><doi>0</doi><baselabel type='kvm'>+64055:+994</baselabel></secmodel></host></capabilities>";
+    assert_eq!(security_models(none_dac), ["none", "dac"]);
+    assert_eq!(security_models(apparmor), ["apparmor", "dac"]);
+    assert!(security_models("<capabilities/>").is_empty());
+    let dac = "  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>";
+    assert_eq!(seclabel_xml(&security_models(none_dac)), [dac]);
+    assert_eq!(
+        seclabel_xml(&security_models(apparmor)),
+        ["  <seclabel type='none' model='apparmor'/>", dac]
+    );
+    // In the domain, after its devices.
+    let models = security_models(apparmor);
+    let x = domain_xml(
+        &spec(),
+        &plan(&spec(), false),
+        40022,
+        None,
+        &Default::default(),
+        &models,
+    );
+    let devices_end = x.find("</devices>").unwrap();
+    let label = x.find("<seclabel type='none' model='apparmor'/>").unwrap();
+    assert!(label > devices_end && x.contains(dac), "{x}");
 }

@@ -15,7 +15,7 @@ pub struct VirtCheck {
 }
 
 /// The accelerator evidence for the user that will run QEMU for this scenario: this process
-/// (qemu backend), libvirt's QEMU user from qemu.conf (libvirt backend), on the host behind `fs`.
+/// (qemu backend), root for the libvirt backend (each domain's own <seclabel>), on the host behind `fs`.
 pub fn virt_evidence(l: &Loaded, fs: &dyn crate::hostfs::HostFs) -> crate::host::VirtEvidence {
     match l.scenario.host.backend {
         BackendKind::Libvirt => crate::host::VirtEvidence::read_for_libvirt(fs),
