@@ -147,15 +147,46 @@ pub fn ensure(spec: &ImageSpec, cache: &Path) -> Result<Image> {
     Ok(img)
 }
 
-/// Whether a Debian kernel release can be had: Debian's package lists know its
-/// `linux-image-<release>` package (no download, no `apt-get update`). "default" always can.
-pub fn kernel_known(release: &str) -> Result<bool> {
-    if release == "default" {
-        return Ok(true);
-    }
+/// Why a Debian kernel release cannot be had, or None when it can: Debian's package lists know
+/// its `linux-image-<release>` package (no download, no `apt-get update`). "default" can on
+/// Debian (the image build updates apt's lists if need be), but not on a distribution that does
+/// not package Debian's `linux-image-amd64` (Ubuntu): then the reason names what to set instead.
+pub fn kernel_unavailable(release: &str) -> Result<Option<String>> {
     let cache = cache_dir();
     let mut apt = debian::Apt::open(Some(&cache));
-    Ok(apt.package(&debian::kernel_package(release), false)?.is_some())
+    if release == "default" {
+        let known = apt.package("linux-image-amd64", false)?.is_some();
+        let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+        return Ok(default_kernel_unavailable(&os, known));
+    }
+    Ok(apt
+        .package(&debian::kernel_package(release), false)?
+        .is_none()
+        .then(|| format!("Debian has no package linux-image-{release} (see `apt-cache search linux-image`)")))
+}
+
+/// [`kernel_unavailable`] of "default", from the host's /etc/os-release and whether apt knows
+/// `linux-image-amd64`.
+pub fn default_kernel_unavailable(os_release: &str, apt_knows_it: bool) -> Option<String> {
+    let field = |key: &str| {
+        os_release.lines().find_map(|l| {
+            let v = l.strip_prefix(key)?.strip_prefix('=')?;
+            Some(v.trim().trim_matches('"').to_string())
+        })
+    };
+    let id = field("ID").unwrap_or_default();
+    // No os-release at all: left to the image build, which names what apt lacks.
+    let debian = id == "debian" || id.is_empty();
+    if apt_knows_it || debian {
+        return None;
+    }
+    let name = field("PRETTY_NAME").unwrap_or(id);
+    Some(format!(
+        "the default guest kernel is Debian's linux-image-amd64, which {name} does not package: set a kernel file \
+         (`kernel: {{path: /boot/vmlinuz-<release>}}`, a distribution kernel with virtio-pci and virtio-net built in, \
+         and virtio-blk and ext4 for a scratch disk: `=y` in /boot/config-<release>), a build tree \
+         (`kernel: {{tree: /path/to/linux}}`)"
+    ))
 }
 
 /// The cached image for `spec`, if one exists. Never builds, downloads or runs `apt-get update`.
@@ -659,6 +690,24 @@ fn write_initrd(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_default_kernel_on_ubuntu_is_refused_naming_what_to_set_instead() {
+        let noble = "PRETTY_NAME=\"Ubuntu 24.04.1 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"24.04\"\nID=ubuntu\nID_LIKE=debian\n";
+        let why = super::default_kernel_unavailable(noble, false).unwrap();
+        assert!(
+            why.contains("Ubuntu 24.04.1 LTS does not package")
+                && why.contains("kernel: {path: /boot/vmlinuz-<release>}")
+                && why.contains("kernel: {tree: /path/to/linux}"),
+            "{why}"
+        );
+        // Debian (apt may only need `apt-get update`, which the image build runs), an Ubuntu
+        // whose apt has a linux-image-amd64 after all, and a host without os-release.
+        let bookworm = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\n";
+        assert_eq!(super::default_kernel_unavailable(bookworm, false), None);
+        assert_eq!(super::default_kernel_unavailable(noble, true), None);
+        assert_eq!(super::default_kernel_unavailable("", false), None);
+    }
+
     use super::*;
 
     #[test]

@@ -141,14 +141,9 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
     let mut errs = Vec::new();
     for (path, k) in refs {
         if let KernelRef::Debian(release) = k {
-            match crate::image::kernel_known(release) {
-                Ok(true) => {}
-                Ok(false) => errs.push(l.error_at(
-                    &path,
-                    format!(
-                        "Debian has no package linux-image-{release} (see `apt-cache search linux-image`)"
-                    ),
-                )),
+            match crate::image::kernel_unavailable(release) {
+                Ok(None) => {}
+                Ok(Some(why)) => errs.push(l.error_at(&path, why)),
                 Err(e) => errs.push(l.error_at(&path, format!("cannot ask apt about {release}: {e:#}"))),
             }
         }

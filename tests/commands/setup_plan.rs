@@ -135,6 +135,12 @@ fn debian_13_and_ubuntu_need_no_backports_and_get_their_own_kernel_sources() {
             "{out}"
         );
         assert_eq!(out.contains("no browser:"), !browser, "{out}");
+        // Ubuntu (the cases without a browser) has no Debian kernel for the default guest.
+        assert_eq!(
+            out.contains("guest kernel: ubuntu ") && out.contains("packages no Debian linux-image-amd64"),
+            !browser,
+            "{out}"
+        );
         assert!(
             out.contains("libvirt: /etc/libvirt/qemu.conf left as it is (ocrig's domains say how their QEMU runs in their own XML)"),
             "{out}"
