@@ -44,6 +44,90 @@ fn ratio_at_no_cost(hold: f64) -> f64 {
     2200.0 / (hold + 200.0)
 }
 
+/// The most runs the shipped KVM-sized scenarios give a comparison (`kvm_runs: {max: 20}` in
+/// scenarios/own-kernels.yaml, seed004-qspinlock.yaml and seed004-spinfirst.yaml; a test keeps
+/// them in step).
+pub const KVM_RUNS_MAX: usize = 20;
+
+/// What a comparison of this host resolves at a given number of runs, from the A/A pair's
+/// interval: its standard error of the log ratio over its units scaled to that many.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sizing {
+    /// Standard error of the A/A log ratio as measured, and its units.
+    pub se_log: f64,
+    pub units: usize,
+    /// The smallest effect `runs` would find with 80 % power (two-sided 5 %), a fraction.
+    pub detectable: f64,
+    /// Runs that show equivalence within ±margin with 80 % power where there is no effect
+    /// (two one-sided tests at 5 %); None beyond 1000.
+    pub equivalence_runs: Option<usize>,
+}
+
+/// [`Sizing`] at `runs` from an interval `low..high` (95 %, `df` degrees of freedom) over `units`
+/// units. A comparison's standard error shrinks as 1/√units and its degrees of freedom grow with
+/// the units (n − 1 paired, about 2n − 2 unpaired: scaled by (runs − 1) / (units − 1)).
+pub fn sizing(low: f64, high: f64, df: f64, units: usize, runs: usize, margin: f64) -> Option<Sizing> {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    if !(low > 0.0 && high > low && df > 0.0 && units >= 2 && runs >= 2) {
+        return None;
+    }
+    let t = |p: f64, df: f64| StudentsT::new(0.0, 1.0, df).ok().map(|d| d.inverse_cdf(p));
+    let se_log = (high / low).ln() / (2.0 * t(0.975, df)?);
+    let at = |n: usize| {
+        let df_n = df * (n as f64 - 1.0) / (units as f64 - 1.0);
+        (se_log * (units as f64 / n as f64).sqrt(), df_n)
+    };
+    let (se, df_runs) = at(runs);
+    let lambda = crate::stats::power::required_noncentrality(df_runs, 0.05, 0.8)?;
+    let bound = (1.0 + margin).ln().min(-(1.0 - margin).ln());
+    let equivalence_runs = (2..=1000).find(|&n| {
+        let (se, df_n) = at(n);
+        t(0.95, df_n)
+            .zip(t(0.9, df_n))
+            .is_some_and(|(a, b)| bound / se >= a + b)
+    });
+    Some(Sizing {
+        se_log,
+        units,
+        detectable: (lambda * se).exp() - 1.0,
+        equivalence_runs,
+    })
+}
+
+/// The KVM sizing line: whether [`KVM_RUNS_MAX`] runs conclude at this host's spread.
+fn sizing_words(s: &Sizing, accel: &str, margin: f64) -> String {
+    let m = margin * 100.0;
+    let mut w = format!(
+        "KVM sizing: the shipped KVM scenarios give a comparison up to {KVM_RUNS_MAX} runs (kvm_runs); at this \
+         host's spread (A/A log-ratio standard error {:.4} over {} units) {KVM_RUNS_MAX} runs find effects of {:.1} % \
+         or more (80 % power, one comparison at two-sided 5 %: a report adjusts over its family and looks, so needs \
+         somewhat more)",
+        s.se_log,
+        s.units,
+        s.detectable * 100.0
+    );
+    match s.equivalence_runs {
+        Some(n) if n <= KVM_RUNS_MAX && s.detectable <= margin => w.push_str(&format!(
+            " and show equivalence within ±{m:.0} % in {n}: they conclude here"
+        )),
+        Some(n) => w.push_str(&format!(
+            "; equivalence within ±{m:.0} % needs {n} runs: effects under {:.1} % stay \"not concluded\" here unless \
+             kvm_runs.max is raised to {n}",
+            s.detectable * 100.0
+        )),
+        None => w.push_str(&format!(
+            "; equivalence within ±{m:.0} % is out of reach (over 1000 runs): this host is too noisy for claims that small"
+        )),
+    }
+    if accel != "kvm" {
+        w.push_str(&format!(
+            " (measured under {}: run this on the KVM host the sizing is for)",
+            accel.to_uppercase()
+        ));
+    }
+    w
+}
+
 /// What the host showed: each comparison's words and whether it is the known answer.
 #[derive(Debug)]
 pub struct Verdict {
@@ -179,6 +263,13 @@ pub fn judge(model: &crate::stats::cells::Model) -> anyhow::Result<Verdict> {
             "not found in 10 runs: comparisons here need more runs (or a quieter host) for effects this small"
         }
     ));
+    if let Some(s) = aa
+        .effect
+        .as_ref()
+        .and_then(|e| sizing(e.low, e.high, e.df, e.n_variant, KVM_RUNS_MAX, model.margin))
+    {
+        lines.push(sizing_words(&s, &model.accel, model.margin));
+    }
     let small_wrong = small.conclusion == Conclusion::Differs && !found(small, 2400.0);
     Ok(Verdict {
         lines,
@@ -271,5 +362,50 @@ mod tests {
         ]))
         .unwrap();
         assert!(!v.ok, "{:#?}", v.lines);
+    }
+
+    #[test]
+    fn the_kvm_sizing_is_said_from_the_a_a_spread() {
+        // A paired A/A interval of 10 units, df 9: [0.98, 1.02] is a standard error of
+        // ln(1.02/0.98) / (2 t(0.975, 9)) = 0.040005 / 4.5244 = 0.008842 (t from tables: 2.2622).
+        let s = sizing(0.98, 1.02, 9.0, 10, 20, 0.05).unwrap();
+        assert!((s.se_log - 0.008842).abs() < 2e-5, "{s:?}");
+        // At 20 runs (df 19) the noncentrality for 80 % power is about t(0.975,19) + t(0.8,19)
+        // = 2.093 + 0.861 = 2.95 (a little more exactly): 2.95 x 0.008842 x sqrt(10/20) = 1.85 %.
+        assert!((s.detectable - 0.0186).abs() < 0.001, "{s:?}");
+        // Equivalence: ln(1.05) / (0.008842 x sqrt(10/n)) >= t(0.95) + t(0.9) (~3.1 at small n):
+        // n = 3 gives 0.0488 / 0.01614 = 3.02 < 2.92 + 1.886; n = 4: 3.49 < 2.353 + 1.638 = 3.99;
+        // n = 5: 3.90 < 2.132 + 1.533 = 3.67? no, 3.90 >= 3.67: 5.
+        assert_eq!(s.equivalence_runs, Some(5), "{s:?}");
+        let w = sizing_words(&s, "kvm", 0.05);
+        assert!(w.ends_with("in 5: they conclude here"), "{w}");
+        // Ten times the spread: neither.
+        let noisy = sizing(0.8, 1.25, 9.0, 10, 20, 0.05).unwrap();
+        let w = sizing_words(&noisy, "tcg", 0.05);
+        assert!(noisy.detectable > 0.05, "{noisy:?}");
+        assert!(
+            w.contains("stay \"not concluded\" here unless kvm_runs.max is raised to")
+                && w.ends_with("(measured under TCG: run this on the KVM host the sizing is for)"),
+            "{w}"
+        );
+        assert_eq!(sizing(1.0, 1.0, 9.0, 10, 20, 0.05), None);
+    }
+
+    #[test]
+    fn the_shipped_kvm_scenarios_give_a_comparison_the_runs_the_sizing_judges() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
+        let mut seen = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(path).unwrap();
+            for l in text.lines().filter(|l| l.starts_with("kvm_runs:")) {
+                seen += 1;
+                assert!(l.contains(&format!("max: {KVM_RUNS_MAX}")), "{l}");
+            }
+        }
+        assert!(seen >= 3, "{seen} scenarios with kvm_runs");
     }
 }
