@@ -195,13 +195,14 @@ fn an_unknown_distribution_or_a_debian_12_without_sources_is_refused_with_what_t
 
 /// The set-up's package resolution for real on fresh Debian 12 (one-line sources) and 13 (deb822)
 /// chroots: `scripts/check-setup` (debootstrap, cached under ~/.cache/ocrig/setup-chroots;
-/// ~65 s the first time here, 2026-12-06).
+/// ~65 s the first time here for the two Debian releases and ~65 s more for the two Ubuntu ones,
+/// 2026-12-06).
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
-    ignore = "full tier: debootstraps Debian 12 and 13 chroots as root (~65 s the first time)"
+    ignore = "full tier: debootstraps Debian 12 and 13 and Ubuntu 22.04 and 24.04 chroots as root (~130 s the first time)"
 )]
-fn the_set_up_resolves_every_package_group_in_fresh_debian_12_and_13_chroots() {
+fn the_set_up_resolves_every_package_group_in_fresh_debian_and_ubuntu_chroots() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIPPED LOUDLY: debootstrap and chroot need root");
@@ -215,6 +216,8 @@ fn the_set_up_resolves_every_package_group_in_fresh_debian_12_and_13_chroots() {
     for (case, release, source) in [
         ("bookworm-oneline", "debian 12", "linux-source-6.1"),
         ("trixie-deb822", "debian 13", "linux-source-6.12"),
+        ("jammy-ubuntu", "ubuntu 22.04", "linux-source-5.15.0"),
+        ("noble-ubuntu", "ubuntu 24.04", "linux-source-6.8.0"),
     ] {
         assert!(
             err.contains(&format!("check-setup: {case}: every package group resolves")),
