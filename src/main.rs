@@ -3,6 +3,7 @@
 
 mod backend;
 mod cli;
+mod color;
 mod commands;
 mod executor;
 mod guest;
