@@ -2,7 +2,9 @@
 //! (`cli_errors`, `scenario_errors`, `validate_trace_events`) and the HTML report in a real
 //! browser (`report_browser`). One test binary; the tests that boot guests are `tests/guests`.
 
+mod architecture;
 mod cli_errors;
+mod docs_links;
 mod report_browser;
 mod scenario_errors;
 mod setup_plan;
