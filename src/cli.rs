@@ -1,4 +1,6 @@
-//! Command-line definitions (clap). Behaviour lives in `commands/`.
+//! Command-line definitions (clap). Behaviour lives in `commands/`. Every argument has a doc
+//! comment and every subcommand an "Examples:" block: `--help`, the man pages (`ocrig man`) and
+//! the shell completions (`ocrig completions`) are all generated from these definitions.
 
 use std::path::PathBuf;
 
@@ -11,17 +13,82 @@ const LONG_VERSION: &str = concat!(
     env!("OCRIG_PAYLOAD_SHA256")
 );
 
+/// Said after the top-level help: the commonest commands, and the exit statuses.
+const TOP_EXAMPLES: &str = "\
+Examples:
+  ocrig doctor                                   # what this host is and what ocrig will do on it
+  ocrig validate scenarios/*.yaml                # check scenarios without booting anything
+  ocrig run scenarios/ticket-vs-tas.yaml         # run a sweep; results in results/<name>-<time>/
+  ocrig report results/ticket-vs-tas-20261206T120000Z --format md
+  ocrig compare results/base-20261206T120000Z results/patched-20261207T090000Z
+
+Exit status: 0 success; 1 failure (a sweep, a report or a measurement went wrong);
+2 bad input (a scenario, a flag or a directory refused; nothing was booted).";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  ocrig run scenarios/ticket-vs-tas.yaml
+  ocrig run scenarios/ticket-vs-tas.yaml --results /var/tmp/ocrig --quiet
+  ocrig run --resume results/ticket-vs-tas-20261206T120000Z
+  ocrig run scenarios/smoke.yaml --backend host   # no guests: the workloads on this host";
+
+const VALIDATE_EXAMPLES: &str = "\
+Examples:
+  ocrig validate scenarios/ticket-vs-tas.yaml
+  ocrig validate scenarios/*.yaml
+  ocrig validate --json scenarios/*.yaml | jq '.[] | select(.ok | not)'";
+
+const REPORT_EXAMPLES: &str = "\
+Examples:
+  ocrig report results/ticket-vs-tas-20261206T120000Z
+  ocrig report results/ticket-vs-tas-20261206T120000Z --format md > report.md
+  ocrig report results/ticket-vs-tas-20261206T120000Z --format json --margin 0.02
+  ocrig report results/two-hosts-20261206T120000Z --by-host";
+
+const COMPARE_EXAMPLES: &str = "\
+Examples:
+  ocrig compare results/base-20261206T120000Z results/patched-20261207T090000Z
+  ocrig compare A B --format html > compare.html";
+
+const IMAGE_EXAMPLES: &str = "\
+Examples:
+  ocrig image build
+  ocrig image build --kernel 6.1.0-41-amd64";
+
+const DOCTOR_EXAMPLES: &str = "\
+Examples:
+  ocrig doctor
+  ocrig doctor --json | jq .accel
+  ocrig doctor --measure
+  ocrig doctor --measure --backend libvirt --results /var/tmp/ocrig";
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  ocrig completions bash > ~/.local/share/bash-completion/completions/ocrig
+  ocrig completions zsh > ~/.zfunc/_ocrig
+  ocrig completions fish > ~/.config/fish/completions/ocrig.fish";
+
+const MAN_EXAMPLES: &str = "\
+Examples:
+  ocrig man ~/.local/share/man/man1 && man ocrig-run
+  sudo ocrig man /usr/local/share/man/man1";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ocrig",
     version,
     long_version = LONG_VERSION,
-    about = "KVM vCPU-overcommit test rig: real guests, lock workloads, overcommit tables"
+    about = "KVM vCPU-overcommit test rig: real guests, lock workloads, overcommit tables",
+    after_help = TOP_EXAMPLES
 )]
 pub struct Cli {
     /// More log output (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// When to colour conclusions: auto (stdout a terminal and NO_COLOR unset or empty), always
+    /// or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value = "auto")]
+    pub color: crate::color::ColorChoice,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -29,12 +96,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a scenario's sweep: boot guests per level and variant, run workloads, journal results.
+    #[command(after_help = RUN_EXAMPLES)]
     Run {
         /// Scenario YAML file (optional with --resume: the results directory keeps a copy).
-        #[arg(required_unless_present = "resume")]
+        #[arg(required_unless_present = "resume", value_name = "SCENARIO")]
         scenario: Option<PathBuf>,
-        /// Parent directory of the results directory.
-        #[arg(long, default_value = "results")]
+        /// Parent directory of the results directory (which is named <scenario name>-<UTC time>).
+        #[arg(long, value_name = "DIR", default_value = "results")]
         results: PathBuf,
         /// Continue an interrupted sweep in this results directory: finished runs are kept,
         /// the missing ones are run and appended to the same journal.
@@ -43,7 +111,8 @@ pub enum Command {
         /// Run on this backend instead of the scenario's.
         #[arg(long, value_enum)]
         backend: Option<crate::scenario::BackendKind>,
-        /// No progress bar (for CI and scripts).
+        /// No progress at all: neither the bar on a terminal nor, without one (a log file, CI,
+        /// nohup), the plain progress line printed about once a minute.
         #[arg(long)]
         quiet: bool,
         /// When a live sweep holds any of this scenario's host CPUs, wait for it instead of
@@ -57,13 +126,25 @@ pub enum Command {
         accept_changed: bool,
     },
     /// Check scenario files without booting anything.
+    #[command(after_help = VALIDATE_EXAMPLES)]
     Validate {
-        #[arg(required = true)]
+        /// Scenario YAML files: each is loaded, checked against this host and planned.
+        #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Print one JSON array on stdout, an object per file: {"file", "ok": true, "plan"} or
+        /// {"file", "ok": false, "errors": [{"file", "line", "column", "field", "message"}]}.
+        /// The exit status is as without it (2 when any file is refused).
+        #[arg(long)]
+        json: bool,
     },
     /// Render reports from a results directory's journal.
+    #[command(after_help = REPORT_EXAMPLES)]
     Report {
+        /// A results directory as `ocrig run` made it (results/<name>-<time>), holding
+        /// journal.jsonl.
+        #[arg(value_name = "DIR")]
         dir: PathBuf,
+        /// Output format, printed on stdout.
         #[arg(long, value_enum, default_value = "table")]
         format: crate::report::Format,
         /// Split every table by host (a sweep over several hosts): each variant becomes
@@ -76,9 +157,15 @@ pub enum Command {
         margin: Option<f64>,
     },
     /// Compare two results directories of the same matrix: A as base, B as patched.
+    #[command(after_help = COMPARE_EXAMPLES)]
     Compare {
+        /// The base: a results directory (e.g. a sweep on the unpatched kernel).
+        #[arg(value_name = "A")]
         a: PathBuf,
+        /// The patched: a results directory of the same levels, variants and workloads.
+        #[arg(value_name = "B")]
         b: PathBuf,
+        /// Output format, printed on stdout.
         #[arg(long, value_enum, default_value = "table")]
         format: crate::report::Format,
         /// Equivalence margin, as for `report`.
@@ -86,31 +173,52 @@ pub enum Command {
         margin: Option<f64>,
     },
     /// Guest image management.
+    #[command(after_help = IMAGE_EXAMPLES)]
     Image {
         #[command(subcommand)]
         command: ImageCommand,
     },
     /// Describe this host: CPUs, accelerator choice, QEMU/libvirt versions, cached images.
+    #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor {
         /// Then run a short sweep with known answers (an A/A pair and a known effect, about two
         /// minutes) and say whether this host tells them apart; exit 1 when it does not.
         #[arg(long)]
         measure: bool,
         /// With --measure: the parent directory of its results directory.
-        #[arg(long, default_value = "results", requires = "measure")]
+        #[arg(long, value_name = "DIR", default_value = "results", requires = "measure")]
         results: PathBuf,
         /// With --measure: run on this backend instead of QEMU.
         #[arg(long, value_enum, requires = "measure")]
         backend: Option<crate::scenario::BackendKind>,
+        /// Print the host's facts as one JSON object on stdout instead of lines (not supported
+        /// with --measure).
+        #[arg(long, conflicts_with = "measure")]
+        json: bool,
+    },
+    /// Print a shell completion script for ocrig on stdout.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Write ocrig's man pages (ocrig.1 and one per subcommand, e.g. ocrig-run.1) into a directory.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man {
+        /// Directory to write the pages into (created if missing; existing pages replaced).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
     /// Build (or reuse from the cache) the guest image for a Debian kernel release.
+    #[command(after_help = IMAGE_EXAMPLES)]
     Build {
         /// Debian kernel release (e.g. 6.1.0-41-amd64), or "default".
-        #[arg(long, default_value = "default")]
+        #[arg(long, value_name = "RELEASE", default_value = "default")]
         kernel: String,
     },
 }
@@ -120,5 +228,102 @@ fn margin_fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(m) if m > 0.0 && m < 1.0 => Ok(m),
         _ => Err(format!("'{s}' is not a fraction in (0, 1): e.g. 0.05 for ±5 %")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every argument and positional of every (sub)command says what it is, and every subcommand
+    /// shows an example.
+    #[test]
+    fn every_argument_is_documented_and_every_subcommand_has_examples() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path}: argument {id} has no help"));
+                }
+            }
+            if path != "ocrig" || cmd.get_after_help().is_some() {
+                let examples = cmd
+                    .get_after_help()
+                    .or(cmd.get_after_long_help())
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                if !examples.contains("Examples:\n  ocrig ") {
+                    missing.push(format!("{path}: no Examples: block"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {}: no about", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "ocrig", &mut missing);
+        assert!(missing.is_empty(), "{missing:#?}");
+    }
+
+    /// The examples are commands ocrig accepts (flags and values, not the files they name).
+    #[test]
+    fn the_examples_parse() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut texts = vec![cmd.get_after_help().unwrap().to_string()];
+        fn collect(cmd: &clap::Command, texts: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                if let Some(h) = sub.get_after_help() {
+                    texts.push(h.to_string());
+                }
+                collect(sub, texts);
+            }
+        }
+        collect(&cmd, &mut texts);
+        let mut n = 0;
+        for text in &texts {
+            for line in text.lines().map(str::trim) {
+                let rest = line.strip_prefix("sudo ").unwrap_or(line);
+                if !rest.starts_with("ocrig ") {
+                    continue;
+                }
+                // Up to a comment, a pipe, a redirection or a second command.
+                let command = rest.split(['#', '|', '>', '&']).next().unwrap();
+                let words = shlex::split(command).unwrap();
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("example `{line}` does not parse: {e}");
+                }
+                n += 1;
+            }
+        }
+        assert!(n >= 20, "{n} examples");
+    }
+
+    #[test]
+    fn color_is_global_and_doctor_json_is_refused_with_measure() {
+        let cli = Cli::try_parse_from(["ocrig", "report", "r", "--color", "never"]).unwrap();
+        assert_eq!(cli.color, crate::color::ColorChoice::Never);
+        let cli = Cli::try_parse_from(["ocrig", "doctor"]).unwrap();
+        assert_eq!(cli.color, crate::color::ColorChoice::Auto);
+        let e = Cli::try_parse_from(["ocrig", "doctor", "--measure", "--json"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert_eq!(e.exit_code(), 2);
     }
 }

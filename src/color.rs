@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub enum ColorChoice {
     /// Colour when stdout is a terminal and `NO_COLOR` is unset or empty.
     Auto,
+    /// Colour even into a pipe or a file, and whatever `NO_COLOR` says.
     Always,
+    /// No colour.
     Never,
 }
 

@@ -29,6 +29,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    color::choose(cli.color);
     commands::init_logging(cli.verbose);
     match commands::dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,22 +5,63 @@ use std::time::Duration;
 use crate::host::{self, NestedHost, VirtEvidence};
 use crate::hostfs::{HostFs, LocalFs};
 use crate::image::{self, ImageSpec, KernelSource};
+use serde_json::{Value, json};
 
-pub fn doctor() -> anyhow::Result<()> {
+/// What doctor says, one fact at a time: each line printed as soon as it is known, or (`--json`)
+/// every fact kept under its key and printed as one JSON object at the end. Each fact's JSON
+/// carries what its line says: the figures as numbers where the line has them, the words as
+/// they are printed otherwise.
+struct Say {
+    json: Option<serde_json::Map<String, Value>>,
+}
+
+impl Say {
+    fn fact(&mut self, key: &str, line: String, value: Value) {
+        match &mut self.json {
+            None => println!("{line}"),
+            Some(facts) => {
+                facts.insert(key.into(), value);
+            }
+        }
+    }
+}
+
+/// A probe's outcome: its description and what it measured, or why it was not taken.
+fn probed<T: serde::Serialize>(r: &Result<T, String>, describe: impl Fn(&T) -> String) -> Value {
+    match r {
+        Ok(m) => json!({"description": describe(m), "measured": m}),
+        Err(e) => json!({"error": e}),
+    }
+}
+
+pub fn doctor(json: bool) -> anyhow::Result<()> {
+    let mut say = Say {
+        json: json.then(serde_json::Map::new),
+    };
     let allowed = host::allowed_cpus();
     let cpus = crate::topology::usable_cpus(&LocalFs, &allowed);
     let (total, avail) = host::memory_mib();
-    println!(
-        "host CPUs:      {} online, usable {}",
-        host::online_cpus(),
-        crate::topology::cpu_words(&cpus)
+    let online = host::online_cpus();
+    say.fact(
+        "host_cpus",
+        format!(
+            "host CPUs:      {} online, usable {}",
+            online,
+            crate::topology::cpu_words(&cpus)
+        ),
+        json!({"online": online, "usable": cpus}),
     );
     let topology = crate::topology::Topology::read(&LocalFs, &cpus);
     let order = topology.preference();
-    println!(
-        "CPU order:      {} (`host.cpus: N` takes the first N: isolated CPUs first, one thread a core, one L3 \
-         domain and one NUMA node's cores first, CPU 0's core last)",
-        crate::topology::cpu_words(&order)
+    const ORDER_RULE: &str = "`host.cpus: N` takes the first N: isolated CPUs first, one thread a core, one L3 \
+         domain and one NUMA node's cores first, CPU 0's core last";
+    say.fact(
+        "cpu_order",
+        format!(
+            "CPU order:      {} ({ORDER_RULE})",
+            crate::topology::cpu_words(&order)
+        ),
+        json!({"cpus": order, "rule": ORDER_RULE}),
     );
     // What a sweep with `host.cpus: 2` measures on: the probes below are taken there.
     let two: Vec<usize> = {
@@ -28,31 +69,58 @@ pub fn doctor() -> anyhow::Result<()> {
         v.sort_unstable();
         v
     };
-    println!("host.cpus: 2 →  {}", topology.describe(&two, Some(&allowed)));
+    let described = topology.describe(&two, Some(&allowed));
+    say.fact(
+        "host_cpus_2",
+        format!("host.cpus: 2 →  {described}"),
+        json!({"cpus": two, "description": described}),
+    );
     let start = crate::backend::StartPlacement::of(&two, &topology, topology.others(&two, &allowed).cpus);
-    println!("guests start:   {}", start.describe());
-    println!("memory:         {total} MiB total, {avail} MiB available");
+    let start = start.describe();
+    say.fact("guests_start", format!("guests start:   {start}"), json!(start));
+    say.fact(
+        "memory_mib",
+        format!("memory:         {total} MiB total, {avail} MiB available"),
+        json!({"total": total, "available": avail}),
+    );
     let ev = VirtEvidence::read();
     let choice = ev.choose();
     let qemu_v = host::qemu_version(std::path::Path::new("qemu-system-x86_64"));
-    for line in virt_lines(&LocalFs, &ev, qemu_v) {
-        println!("{line}");
+    for (key, line, value) in virt_facts(&LocalFs, &ev, qemu_v) {
+        say.fact(key, line, value);
     }
+    const NOT_INSTALLED: &str = "not installed (run scripts/setup)";
     let qemu = host::tool_version("qemu-system-x86_64", &["--version"]);
-    println!(
-        "QEMU:           {}",
-        qemu.as_deref().unwrap_or("not installed (run scripts/setup)")
+    say.fact(
+        "qemu",
+        format!("QEMU:           {}", qemu.as_deref().unwrap_or(NOT_INSTALLED)),
+        json!(qemu),
     );
     let virsh = host::tool_version("virsh", &["--version"]);
-    println!(
-        "libvirt client: {}",
-        virsh.as_deref().unwrap_or("not installed (run scripts/setup)")
+    say.fact(
+        "libvirt_client",
+        format!("libvirt client: {}", virsh.as_deref().unwrap_or(NOT_INSTALLED)),
+        json!(virsh),
     );
-    println!("libvirtd:       {}", libvirtd_status());
-    println!("libvirt's QEMU: {}", libvirt_qemu_line());
+    let libvirtd = libvirtd_status();
+    say.fact("libvirtd", format!("libvirtd:       {libvirtd}"), json!(libvirtd));
+    let libvirt_qemu = libvirt_qemu_line();
+    say.fact(
+        "libvirt_qemu",
+        format!("libvirt's QEMU: {libvirt_qemu}"),
+        json!(libvirt_qemu),
+    );
     match image::resolve_default_kernel() {
-        Ok(k) => println!("default kernel: {k} (Debian's linux-image-amd64)"),
-        Err(e) => println!("default kernel: cannot resolve — {e:#}"),
+        Ok(k) => say.fact(
+            "default_kernel",
+            format!("default kernel: {k} (Debian's linux-image-amd64)"),
+            json!({"release": k.to_string(), "package": "linux-image-amd64"}),
+        ),
+        Err(e) => say.fact(
+            "default_kernel",
+            format!("default kernel: cannot resolve — {e:#}"),
+            json!({"error": format!("{e:#}")}),
+        ),
     }
     let spec = ImageSpec {
         kernel: KernelSource::Debian("default".into()),
@@ -60,46 +128,84 @@ pub fn doctor() -> anyhow::Result<()> {
     let cache = image::cache_dir();
     let img = image::cached(&spec, &cache);
     match &img {
-        Ok(Some(img)) => println!(
-            "image (default kernel): cached {} — kernel {}",
-            img.dir.display(),
-            img.kernel_release
+        Ok(Some(img)) => say.fact(
+            "image",
+            format!(
+                "image (default kernel): cached {} — kernel {}",
+                img.dir.display(),
+                img.kernel_release
+            ),
+            json!({"kernel": "default", "cached": true, "dir": img.dir, "kernel_release": img.kernel_release}),
         ),
-        Ok(None) => println!(
-            "image (default kernel): not built yet (`ocrig image build`; cache {})",
-            cache.display()
+        Ok(None) => say.fact(
+            "image",
+            format!(
+                "image (default kernel): not built yet (`ocrig image build`; cache {})",
+                cache.display()
+            ),
+            json!({"kernel": "default", "cached": false, "cache": cache}),
         ),
-        Err(e) => println!("image (default kernel): unknown — {e:#}"),
+        Err(e) => say.fact(
+            "image",
+            format!("image (default kernel): unknown — {e:#}"),
+            json!({"kernel": "default", "error": format!("{e:#}")}),
+        ),
     }
     let img = img.ok().flatten();
-    for line in start_methods(choice.accel, img.as_ref()) {
-        println!("{line}");
+    for (key, line, value) in start_facts(choice.accel, img.as_ref()) {
+        say.fact(key, line, value);
     }
-    println!("{}", timeline_line(&LocalFs));
+    let timeline = timeline_line(&LocalFs);
+    let words = timeline
+        .trim_start_matches("vCPU timeline:")
+        .trim_start()
+        .to_string();
+    say.fact("vcpu_timeline", timeline, json!(words));
     use crate::telemetry::host_speed::HostProbe;
-    match crate::telemetry::host_speed::probe(&two, Duration::from_secs(2)) {
-        Ok(s) => println!("host speed:     {}", s.describe()),
-        Err(e) => println!("host speed:     not probed — {e}"),
-    }
-    match crate::telemetry::host_handover::probe(&two, Duration::from_secs(2)) {
-        Ok(s) => println!("host hand-over: {}", s.describe()),
-        Err(e) => println!("host hand-over: not probed — {e}"),
-    }
+    let speed = crate::telemetry::host_speed::probe(&two, Duration::from_secs(2));
+    let line = match &speed {
+        Ok(s) => format!("host speed:     {}", s.describe()),
+        Err(e) => format!("host speed:     not probed — {e}"),
+    };
+    say.fact("host_speed", line, probed(&speed, |s| s.describe()));
+    let handover = crate::telemetry::host_handover::probe(&two, Duration::from_secs(2));
+    let line = match &handover {
+        Ok(s) => format!("host hand-over: {}", s.describe()),
+        Err(e) => format!("host hand-over: not probed — {e}"),
+    };
+    say.fact("host_handover", line, probed(&handover, |s| s.describe()));
     let record = crate::telemetry::host_record::read(&LocalFs, &two, true);
-    println!("host:           {}", record.summary());
+    let summary = record.summary();
     let hazards = record.hazards();
-    if hazards.is_empty() {
+    say.fact(
+        "host",
+        format!("host:           {summary}"),
+        json!({"summary": summary, "record": record}),
+    );
+    if say.json.is_some() {
+        say.fact("timing_hazards", String::new(), json!(hazards));
+    } else if hazards.is_empty() {
         println!("timing hazards: none found");
     }
-    for h in hazards {
-        println!("timing hazard:  {h}");
+    if say.json.is_none() {
+        for h in hazards {
+            println!("timing hazard:  {h}");
+        }
     }
-    match crate::telemetry::host_speed::noise_floor(&two, Duration::from_secs(6), Duration::from_secs(1)) {
-        Ok(f) => println!(
-            "noise floor:    {}",
-            f.describe(crate::stats::power::detectable_at_cv)
-        ),
-        Err(e) => println!("noise floor:    not measured — {e}"),
+    let floor =
+        crate::telemetry::host_speed::noise_floor(&two, Duration::from_secs(6), Duration::from_secs(1));
+    let describe =
+        |f: &crate::telemetry::host_speed::NoiseFloor| f.describe(crate::stats::power::detectable_at_cv);
+    let line = match &floor {
+        Ok(f) => format!("noise floor:    {}", describe(f)),
+        Err(e) => format!("noise floor:    not measured — {e}"),
+    };
+    say.fact("noise_floor", line, probed(&floor, describe));
+    if let Some(facts) = say.json {
+        crate::commands::out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&Value::Object(facts))?
+        ))?;
     }
     Ok(())
 }
@@ -129,51 +235,90 @@ fn timeline_line(fs: &dyn HostFs) -> String {
     }
 }
 
+/// One line of doctor's: its JSON key, the line, and its JSON value.
+type Fact = (&'static str, String, Value);
+
 /// The accelerator `auto` picks for each backend and why, whether the host is itself a guest,
 /// and whether this QEMU reads KVM counters without disturbing the guests. `ev` is the
 /// evidence for QEMU started by this process (the qemu backend).
-fn virt_lines(fs: &dyn HostFs, ev: &VirtEvidence, qemu: Option<(u32, u32, u32)>) -> Vec<String> {
+fn virt_facts(fs: &dyn HostFs, ev: &VirtEvidence, qemu: Option<(u32, u32, u32)>) -> Vec<Fact> {
     let mut out = Vec::new();
     let choice = ev.choose();
-    out.push(format!(
-        "accel (auto):   {} — {}",
-        choice.accel.as_str(),
-        choice.reason
+    out.push((
+        "accel",
+        format!("accel (auto):   {} — {}", choice.accel.as_str(), choice.reason),
+        json!({"choice": choice.accel.as_str(), "reason": choice.reason}),
     ));
-    out.push(format!(
-        "  evidence:     vmx/svm={} /dev/kvm={} kvm_intel|kvm_amd={} kvm_pvm={} opens-rw={}",
-        ev.cpu_has_vmx_or_svm,
-        ev.dev_kvm,
-        ev.kvm_intel_or_amd_loaded,
-        ev.kvm_pvm_loaded,
-        match (&ev.kvm_denied, ev.dev_kvm) {
-            (_, false) => "no node".to_string(),
-            (None, true) => "yes".into(),
-            (Some(why), true) => format!("no ({why})"),
-        }
+    let opens_rw = match (&ev.kvm_denied, ev.dev_kvm) {
+        (_, false) => "no node".to_string(),
+        (None, true) => "yes".into(),
+        (Some(why), true) => format!("no ({why})"),
+    };
+    out.push((
+        "accel_evidence",
+        format!(
+            "  evidence:     vmx/svm={} /dev/kvm={} kvm_intel|kvm_amd={} kvm_pvm={} opens-rw={}",
+            ev.cpu_has_vmx_or_svm, ev.dev_kvm, ev.kvm_intel_or_amd_loaded, ev.kvm_pvm_loaded, opens_rw
+        ),
+        json!({
+            "vmx_or_svm": ev.cpu_has_vmx_or_svm,
+            "dev_kvm": ev.dev_kvm,
+            "kvm_intel_or_amd_loaded": ev.kvm_intel_or_amd_loaded,
+            "kvm_pvm_loaded": ev.kvm_pvm_loaded,
+            "opens_rw": opens_rw,
+        }),
     ));
     let lv = VirtEvidence::read_for_libvirt(fs);
     let lc = lv.choose();
-    out.push(format!("accel (libvirt): {} — {}", lc.accel.as_str(), lc.reason));
-    out.push(format!(
-        "host is a VM:   {}",
-        NestedHost::read_from(fs).describe()
+    out.push((
+        "accel_libvirt",
+        format!("accel (libvirt): {} — {}", lc.accel.as_str(), lc.reason),
+        json!({"choice": lc.accel.as_str(), "reason": lc.reason}),
     ));
+    let nested = NestedHost::read_from(fs).describe();
+    out.push(("host_is_a_vm", format!("host is a VM:   {nested}"), json!(nested)));
     if choice.accel == host::Accel::Kvm || lc.accel == host::Accel::Kvm {
-        out.push(match qemu {
+        let words = match qemu {
             Some(v) if v >= host::QEMU_QUIET_STATS => format!(
-                "KVM counters:   QEMU {}.{}.{} reads them with query-stats without stopping the vCPUs",
+                "QEMU {}.{}.{} reads them with query-stats without stopping the vCPUs",
                 v.0, v.1, v.2
             ),
             Some(v) => format!(
-                "KVM counters:   QEMU {}.{}.{} < 8.1: query-stats kicks every vCPU out of the guest per read \
+                "QEMU {}.{}.{} < 8.1: query-stats kicks every vCPU out of the guest per read \
                  (adding exits to what it counts), so ocrig reads debugfs instead (needs debugfs mounted)",
                 v.0, v.1, v.2
             ),
-            None => "KVM counters:   QEMU version unknown".into(),
-        });
+            None => "QEMU version unknown".into(),
+        };
+        out.push(("kvm_counters", format!("KVM counters:   {words}"), json!(words)));
     }
     out
+}
+
+/// [`virt_facts`]' lines.
+#[cfg(test)]
+fn virt_lines(fs: &dyn HostFs, ev: &VirtEvidence, qemu: Option<(u32, u32, u32)>) -> Vec<String> {
+    virt_facts(fs, ev, qemu)
+        .into_iter()
+        .map(|(_, line, _)| line)
+        .collect()
+}
+
+/// [`start_methods`] as facts: each line's words after its label.
+fn start_facts(accel: host::Accel, img: Option<&image::Image>) -> Vec<Fact> {
+    let keys = [
+        ("start_boot", "start: boot"),
+        ("start_clone", "start: clone"),
+        ("guest_clock", "guest clock:"),
+    ];
+    start_methods(accel, img)
+        .into_iter()
+        .zip(keys)
+        .map(|(line, (key, label))| {
+            let words = line.strip_prefix(label).unwrap_or(&line).trim_start().to_string();
+            (key, line, json!(words))
+        })
+        .collect()
 }
 
 /// Which ways of starting a guest work on this host, and why (one line each).

@@ -1,6 +1,7 @@
 //! One function per subcommand: parses what the command line gave and dispatches. A sweep's
 //! orchestration lives in [`crate::orchestrate`].
 
+mod completions;
 mod doctor;
 mod doctor_measure;
 mod image;
@@ -56,7 +57,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             wait_for_cpus,
             accept_changed,
         }),
-        Command::Validate { files } => validate::validate(&files),
+        Command::Validate { files, json } => validate::validate(&files, json),
         Command::Report {
             dir,
             format,
@@ -106,13 +107,16 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             measure,
             results,
             backend,
+            json,
         } => {
-            doctor::doctor()?;
+            doctor::doctor(json)?;
             if measure {
                 println!();
                 doctor_measure::measure(&results, backend)?;
             }
             Ok(())
         }
+        Command::Completions { shell } => completions::completions(shell),
+        Command::Man { dir } => completions::man(&dir),
     }
 }

@@ -4,6 +4,7 @@
 
 mod architecture;
 mod cli_errors;
+mod conventions;
 mod docs_links;
 mod report_browser;
 mod scenario_errors;
