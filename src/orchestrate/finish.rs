@@ -49,16 +49,6 @@ pub(crate) fn finish(
     };
     std::fs::write(timings_file, serde_json::to_string_pretty(&timings)?)?;
 
-    // Streamed into digests: a long sweep's journal may not fit in memory whole.
-    let j = crate::stats::digest::Digested::read(results_dir, false)?;
-    super::out(&crate::report::render_digested(
-        &j,
-        crate::report::Format::Table,
-        &Default::default(),
-    )?)?;
-    if let Err(e) = crate::report::write_all(&j, results_dir) {
-        tracing::warn!("writing reports: {e:#}");
-    }
     let disturbed = if totals.disturbed + totals.disturbed_counted > 0 {
         format!(
             "; the host disturbed {} attempt(s) (waited {:.0} s) and {} run(s) counted marked disturbed",
@@ -67,8 +57,8 @@ pub(crate) fn finish(
     } else {
         String::new()
     };
-    eprintln!(
-        "ocrig: {} runs ok, {} failed ({} failed attempts{disturbed}); {} warm-up(s); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
+    tracing::info!(
+        "{} runs ok, {} failed ({} failed attempts{disturbed}); {} warm-up(s); {} boot(s); wall {:.1} s = prepare {:.1} + boot {:.1} + deploy {:.1} + run {:.1} (measured {:.1}, {:.0}% of wall) + teardown {:.1}; max start skew {:.0} µs",
         totals.runs_ok,
         totals.runs_failed,
         totals.attempts_failed,
@@ -84,6 +74,28 @@ pub(crate) fn finish(
         totals.teardown_s,
         totals.max_start_skew_us
     );
+    // Before the report, so its verdict is the last thing on the terminal; the breakdown is in
+    // timings.json and the log.
+    eprintln!("{}", closing_line(totals, wall_s, share(totals.measured_s)));
+
+    // Streamed into digests: a long sweep's journal may not fit in memory whole.
+    let j = crate::stats::digest::Digested::read(results_dir, false)?;
+    super::out(&crate::report::render_digested(
+        &j,
+        crate::report::Format::Table,
+        &Default::default(),
+    )?)?;
+    if let Err(e) = crate::report::write_all(&j, results_dir) {
+        tracing::warn!("writing reports: {e:#}");
+    }
+    super::out(&format!(
+        "report: {}  {}\n",
+        results_dir.join("report.html").display(),
+        crate::color::paint(
+            &format!("(log: {})", results_dir.join("ocrig.log").display()),
+            crate::color::Tone::Dim
+        )
+    ))?;
     let slots = scheduler::slots_without_result(plan, &j.runs);
     if slots > 0 {
         return Err(SweepIncomplete {
@@ -93,4 +105,20 @@ pub(crate) fn finish(
         .into());
     }
     Ok(())
+}
+
+/// The sweep's count in one line within 120 columns: runs, failures, wall and how much of it ran.
+fn closing_line(t: &PhaseTotals, wall_s: f64, measured_share: f64) -> String {
+    let retried = match t.attempts_failed {
+        0 => String::new(),
+        n => format!(" ({n} failed attempt(s) tried again)"),
+    };
+    format!(
+        "ocrig: {} runs ok, {} failed{retried}; {} boot(s); wall {:.0} s, {:.0} % of it measured (timings.json)",
+        t.runs_ok,
+        t.runs_failed,
+        t.boots,
+        wall_s,
+        measured_share * 100.0
+    )
 }

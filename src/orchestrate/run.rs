@@ -369,7 +369,9 @@ fn say_host_probe<T: crate::telemetry::host_speed::HostProbe>(
             if h.steady() {
                 tracing::info!("{what} {}", h.describe());
             } else {
-                eprintln!("ocrig: warning: {what} {}", h.describe());
+                // One line on the terminal; the figures in the log and every report.
+                tracing::info!("{what} {}", h.describe());
+                eprintln!("ocrig: warning: {what} {} (ocrig.log)", h.headline());
             }
             serde_json::to_value(&h).ok()
         }

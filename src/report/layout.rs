@@ -13,12 +13,69 @@ const STYLE: TableStyle = TableStyle::new()
     .content_lines(ContentLineStyle::new('|', '|', '|'))
     .bottom_border(LineStyle::new('+', '-', '+', '+'));
 
-/// A plain-ASCII table (pastes cleanly into mail), label columns left-aligned, numbers right.
+/// The terminal width every text report is laid out for: tables split, notes wrapped.
+pub const WIDTH: usize = crate::vocabulary::TERMINAL_WIDTH;
+
+/// A plain-ASCII table (pastes cleanly into mail), label columns left-aligned, numbers right;
+/// wider than [`WIDTH`], split into tables that fit, each repeating the label columns (a
+/// column too wide alone has its cells wrapped; numbers are never cut).
 pub fn ascii_table(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|j| {
+            rows.iter()
+                .filter_map(|r| r.get(j))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // `| a | b |`: each column takes its text and three more, the table one more.
+    let span = |cols: &[usize]| 1 + cols.iter().map(|&j| widths[j] + 3).sum::<usize>();
+    let all: Vec<usize> = (0..n).collect();
+    let labels = label_columns(rows).min(n);
+    if span(&all) <= WIDTH || n <= labels + 1 {
+        return one_table(rows, span(&all) > WIDTH);
+    }
+    let keys: Vec<usize> = (0..labels).collect();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for j in labels..n {
+        match groups.last_mut() {
+            Some(g) if span(&[&keys[..], &g[..], &[j]].concat()) <= WIDTH => g.push(j),
+            _ => groups.push(vec![j]),
+        }
+    }
+    groups
+        .iter()
+        .map(|g| {
+            let cols = [&keys[..], &g[..]].concat();
+            let sub: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    cols.iter()
+                        .map(|&j| r.get(j).cloned().unwrap_or_default())
+                        .collect()
+                })
+                .collect();
+            one_table(&sub, span(&cols) > WIDTH)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One comfy-table; `wrap`: lay it out within [`WIDTH`], wrapping cells.
+fn one_table(rows: &[Vec<String>], wrap: bool) -> String {
     let mut t = Table::new();
     t.load_style(STYLE)
-        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_content_arrangement(if wrap {
+            ContentArrangement::Dynamic
+        } else {
+            ContentArrangement::Disabled
+        })
         .force_no_tty();
+    if wrap {
+        t.set_width(WIDTH as u16);
+    }
     let labels = label_columns(rows);
     let mut rows = rows.iter();
     if let Some(head) = rows.next() {
@@ -37,6 +94,33 @@ pub fn ascii_table(rows: &[Vec<String>]) -> String {
     let mut s = t.to_string();
     s.push('\n');
     s
+}
+
+/// `text` wrapped on spaces within [`WIDTH`] columns: its first line after `first`, the others
+/// after `rest`; its own line breaks kept. A word longer than a line stays whole.
+pub fn wrap(text: &str, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    for (k, para) in text.split('\n').enumerate() {
+        let mut line = String::from(if k == 0 { first } else { rest });
+        let mut empty = true;
+        for word in para.split(' ').filter(|w| !w.is_empty()) {
+            let len = line.chars().count();
+            if !empty && len + 1 + word.chars().count() > WIDTH {
+                out.push_str(&line);
+                out.push('\n');
+                line = String::from(rest);
+                empty = true;
+            }
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(word);
+            empty = false;
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Escapes the characters that would break a pipe-table cell.
@@ -136,5 +220,60 @@ pub fn label_columns(rows: &[Vec<String>]) -> usize {
     match rows.first() {
         Some(head) if head.first().is_some_and(|h| h == "variant") => 2,
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn width(text: &str) -> usize {
+        text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+    }
+
+    #[test]
+    fn a_wide_table_splits_into_tables_that_fit_repeating_its_labels() {
+        let head: Vec<String> = ["variant", "oc"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain((0..12).map(|i| format!("column {i}")))
+            .collect();
+        let row: Vec<String> = ["qspinlock", "2x"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain((0..12).map(|i| format!("{}", 1_000_000 + i)))
+            .collect();
+        let text = ascii_table(&[head, row]);
+        assert!(width(&text) <= WIDTH, "{text}");
+        // Every column's number is there whole, and each table starts with the labels.
+        for i in 0..12 {
+            assert!(text.contains(&format!("{}", 1_000_000 + i)), "{text}");
+        }
+        let tables = text.split("\n\n").count();
+        assert!(tables >= 2, "{text}");
+        assert_eq!(text.matches("| qspinlock | 2x |").count(), tables, "{text}");
+        // A column too wide alone wraps its cells within the width.
+        let long = "vcpu 1.8 · both 0 · guest 0.4 · other vCPU 0.7 · unexpl. 0.5 of 3.4/run ≥ 1.6 ms (tie ±0.40 ms) and more words";
+        let text = ascii_table(&[
+            vec!["variant".into(), "oc".into(), "on the host's record".into()],
+            vec!["qspinlock".into(), "2x".into(), long.into()],
+        ]);
+        assert!(width(&text) <= WIDTH, "{text}");
+        assert!(text.contains("1.6 ms"), "{text}");
+    }
+
+    #[test]
+    fn notes_wrap_within_the_width_with_a_hanging_indent() {
+        let text = "word ".repeat(60);
+        let w = wrap(text.trim(), "  ", "    ");
+        assert!(width(&w) <= WIDTH, "{w}");
+        assert!(
+            w.starts_with("  word") && w.lines().nth(1).unwrap().starts_with("    word"),
+            "{w}"
+        );
+        assert_eq!(w.matches("word").count(), 60);
+        // A word longer than a line is kept whole.
+        let url = "x".repeat(130);
+        assert_eq!(wrap(&url, "", ""), format!("{url}\n"));
     }
 }

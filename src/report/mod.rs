@@ -17,6 +17,7 @@ pub mod markdown;
 pub mod plot;
 pub mod table;
 pub mod timeline;
+pub mod verdict;
 
 mod compare;
 mod format;

@@ -19,6 +19,12 @@ impl Exporter for TableExporter {
         text.push_str(&input.kernel_words());
         text.push_str(&kernel_symbols::table_section(&input.symbols));
         text.push_str(&kernel_symbols::compare_table(&input.changed()));
+        // Last, where the eye lands when the command ends.
+        let verdict = super::verdict::text(&input.model);
+        if !verdict.is_empty() {
+            text.push('\n');
+            text.push_str(&verdict);
+        }
         Ok(text)
     }
 }
@@ -68,13 +74,17 @@ fn render_model(model: &Model) -> String {
                 );
                 blocks.push(format!("{title}\n{}", ascii_table(&rows)));
             }
-            let notes: String = notes(model, wl).iter().map(|n| format!("  {n}\n")).collect();
+            let notes: String = notes(model, wl)
+                .iter()
+                .map(|n| super::layout::wrap(n, "  ", "    "))
+                .collect();
             blocks.push(notes);
             workloads.push(blocks.join("\n"));
         }
         let mut text = workloads.join("\n");
         for line in super::sweep_lines(model) {
-            text.push_str(&format!("\n{line}\n"));
+            text.push('\n');
+            text.push_str(&super::layout::wrap(&line, "", "  "));
         }
         text
     }
@@ -201,14 +211,24 @@ lock-ticket: KVM counters of guest 0's VM (per second of run)
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   other load = pinned host CPUs' time spent on anything but this run's vCPUs (a shared host's other work)
   cs vol / cs invol: context switches of the workload's threads inside the guest, mean per run
-  pv-yield hc / ok = KVM's directed_yield_attempted / _successful: PV sched-yield hypercalls
-    (KVM_HC_SCHED_YIELD) made / that yielded to the target vCPU; pause-loop exits are not in them
-  PLE (pause-loop exits): not measured: KVM has no statistic of them (kvm_vcpu_on_spin); only the
-    host's kvm:kvm_exit (PAUSE_INSTRUCTION / pause) and kvm_ple_window_update tracepoints show them
-  all hcalls = every hypercall number together (spinlock kicks, PV IPIs, sched-yield, ...); by number:
-    not measured (KVM's stats do not split them; the host's kvm:kvm_hypercall tracepoint would)
-  preempt rep / other = vCPU preemptions KVM could / could not flag in kvm-steal-time's `preempted`
-    (what the guest's vcpu_is_preempted reads)
+  pv-yield hc / ok = KVM's directed_yield_attempted / _successful: PV sched-yield hypercalls (KVM_HC_SCHED_YIELD) made /
+    that yielded to the target vCPU; pause-loop exits are not in them
+  PLE (pause-loop exits): not measured: KVM has no statistic of them (kvm_vcpu_on_spin); only the host's kvm:kvm_exit
+    (PAUSE_INSTRUCTION / pause) and kvm_ple_window_update tracepoints show them
+  all hcalls = every hypercall number together (spinlock kicks, PV IPIs, sched-yield, ...); by number: not measured
+    (KVM's stats do not split them; the host's kvm:kvm_hypercall tracepoint would)
+  preempt rep / other = vCPU preemptions KVM could / could not flag in kvm-steal-time's `preempted` (what the guest's
+    vcpu_is_preempted reads)
+
+── verdict ─────────────────────────────────────────────────────────────────────────────────────────────────────────────
+hackbench (seconds, lower is better): each variant / base
+  0.5x  patched  0.900 [0.864, 0.938]  differs: 10.0 % better  3+3 bring-ups
+  1x    patched  1.025 [0.916, 1.147]  not concluded           3+3 bring-ups
+  retention (seconds at each level / at 0.5x): base 1x 1.999 [1.795, 2.226] · patched 1x 2.276 [2.031, 2.551]
+lock-ticket (ops_per_sec, higher is better): each variant / base
+  0.5x  patched  1.201 [0.972, 1.485]  not concluded           3+3 bring-ups
+  1x    patched  1.601 [1.475, 1.737]  differs: 60.1 % better  3+3 bring-ups
+  retention (ops_per_sec at each level / at 0.5x): base 1x 0.501 [0.404, 0.622] · patched 1x 0.668 [0.553, 0.806]
 ";
         assert_eq!(text, expected);
     }

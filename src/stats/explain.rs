@@ -367,14 +367,14 @@ pub const KVM_COLUMNS: [(&str, &str); 7] = [
 /// What the KVM table's columns count and what it cannot show, for the report's notes.
 pub fn kvm_notes() -> Vec<String> {
     [
-        "pv-yield hc / ok = KVM's directed_yield_attempted / _successful: PV sched-yield hypercalls",
-        "  (KVM_HC_SCHED_YIELD) made / that yielded to the target vCPU; pause-loop exits are not in them",
-        "PLE (pause-loop exits): not measured: KVM has no statistic of them (kvm_vcpu_on_spin); only the",
-        "  host's kvm:kvm_exit (PAUSE_INSTRUCTION / pause) and kvm_ple_window_update tracepoints show them",
-        "all hcalls = every hypercall number together (spinlock kicks, PV IPIs, sched-yield, ...); by number:",
-        "  not measured (KVM's stats do not split them; the host's kvm:kvm_hypercall tracepoint would)",
-        "preempt rep / other = vCPU preemptions KVM could / could not flag in kvm-steal-time's `preempted`",
-        "  (what the guest's vcpu_is_preempted reads)",
+        "pv-yield hc / ok = KVM's directed_yield_attempted / _successful: PV sched-yield hypercalls \
+         (KVM_HC_SCHED_YIELD) made / that yielded to the target vCPU; pause-loop exits are not in them",
+        "PLE (pause-loop exits): not measured: KVM has no statistic of them (kvm_vcpu_on_spin); only the \
+         host's kvm:kvm_exit (PAUSE_INSTRUCTION / pause) and kvm_ple_window_update tracepoints show them",
+        "all hcalls = every hypercall number together (spinlock kicks, PV IPIs, sched-yield, ...); by number: \
+         not measured (KVM's stats do not split them; the host's kvm:kvm_hypercall tracepoint would)",
+        "preempt rep / other = vCPU preemptions KVM could / could not flag in kvm-steal-time's `preempted` \
+         (what the guest's vcpu_is_preempted reads)",
     ]
     .map(String::from)
     .to_vec()

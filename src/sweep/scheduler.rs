@@ -505,6 +505,10 @@ impl<E: Executor> Scheduler<'_, E> {
             attempt += 1;
         }
         self.totals.runs_failed += 1;
+        self.progress.println(&format!(
+            "{}x {} {} run {run}: given up after {attempt} attempts (the report counts it as failed)",
+            group.level, cell.variant, cell.workload.id
+        ));
         self.progress.run_done();
         Ok(())
     }
@@ -585,7 +589,7 @@ impl<E: Executor> Scheduler<'_, E> {
         } else {
             Ended::GuestFailed
         };
-        self.report_failures(&recs);
+        self.report_failures(&recs, ended);
         self.keep(cell, recs)?;
         if ended != Ended::Counted {
             self.totals.attempts_failed += 1;
@@ -795,21 +799,43 @@ impl<E: Executor> Scheduler<'_, E> {
         }
     }
 
-    fn report_failures(&self, recs: &[RunRecord]) {
+    /// One line per failed attempt, within 120 columns: a self-check's refusal is routine (the
+    /// run is tried again in the same guests), a guest's failure brings up fresh ones; the whole
+    /// reason goes to the log (and the journal).
+    fn report_failures(&self, recs: &[RunRecord], ended: Ended) {
         for r in recs.iter().filter(|r| !r.ok) {
-            self.progress.println(&format!(
-                "{}x {} {} run {}{} guest {} attempt {} failed: {}",
+            let error = r.error.as_deref().unwrap_or("?");
+            let what = format!(
+                "{}x {} {} run {}{} guest {} attempt {}",
                 r.level,
                 r.variant,
                 r.workload,
                 r.run,
                 if r.warmup { " (warm-up)" } else { "" },
                 r.guest,
-                r.attempt,
-                r.error.as_deref().unwrap_or("?")
-            ));
+                r.attempt
+            );
+            tracing::info!("{what} failed: {error}");
+            self.progress.println(&failure_line(&what, error, ended));
         }
     }
+}
+
+/// [`Scheduler::report_failures`]'s line: the check that refused, or the failure's first words.
+fn failure_line(what: &str, error: &str, ended: Ended) -> String {
+    let line = match error.strip_prefix(crate::journal::SELF_CHECK_REASON) {
+        Some(rest) if ended == Ended::Rejected => {
+            let check = rest.split(':').next().unwrap_or(rest).trim();
+            format!("{what}: refused by self-check {check}, tried again in the same guests (why: ocrig.log)")
+        }
+        _ => format!("{what} failed (why: ocrig.log): {error}"),
+    };
+    if line.chars().count() <= crate::vocabulary::TERMINAL_WIDTH {
+        return line;
+    }
+    let mut cut: String = line.chars().take(crate::vocabulary::TERMINAL_WIDTH - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// Which attempt of which run, on the guest set now up, in the group's block being made.

@@ -54,6 +54,15 @@ impl HostProbe for HostHandover {
         self.spread <= STEADY_SPREAD
     }
 
+    fn headline(&self) -> String {
+        format!(
+            "{} (x{:.2} fast to slow, {:.0} % of samples slow): short holds spread more",
+            if self.steady() { "steady" } else { "NOT steady" },
+            self.spread,
+            self.slow_share * 100.0
+        )
+    }
+
     fn describe(&self) -> String {
         let figures = format!(
             "a cache line's round trip between CPUs {} and {} {:.1} / {:.1} / {:.1} ns (p5 / p50 / p95 of {} samples \

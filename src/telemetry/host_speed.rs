@@ -52,6 +52,8 @@ pub trait HostProbe: Serialize + serde::de::DeserializeOwned {
     fn steady(&self) -> bool;
     /// One line for a person: steady or not, with the numbers and what follows.
     fn describe(&self) -> String;
+    /// The same in a few words, for a one-line warning (the rest goes to the log).
+    fn headline(&self) -> String;
 }
 
 /// A probe's samples summed up: p5 / p50 / p95, their spread (p95 / p5) and the share of
@@ -100,6 +102,15 @@ pub(crate) fn pin_to(cpu: usize) -> Result<(), String> {
 impl HostProbe for HostSpeed {
     fn steady(&self) -> bool {
         self.spread <= STEADY_SPREAD
+    }
+
+    fn headline(&self) -> String {
+        format!(
+            "{} (x{:.2} fast to slow, {:.0} % of samples slow): lock runs spread more",
+            if self.steady() { "steady" } else { "NOT steady" },
+            self.spread,
+            self.slow_share * 100.0
+        )
     }
 
     fn describe(&self) -> String {

@@ -22,4 +22,5 @@ mod run_position;
 mod scale;
 mod smoke;
 mod telemetry;
+mod terminal;
 mod timeline;
