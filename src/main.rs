@@ -18,6 +18,7 @@ mod scenario;
 mod stats;
 mod sweep;
 mod telemetry;
+mod terminal;
 #[cfg(test)]
 mod testing;
 mod topology;

@@ -75,7 +75,3 @@ impl StartMethod {
         self != StartMethod::Boot
     }
 }
-
-/// The terminal width ocrig lays its output out for: reports' tables split and notes wrapped
-/// within it, progress and warning lines kept to one line of it.
-pub const TERMINAL_WIDTH: usize = 120;

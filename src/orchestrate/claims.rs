@@ -17,7 +17,7 @@ pub const PRIVATE_CLAIMS_ENV: &str = "OCRIG_PRIVATE_CPU_CLAIMS";
 /// any of them, unless told to wait.
 pub(crate) fn claim_cpus(cpus: &[usize], wait: bool) -> anyhow::Result<CpuClaim> {
     let on_wait = |busy: &CpusBusy| {
-        eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
+        crate::terminal::say(&format!("ocrig: waiting (--wait-for-cpus): {busy}"));
     };
     match std::env::var_os(PRIVATE_CLAIMS_ENV) {
         Some(dir) => CpuClaim::claim_in(Path::new(&dir), cpus, wait, on_wait),
@@ -52,7 +52,7 @@ pub(crate) fn claim_remote_cpus(
 ) -> anyhow::Result<crate::backend::remote::RemoteCpuClaim> {
     let r = &b.remote().context("not a remote backend")?.remote;
     crate::backend::remote::RemoteCpuClaim::claim(r, cpus, wait, |busy| {
-        eprintln!("ocrig: waiting (--wait-for-cpus): {busy}");
+        crate::terminal::say(&format!("ocrig: waiting (--wait-for-cpus): {busy}"));
     })
     .map_err(
         |e| match e.downcast::<crate::backend::isolation::RemoteCpusBusy>() {

@@ -79,17 +79,17 @@ impl Host {
     /// What it was found to be, said once its CPUs are held.
     pub fn say(&self) {
         match &self.label {
-            None => eprintln!(
+            None => crate::terminal::say(&format!(
                 "ocrig: accel {} — {}",
                 self.accel.accel.as_str(),
                 self.accel.reason
-            ),
-            Some(label) => eprintln!(
+            )),
+            Some(label) => crate::terminal::say(&format!(
                 "ocrig: host {label}: {} CPUs given, accel {} — {}",
                 self.plan.host_cpus.len(),
                 self.accel.accel.as_str(),
                 self.accel.reason
-            ),
+            )),
         }
     }
 }
@@ -118,10 +118,10 @@ pub(crate) fn prepare(loaded: &Loaded, seed: u64, resumed: bool) -> anyhow::Resu
         let backend = match connect(&uri) {
             Ok(b) => b,
             Err(e) if resumed => {
-                eprintln!(
+                crate::terminal::say(&format!(
                     "ocrig: host {} does not answer; resuming without it: {e:#}",
                     label_of(&uri)
-                );
+                ));
                 continue;
             }
             Err(e) => return Err(e),
@@ -213,7 +213,7 @@ fn checked(loaded: &Loaded, parts: Parts, label: Option<String>, seed: u64) -> a
     validate(loaded, &parts.facts)?;
     let virt = check_virt(loaded, &virt_evidence(loaded, parts.fs.as_ref()))?;
     for w in &virt.warnings {
-        eprintln!("ocrig: warning: {w}");
+        crate::terminal::say(&format!("ocrig: warning: {w}"));
     }
     if loaded.scenario.host.backend != BackendKind::Host {
         preflight::check_kernels(loaded)?;

@@ -57,7 +57,7 @@ pub(crate) fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Pre
     }
     let dp = deploy::deploy_plan(payload, &commands, Path::exists).map_err(BadInput)?;
     for w in &dp.warnings {
-        eprintln!("ocrig: warning: {w}");
+        crate::terminal::say(&format!("ocrig: warning: {w}"));
     }
     deploy::prepare(&dp)
 }
@@ -90,7 +90,7 @@ pub(crate) fn reap_orphan_domains(uri: &str) {
     };
     for name in names.into_iter().filter(|n| owned::is_orphan_name(n)) {
         match libvirt::destroy_named(uri, &name) {
-            Ok(()) => eprintln!("ocrig: removed domain {name} left by an earlier ocrig"),
+            Ok(()) => crate::terminal::say(&format!("ocrig: removed domain {name} left by an earlier ocrig")),
             Err(e) => tracing::warn!("removing orphan domain {name}: {e:#}"),
         }
     }
@@ -153,7 +153,7 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
     }
     // The kernels are known: the trace events their variants switch on must be theirs.
     for note in crate::scenario::validate::check_trace_events(l)? {
-        eprintln!("ocrig: note: {note}");
+        crate::terminal::say(&format!("ocrig: note: {note}"));
     }
     Ok(())
 }
@@ -189,7 +189,7 @@ fn raise_fd_limit_to(guests: u64) -> Result<Option<String>, String> {
 pub(crate) fn raise_fd_limit(plan: &Plan) -> anyhow::Result<()> {
     let guests = plan.boots.iter().map(|g| g.guests).max().unwrap_or(0) as u64;
     if let Some(said) = raise_fd_limit_to(guests).map_err(|e| BadInput(format!("preflight: {e}")))? {
-        eprintln!("ocrig: {said}");
+        crate::terminal::say(&format!("ocrig: {said}"));
     }
     Ok(())
 }

@@ -62,11 +62,11 @@ pub(crate) fn open_results(
                 let kept = numbered(&results_dir, "scenario.before-resume", "yaml");
                 std::fs::rename(&copy, &kept)?;
                 std::fs::write(&copy, scenario_text)?;
-                eprintln!(
+                crate::terminal::say(&format!(
                     "ocrig: the scenario as changed now runs ({}); the one run before is kept in {}",
                     copy.display(),
                     kept.display()
-                );
+                ));
             }
             journal.append(&Entry::Resume(Box::new(note)))?;
         }

@@ -46,10 +46,10 @@ impl ResultsLock {
                     ))
                     .into());
                 }
-                eprintln!(
+                crate::terminal::say(&format!(
                     "ocrig: waiting (--wait-for-cpus): {} is being written by another ocrig ({holder})",
                     dir.display()
-                );
+                ));
                 file.lock()
                     .with_context(|| format!("waiting for {}", path.display()))?;
             }

@@ -82,19 +82,19 @@ pub(crate) fn finished_already(
         return Ok(false);
     }
     let kept = counted_runs(p.records());
-    eprintln!(
+    crate::terminal::say(&format!(
         "ocrig: {}: the sweep is finished ({kept} runs with a valid result); nothing to do, nothing changed",
         p.dir.display()
-    );
+    ));
     Ok(true)
 }
 
 pub(crate) fn say_kept(p: &Previous) {
-    eprintln!(
+    crate::terminal::say(&format!(
         "ocrig: resuming {}: {} finished runs kept",
         p.dir.display(),
         counted_runs(p.records())
-    );
+    ));
 }
 
 /// The note a resume journals, once what it runs on (`now`) is compared with what the sweep
@@ -123,10 +123,10 @@ pub(crate) fn resume_note(
         .into());
     }
     if !r.changes.is_empty() {
-        eprintln!(
+        crate::terminal::say(&format!(
             "ocrig: --accept-changed: continuing although {}",
             r.changes.join("; ")
-        );
+        ));
     }
     r.lock.say_holder()?;
     Ok(Some(ResumeNote {

@@ -73,11 +73,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let t_prep = Instant::now();
     let reaped = owned::reap_orphan_qemus();
     if !reaped.is_empty() {
-        eprintln!(
+        crate::terminal::say(&format!(
             "ocrig: removed {} guest(s) left by an earlier ocrig: {}",
             reaped.len(),
             reaped.join(", ")
-        );
+        ));
     }
     let payload = crate::payload_bin::locate()?;
     let uploads = match vm {
@@ -148,13 +148,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     )?;
     crate::image::identity::keep_configs(&results_dir, images.values().map(|i| &i.identity))?;
     match several {
-        false => eprintln!("ocrig: results in {}", results_dir.display()),
-        true => eprintln!(
+        false => crate::terminal::say(&format!("ocrig: results in {}", results_dir.display())),
+        true => crate::terminal::say(&format!(
             "ocrig: results in {}; runs spread over {} host(s): {}",
             results_dir.display(),
             hosts.len(),
             labels.join(", ")
-        ),
+        )),
     }
     tracing::info!(
         "plan: {} boot group(s): {}",
@@ -233,10 +233,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let (uploads, upload_s) = crate::backend::remote::UPLOADS.get();
     let (tunnels, tunnel_s) = crate::backend::remote::TUNNEL_SETUPS.get();
     if uploads + tunnels > 0 {
-        eprintln!(
+        crate::terminal::say(&format!(
             "ocrig: remote host: {uploads} file(s) uploaded in {upload_s:.2} s; {tunnels} SSH tunnel(s) set up, {:.1} ms each",
             tunnel_s * 1e3 / tunnels.max(1) as f64
-        );
+        ));
     }
     finish(&results_dir, &plan, previous.is_some(), t0, prep_s, &totals)
 }
@@ -301,14 +301,14 @@ fn keep_off_measured_cpus(measured: &[usize]) {
 /// Says which sizing of a scenario with a KVM block (`kvm_runs`, `kvm_args`) the sweep runs.
 fn say_sizing(s: &crate::scenario::Scenario, kvm: bool) {
     if s.has_kvm_sizing() {
-        eprintln!(
+        crate::terminal::say(&format!(
             "ocrig: {}",
             if kvm {
                 "under KVM: the scenario's kvm_runs and kvm_args apply"
             } else {
                 "not under KVM: the scenario's kvm_runs and kvm_args are ignored"
             }
-        );
+        ));
     }
 }
 
@@ -371,7 +371,7 @@ fn say_host_probe<T: crate::telemetry::host_speed::HostProbe>(
             } else {
                 // One line on the terminal; the figures in the log and every report.
                 tracing::info!("{what} {}", h.describe());
-                eprintln!("ocrig: warning: {what} {} (ocrig.log)", h.headline());
+                crate::terminal::say(&format!("ocrig: warning: {what} {} (ocrig.log)", h.headline()));
             }
             serde_json::to_value(&h).ok()
         }

@@ -13,8 +13,7 @@ const STYLE: TableStyle = TableStyle::new()
     .content_lines(ContentLineStyle::new('|', '|', '|'))
     .bottom_border(LineStyle::new('+', '-', '+', '+'));
 
-/// The terminal width every text report is laid out for: tables split, notes wrapped.
-pub const WIDTH: usize = crate::vocabulary::TERMINAL_WIDTH;
+pub use crate::terminal::{WIDTH, wrap};
 
 /// A plain-ASCII table (pastes cleanly into mail), label columns left-aligned, numbers right;
 /// wider than [`WIDTH`], split into tables that fit, each repeating the label columns (a
@@ -94,33 +93,6 @@ fn one_table(rows: &[Vec<String>], wrap: bool) -> String {
     let mut s = t.to_string();
     s.push('\n');
     s
-}
-
-/// `text` wrapped on spaces within [`WIDTH`] columns: its first line after `first`, the others
-/// after `rest`; its own line breaks kept. A word longer than a line stays whole.
-pub fn wrap(text: &str, first: &str, rest: &str) -> String {
-    let mut out = String::new();
-    for (k, para) in text.split('\n').enumerate() {
-        let mut line = String::from(if k == 0 { first } else { rest });
-        let mut empty = true;
-        for word in para.split(' ').filter(|w| !w.is_empty()) {
-            let len = line.chars().count();
-            if !empty && len + 1 + word.chars().count() > WIDTH {
-                out.push_str(&line);
-                out.push('\n');
-                line = String::from(rest);
-                empty = true;
-            }
-            if !empty {
-                line.push(' ');
-            }
-            line.push_str(word);
-            empty = false;
-        }
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
 }
 
 /// Escapes the characters that would break a pipe-table cell.
@@ -260,20 +232,5 @@ mod tests {
         ]);
         assert!(width(&text) <= WIDTH, "{text}");
         assert!(text.contains("1.6 ms"), "{text}");
-    }
-
-    #[test]
-    fn notes_wrap_within_the_width_with_a_hanging_indent() {
-        let text = "word ".repeat(60);
-        let w = wrap(text.trim(), "  ", "    ");
-        assert!(width(&w) <= WIDTH, "{w}");
-        assert!(
-            w.starts_with("  word") && w.lines().nth(1).unwrap().starts_with("    word"),
-            "{w}"
-        );
-        assert_eq!(w.matches("word").count(), 60);
-        // A word longer than a line is kept whole.
-        let url = "x".repeat(130);
-        assert_eq!(wrap(&url, "", ""), format!("{url}\n"));
     }
 }

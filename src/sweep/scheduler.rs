@@ -830,12 +830,7 @@ fn failure_line(what: &str, error: &str, ended: Ended) -> String {
         }
         _ => format!("{what} failed (why: ocrig.log): {error}"),
     };
-    if line.chars().count() <= crate::vocabulary::TERMINAL_WIDTH {
-        return line;
-    }
-    let mut cut: String = line.chars().take(crate::vocabulary::TERMINAL_WIDTH - 1).collect();
-    cut.push('…');
-    cut
+    crate::terminal::one_line(&line)
 }
 
 /// Which attempt of which run, on the guest set now up, in the group's block being made.

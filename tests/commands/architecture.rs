@@ -66,8 +66,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // (`image::KernelIdentity`) and CPU places (`topology`).
     ("journal", &[BASE]),
     // Below everything, and importing none of the layers above: host facts, the payload binary,
-    // the guest image, the CPU topology, the host's files and the shared words.
+    // the guest image, the CPU topology, the host's files, the shared words, and the terminal's
+    // colour and width.
     ("color", &[]),
+    ("terminal", &[]),
     ("payload_bin", &["image", "hostfs", "vocabulary"]),
     ("host", &["topology", "hostfs", "vocabulary"]),
     ("image", &["hostfs", "vocabulary"]),
@@ -80,6 +82,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
 const BASE: &str = "<base>";
 const BASE_MODULES: &[&str] = &[
     "color",
+    "terminal",
     "host",
     "payload_bin",
     "image",

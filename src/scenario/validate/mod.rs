@@ -597,7 +597,7 @@ fn check_kernel_builds(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
             err(&path, format!("cannot serve as a guest kernel: {p}"));
         }
         for n in verdict.notes {
-            eprintln!("ocrig: note: {}", l.error_at(&path, n));
+            crate::terminal::say(&format!("ocrig: note: {}", l.error_at(&path, n)));
         }
     }
 }
