@@ -89,10 +89,10 @@ pub(crate) fn finish(
         tracing::warn!("writing reports: {e:#}");
     }
     super::out(&format!(
-        "report: {}  {}\n",
+        "report: {}\n{}\n",
         results_dir.join("report.html").display(),
         crate::color::paint(
-            &format!("(log: {})", results_dir.join("ocrig.log").display()),
+            &format!("log:    {}", results_dir.join("ocrig.log").display()),
             crate::color::Tone::Dim
         )
     ))?;

@@ -15,8 +15,8 @@ pub struct TableExporter;
 impl Exporter for TableExporter {
     fn render(&self, input: &ReportInput) -> anyhow::Result<String> {
         let mut text = render_model(&input.model);
-        text.push_str(&input.hosts_text());
-        text.push_str(&input.kernel_words());
+        text.push_str(&wrap_lines(&input.hosts_text()));
+        text.push_str(&wrap_lines(&input.kernel_words()));
         text.push_str(&kernel_symbols::table_section(&input.symbols));
         text.push_str(&kernel_symbols::compare_table(&input.changed()));
         // Last, where the eye lands when the command ends.
@@ -27,6 +27,16 @@ impl Exporter for TableExporter {
         }
         Ok(text)
     }
+}
+
+/// Each line of `text` wrapped within the width, its continuations indented two more than it.
+fn wrap_lines(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            let indent: String = l.chars().take_while(|c| *c == ' ').collect();
+            super::layout::wrap(l.trim_start(), &indent, &format!("{indent}  "))
+        })
+        .collect()
 }
 
 /// The model's tables in the published layout: per workload its comparisons, retention, what
