@@ -58,6 +58,7 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
             escape(&levels.join(", ")),
             model.alpha
         );
+        out.push_str(&verdict_section(model));
         let overview: Vec<String> = model
             .workloads
             .iter()
@@ -79,8 +80,24 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
                 escape(&wl.command),
                 escape(&describe_metric(wl))
             ));
-            // The metric, then what explains it, then the published comparison tables.
+            // The metric, the published comparison tables and retention, then what explains
+            // each cell.
             out.push_str(&format!("<div class=\"plot\">\n{}\n</div>\n", metric_plot(wl)?));
+            if wl.comparisons.is_empty() {
+                out.push_str(&html_table(&single_rows(wl), None));
+            }
+            for cmp in &wl.comparisons {
+                out.push_str(&format!(
+                    "<h3>{} vs {}</h3>\n",
+                    escape(&cmp.variant),
+                    escape(&model.baseline)
+                ));
+                out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
+            }
+            if let Some(rows) = retention_rows(wl) {
+                out.push_str("<h3>Retention: each level against the lowest</h3>\n");
+                out.push_str(&html_table(&rows, None));
+            }
             out.push_str("<h3>What explains each cell (means per run)</h3>\n<div class=\"wide\">\n");
             out.push_str(&html_table(&cell_rows(wl), None));
             out.push_str("</div>\n");
@@ -99,21 +116,6 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
                 out.push_str(&html_table(&rows, None));
                 out.push_str("</div>\n");
             }
-            if wl.comparisons.is_empty() {
-                out.push_str(&html_table(&single_rows(wl), None));
-            }
-            for cmp in &wl.comparisons {
-                out.push_str(&format!(
-                    "<h3>{} vs {}</h3>\n",
-                    escape(&cmp.variant),
-                    escape(&model.baseline)
-                ));
-                out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
-            }
-            if let Some(rows) = retention_rows(wl) {
-                out.push_str("<h3>Retention: each level against the lowest</h3>\n");
-                out.push_str(&html_table(&rows, None));
-            }
             out.push_str("<ul class=\"notes\">\n");
             for n in notes(model, wl) {
                 out.push_str(&format!("<li>{}</li>\n", escape(&n)));
@@ -125,6 +127,55 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
         }
         Ok(out)
     }
+}
+
+/// The answer first: per workload each variant against the baseline at each level (ratio,
+/// interval, conclusion shaded, how much better or worse, the units behind it) and the
+/// retention figures, as the terminal's verdict says them.
+fn verdict_section(model: &Model) -> String {
+    let mut out = String::from("<section class=\"verdict\">\n<h2>Verdict</h2>\n");
+    let mut any = false;
+    for wl in &model.workloads {
+        let rows = super::verdict::rows(model, wl);
+        let retained = super::verdict::retained(wl);
+        if rows.is_empty() && retained.is_empty() {
+            continue;
+        }
+        any = true;
+        out.push_str(&format!(
+            "<h3>{}: each variant / <code>{}</code> ({})</h3>\n",
+            escape(&wl.workload),
+            escape(&model.baseline),
+            escape(&describe_metric(wl))
+        ));
+        if !rows.is_empty() {
+            let mut table = vec![
+                ["variant", "oc", "ratio [95% CI]", "conclusion", "so", "units"]
+                    .map(String::from)
+                    .to_vec(),
+            ];
+            table.extend(rows.into_iter().map(|r| {
+                vec![
+                    r.variant,
+                    r.level,
+                    r.ratio,
+                    r.conclusion,
+                    r.so.unwrap_or_default(),
+                    r.units,
+                ]
+            }));
+            out.push_str(&html_table(&table, None));
+        }
+        if !retained.is_empty() {
+            out.push_str(&format!(
+                "<p>Retention ({} at each level / at the lowest): {}</p>\n",
+                escape(&wl.metric),
+                escape(&retained.join(" · "))
+            ));
+        }
+    }
+    out.push_str("</section>\n");
+    if any { out } else { String::new() }
 }
 
 #[cfg(test)]
@@ -140,13 +191,34 @@ mod tests {
         // The overview: one retention plot per workload; hackbench: one metric plot (no vCPU
         // telemetry); lock-ticket: metric, vCPU wait, Jain.
         assert_eq!(html.matches("<svg").count(), 2 + 4);
-        let overview = html.split("<section").nth(1).unwrap();
+        // The answer first: the verdict, then the retention overview, then per workload its
+        // comparisons before what explains each cell.
+        let verdict = html.split("<section").nth(1).unwrap();
+        assert!(verdict.contains("<h2>Verdict</h2>"), "{verdict}");
+        assert!(
+            verdict.contains(
+                "<td>patched</td><td class=\"label\">0.5x</td><td class=\"differs\">0.900 [0.864, 0.938]</td>\
+                 <td class=\"differs\">differs</td><td>10.0 % better</td><td>3+3 bring-ups</td>"
+            ),
+            "{verdict}"
+        );
+        assert!(verdict.contains("Retention (seconds at each level / at the lowest): base 1x 1.999"));
+        let overview = html.split("<section").nth(2).unwrap();
         assert!(overview.contains("Overview") && overview.matches("<svg").count() == 2);
         assert!(overview.contains("retention") && overview.contains("kept all (1)"));
         assert!(html.contains("vCPU wait for a host CPU"));
-        for section in html.split("<section").skip(1) {
+        let mut ordered = 0;
+        for section in html.split("<section").skip(2) {
             assert!(section.contains("<svg"), "workload section without a plot");
+            if let (Some(compared), Some(explained)) = (
+                section.find(" vs base</h3>"),
+                section.find("What explains each cell"),
+            ) {
+                assert!(compared < explained, "comparisons after the explain table");
+                ordered += 1;
+            }
         }
+        assert_eq!(ordered, 2);
         assert!(!html.contains("<script") && !html.contains("href=") && !html.contains("src="));
         assert!(html.contains("<td class=\"better\">+10.00%</td>"));
         assert!(html.contains("<td class=\"worse\">-2.50%</td>"));

@@ -136,9 +136,10 @@ pub fn escape(s: &str) -> String {
 /// The shading of a comparison's ratio and `conclusion` cells, by its conclusion:
 /// amber "not concluded", green "equivalent", blue "differs".
 fn conclusion_class(words: &str) -> &'static str {
+    // (The verdict's "equivalent within ±5 %" shades as "equivalent".)
     match words {
         "not concluded" => " class=\"fewruns\"",
-        "equivalent" => " class=\"nodiff\"",
+        w if w.starts_with("equivalent") => " class=\"nodiff\"",
         "differs" => " class=\"differs\"",
         _ => "",
     }

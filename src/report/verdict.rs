@@ -43,25 +43,14 @@ fn workload(model: &Model, wl: &WorkloadModel) -> String {
             wl.workload, wl.metric, model.baseline
         )
     };
-    let lines: Vec<[String; 5]> = wl
-        .comparisons
-        .iter()
-        .flat_map(|c| c.rows.iter().map(move |r| (c.variant.as_str(), r)))
-        .map(|(variant, r)| {
-            let (ratio, units) = match &r.effect {
-                Some(e) => (
-                    format!("{:.3} [{:.3}, {:.3}]", e.ratio, e.low, e.high),
-                    e.units_words(),
-                ),
-                None => ("-".into(), r.why.clone().unwrap_or_else(|| "no ratio".into())),
+    let lines: Vec<[String; 5]> = rows(model, wl)
+        .into_iter()
+        .map(|r| {
+            let concl = match r.so {
+                Some(so) => format!("{}: {so}", r.conclusion),
+                None => r.conclusion,
             };
-            [
-                fmt_level(r.level),
-                variant.to_string(),
-                ratio,
-                conclusion(model, wl, r),
-                units,
-            ]
+            [r.level, r.variant, r.ratio, concl, r.units]
         })
         .collect();
     let w = |k: usize| lines.iter().map(|l| l[k].chars().count()).max().unwrap_or(0);
@@ -75,8 +64,62 @@ fn workload(model: &Model, wl: &WorkloadModel) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    let retained: Vec<String> = wl
-        .retention
+    let retained = retained(wl);
+    if let Some(from) = wl.retention.first().map(|r| r.from_level) {
+        let words = format!(
+            "retention ({} at each level / at {}): {}",
+            wl.metric,
+            fmt_level(from),
+            retained.join(" · ")
+        );
+        out.push_str(&wrap(&words, "  ", "    "));
+    }
+    out
+}
+
+/// One comparison of the verdict, in words.
+pub struct VerdictRow {
+    pub level: String,
+    pub variant: String,
+    /// `1.653 [1.620, 1.687]`, or `-` without a ratio.
+    pub ratio: String,
+    /// `differs`, `equivalent within ±5 %`, `not concluded`, `untested`.
+    pub conclusion: String,
+    /// Where it differs: `65.3 % better`.
+    pub so: Option<String>,
+    /// The units behind it (`8 rounds`, `3+3 bring-ups`), or why there is no ratio.
+    pub units: String,
+}
+
+/// Each variant against the baseline at each level, in the model's order.
+pub fn rows(model: &Model, wl: &WorkloadModel) -> Vec<VerdictRow> {
+    wl.comparisons
+        .iter()
+        .flat_map(|c| c.rows.iter().map(move |r| (c.variant.as_str(), r)))
+        .map(|(variant, r)| {
+            let (ratio, units) = match &r.effect {
+                Some(e) => (
+                    format!("{:.3} [{:.3}, {:.3}]", e.ratio, e.low, e.high),
+                    e.units_words(),
+                ),
+                None => ("-".into(), r.why.clone().unwrap_or_else(|| "no ratio".into())),
+            };
+            let (conclusion, so) = conclusion(model, wl, r);
+            VerdictRow {
+                level: fmt_level(r.level),
+                variant: variant.to_string(),
+                ratio,
+                conclusion,
+                so,
+                units,
+            }
+        })
+        .collect()
+}
+
+/// Every variant's retention at every level above the lowest: `tas 2x 0.523 [0.509, 0.538]`.
+pub fn retained(wl: &WorkloadModel) -> Vec<String> {
+    wl.retention
         .iter()
         .flat_map(|r| {
             r.rows.iter().map(move |row| match &row.effect {
@@ -91,31 +134,24 @@ fn workload(model: &Model, wl: &WorkloadModel) -> String {
                 None => format!("{} {} -", r.variant, fmt_level(row.level)),
             })
         })
-        .collect();
-    if let Some(from) = wl.retention.first().map(|r| r.from_level) {
-        let words = format!(
-            "retention ({} at each level / at {}): {}",
-            wl.metric,
-            fmt_level(from),
-            retained.join(" · ")
-        );
-        out.push_str(&wrap(&words, "  ", "    "));
-    }
-    out
+        .collect()
 }
 
-/// A row's conclusion in words, with its direction where it differs and its margin where
-/// it is equivalent.
-fn conclusion(model: &Model, wl: &WorkloadModel, r: &Row) -> String {
+/// A row's conclusion in words, with its margin where it is equivalent, and its direction and
+/// size where it differs.
+fn conclusion(model: &Model, wl: &WorkloadModel, r: &Row) -> (String, Option<String>) {
     match (r.conclusion, &r.effect) {
         (Conclusion::Differs, Some(e)) => {
             let up = e.ratio > 1.0;
             let better = up == (wl.better == Better::Higher);
             let pct = (e.ratio - 1.0).abs() * 100.0;
-            format!("differs: {pct:.1} % {}", if better { "better" } else { "worse" })
+            (
+                "differs".into(),
+                Some(format!("{pct:.1} % {}", if better { "better" } else { "worse" })),
+            )
         }
-        (Conclusion::Equivalent, _) => format!("equivalent within ±{} %", fmt_margin(model.margin)),
-        (c, _) => c.words().to_string(),
+        (Conclusion::Equivalent, _) => (format!("equivalent within ±{} %", fmt_margin(model.margin)), None),
+        (c, _) => (c.words().to_string(), None),
     }
 }
 

@@ -109,8 +109,9 @@ addEventListener('load', () => {
   });
   const out = document.createElement('pre');
   out.id = 'ocrig-check';
+  const h2 = [...document.querySelectorAll('h2')].map(h => ({text: h.textContent, top: h.getBoundingClientRect().top}));
   out.textContent = JSON.stringify({plots, sections: document.querySelectorAll('section').length,
-    tables: document.querySelectorAll('table').length, height: document.body.scrollHeight});
+    tables: document.querySelectorAll('table').length, height: document.body.scrollHeight, h2});
   document.body.appendChild(out);
 });
 </script>"#;
@@ -191,12 +192,18 @@ fn html_report_renders_in_a_real_browser_with_every_plot_and_its_axes() {
     let check: Value = serde_json::from_str(&check.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
     assert_eq!(
         check["sections"],
-        1 + 2,
-        "the overview and two workloads: {check}"
+        2 + 2,
+        "the verdict, the overview and two workloads: {check}"
     );
+    // The answer opens the page: the verdict's heading first, within the first screen (the
+    // window is 1100 wide), the overview's after it.
+    let h2 = check["h2"].as_array().unwrap();
+    assert_eq!(h2[0]["text"], "Verdict", "{check}");
+    assert!(h2[0]["top"].as_f64().unwrap() < 300.0, "{check}");
+    assert!(h2[1]["text"].as_str().unwrap().starts_with("Overview"), "{check}");
     assert!(
-        check["tables"].as_u64().unwrap() >= 2 * (9 + 1),
-        "9 comparisons + the cell table per workload: {check}"
+        check["tables"].as_u64().unwrap() >= 2 * (9 + 1 + 1),
+        "the verdict, 9 comparisons and the cell table per workload: {check}"
     );
     assert!(
         check["height"].as_f64().unwrap() > 2000.0,
