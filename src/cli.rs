@@ -29,6 +29,7 @@ const RUN_EXAMPLES: &str = "\
 Examples:
   ocrig run scenarios/ticket-vs-tas.yaml
   ocrig run scenarios/ticket-vs-tas.yaml --results /var/tmp/ocrig --quiet
+  ocrig run scenarios/ticket-vs-tas.yaml --set host.cpus=16 --set runs=5
   ocrig run --resume results/ticket-vs-tas-20261206T120000Z
   ocrig run scenarios/smoke.yaml --backend host   # no guests: the workloads on this host";
 
@@ -36,6 +37,7 @@ const VALIDATE_EXAMPLES: &str = "\
 Examples:
   ocrig validate scenarios/ticket-vs-tas.yaml
   ocrig validate scenarios/*.yaml
+  ocrig validate scenarios/ticket-vs-tas.yaml --set host.cpus=16 --set 'levels=[1.0, 2.0]'
   ocrig validate --json scenarios/*.yaml | jq '.[] | select(.ok | not)'";
 
 const REPORT_EXAMPLES: &str = "\
@@ -124,6 +126,14 @@ pub enum Command {
         /// otherwise); the journal records what was accepted.
         #[arg(long, requires = "resume")]
         accept_changed: bool,
+        /// Override a field of the scenario before it is checked: KEY is a dotted path into its
+        /// YAML (a number indexes a list), VALUE is read as YAML, e.g. --set host.cpus=16,
+        /// --set 'levels=[1.0, 2.0]', --set workloads.0.args.hold-ns=4000. Repeatable, applied
+        /// in order. The results directory keeps the scenario as overridden and
+        /// the journal's header the flags; a --resume runs that copy (a --set given to a resume
+        /// changes it, as any change of the scenario does).
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::scenario::overrides::parse)]
+        sets: Vec<crate::scenario::overrides::Override>,
     },
     /// Check scenario files without booting anything.
     #[command(after_help = VALIDATE_EXAMPLES)]
@@ -136,6 +146,12 @@ pub enum Command {
         /// The exit status is as without it (2 when any file is refused).
         #[arg(long)]
         json: bool,
+        /// Override a field of the scenario before it is checked: KEY is a dotted path into its
+        /// YAML (a number indexes a list), VALUE is read as YAML, e.g. --set host.cpus=16,
+        /// --set 'levels=[1.0, 2.0]', --set workloads.0.args.hold-ns=4000. Repeatable, applied
+        /// in order. The same overrides apply to every file.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::scenario::overrides::parse)]
+        sets: Vec<crate::scenario::overrides::Override>,
     },
     /// Render reports from a results directory's journal.
     #[command(after_help = REPORT_EXAMPLES)]

@@ -152,6 +152,7 @@ pub fn measure(results: &Path, backend: Option<BackendKind>) -> anyhow::Result<(
         quiet: true,
         wait_for_cpus: true,
         accept_changed: false,
+        sets: Vec::new(),
     });
     let _ = std::fs::remove_file(&file);
     swept?;

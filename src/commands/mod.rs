@@ -48,6 +48,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             quiet,
             wait_for_cpus,
             accept_changed,
+            sets,
         } => run(&crate::orchestrate::RunArgs {
             scenario,
             results,
@@ -56,8 +57,9 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             quiet,
             wait_for_cpus,
             accept_changed,
+            sets,
         }),
-        Command::Validate { files, json } => validate::validate(&files, json),
+        Command::Validate { files, json, sets } => validate::validate(&files, json, &sets),
         Command::Report {
             dir,
             format,
@@ -74,6 +76,11 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 ..Default::default()
             };
             out(&crate::report::render_digested(&journal, format, &opts)?)?;
+            // The table ends on its verdict; then where the same with plots is.
+            let html = dir.join("report.html");
+            if format == crate::report::Format::Table && html.is_file() {
+                out(&format!("report: {}\n", html.display()))?;
+            }
             Ok(())
         }
         Command::Compare { a, b, format, margin } => {

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use crate::orchestrate::preflight::check_kernels;
 use crate::scenario::fit::HostFacts;
+use crate::scenario::overrides::Override;
 use crate::scenario::validate::validate as check;
-use crate::scenario::{ScenarioError, ScenarioErrors, load};
+use crate::scenario::{ScenarioError, ScenarioErrors, load_with};
 
 /// One file's outcome as `validate --json` prints it: `{"file", "ok": true, "plan", "warnings"}`
 /// or `{"file", "ok": false, "errors": [...]}`.
@@ -61,13 +62,13 @@ impl From<&ScenarioError> for JsonError {
     }
 }
 
-pub fn validate(files: &[PathBuf], json: bool) -> anyhow::Result<()> {
+pub fn validate(files: &[PathBuf], json: bool, sets: &[Override]) -> anyhow::Result<()> {
     let facts = HostFacts::read();
     let mut problems = Vec::new();
     let mut reports = Vec::new();
     for f in files {
         let mut warnings = Vec::new();
-        let checked = load(f)
+        let checked = load_with(f, sets)
             .map_err(|e| ScenarioErrors(vec![e]))
             .and_then(|l| check(&l, &facts).map(|_| l))
             .and_then(|l| {

@@ -88,6 +88,9 @@ pub struct ResumeNote {
     pub runs_on: RunsOn,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accepted_changes: Vec<String>,
+    /// The `--set KEY=VALUE` overrides the resume was given (each as `KEY=VALUE`), if any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<String>,
 }
 
 /// What the sweep was asked to do; written once, first.
@@ -109,6 +112,11 @@ pub struct SweepHeader {
     /// Where the scenario file was when the sweep started (a resume checks it is unchanged).
     #[serde(default)]
     pub scenario_path: Option<PathBuf>,
+    /// The `--set KEY=VALUE` overrides the sweep was started with (each as `KEY=VALUE`), in
+    /// order; the results directory's `scenario.yaml` is the scenario with them applied.
+    /// Absent: none (and in journals written before there were overrides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<String>,
     /// What each variant's kernel is (release, `uname -v`, sha256, config digest): tells two
     /// builds of one release apart. Empty for the host backend.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -74,6 +74,7 @@ fn each_record_is_read_again_at_its_offset_and_parsed_for_accounting_as_trimmed(
         ocrig_version: "0".into(),
         runs_on: header().runs_on,
         accepted_changes: Vec::new(),
+        overrides: Vec::new(),
     };
     let mut r = record(3);
     r.payload = None;

@@ -25,6 +25,8 @@ pub struct RunArgs {
     pub wait_for_cpus: bool,
     /// Let a resume continue although what it runs on differs from what the sweep ran on.
     pub accept_changed: bool,
+    /// `--set KEY=VALUE` overrides of the scenario, in order.
+    pub sets: Vec<crate::scenario::overrides::Override>,
 }
 
 /// Input the user must fix (scenario, arguments). Exit status 2; nothing was booted.

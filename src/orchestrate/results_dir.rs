@@ -150,6 +150,7 @@ pub(crate) fn header(plan: &Plan, runs_on: RunsOn) -> SweepHeader {
             .collect(),
         guest_vcpus: plan.vcpus,
         scenario_path: None,
+        overrides: Vec::new(),
         kernel_identity: BTreeMap::new(),
         schedule: ScheduleInfo {
             guests: plan.schedule.guests,

@@ -11,7 +11,8 @@ use crate::journal::accounting::counted_runs;
 use crate::journal::{
     BootInfo, ForAccounting, NotAJournal, ResumeNote, RunRecord, RunsOn, SweepHeader, read_lines,
 };
-use crate::scenario::hex;
+use crate::scenario::overrides::Override;
+use crate::scenario::{Loaded, ScenarioErrors, hex, load_with};
 use crate::sweep::plan::Plan;
 
 /// A resume's results directory, locked, read, and what differs so far.
@@ -40,22 +41,24 @@ impl Resuming {
     }
 }
 
-/// The scenario a run runs: what the journal hashed (`DIR/scenario.yaml`) on a resume, unless
-/// another is named (its difference then noted, to be accepted or refused).
-pub(crate) fn scenario_path(
+/// The scenario a run runs, loaded with its `--set` overrides: on a resume what the journal
+/// hashed (`DIR/scenario.yaml`, the scenario as overridden when it ran), unless another file is
+/// named or overrides are given (its difference then noted, to be accepted or refused).
+pub(crate) fn scenario(
     resuming: Option<&mut Resuming>,
     given: Option<&PathBuf>,
-) -> anyhow::Result<PathBuf> {
+    sets: &[Override],
+) -> anyhow::Result<Loaded> {
+    let load = |p: &Path| load_with(p, sets).map_err(|e| ScenarioErrors(vec![e]));
     Ok(match (resuming, given) {
-        (Some(r), Some(given)) => match r.previous.scenario_change(given)? {
-            Some(diff) => {
+        (Some(r), given) => {
+            let loaded = load(given.unwrap_or(&r.previous.scenario_copy))?;
+            if let Some(diff) = r.previous.scenario_change(&loaded) {
                 r.changes.push(diff);
-                given.clone()
             }
-            None => r.previous.scenario_copy.clone(),
-        },
-        (Some(r), None) => r.previous.scenario_copy.clone(),
-        (None, Some(s)) => s.clone(),
+            loaded
+        }
+        (None, Some(s)) => load(s)?,
         (None, None) => return Err(BadInput("name a scenario file (or --resume DIR)".into()).into()),
     })
 }
@@ -134,6 +137,7 @@ pub(crate) fn resume_note(
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),
         runs_on: now,
         accepted_changes: r.changes.clone(),
+        overrides: Vec::new(),
     }))
 }
 
@@ -207,19 +211,29 @@ impl Previous {
         self.header.schedule.seed
     }
 
-    /// The scenario text a `--resume DIR SCENARIO` names, when it differs from the copy.
-    pub fn scenario_change(&self, given: &Path) -> anyhow::Result<Option<String>> {
-        let now = std::fs::read_to_string(given)
-            .map_err(|e| BadInput(format!("cannot read scenario {}: {e}", given.display())))?;
+    /// How the scenario a resume would run (another file, or the copy with `--set` overrides)
+    /// differs from the copy, if it does.
+    pub fn scenario_change(&self, now: &Loaded) -> Option<String> {
         let as_run = std::fs::read_to_string(&self.scenario_copy).unwrap_or_default();
-        Ok((now != as_run).then(|| {
+        let what = match now.sets.is_empty() {
+            true => now.path.display().to_string(),
+            false => format!(
+                "{} with {}",
+                now.path.display(),
+                now.sets
+                    .iter()
+                    .map(|o| o.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        };
+        (now.text != as_run).then(|| {
             format!(
-                "scenario: {} differs from the one the sweep ran ({}):\n{}",
-                given.display(),
+                "scenario: {what} differs from the one the sweep ran ({}):\n{}",
                 self.scenario_copy.display(),
-                indent(&line_diff(&as_run, &now))
+                indent(&line_diff(&as_run, &now.text))
             )
-        }))
+        })
     }
 }
 
@@ -303,6 +317,67 @@ fn line_diff(a: &str, b: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A results directory as `ocrig run --set runs=2 --set host.cpus=1` leaves it: the
+    /// scenario as overridden, hashed in the header beside the flags.
+    fn results_dir_run_with_overrides() -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.yaml");
+        std::fs::write(
+            &file,
+            "name: t\nlevels: [1.0]\nworkloads:\n  - {command: lock, metric: ops_per_sec}\n",
+        )
+        .unwrap();
+        let sets: Vec<Override> = ["runs=2", "host.cpus=1"]
+            .iter()
+            .map(|a| crate::scenario::overrides::parse(a).unwrap())
+            .collect();
+        let loaded = load_with(&file, &sets).unwrap();
+        let results = dir.path().join("r");
+        std::fs::create_dir(&results).unwrap();
+        std::fs::write(results.join("scenario.yaml"), &loaded.text).unwrap();
+        let mut head = crate::testing::header();
+        head.runs_on.scenario_sha256 = loaded.sha256.clone();
+        head.overrides = vec!["runs=2".into(), "host.cpus=1".into()];
+        let mut w = crate::journal::JournalWriter::open(&results).unwrap();
+        w.append(&crate::journal::Entry::Sweep(Box::new(head))).unwrap();
+        (dir, loaded.text)
+    }
+
+    #[test]
+    fn a_resume_runs_the_scenario_as_overridden_and_notes_new_overrides_as_a_change() {
+        let (dir, as_run) = results_dir_run_with_overrides();
+        let results = dir.path().join("r");
+        let journal = crate::journal::Journal::read(&results).unwrap();
+        assert_eq!(journal.header.overrides, ["runs=2", "host.cpus=1"]);
+        let mut r = Resuming::open(Some(&results), false).unwrap();
+        let loaded = scenario(r.as_mut(), None, &[]).unwrap();
+        assert_eq!(loaded.text, as_run);
+        assert_eq!(loaded.scenario.runs, crate::scenario::RunCount::Fixed(2));
+        assert_eq!(loaded.scenario.host.cpus, Some(crate::scenario::CpuSet::Count(1)));
+        assert!(r.as_ref().unwrap().changes.is_empty());
+        // The file named again with the same flags is the same scenario.
+        let sets: Vec<Override> = ["runs=2", "host.cpus=1"]
+            .iter()
+            .map(|a| crate::scenario::overrides::parse(a).unwrap())
+            .collect();
+        let file = dir.path().join("s.yaml");
+        drop(r);
+        let mut r = Resuming::open(Some(&results), false).unwrap();
+        let again = scenario(r.as_mut(), Some(&file), &sets).unwrap();
+        assert_eq!(again.text, as_run);
+        assert!(r.as_ref().unwrap().changes.is_empty());
+        // Another override on a resume changes what would run: a change to accept or refuse.
+        let more = [crate::scenario::overrides::parse("runs=5").unwrap()];
+        let changed = scenario(r.as_mut(), None, &more).unwrap();
+        assert_eq!(changed.scenario.runs, crate::scenario::RunCount::Fixed(5));
+        let changes = &r.as_ref().unwrap().changes;
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(
+            changes[0].contains("with --set runs=5") && changes[0].contains("+ runs: 5"),
+            "{changes:?}"
+        );
+    }
 
     #[test]
     fn diff_names_changed_lines() {

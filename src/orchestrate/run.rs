@@ -16,15 +16,15 @@ use crate::backend::owned::{self, RunOwnership};
 use crate::executor::host::HostExecutor;
 use crate::executor::vm::{VmConfig, VmExecutor};
 use crate::journal::{RunRecord, RunsOn};
-use crate::scenario::{BackendKind, ScenarioErrors, load};
+use crate::scenario::BackendKind;
 use crate::sweep::progress::Progress;
 use crate::sweep::scheduler::SharedJournal;
 
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut resuming = Resuming::open(args.resume.as_deref(), args.wait_for_cpus)?;
-    let scenario_path = resume::scenario_path(resuming.as_mut(), args.scenario.as_ref())?;
-    let mut loaded = load(&scenario_path).map_err(|e| ScenarioErrors(vec![e]))?;
+    let mut loaded = resume::scenario(resuming.as_mut(), args.scenario.as_ref(), &args.sets)?;
+    let scenario_path = loaded.path.clone();
     // A resume runs on the backend the sweep ran on unless told otherwise.
     let backend_as_run = resuming
         .as_ref()
@@ -116,7 +116,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             was.hosts = runs_on.hosts.clone();
         }
     }
-    let note = resume::resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
+    let mut note = resume::resume_note(resuming.as_mut(), runs_on.clone(), args.accept_changed)?;
+    let sets: Vec<String> = args.sets.iter().map(|o| o.given.clone()).collect();
+    if let Some(n) = &mut note {
+        n.overrides = sets.clone();
+    }
     let previous = resuming.as_ref().map(|r| &r.previous);
     let previous_records: Vec<RunRecord> = previous.map(|p| p.records().to_vec()).unwrap_or_default();
     if let Some(p) = previous {
@@ -132,6 +136,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         || {
             let mut head = results_dir::header(&plan, runs_on.clone());
             head.scenario_path = std::fs::canonicalize(&scenario_path).ok();
+            head.overrides = sets.clone();
             head.runs_on.hosts = match several {
                 true => labels.clone(),
                 false => first.remote_label().into_iter().collect(),

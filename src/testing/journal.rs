@@ -33,6 +33,7 @@ pub(crate) fn header() -> SweepHeader {
         workloads: BTreeMap::new(),
         guest_vcpus: 1,
         scenario_path: None,
+        overrides: Vec::new(),
         kernel_identity: BTreeMap::new(),
         schedule: ScheduleInfo {
             guests: crate::vocabulary::GuestSharing::Shared,

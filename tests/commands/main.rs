@@ -6,6 +6,7 @@ mod architecture;
 mod cli_errors;
 mod conventions;
 mod docs_links;
+mod overrides;
 mod report_browser;
 mod scenario_errors;
 mod setup_plan;
