@@ -64,6 +64,12 @@ Examples:
   ocrig doctor --measure
   ocrig doctor --measure --backend libvirt --results /var/tmp/ocrig";
 
+const WORKLOADS_EXAMPLES: &str = "\
+Examples:
+  ocrig workloads
+  ocrig workloads lock
+  ocrig workloads --json | jq '.[].name'";
+
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
   ocrig completions bash > ~/.local/share/bash-completion/completions/ocrig
@@ -210,6 +216,19 @@ pub enum Command {
         /// Print the host's facts as one JSON object on stdout instead of lines (not supported
         /// with --measure).
         #[arg(long, conflicts_with = "measure")]
+        json: bool,
+    },
+    /// What the guest payload offers a scenario: every workload with its arguments (default,
+    /// unit) and its metrics (which way is better).
+    #[command(after_help = WORKLOADS_EXAMPLES)]
+    Workloads {
+        /// Just this workload (a scenario's `command:`, e.g. lock); without it, every one.
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+        /// Print one JSON array on stdout, an object per workload: {"name", "about", "args":
+        /// [{"name", "default", "unit", "flag", "values", "about"}], "metrics": [{"name",
+        /// "conditional", "better", "about"}], "inputs", "kernel_options"}.
+        #[arg(long)]
         json: bool,
     },
     /// Print a shell completion script for ocrig on stdout.

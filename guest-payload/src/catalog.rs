@@ -17,7 +17,21 @@ pub struct MetricSpec {
     /// True when the workload reports it only under some arguments (say, futex counts only
     /// for algorithms that issue futex calls themselves).
     pub conditional: bool,
+    /// Which way is an improvement: a scenario comparing variants by it says the same in its
+    /// workload's `better:`.
+    pub better: Better,
     pub about: &'static str,
+}
+
+/// Which direction of a metric is an improvement.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    Higher,
+    Lower,
+    /// A count that describes the run rather than rates it (the fastest thread's operations,
+    /// calls made, user time): no comparison by it says better or worse.
+    Neither,
 }
 
 /// A host file the workload reads inside the guest. The host uploads it (when the host has it)
@@ -64,18 +78,20 @@ impl WorkloadSpec {
     }
 }
 
-const fn m(name: &'static str, about: &'static str) -> MetricSpec {
+const fn m(name: &'static str, better: Better, about: &'static str) -> MetricSpec {
     MetricSpec {
         name,
         conditional: false,
+        better,
         about,
     }
 }
 
-const fn cond(name: &'static str, about: &'static str) -> MetricSpec {
+const fn cond(name: &'static str, better: Better, about: &'static str) -> MetricSpec {
     MetricSpec {
         name,
         conditional: true,
+        better,
         about,
     }
 }
@@ -85,47 +101,72 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "lock",
         metrics: &[
-            m("ops_per_sec", "lock+unlock operations per second, all threads"),
-            m("ops_total", "operations in the run"),
-            m("contended", "acquisitions whose first try failed"),
-            m("contention_rate", "contended / ops_total"),
-            m("jain", "Jain's fairness index of per-thread operations"),
-            m("min_thread_ops", "operations of the slowest thread"),
-            m("max_thread_ops", "operations of the fastest thread"),
+            m(
+                "ops_per_sec",
+                Better::Higher,
+                "lock+unlock operations per second, all threads",
+            ),
+            m("ops_total", Better::Higher, "operations in the run"),
+            m("contended", Better::Lower, "acquisitions whose first try failed"),
+            m("contention_rate", Better::Lower, "contended / ops_total"),
+            m(
+                "jain",
+                Better::Higher,
+                "Jain's fairness index of per-thread operations",
+            ),
+            m(
+                "min_thread_ops",
+                Better::Higher,
+                "operations of the slowest thread",
+            ),
+            m(
+                "max_thread_ops",
+                Better::Neither,
+                "operations of the fastest thread",
+            ),
             cond(
                 "acquire_p99_ns",
+                Better::Lower,
                 "99th percentile acquisition latency of sampled contended acquisitions (absent when none was contended)",
             ),
             cond(
                 "futex_waits",
+                Better::Lower,
                 "FUTEX_WAIT calls (algorithms whose futex calls the payload counts)",
             ),
             cond(
                 "futex_wakes",
+                Better::Lower,
                 "FUTEX_WAKE calls (algorithms whose futex calls the payload counts)",
             ),
             m(
                 "ctxsw_voluntary",
+                Better::Lower,
                 "voluntary context switches (sleeps) of the workers",
             ),
             m(
                 "ctxsw_involuntary",
+                Better::Lower,
                 "involuntary context switches (preemptions) of the workers",
             ),
             cond(
                 "stretched_hold_share",
+                Better::Lower,
                 "holds longer than the run's median hold by more than --stretch-threshold-ns / holds (absent with --no-hold-sampling)",
             ),
             cond(
                 "stretched_hold_lost_share",
+                Better::Lower,
                 "time lost in stretched holds (beyond the run's median hold) / the run's time",
             ),
             cond(
                 "stretched_handover_share",
+                Better::Lower,
                 "hand-overs (release to the waiting next owner's entry) longer than the run's median hand-over by more than --stretch-threshold-ns / hand-overs",
             ),
             cond(
                 "stretched_handover_lost_share",
+                Better::Lower,
                 "time lost in stretched hand-overs (beyond the run's median hand-over) / the run's time",
             ),
         ],
@@ -135,12 +176,24 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "hackbench",
         metrics: &[
-            m("time_s", "wall time of the message exchange"),
-            m("messages_per_sec", "messages delivered per second"),
-            m("receiver_jain", "Jain's index of receivers' finish times"),
-            m("sender_jain", "Jain's index of senders' finish times"),
-            m("receiver_finish_max_s", "latest receiver finish"),
-            m("receiver_finish_min_s", "earliest receiver finish"),
+            m("time_s", Better::Lower, "wall time of the message exchange"),
+            m(
+                "messages_per_sec",
+                Better::Higher,
+                "messages delivered per second",
+            ),
+            m(
+                "receiver_jain",
+                Better::Higher,
+                "Jain's index of receivers' finish times",
+            ),
+            m(
+                "sender_jain",
+                Better::Higher,
+                "Jain's index of senders' finish times",
+            ),
+            m("receiver_finish_max_s", Better::Lower, "latest receiver finish"),
+            m("receiver_finish_min_s", Better::Lower, "earliest receiver finish"),
         ],
         inputs: &[],
         kernel_options: &[],
@@ -148,13 +201,21 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "ebizzy",
         metrics: &[
-            m("records_per_sec", "records searched per second"),
-            m("records_total", "records searched"),
-            m("jain", "Jain's index of per-thread records"),
-            m("min_thread_records", "records of the slowest thread"),
-            m("max_thread_records", "records of the fastest thread"),
-            m("user_s", "user CPU time"),
-            m("sys_s", "system CPU time"),
+            m("records_per_sec", Better::Higher, "records searched per second"),
+            m("records_total", Better::Higher, "records searched"),
+            m("jain", Better::Higher, "Jain's index of per-thread records"),
+            m(
+                "min_thread_records",
+                Better::Higher,
+                "records of the slowest thread",
+            ),
+            m(
+                "max_thread_records",
+                Better::Neither,
+                "records of the fastest thread",
+            ),
+            m("user_s", Better::Neither, "user CPU time"),
+            m("sys_s", Better::Lower, "system CPU time"),
         ],
         inputs: &[],
         kernel_options: &[],
@@ -162,11 +223,15 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "dbench",
         metrics: &[
-            m("mb_per_sec", "throughput as dbench counts it"),
-            m("ops_per_sec", "loadfile operations per second"),
-            m("max_latency_ms", "largest operation latency"),
-            m("jain", "Jain's index of per-client operations"),
-            cond("*_p99_ms", "99th percentile latency per operation kind"),
+            m("mb_per_sec", Better::Higher, "throughput as dbench counts it"),
+            m("ops_per_sec", Better::Higher, "loadfile operations per second"),
+            m("max_latency_ms", Better::Lower, "largest operation latency"),
+            m("jain", Better::Higher, "Jain's index of per-client operations"),
+            cond(
+                "*_p99_ms",
+                Better::Lower,
+                "99th percentile latency per operation kind",
+            ),
         ],
         inputs: &[GuestInput {
             host_path: crate::workloads::dbench::CLIENT_TXT_HOST,
@@ -179,38 +244,53 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "mutex",
         metrics: &[
-            m("time_s", "wall time until the last thread finished"),
-            m("ops_per_sec", "lock operations per second"),
+            m(
+                "time_s",
+                Better::Lower,
+                "wall time until the last thread finished",
+            ),
+            m("ops_per_sec", Better::Higher, "lock operations per second"),
             cond(
                 "contended",
+                Better::Lower,
                 "acquisitions whose trylock failed (--acquire trylock-first)",
             ),
             cond(
                 "contention_rate",
+                Better::Lower,
                 "contended / operations (--acquire trylock-first)",
             ),
             m(
                 "jain",
+                Better::Higher,
                 "Jain's index of per-thread progress when the first thread finished",
             ),
-            m("time_jain", "Jain's index of per-thread times"),
-            m("progress_jain", "Jain's index of per-thread progress (= jain)"),
-            m("thread_time_max_s", "slowest thread's time"),
-            m("thread_time_min_s", "fastest thread's time"),
+            m("time_jain", Better::Higher, "Jain's index of per-thread times"),
+            m(
+                "progress_jain",
+                Better::Higher,
+                "Jain's index of per-thread progress (= jain)",
+            ),
+            m("thread_time_max_s", Better::Lower, "slowest thread's time"),
+            m("thread_time_min_s", Better::Lower, "fastest thread's time"),
             cond(
                 "futex_waits",
+                Better::Lower,
                 "FUTEX_WAIT calls (algorithms whose futex calls the payload counts)",
             ),
             cond(
                 "futex_wakes",
+                Better::Lower,
                 "FUTEX_WAKE calls (algorithms whose futex calls the payload counts)",
             ),
             m(
                 "ctxsw_voluntary",
+                Better::Lower,
                 "voluntary context switches (sleeps) of the workers",
             ),
             m(
                 "ctxsw_involuntary",
+                Better::Lower,
                 "involuntary context switches (preemptions) of the workers",
             ),
         ],
@@ -220,45 +300,76 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "futexlock",
         metrics: &[
-            m("kiter_per_sec", "thousand loop iterations per second"),
-            m("time_s", "wall time"),
-            m("lock_calls", "lock calls"),
+            m(
+                "kiter_per_sec",
+                Better::Higher,
+                "thousand loop iterations per second",
+            ),
+            m("time_s", Better::Lower, "wall time"),
+            m("lock_calls", Better::Neither, "lock calls"),
             m(
                 "lock_syscalls",
+                Better::Lower,
                 "lock calls that entered the kernel (made a FUTEX_WAIT, even one returning EAGAIN)",
             ),
-            m("lock_syscall_pct", "lock syscalls / lock calls, %"),
-            m("unlock_calls", "unlock calls"),
-            m("unlock_syscalls", "unlock calls that issued a FUTEX_WAKE"),
-            m("unlock_syscall_pct", "unlock syscalls / unlock calls, %"),
+            m("lock_syscall_pct", Better::Lower, "lock syscalls / lock calls, %"),
+            m("unlock_calls", Better::Neither, "unlock calls"),
+            m(
+                "unlock_syscalls",
+                Better::Lower,
+                "unlock calls that issued a FUTEX_WAKE",
+            ),
+            m(
+                "unlock_syscall_pct",
+                Better::Lower,
+                "unlock syscalls / unlock calls, %",
+            ),
             m(
                 "lock_sleeps",
+                Better::Lower,
                 "lock calls in which a FUTEX_WAIT slept until woken",
             ),
-            m("futex_waits", "FUTEX_WAIT system calls"),
+            m("futex_waits", Better::Lower, "FUTEX_WAIT system calls"),
             m(
                 "futex_wait_eagain",
+                Better::Lower,
                 "FUTEX_WAIT calls that returned EAGAIN at once",
             ),
-            m("futex_wakes", "FUTEX_WAKE system calls"),
+            m("futex_wakes", Better::Lower, "FUTEX_WAKE system calls"),
             m(
                 "jain",
+                Better::Higher,
                 "Jain's index of per-thread progress when the first thread finished",
             ),
-            m("progress_jain", "Jain's index of per-thread progress (= jain)"),
-            m("time_jain", "Jain's index of per-thread times"),
-            m("thread_time_max_s", "the last thread's finish time"),
-            m("thread_time_min_s", "the first thread's finish time"),
+            m(
+                "progress_jain",
+                Better::Higher,
+                "Jain's index of per-thread progress (= jain)",
+            ),
+            m("time_jain", Better::Higher, "Jain's index of per-thread times"),
+            m(
+                "thread_time_max_s",
+                Better::Lower,
+                "the last thread's finish time",
+            ),
+            m(
+                "thread_time_min_s",
+                Better::Lower,
+                "the first thread's finish time",
+            ),
             m(
                 "finish_spread",
+                Better::Lower,
                 "the last thread's finish time / the first's (1: all finish together)",
             ),
             m(
                 "ctxsw_voluntary",
+                Better::Lower,
                 "voluntary context switches (sleeps) of the workers",
             ),
             m(
                 "ctxsw_involuntary",
+                Better::Lower,
                 "involuntary context switches (preemptions) of the workers",
             ),
         ],
@@ -268,22 +379,29 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     WorkloadSpec {
         name: "sysfs-mutex",
         metrics: &[
-            m("total_s", "wall time until the last task finished"),
-            m("files_per_sec", "sysfs files read per second"),
-            m("task_jain", "Jain's index of per-task times"),
-            m("files_jain", "Jain's index of per-task files read"),
-            m("task_max_s", "slowest task's time"),
-            m("unreadable", "files that could not be read"),
+            m("total_s", Better::Lower, "wall time until the last task finished"),
+            m("files_per_sec", Better::Higher, "sysfs files read per second"),
+            m("task_jain", Better::Higher, "Jain's index of per-task times"),
+            m(
+                "files_jain",
+                Better::Higher,
+                "Jain's index of per-task files read",
+            ),
+            m("task_max_s", Better::Lower, "slowest task's time"),
+            m("unreadable", Better::Lower, "files that could not be read"),
             m(
                 "jain",
+                Better::Higher,
                 "Jain's index of per-task files read when the first task finished",
             ),
             m(
                 "ctxsw_voluntary",
+                Better::Lower,
                 "voluntary context switches (sleeps) of the tasks",
             ),
             m(
                 "ctxsw_involuntary",
+                Better::Lower,
                 "involuntary context switches (preemptions) of the tasks",
             ),
         ],
@@ -292,7 +410,11 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
     },
     WorkloadSpec {
         name: "hog",
-        metrics: &[m("iterations", "busy-loop iterations, all threads")],
+        metrics: &[m(
+            "iterations",
+            Better::Neither,
+            "busy-loop iterations, all threads",
+        )],
         inputs: &[],
         kernel_options: &[],
     },
@@ -301,19 +423,27 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
         metrics: &[
             m(
                 "writes_per_sec",
+                Better::Higher,
                 "write-side lock acquisitions per second, all writer threads (the kernel's Writes Total / the run)",
             ),
-            m("writes_total", "write-side lock acquisitions in the run"),
+            m(
+                "writes_total",
+                Better::Higher,
+                "write-side lock acquisitions in the run",
+            ),
             cond(
                 "writes_min_over_max",
+                Better::Higher,
                 "the least busy writer's acquisitions / the busiest's (1 = fair; the kernel flags ??? under 0.5)",
             ),
             cond(
                 "reads_per_sec",
+                Better::Higher,
                 "read-side acquisitions per second (reader-writer types)",
             ),
             cond(
                 "reads_min_over_max",
+                Better::Higher,
                 "the least busy reader's acquisitions / the busiest's",
             ),
         ],
@@ -334,6 +464,109 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
         ],
     },
 ];
+
+/// One argument of a workload, as the payload's command line (its clap definition) declares
+/// it: derived from that definition, so it cannot drift from what the payload accepts.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ArgSpec {
+    /// The key in a scenario's `args:` (the long option without `--`, e.g. `hold-ns`; `_` for
+    /// `-` is accepted there too).
+    pub name: String,
+    /// What the payload takes when the argument is absent; None: absent means off or derived
+    /// (the help says how).
+    pub default: Option<String>,
+    /// The unit of its value, where it has one (`ns`, `ms`, `s`, `bytes`, `jiffies`, …).
+    pub unit: Option<&'static str>,
+    /// A switch: `true` passes it, `false` or absent leaves it off.
+    pub flag: bool,
+    /// The values it accepts, where it names them (a lock algorithm, a mode).
+    pub values: Vec<String>,
+    pub about: String,
+}
+
+impl WorkloadSpec {
+    /// What the workload is: its payload subcommand's one-line help.
+    pub fn about(&self) -> String {
+        use clap::CommandFactory;
+        crate::cli::Cli::command()
+            .find_subcommand(self.name)
+            .and_then(|c| c.get_about().map(|a| a.to_string()))
+            .unwrap_or_default()
+    }
+
+    /// Its arguments as the payload's parser defines them (hidden debugging ones left out).
+    pub fn args(&self) -> Vec<ArgSpec> {
+        use clap::CommandFactory;
+        let cli = crate::cli::Cli::command();
+        let Some(cmd) = cli.find_subcommand(self.name) else {
+            return Vec::new();
+        };
+        cmd.get_arguments()
+            .filter(|a| !a.is_hide_set() && !a.is_global_set())
+            .filter_map(|a| {
+                let name = a.get_long()?.to_string();
+                let about = one_line(&a.get_help().map(|h| h.to_string()).unwrap_or_default());
+                let default = a
+                    .get_default_values()
+                    .first()
+                    .map(|d| d.to_string_lossy().into_owned());
+                let flag = !a.get_action().takes_values();
+                let mut values: Vec<String> = a
+                    .get_possible_values()
+                    .iter()
+                    .filter(|v| !v.is_hide_set())
+                    .map(|v| v.get_name().to_string())
+                    .collect();
+                if flag {
+                    values.clear();
+                } else if values.is_empty() && name == "algo" {
+                    values = crate::locks::ALGOS.iter().map(|l| l.name.to_string()).collect();
+                }
+                Some(ArgSpec {
+                    unit: (!flag).then(|| unit_of(&name, &about)).flatten(),
+                    default: default.filter(|_| !flag),
+                    name,
+                    flag,
+                    values,
+                    about,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The unit of an argument: from its name's suffix (`hold-ns`), else from what its help says
+/// its value is counted in ("in bytes", "Jiffies between …").
+fn unit_of(name: &str, help: &str) -> Option<&'static str> {
+    let by_name = [
+        ("-ns", "ns"),
+        ("-us", "µs"),
+        ("-ms", "ms"),
+        ("-hz", "Hz"),
+        ("-mib", "MiB"),
+        ("-pct", "%"),
+        ("seconds", "s"),
+    ];
+    if let Some((_, u)) = by_name.iter().find(|(suffix, _)| name.ends_with(suffix)) {
+        return Some(u);
+    }
+    let help = help.to_lowercase();
+    let by_help = [
+        ("nanoseconds", "ns"),
+        ("milliseconds", "ms"),
+        (", ms", "ms"),
+        ("jiffies", "jiffies"),
+        ("seconds", "s"),
+        ("bytes", "bytes"),
+        ("busy-loop iterations", "loop iterations"),
+    ];
+    by_help.iter().find(|(w, _)| help.contains(w)).map(|(_, u)| *u)
+}
+
+/// A help text on one line (clap keeps the doc comment's line breaks).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
 /// The spec of workload `name`, if the payload has one.
 pub fn workload(name: &str) -> Option<&'static WorkloadSpec> {
@@ -394,6 +627,41 @@ mod tests {
         }
         assert!(workload("lock").unwrap().may_report("ops_per_sec"));
         assert!(!workload("lock").unwrap().may_report("time_s"));
+    }
+
+    /// The arguments derived from the payload's parser: each with a default is accepted with
+    /// that default, each `*-ns` argument is in nanoseconds, and the lock algorithm lists the
+    /// algorithms.
+    #[test]
+    fn every_workload_lists_its_arguments_with_defaults_the_parser_accepts() {
+        for w in WORKLOADS {
+            let args = w.args();
+            assert!(!args.is_empty(), "{} has no arguments", w.name);
+            assert!(!w.about().is_empty(), "{} has no about", w.name);
+            for a in &args {
+                assert!(!a.about.is_empty(), "{} --{} has no help", w.name, a.name);
+                if let Some(d) = &a.default {
+                    let argv = [w.name.to_string(), format!("--{}", a.name), d.clone()];
+                    crate::cli::validate(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+                }
+            }
+        }
+        let lock = workload("lock").unwrap().args();
+        let get = |n: &str| lock.iter().find(|a| a.name == n).unwrap().clone();
+        let hold = get("hold-ns");
+        assert_eq!((hold.default.as_deref(), hold.unit), (Some("200"), Some("ns")));
+        assert_eq!(get("duration-ms").unit, Some("ms"));
+        assert!(get("algo").values.iter().any(|v| v == "tas"));
+        assert!(get("no-hold-sampling").flag);
+        assert!(
+            !lock.iter().any(|a| a.name.starts_with("debug-")),
+            "hidden arguments are left out"
+        );
+        let hb = workload("hackbench").unwrap().args();
+        assert_eq!(
+            hb.iter().find(|a| a.name == "datasize").unwrap().unit,
+            Some("bytes")
+        );
     }
 
     /// Runs every workload on a tiny configuration: each metric it reports must be declared.

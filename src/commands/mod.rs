@@ -6,6 +6,7 @@ mod doctor;
 mod doctor_measure;
 mod image;
 mod validate;
+mod workloads;
 
 use crate::cli::{Command, ImageCommand};
 use crate::orchestrate::{LogFileWriter, run};
@@ -123,6 +124,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Workloads { name, json } => workloads::workloads(name.as_deref(), json),
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { dir } => completions::man(&dir),
     }

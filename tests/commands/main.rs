@@ -9,5 +9,7 @@ mod docs_links;
 mod overrides;
 mod report_browser;
 mod scenario_errors;
+mod schema;
 mod setup_plan;
 mod validate_trace_events;
+mod workloads;
