@@ -70,6 +70,11 @@ Examples:
   ocrig workloads lock
   ocrig workloads --json | jq '.[].name'";
 
+const SCHEMA_EXAMPLES: &str = "\
+Examples:
+  ocrig schema > ocrig-scenario.schema.json
+  ocrig schema | jq '.properties | keys'";
+
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
   ocrig completions bash > ~/.local/share/bash-completion/completions/ocrig
@@ -231,6 +236,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a JSON Schema (draft 2020-12) of the scenario file on stdout, for an editor's YAML
+    /// plugin: `# yaml-language-server: $schema=ocrig-scenario.schema.json` atop a scenario.
+    #[command(after_help = SCHEMA_EXAMPLES)]
+    Schema,
     /// Print a shell completion script for ocrig on stdout.
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions {

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Which direction of a metric is an improvement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Better {
     #[default]
@@ -15,7 +15,7 @@ pub enum Better {
 }
 
 /// Whether variants with identical guests share one boot per level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum GuestSharing {
     /// Variants whose guests are identical (kernel, command line, CPU model) share one boot per
@@ -27,7 +27,7 @@ pub enum GuestSharing {
 }
 
 /// The order of the runs within one boot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunOrder {
     /// Round after round, run k of every cell (workload-major, variant-minor), so the variants
@@ -39,7 +39,9 @@ pub enum RunOrder {
 }
 
 /// How a guest is started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StartMethod {
     /// A cold boot of the kernel.

@@ -5,6 +5,7 @@ mod completions;
 mod doctor;
 mod doctor_measure;
 mod image;
+pub mod schema;
 mod validate;
 mod workloads;
 
@@ -125,6 +126,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Workloads { name, json } => workloads::workloads(name.as_deref(), json),
+        Command::Schema => schema::schema(),
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { dir } => completions::man(&dir),
     }

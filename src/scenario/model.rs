@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::vocabulary::{Better, GuestSharing, RunOrder};
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub name: String,
@@ -59,7 +59,7 @@ pub struct Scenario {
     pub margin: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ScheduleSpec {
     /// `shared` (default): variants with identical guests share one boot per level;
@@ -125,14 +125,14 @@ fn one() -> u32 {
     1
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum RunCount {
     Fixed(u32),
     Dynamic(DynamicRuns),
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DynamicRuns {
     pub min: u32,
@@ -152,7 +152,7 @@ pub struct DynamicRuns {
 }
 
 /// What a stopping rule runs until.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Until {
     /// The comparison with the baseline is concluded.
@@ -194,7 +194,9 @@ impl RunCount {
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     #[default]
@@ -203,7 +205,7 @@ pub enum BackendKind {
     Host,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AccelSetting {
     #[default]
@@ -213,14 +215,14 @@ pub enum AccelSetting {
 }
 
 /// Host CPUs to use: a count (the first N allowed CPUs) or an explicit list.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum CpuSet {
     Count(usize),
     List(Vec<usize>),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     /// Default: every CPU this process may use.
@@ -257,7 +259,7 @@ pub struct HostSpec {
 pub const DEFAULT_MAX_OTHER_LOAD: f64 = 0.05;
 
 /// One host of a sweep over several hosts.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum HostEntry {
     Uri(String),
@@ -288,7 +290,7 @@ pub fn default_uri() -> String {
 
 /// A kernel: a Debian kernel release (e.g. `6.1.0-41-amd64`, or `default`), a kernel file
 /// (`{path: …/bzImage}` or a PVH `vmlinux`), or a build tree (`{tree: /path/to/linux}`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum KernelRef {
     Debian(String),
@@ -298,7 +300,7 @@ pub enum KernelRef {
 
 /// A kernel build tree: its vmlinux (PVH) or arch/x86/boot/bzImage, .config, System.map and
 /// the modules it built (see src/image/tree.rs).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelTree {
     pub tree: PathBuf,
@@ -319,7 +321,7 @@ impl KernelRef {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelFile {
     pub path: PathBuf,
@@ -332,7 +334,7 @@ impl Default for KernelRef {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuestShape {
     #[serde(default = "one")]
@@ -384,7 +386,7 @@ impl Default for GuestShape {
 }
 
 /// One side of the comparison: overrides applied to the guest or the workloads.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     pub name: String,
@@ -398,6 +400,7 @@ pub struct Variant {
     pub cpu: Option<String>,
     /// Merged into every workload's arguments (e.g. `{algo: ticket}`).
     #[serde(default, deserialize_with = "unique_keys")]
+    #[schemars(with = "BTreeMap<String, ArgValue>")]
     pub args: BTreeMap<String, ArgValue>,
     /// Guest trace events (`system:name`) switched on through tracefs for this variant's runs
     /// and off after each (the payload's `--trace-event`), e.g. `[lock:contention_begin]`.
@@ -412,14 +415,14 @@ pub struct Variant {
 }
 
 /// `profile: {rate_hz: N}`: cpu-clock samples per second and CPU (the payload's `--profile-hz`).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileSwitch {
     pub rate_hz: u64,
 }
 
 /// A workload argument: a scalar, or a list that expands into a matrix.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ArgValue {
     Bool(bool),
@@ -441,7 +444,7 @@ impl ArgValue {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     /// Label in reports; default: the command.
@@ -450,6 +453,7 @@ pub struct Workload {
     pub command: String,
     /// `--key value` arguments; lists expand into a matrix.
     #[serde(default, deserialize_with = "unique_keys")]
+    #[schemars(with = "BTreeMap<String, ArgValue>")]
     pub args: BTreeMap<String, ArgValue>,
     /// Arguments merged over `args` where the guests run under KVM, e.g. `{loops: 1000}` for a
     /// hackbench sized to last a second under TCG, which KVM runs ~10x faster.
@@ -458,6 +462,7 @@ pub struct Workload {
         deserialize_with = "unique_keys",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
+    #[schemars(with = "BTreeMap<String, ArgValue>")]
     pub kvm_args: BTreeMap<String, ArgValue>,
     /// Headline metric, a key of the payload report's `metrics`.
     pub metric: String,
@@ -488,7 +493,7 @@ fn unique_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String
     d.deserialize_map(Keys)
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Background {
     /// Every guest runs the same workload (the published tables' setup).
@@ -500,7 +505,7 @@ pub enum Background {
     Hog,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
     pub boot_s: u64,
