@@ -143,8 +143,10 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// What ocrig said, with its lines' wrapping undone (it wraps what it says within 120 columns).
 fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    let text = String::from_utf8_lossy(&o.stderr);
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Lines of the journal (whole lines only, as a reader must take them).

@@ -608,7 +608,11 @@ fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
         .arg(&dir)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // (Its lines wrapped within 120 columns, unwrapped.)
+    let stderr = String::from_utf8_lossy(&out.stderr)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(out.status.success(), "resume failed:\n{stderr}");
     // A finished sweep is seen as one before any host is asked: nothing changes.
     assert!(
