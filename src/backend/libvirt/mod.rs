@@ -72,6 +72,8 @@ pub struct LibvirtBackend {
     remote: Option<Arc<HostSsh>>,
     /// Where a local domain starts (`<vcpu cpuset>`, `emulatorpin`, `numatune`).
     start: crate::backend::StartPlacement,
+    /// The security models every domain labels itself for ([`confinement_models`]), read once.
+    models: Vec<String>,
 }
 
 impl LibvirtBackend {
@@ -92,6 +94,7 @@ impl LibvirtBackend {
             "libvirt at {uri} reports no hypervisor (is it a QEMU/KVM URI?)"
         );
         let lib = conn.lib_version().unwrap_or(0);
+        let models = confinement_models(uri, &conn)?;
         let starter = match &remote {
             Some(r) => {
                 remote::check_libvirt_version(&r.remote.label(), lib, remote::min_libvirt())
@@ -110,6 +113,7 @@ impl LibvirtBackend {
             versions: format!("libvirt {lib} hypervisor {version}"),
             remote,
             start: crate::backend::StartPlacement::default(),
+            models,
         })
     }
 
@@ -256,9 +260,11 @@ impl LibvirtBackend {
         let uri = self.uri.clone();
         let t0 = std::time::Instant::now();
         let (plan, incoming, start) = (plan.clone(), incoming.map(Path::to_path_buf), self.start.clone());
-        let (conn, dom, port) =
-            tokio::task::spawn_blocking(move || create(&uri, &abs, &plan, incoming.as_deref(), &start))
-                .await??;
+        let models = self.models.clone();
+        let (conn, dom, port) = tokio::task::spawn_blocking(move || {
+            create(&uri, &abs, &plan, incoming.as_deref(), &start, &models)
+        })
+        .await??;
         let mut guest = LibvirtGuest::created(spec, &self.uri, conn, dom, port);
         // Drop destroys the domain if any of these checks fails.
         let pid = qemu_pid(&self.uri, &spec.name).context("finding the domain's QEMU process")?;
@@ -301,6 +307,7 @@ impl LibvirtBackend {
         let rdir = remote::remote_workdir(&std::path::absolute(&spec.workdir)?);
         let rconsole = console_path(Path::new(&rdir), &spec.name);
         let (uri, spec2, plan2, r2) = (self.uri.clone(), spec.clone(), plan.clone(), Arc::clone(r));
+        let models = self.models.clone();
         let (conn, dom, port, rspec) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let q = |p: &Path| shlex::try_quote(&p.to_string_lossy()).map(|c| c.into_owned());
             r2.check(
@@ -346,6 +353,7 @@ impl LibvirtBackend {
                 &rplan,
                 None,
                 &crate::backend::StartPlacement::default(),
+                &models,
             )?;
             Ok((conn, dom, port, rspec))
         })
@@ -398,7 +406,7 @@ fn confinement_models(uri: &str, conn: &Connect) -> anyhow::Result<Vec<String>> 
         .collect())
 }
 
-/// Creates the transient domain on a fresh connection (retrying with another port when the picked
+/// Creates the transient domain on a fresh connection, labelled for `models` (retrying with another port when the picked
 /// one was taken before QEMU bound it).
 fn create(
     uri: &str,
@@ -406,13 +414,13 @@ fn create(
     plan: &BootPlan,
     incoming: Option<&Path>,
     start: &crate::backend::StartPlacement,
+    models: &[String],
 ) -> anyhow::Result<(Connect, Domain, u16)> {
     let conn = open(uri)?;
-    let models = confinement_models(uri, &conn)?;
     let mut last = None;
     for _ in 0..3 {
         let port = free_loopback_port().context("finding a free loopback port")?;
-        let xml = domain_xml(spec, plan, port, incoming, start, &models);
+        let xml = domain_xml(spec, plan, port, incoming, start, models);
         match conn.create_domain_xml(&xml, virt::sys::VIR_DOMAIN_START_AUTODESTROY) {
             Ok(dom) => return Ok((conn, dom, port)),
             // QEMU: "Could not set up host forwarding rule 'tcp:127.0.0.1:PORT-:22'".
