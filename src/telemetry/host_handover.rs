@@ -55,11 +55,11 @@ impl HostProbe for HostHandover {
     }
 
     fn headline(&self) -> String {
-        format!(
-            "{} (x{:.2} fast to slow, {:.0} % of samples slow): short holds spread more",
-            if self.steady() { "steady" } else { "NOT steady" },
+        super::host_speed::headline(
+            self.steady(),
             self.spread,
-            self.slow_share * 100.0
+            self.slow_share,
+            "short holds spread more",
         )
     }
 

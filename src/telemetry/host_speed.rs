@@ -56,6 +56,15 @@ pub trait HostProbe: Serialize + serde::de::DeserializeOwned {
     fn headline(&self) -> String;
 }
 
+/// A probe's [`HostProbe::headline`]: steady or not, its spread and slow share, what follows.
+pub(crate) fn headline(steady: bool, spread: f64, slow_share: f64, follows: &str) -> String {
+    format!(
+        "{} (x{spread:.2} fast to slow, {:.0} % of samples slow): {follows}",
+        if steady { "steady" } else { "NOT steady" },
+        slow_share * 100.0
+    )
+}
+
 /// A probe's samples summed up: p5 / p50 / p95, their spread (p95 / p5) and the share of
 /// samples slower than the fast state (p5) by more than `slow_above`×.
 pub(crate) struct Spread {
@@ -105,11 +114,11 @@ impl HostProbe for HostSpeed {
     }
 
     fn headline(&self) -> String {
-        format!(
-            "{} (x{:.2} fast to slow, {:.0} % of samples slow): lock runs spread more",
-            if self.steady() { "steady" } else { "NOT steady" },
+        headline(
+            self.steady(),
             self.spread,
-            self.slow_share * 100.0
+            self.slow_share,
+            "lock runs spread more",
         )
     }
 
