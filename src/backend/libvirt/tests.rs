@@ -22,16 +22,21 @@ fn plan(s: &GuestSpec, pvh: bool) -> BootPlan {
     }
 }
 
-#[test]
-fn domain_xml_matches_the_qemu_backend_devices() {
-    let x = domain_xml(
+/// The test spec's domain booted normally, placed and labelled by libvirt's defaults.
+fn plain_xml() -> String {
+    domain_xml(
         &spec(),
         &plan(&spec(), false),
         40022,
         None,
         &Default::default(),
         &[],
-    );
+    )
+}
+
+#[test]
+fn domain_xml_matches_the_qemu_backend_devices() {
+    let x = plain_xml();
     assert!(x.starts_with("<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"));
     assert!(x.contains("<name>ocrig-t-0</name>"));
     assert!(x.contains("<memory unit='MiB'>512</memory>") && x.contains(">2</vcpu>"));
@@ -297,14 +302,7 @@ fn a_domain_starts_on_its_cpus_with_its_memory_bound_and_its_other_threads_aside
         "{x}"
     );
     // Nothing said, nothing placed: libvirt's defaults.
-    let x = domain_xml(
-        &spec(),
-        &plan(&spec(), false),
-        40022,
-        None,
-        &Default::default(),
-        &[],
-    );
+    let x = plain_xml();
     assert!(
         !x.contains("cpuset") && !x.contains("numatune") && !x.contains("cputune"),
         "{x}"
