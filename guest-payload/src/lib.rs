@@ -15,5 +15,6 @@ pub mod metrics;
 pub mod preempt_sample;
 pub mod probe;
 pub mod report;
+pub mod slices;
 pub mod work_as_run;
 pub mod workloads;

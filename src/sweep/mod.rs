@@ -10,4 +10,5 @@ pub mod records;
 #[cfg(test)]
 mod scale_bench;
 pub mod scheduler;
+pub mod sliced;
 pub mod stopping;

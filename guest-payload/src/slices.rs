@@ -1,0 +1,336 @@
+//! Sliced runs: several workload invocations ("arms", one per variant sharing the guests) in
+//! one payload run, alternating in short slices on a schedule fixed from the go signal.
+//!
+//! Why: the host's state (a cache line's hand-over cost, the CPU's speed) changes on a time
+//! scale of seconds, so two variants measured one after the other in runs of several seconds
+//! each see different hosts. Alternating them in slices of a few hundred milliseconds, in a
+//! mirrored order (A B B A A B …, or A B C C B A for three arms: a linear drift weighs every arm
+//! alike), puts both sides of a comparison into the same host states.
+//!
+//! Every guest of a run gets the same schedule: slice `j` starts `j × period` after the go
+//! signal, so the guests' slices of one arm overlap (their go signals are released together);
+//! a slice whose start has passed (its predecessor's set-up or teardown overran) starts at
+//! once and says how late it was. Each slice is an ordinary run of the arm's workload, with its
+//! own set-up, window and self-checks; an arm's report is the mean of its slices' metrics (the
+//! slices are of equal length, so a mean of rates is the rate over the arm's whole time), every
+//! slice's checks (named by slice), and each slice's figures under `sliced`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::Check;
+use crate::cli::Command;
+use crate::report::{Report, SCHEMA_VERSION};
+
+/// The word between two arms' argument lists.
+pub const ARM_SEPARATOR: &str = "::";
+
+/// The `workload` of a sliced run's report: its `detail.arms` hold one report per arm.
+pub const SLICED_WORKLOAD: &str = "sliced";
+
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    /// Length of every slice's measured window, in milliseconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub slice_ms: u64,
+    /// From one slice's start to the next's, in milliseconds: the slice and room for its
+    /// set-up and teardown. The same on every guest of a run, so their slices line up.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub period_ms: u64,
+    /// Slices of every arm.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub slices_per_arm: u32,
+    /// The arms: workload command lines separated by `::`, e.g.
+    /// `-- lock --algo ticket :: lock --algo tas`. Their durations are set to the slice.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub arms: Vec<String>,
+}
+
+impl Args {
+    /// Each arm's workload command, with its duration set to one slice.
+    pub fn commands(&self) -> Result<Vec<Command>, String> {
+        if self.period_ms < self.slice_ms {
+            return Err(format!(
+                "--period-ms {} is shorter than --slice-ms {}",
+                self.period_ms, self.slice_ms
+            ));
+        }
+        let arms: Vec<&[String]> = self.arms.split(|a| a == ARM_SEPARATOR).collect();
+        if arms.len() < 2 || arms.iter().any(|a| a.is_empty()) {
+            return Err(format!(
+                "a sliced run needs two or more arms, each a workload command line, separated by `{ARM_SEPARATOR}`"
+            ));
+        }
+        arms.iter()
+            .map(|argv| {
+                let command =
+                    crate::cli::validate(argv).map_err(|e| format!("arm `{}`: {e}", argv.join(" ")))?;
+                with_duration(command, self.slice_ms)
+            })
+            .collect()
+    }
+}
+
+/// Whether a workload runs for a time (so can be sliced), and the argument that sets it.
+pub fn duration_flag(workload: &str) -> Option<&'static str> {
+    match workload {
+        "lock" => Some("--duration-ms"),
+        "ebizzy" => Some("--seconds"),
+        _ => None,
+    }
+}
+
+/// `command` set to run for `ms` milliseconds; an error for a workload that runs a fixed
+/// amount of work rather than for a time.
+pub fn with_duration(command: Command, ms: u64) -> Result<Command, String> {
+    match command {
+        Command::Lock(mut a) => {
+            a.duration_ms = ms;
+            Ok(Command::Lock(a))
+        }
+        Command::Ebizzy(mut a) => {
+            a.seconds = ms as f64 / 1000.0;
+            Ok(Command::Ebizzy(a))
+        }
+        other => Err(format!(
+            "workload `{}` runs a fixed amount of work, not for a time: it cannot be sliced",
+            other.workload_name().unwrap_or("?")
+        )),
+    }
+}
+
+/// The arm of every slice: mirrored passes over the arms (0 1 1 0 0 1 …; 0 1 2 2 1 0 …), so
+/// each arm's slices have the same mean position and a linear drift favours none.
+pub fn order(arms: usize, slices_per_arm: u32) -> Vec<usize> {
+    (0..slices_per_arm as usize)
+        .flat_map(|pass| (0..arms).map(move |i| if pass % 2 == 0 { i } else { arms - 1 - i }))
+        .collect()
+}
+
+/// One slice as the arm's report keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SliceFigures {
+    /// Position in the run's schedule.
+    pub index: u32,
+    /// When the slice was due, and how late it started, ms after the go signal.
+    pub due_ms: f64,
+    pub late_ms: f64,
+    /// The slice's measured window, ns.
+    pub elapsed_ns: u64,
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// Runs every slice of `args` from now on (the go signal); the run's report, whose
+/// `detail.arms` holds each arm's merged report. An error of any slice ends the run.
+pub fn run(args: &Args) -> anyhow::Result<Report> {
+    let commands = args
+        .commands()
+        .map_err(|e| anyhow::anyhow!(crate::workloads::BadInput(e)))?;
+    let go = Instant::now();
+    let period = Duration::from_millis(args.period_ms);
+    let order = order(commands.len(), args.slices_per_arm);
+    let mut slices: Vec<Vec<(SliceFigures, Report)>> = vec![Vec::new(); commands.len()];
+    for (j, &arm) in order.iter().enumerate() {
+        let due = period * j as u32;
+        let now = go.elapsed();
+        if now < due {
+            std::thread::sleep(due - now);
+        }
+        let late = go.elapsed().saturating_sub(due);
+        let report = crate::cli::run(&commands[arm])?.expect("a workload command reports");
+        let figures = SliceFigures {
+            index: j as u32,
+            due_ms: due.as_secs_f64() * 1e3,
+            late_ms: late.as_secs_f64() * 1e3,
+            elapsed_ns: report.elapsed_ns,
+            metrics: report.metrics.clone(),
+        };
+        slices[arm].push((figures, report));
+    }
+    let arms: Vec<Report> = slices.into_iter().map(|s| merge(s, args)).collect();
+    let checks: Vec<Check> = arms
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            a.checks.iter().filter(|c| !c.ok).map(move |c| Check {
+                detail: format!("arm {i}: {}", c.detail),
+                ..c.clone()
+            })
+        })
+        .collect();
+    let detail = serde_json::json!({
+        "slice_ms": args.slice_ms,
+        "period_ms": args.period_ms,
+        "order": order,
+        "arms": arms,
+    });
+    let elapsed_ns = go.elapsed().as_nanos() as u64;
+    Ok(Report::new(
+        SLICED_WORKLOAD,
+        elapsed_ns,
+        crate::env::Env::read(),
+        BTreeMap::new(),
+        &detail,
+    )?
+    .with_checks(checks))
+}
+
+/// One arm's report from its slices (in schedule order): metrics measured in every slice
+/// averaged, every slice's checks named by slice, the slices' own figures under `sliced`.
+fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
+    let n = slices.len() as f64;
+    let first = &slices[0].1;
+    let mut metrics = BTreeMap::new();
+    for name in first.metrics.keys() {
+        let values: Vec<f64> = slices
+            .iter()
+            .filter_map(|(_, r)| r.metrics.get(name).copied())
+            .collect();
+        // A metric some slice did not measure is left out rather than averaged over a subset.
+        if values.len() == slices.len() {
+            metrics.insert(name.clone(), values.iter().sum::<f64>() / n);
+        }
+    }
+    let checks = slices
+        .iter()
+        .flat_map(|(f, r)| {
+            r.checks.iter().map(move |c| Check {
+                detail: format!("slice {} (due at {:.0} ms): {}", f.index, f.due_ms, c.detail),
+                ..c.clone()
+            })
+        })
+        .collect();
+    let elapsed_ns = slices.iter().map(|(f, _)| f.elapsed_ns).sum();
+    let figures: Vec<&SliceFigures> = slices.iter().map(|(f, _)| f).collect();
+    let mut detail = first.detail.clone();
+    // The slices' own details (a lock's preemption samples, histograms) are not merged: a
+    // figure that would need them is absent, with this reason, rather than one slice's.
+    for key in ["preemption", "work_as_run", "acquire_latency", "kernel"] {
+        detail.remove(key);
+    }
+    detail.insert(
+        "preemption_unavailable".into(),
+        serde_json::json!("a sliced run: the hold/hand-over timing of each slice is not merged"),
+    );
+    detail.insert(
+        "sliced".into(),
+        serde_json::json!({
+            "slice_ms": args.slice_ms,
+            "period_ms": args.period_ms,
+            "slices": figures,
+        }),
+    );
+    Report {
+        schema: SCHEMA_VERSION,
+        workload: first.workload.clone(),
+        elapsed_ns,
+        env: first.env.clone(),
+        metrics,
+        checks,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_order_mirrors_every_other_pass() {
+        assert_eq!(order(2, 4), [0, 1, 1, 0, 0, 1, 1, 0]);
+        assert_eq!(order(3, 2), [0, 1, 2, 2, 1, 0]);
+        // Every arm's mean position is the same over an even number of passes.
+        for arms in 2..6 {
+            let o = order(arms, 4);
+            let mean = |a: usize| {
+                let p: Vec<usize> = o
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &x)| x == a)
+                    .map(|(i, _)| i)
+                    .collect();
+                p.iter().sum::<usize>() as f64 / p.len() as f64
+            };
+            for a in 1..arms {
+                assert_eq!(mean(a), mean(0), "arms {arms}");
+            }
+        }
+    }
+
+    fn args(arms: &[&str]) -> Args {
+        Args {
+            slice_ms: 50,
+            period_ms: 120,
+            slices_per_arm: 2,
+            arms: arms.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn arms_are_parsed_and_set_to_the_slice() {
+        let c = args(&["lock", "--algo", "tas", "::", "lock", "--algo", "ticket"])
+            .commands()
+            .unwrap();
+        assert_eq!(c.len(), 2);
+        match &c[1] {
+            Command::Lock(a) => assert_eq!((a.algo.as_str(), a.duration_ms), ("ticket", 50)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_arms_are_refused_with_the_reason() {
+        let e = args(&["lock", "--algo", "tas"]).commands().unwrap_err();
+        assert!(e.contains("two or more arms"), "{e}");
+        let e = args(&["lock", "::", "::", "lock"]).commands().unwrap_err();
+        assert!(e.contains("two or more arms"), "{e}");
+        let e = args(&["lock", "::", "mutex"]).commands().unwrap_err();
+        assert!(e.contains("cannot be sliced"), "{e}");
+        let e = args(&["lock", "::", "lock", "--algo", "bogus"])
+            .commands()
+            .unwrap_err();
+        assert!(e.contains("unknown lock algorithm"), "{e}");
+        let mut a = args(&["lock", "::", "lock"]);
+        a.period_ms = 10;
+        assert!(a.commands().unwrap_err().contains("shorter than --slice-ms"));
+    }
+
+    /// Two arms of the real lock workload, sliced: each arm's report holds its slices, its
+    /// metrics are their mean, and the slices kept their schedule.
+    #[test]
+    fn a_sliced_run_reports_each_arm_from_its_slices() {
+        let a = args(&[
+            "lock",
+            "--algo",
+            "tas",
+            "--threads",
+            "1",
+            "::",
+            "lock",
+            "--algo",
+            "ticket",
+            "--threads",
+            "1",
+        ]);
+        let report = run(&a).unwrap();
+        assert_eq!(report.workload, SLICED_WORKLOAD);
+        let arms: Vec<Report> = serde_json::from_value(report.detail["arms"].clone()).unwrap();
+        assert_eq!(arms.len(), 2);
+        for (arm, algo) in arms.iter().zip(["tas", "ticket"]) {
+            assert_eq!(arm.detail["algo"], algo);
+            let slices: Vec<SliceFigures> =
+                serde_json::from_value(arm.detail["sliced"]["slices"].clone()).unwrap();
+            assert_eq!(slices.len(), 2);
+            let mean = slices.iter().map(|s| s.metrics["ops_per_sec"]).sum::<f64>() / 2.0;
+            assert!((arm.metrics["ops_per_sec"] - mean).abs() < 1e-6 * mean);
+            assert!(arm.detail.get("preemption").is_none());
+            for s in &slices {
+                assert_eq!(s.due_ms, 120.0 * f64::from(s.index));
+            }
+        }
+        assert_eq!(report.detail["order"], serde_json::json!([0, 1, 1, 0]));
+    }
+}
