@@ -16,9 +16,9 @@ const LONG_VERSION: &str = concat!(
 /// Said after the top-level help: the commonest commands, and the exit statuses.
 const TOP_EXAMPLES: &str = "\
 Examples:
-  ocrig doctor                                   # what this host is and what ocrig will do on it
-  ocrig validate scenarios/*.yaml                # check scenarios without booting anything
-  ocrig run scenarios/ticket-vs-tas.yaml         # run a sweep; results in results/<name>-<time>/
+  ocrig doctor                                     # what this host is and what ocrig will do on it
+  ocrig validate scenarios/*/*.yaml                # check scenarios without booting anything
+  ocrig run scenarios/examples/ticket-vs-tas.yaml  # run a sweep; results in results/<name>-<time>/
   ocrig report results/ticket-vs-tas-20261206T120000Z --format md
   ocrig compare results/base-20261206T120000Z results/patched-20261207T090000Z
 
@@ -27,18 +27,18 @@ Exit status: 0 success; 1 failure (a sweep, a report or a measurement went wrong
 
 const RUN_EXAMPLES: &str = "\
 Examples:
-  ocrig run scenarios/ticket-vs-tas.yaml
-  ocrig run scenarios/ticket-vs-tas.yaml --results /var/tmp/ocrig --quiet
-  ocrig run scenarios/ticket-vs-tas.yaml --set host.cpus=16 --set runs=5
+  ocrig run scenarios/examples/ticket-vs-tas.yaml
+  ocrig run scenarios/examples/ticket-vs-tas.yaml --results /var/tmp/ocrig --quiet
+  ocrig run scenarios/examples/ticket-vs-tas.yaml --set host.cpus=16 --set runs=5
   ocrig run --resume results/ticket-vs-tas-20261206T120000Z
-  ocrig run scenarios/smoke.yaml --backend host   # no guests: the workloads on this host";
+  ocrig run scenarios/ci/smoke.yaml --backend host   # no guests: the workloads on this host";
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:
-  ocrig validate scenarios/ticket-vs-tas.yaml
-  ocrig validate scenarios/*.yaml
-  ocrig validate scenarios/ticket-vs-tas.yaml --set host.cpus=16 --set 'levels=[1.0, 2.0]'
-  ocrig validate --json scenarios/*.yaml | jq '.[] | select(.ok | not)'";
+  ocrig validate scenarios/examples/ticket-vs-tas.yaml
+  ocrig validate scenarios/*/*.yaml
+  ocrig validate scenarios/examples/ticket-vs-tas.yaml --set host.cpus=16 --set 'levels=[1.0, 2.0]'
+  ocrig validate --json scenarios/*/*.yaml | jq '.[] | select(.ok | not)'";
 
 const REPORT_EXAMPLES: &str = "\
 Examples:

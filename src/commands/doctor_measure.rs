@@ -45,8 +45,8 @@ fn ratio_at_no_cost(hold: f64) -> f64 {
 }
 
 /// The most runs the shipped KVM-sized scenarios give a comparison (`kvm_runs: {max: 20}` in
-/// scenarios/own-kernels.yaml, seed004-qspinlock.yaml and seed004-spinfirst.yaml; a test keeps
-/// them in step).
+/// scenarios/examples/own-kernels.yaml, scenarios/reproductions/seed004-qspinlock.yaml and
+/// seed004-spinfirst.yaml; a test keeps them in step).
 pub const KVM_RUNS_MAX: usize = 20;
 
 /// What a comparison of this host resolves at a given number of runs, from the A/A pair's
@@ -396,7 +396,11 @@ mod tests {
     fn the_shipped_kvm_scenarios_give_a_comparison_the_runs_the_sizing_judges() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
         let mut seen = 0;
-        for e in std::fs::read_dir(dir).unwrap() {
+        let folders = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        for e in folders
+            .filter(|p| p.is_dir())
+            .flat_map(|d| std::fs::read_dir(d).unwrap())
+        {
             let path = e.unwrap().path();
             if path.extension().is_none_or(|x| x != "yaml") {
                 continue;

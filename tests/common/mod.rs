@@ -96,7 +96,7 @@ pub fn group_facts<'a>(
     &holder["extra"]["group"]
 }
 
-/// `ocrig validate` of the shipped `scenarios/<name>`, each `(path, tree)` of `trees` put in
+/// `ocrig validate` of the shipped `scenarios/<name>` (`examples/own-kernels.yaml`), each `(path, tree)` of `trees` put in
 /// place of the user's tree path it names (`/srv/kernels/base`): the scenario must name every
 /// one, and validate with the built trees.
 pub fn validate_shipped_with_trees(name: &str, trees: &[(&str, &std::path::Path)]) {
@@ -107,7 +107,7 @@ pub fn validate_shipped_with_trees(name: &str, trees: &[(&str, &std::path::Path)
         text = text.replace(path, &tree.display().to_string());
     }
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join(name);
+    let file = tmp.path().join(std::path::Path::new(name).file_name().unwrap());
     std::fs::write(&file, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
         .arg("validate")

@@ -21,7 +21,7 @@ fn locktorture_runs_in_guests_of_a_kernel_built_with_it_and_compares_two_kernels
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);
     // The shipped scenario, pointed at these trees, is valid as it stands otherwise.
     common::validate_shipped_with_trees(
-        "locktorture.yaml",
+        "examples/locktorture.yaml",
         &[("/srv/kernels/base", base), ("/srv/kernels/spinfirst", spinfirst)],
     );
     let scenario = format!(

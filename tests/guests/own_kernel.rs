@@ -3,7 +3,7 @@
 //! `patched` with a one-line change in kernel/locking/qspinlock.c, same release — through
 //! tests/kernel/build-test-kernel (cached by source, config and patch hash under
 //! ~/.cache/ocrig/test-kernels, so a machine pays the build once), validates the shipped
-//! scenarios/own-kernels.yaml with them, then boots both trees and the base tree's bzImage
+//! scenarios/examples/own-kernels.yaml with them, then boots both trees and the base tree's bzImage
 //! through `ocrig run` and checks that the journal, the guests' consoles, the report and
 //! `ocrig compare` tell the two same-release builds apart.
 
@@ -85,7 +85,7 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
 
     // The shipped scenario, its two tree paths pointed at the built trees, validates.
     common::validate_shipped_with_trees(
-        "own-kernels.yaml",
+        "examples/own-kernels.yaml",
         &[("/srv/kernels/base", &base), ("/srv/kernels/patched", &patched)],
     );
 

@@ -141,7 +141,7 @@ impl Drop for Sshd {
 /// The smoke scenario with libvirt at `uri` and `extra` host/guest lines.
 fn scenario(dir: &Path, uri: &str, cpus: &str, memory_mib: u32) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join("scenarios/smoke.yaml")).unwrap();
+    let text = std::fs::read_to_string(root.join("scenarios/ci/smoke.yaml")).unwrap();
     let text = text
         .replace(
             "  backend: qemu\n",

@@ -1,6 +1,6 @@
 //! The findings ocrig was built from, reproduced small on real guests (issue 35), each asserted
 //! where this host's measurement supports it and reported (with its interval) where it does
-//! not. The full-size scenarios are scenarios/seed00*.yaml and seed004-spinfirst.yaml;
+//! not. The full-size scenarios are scenarios/reproductions/seed00*.yaml;
 //! `scripts/reproduce-seeds` runs them and writes the side-by-side summary.
 //!
 //! - **Mutex paradox** (seed000): a small sleep on the contended path only. Asserted: contended
@@ -287,7 +287,7 @@ fn the_spin_first_qspinlock_table_is_complete_at_every_level() {
     let trees = common::test_kernel_trees();
     let (base, spinfirst) = (&trees["base"], &trees["spinfirst"]);
     common::validate_shipped_with_trees(
-        "seed004-spinfirst.yaml",
+        "reproductions/seed004-spinfirst.yaml",
         &[("/srv/kernels/base", base), ("/srv/kernels/spinfirst", spinfirst)],
     );
     let s = sweep(

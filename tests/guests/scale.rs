@@ -1,5 +1,5 @@
 //! Many guests at once (issue 24), on real guests: 8 one-vCPU clones on 2 host CPUs (4x; the
-//! full 24 at 12x is `scenarios/scale-24.yaml`, run by hand: it takes several minutes here).
+//! full 24 at 12x is `scenarios/benchmarks/scale-24.yaml`, run by hand: it takes several minutes here).
 //! Every guest comes up, runs a short lock behind one gated start, and hands back its result
 //! and telemetry; the go signal's skew across the guests stays within 2 ms; the journal holds
 //! what the orchestrator cost per run and what the clones take of host memory (PSS); and

@@ -1,5 +1,5 @@
 //! End to end on real guests (KVM where the host has it, TCG here): `ocrig run
-//! scenarios/smoke.yaml` boots guests, deploys the static payload over SSH, runs the lock
+//! scenarios/ci/smoke.yaml` boots guests, deploys the static payload over SSH, runs the lock
 //! workload gated in every guest, and journals what came back. The numbers are checked for
 //! internal consistency and against what was asked.
 
@@ -38,7 +38,7 @@ fn smoke(backend: &str) {
         .current_dir(root)
         .args([
             "run",
-            "scenarios/smoke.yaml",
+            "scenarios/ci/smoke.yaml",
             "--quiet",
             "--backend",
             backend,

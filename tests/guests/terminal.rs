@@ -32,7 +32,7 @@ fn the_first_command_fits_120_columns_and_ends_on_its_verdict() {
     let _one = common::one_sweep();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
-    let scenario = std::fs::read_to_string(root.join("scenarios/ticket-vs-tas.yaml"))
+    let scenario = std::fs::read_to_string(root.join("scenarios/examples/ticket-vs-tas.yaml"))
         .unwrap()
         .replace("runs: 8", "runs: 3")
         .replace("duration-ms: 3000", "duration-ms: 1000");
