@@ -18,6 +18,9 @@ pub struct WorkloadInstance {
     pub args: BTreeMap<String, ArgValue>,
     pub metric: String,
     pub better: Better,
+    /// The workload's slice when its variants share guests (None: whole runs), see
+    /// [`super::model::Workload::slice_ms`].
+    pub slice_ms: Option<u64>,
 }
 
 /// Variants with the implicit default filled in and the baseline known.
@@ -90,6 +93,10 @@ fn expand_one(source: usize, w: &Workload) -> Vec<WorkloadInstance> {
                 args,
                 metric: w.metric.clone(),
                 better: w.better,
+                slice_ms: match w.slice_ms.or(super::model::DEFAULT_SLICE_MS) {
+                    Some(0) => None,
+                    ms => ms.filter(|_| ocrig_payload::slices::duration_flag(&w.command).is_some()),
+                },
             }
         })
         .collect()

@@ -468,7 +468,22 @@ pub struct Workload {
     pub metric: String,
     #[serde(default)]
     pub better: Better,
+    /// Variants that share guests run this workload as one payload run of alternating slices
+    /// of this many milliseconds each (A B B A …, every variant the run's whole duration in
+    /// all), so both sides of a comparison meet the same host states; `0`: each variant's run
+    /// whole, one after the other. Default: [`DEFAULT_SLICE_MS`] for a workload that runs for a
+    /// time (`lock`, `ebizzy`); others always run whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice_ms: Option<u64>,
 }
+
+/// The slice of a workload whose variants share guests, unless it sets `slice_ms`.
+pub const DEFAULT_SLICE_MS: Option<u64> = None;
+
+/// The shortest slice: each slice has its own set-up and teardown (a lock run calibrates the
+/// TSC for 20 ms before and after its window), so a shorter one is mostly set-up, and gives
+/// the self-checks too few samples.
+pub const MIN_SLICE_MS: u64 = 100;
 
 /// A mapping of arguments in which a key given twice is an error (a plain map would keep the
 /// last one silently), phrased as serde phrases duplicate fields so it is located the same way.

@@ -122,6 +122,9 @@ pub struct Cell {
     /// `runs: {until: concluded}`: the comparison with the baseline runs until concluded
     /// (the baseline's cell while any of its comparisons at the level runs).
     pub concluded: Option<super::stopping::Concluded>,
+    /// Set where this cell's variant shares its guests with others and its workload is sliced
+    /// ([`super::sliced`]): a round runs the workload's sliced cells as one payload run.
+    pub slice: Option<super::sliced::SliceSpec>,
 }
 
 /// How boots are shared and runs ordered.
@@ -276,9 +279,13 @@ impl Plan {
                         if host {
                             scale_threads(&mut argv, level, cpus.len());
                         }
+                        let slice = (b.variants.len() > 1 && !host)
+                            .then(|| super::sliced::spec_for(w, v, &argv))
+                            .flatten();
                         b.cells.push(Cell {
                             variant: v.name.clone(),
                             workload: w.clone(),
+                            slice,
                             argv,
                             runs,
                             max_runs,

@@ -578,6 +578,7 @@ mod tests {
                 args: BTreeMap::new(),
                 metric: "ops_per_sec".into(),
                 better: Better::Higher,
+                slice_ms: None,
             },
             argv: vec!["lock".into()],
             runs: 1,
@@ -585,6 +586,7 @@ mod tests {
             target_cv: None,
             target_mde: None,
             concluded: None,
+            slice: None,
         }
     }
 

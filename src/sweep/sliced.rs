@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 
 use crate::executor::{CHECK_FAILED_STATUS, Finished, RunOutcome, WorkerRun};
 use crate::journal::RunRecord;
+use crate::scenario::Variant;
+use crate::scenario::expand::WorkloadInstance;
 use ocrig_payload::report::Report;
 use ocrig_payload::slices::{ARM_SEPARATOR, SLICED_WORKLOAD};
 
@@ -19,6 +21,27 @@ pub struct SliceSpec {
     pub slice_ms: u64,
     pub period_ms: u64,
     pub slices_per_arm: u32,
+}
+
+/// Room in a slice's period for its set-up and teardown (a lock run's two 20 ms TSC
+/// calibrations, its threads' start and join), ms. A slice whose predecessor overran starts
+/// late, and says by how much (`late_ms`).
+pub const SLICE_SETUP_MS: u64 = 200;
+
+/// How `w` is sliced under variant `v` (whose payload command line is `argv`), or None where
+/// it runs whole: the workload is not sliced, or the variant asks the guest kernel for its
+/// view of the run (a probe covers one payload run, which would be every arm's).
+pub fn spec_for(w: &WorkloadInstance, v: &Variant, argv: &[String]) -> Option<SliceSpec> {
+    let slice_ms = w.slice_ms.filter(|&ms| ms > 0)?;
+    if !v.trace_events.is_empty() || v.kernel_counts || v.profile.is_some() {
+        return None;
+    }
+    let run_ms = crate::scenario::expand::workload_seconds(argv)? * 1000.0;
+    Some(SliceSpec {
+        slice_ms,
+        period_ms: slice_ms + SLICE_SETUP_MS,
+        slices_per_arm: (run_ms / slice_ms as f64).ceil().max(1.0) as u32,
+    })
 }
 
 /// Where a sliced record keeps what its run shared with the other variants' records.

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use crate::scenario::locate::Seg;
 use crate::scenario::{
-    BackendKind, KernelRef, Loaded, Scenario, ScenarioError, ScenarioErrors, Variant, expand,
+    BackendKind, KernelRef, Loaded, MIN_SLICE_MS, Scenario, ScenarioError, ScenarioErrors, Variant, expand,
 };
 
 mod trace;
@@ -345,6 +345,27 @@ fn check_workloads(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
                     spec.metric_names().join(", ")
                 ),
             );
+        }
+        if let Some(ms) = w.slice_ms.filter(|&ms| ms > 0) {
+            let at = [key("workloads"), Seg::Index(i), key("slice_ms")];
+            if ocrig_payload::slices::duration_flag(&w.command).is_none() {
+                err(
+                    &at,
+                    format!(
+                        "workload {} runs a fixed amount of work, not for a time: it cannot be sliced \
+                         (set `slice_ms: 0` or leave it out)",
+                        w.command
+                    ),
+                );
+            } else if ms < MIN_SLICE_MS {
+                err(
+                    &at,
+                    format!(
+                        "{ms} ms is shorter than a slice can measure: each slice sets up and tears down its own \
+                         run (and its self-checks need their samples); at least {MIN_SLICE_MS} ms, or 0 for whole runs"
+                    ),
+                );
+            }
         }
     }
     check_workload_args(s, None, err);
