@@ -1,8 +1,9 @@
-//! README.md and the book under docs/ point only at what exists: every relative markdown link
-//! `[text](path)` or `[text](path#anchor)` names a file (relative to the linking file), every
-//! `ocrig <subcommand>` quoted in code (inline or fenced) is one that `ocrig --help` lists, and
-//! every `scripts/<name>` and `scenarios/<file>` quoted in code is in the repository. Every
-//! chapter under docs/src is in docs/src/SUMMARY.md. Each failure names file and line.
+//! README.md, scenarios/README.md and the book under docs/ point only at what exists: every
+//! relative markdown link `[text](path)` or `[text](path#anchor)` names a file (relative to the
+//! linking file), every `ocrig <subcommand>` quoted in code (inline or fenced) is one that
+//! `ocrig --help` lists, and every `scripts/<name>` and `scenarios/<folder>/<file>` quoted in
+//! code is in the repository. Every chapter under docs/src is in docs/src/SUMMARY.md. Each
+//! failure names file and line.
 //!
 //! Fast tier: reads files and runs `ocrig --help`.
 
@@ -13,7 +14,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and every docs/**/*.md.
+/// README.md, scenarios/README.md and every docs/**/*.md.
 fn documents() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -31,7 +32,7 @@ fn documents() -> Vec<PathBuf> {
             }
         }
     }
-    let mut docs = vec![root().join("README.md")];
+    let mut docs = vec![root().join("README.md"), root().join("scenarios/README.md")];
     walk(&root().join("docs"), &mut docs);
     docs
 }
@@ -165,12 +166,14 @@ fn ocrig_words(code: &str) -> Vec<String> {
     out
 }
 
-/// `scripts/NAME` or `scenarios/FILE` in code, as a path from the repository's root (a
+/// `scripts/NAME` or `scenarios/FOLDER/FILE` in code, as a path from the repository's root (a
 /// `scripts/kconfig/…` of a kernel tree, deeper than one level or under another folder, is not
-/// ours).
+/// ours; scenarios sit in a folder by audience, and a glob such as `scenarios/*/*.yaml` is
+/// not checked).
 fn repo_paths(code: &str, folder: &str) -> Vec<String> {
     let mut out = Vec::new();
     let needle = format!("{folder}/");
+    let deep = folder == "scenarios";
     let mut from = 0;
     while let Some(i) = code[from..].find(&needle) {
         let at = from + i;
@@ -183,11 +186,11 @@ fn repo_paths(code: &str, folder: &str) -> Vec<String> {
         }
         let name: String = code[at + needle.len()..]
             .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || "_.-".contains(*c))
+            .take_while(|c| c.is_ascii_alphanumeric() || "_.-".contains(*c) || (deep && *c == '/'))
             .collect();
         let name = name.trim_end_matches('.');
         let next = code[at + needle.len() + name.len()..].chars().next();
-        if name.is_empty() || next == Some('/') || next == Some('<') || name.contains('*') {
+        if name.is_empty() || (next == Some('/') && !deep) || next == Some('<') || next == Some('*') {
             continue;
         }
         out.push(format!("{needle}{name}"));
@@ -286,10 +289,11 @@ fn every_chapter_is_in_the_summary() {
 fn the_checker_finds_each_kind_with_its_line() {
     let repo = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(repo.path().join("scripts")).unwrap();
-    std::fs::create_dir_all(repo.path().join("scenarios")).unwrap();
+    std::fs::create_dir_all(repo.path().join("scenarios/examples")).unwrap();
     std::fs::create_dir_all(repo.path().join("docs/src")).unwrap();
     std::fs::write(repo.path().join("scripts/setup"), "").unwrap();
     std::fs::write(repo.path().join("scenarios/a.yaml"), "").unwrap();
+    std::fs::write(repo.path().join("scenarios/examples/c.yaml"), "").unwrap();
     std::fs::write(repo.path().join("docs/src/guide.md"), "").unwrap();
     let text = "\
 [ok](docs/src/guide.md#running) and [web](https://example.org) and [here](#top)
@@ -298,6 +302,8 @@ Run `ocrig run scenarios/a.yaml` or `ocrig frobnicate`.
 ```sh
 ./scripts/setup && ocrig validate scenarios/b.yaml   # ocrig only reads it
 scripts/kconfig/merge_config.sh -m .config ~/ocrig-payload scripts/nosuch
+ocrig validate scenarios/examples/c.yaml scenarios/*/*.yaml scenarios/examples/c*.yaml
+ocrig run scenarios/examples/ scenarios/examples/b.yaml
 ```
 `~/.cache/ocrig/payload` and `ocrig-payload list` are neither.
 ";
@@ -307,11 +313,18 @@ scripts/kconfig/merge_config.sh -m .config ~/ocrig-payload scripts/nosuch
     let lines: Vec<&str> = got.iter().map(|p| p.split(": ").next().unwrap()).collect();
     assert_eq!(
         lines,
-        ["README.md:2", "README.md:3", "README.md:5", "README.md:6"],
+        [
+            "README.md:2",
+            "README.md:3",
+            "README.md:5",
+            "README.md:6",
+            "README.md:8"
+        ],
         "{got:#?}"
     );
     assert!(got[0].contains("docs/src/nothing.md"), "{}", got[0]);
     assert!(got[1].contains("`ocrig frobnicate`"), "{}", got[1]);
     assert!(got[2].contains("`scenarios/b.yaml`"), "{}", got[2]);
     assert!(got[3].contains("`scripts/nosuch`"), "{}", got[3]);
+    assert!(got[4].contains("`scenarios/examples/b.yaml`"), "{}", got[4]);
 }
