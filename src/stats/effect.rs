@@ -15,8 +15,18 @@
 //!
 //! The effect is the geometric mean of the ratios with a Student t interval on their
 //! logarithms (unpaired: Welch's on each side's log values). `p` tests a ratio of 1; the two
-//! one-sided tests (TOST) test "outside ±margin" (`p_equivalent`). A report decides over its
-//! whole family of comparisons with [`holm`]-adjusted p values.
+//! one-sided tests (TOST) test "outside the margin" (`p_equivalent`), the margin symmetric in
+//! log space ([`margin_bounds`]: the ratio within [1/(1 + margin), 1 + margin], ±ln(1 + margin)
+//! around 0, so a variant equivalent to the baseline has the baseline equivalent to it).
+//!
+//! A report decides over its whole family of comparisons with [`holm`]-adjusted p values,
+//! each p first multiplied by the looks a stopping rule took (`stats::cells`). The interval a
+//! row prints is the one its conclusion was judged by: at the level its Holm step tested
+//! ([`holm_levels`]; [`Effect::interval`]), so "the interval excludes 1" holds exactly when the
+//! row `differs`. `equivalent` is judged by TOST at the level of the row's step in the family of
+//! equivalence tests, which is the (1 − 2α) interval lying inside the margin
+//! ([`Effect::equivalence`]). The [`CONFIDENCE`] interval (`low`, `high`) is kept too, labelled
+//! unadjusted: what the row's data say alone, before the family and the looks.
 
 use std::collections::BTreeMap;
 
@@ -25,11 +35,56 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::summary::{mean, variance};
 
-/// Default equivalence margin: a ratio within 1 ± 5 % is "the same".
+/// Default equivalence margin: a ratio within [1/1.05, 1.05] is "the same" (±5 %,
+/// [`margin_bounds`]).
 pub const DEFAULT_MARGIN: f64 = 0.05;
 
-/// Confidence of the interval every row shows.
+/// Confidence of an [`Effect`]'s own interval (`low`, `high`): unadjusted for the family of
+/// comparisons or the looks of a stopping rule (retention rows print it; comparison rows print
+/// [`Effect::interval`] at their conclusion's level and keep this one as `interval_unadjusted`).
 pub const CONFIDENCE: f64 = 0.95;
+
+/// The equivalence margin's bounds on the log ratio: ±ln(1 + margin), i.e. a ratio within
+/// [1/(1 + margin), 1 + margin] — symmetric in log space, so swapping the two sides of a
+/// comparison leaves its equivalence unchanged (1 − margin would make the lower bound wider:
+/// ln 0.95 = −0.0513 against ln 1.05 = +0.0488).
+pub fn margin_bounds(margin: f64) -> (f64, f64) {
+    let b = (1.0 + margin).ln();
+    (-b, b)
+}
+
+/// A ratio's interval at a stated confidence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Two-sided confidence, e.g. 0.9833 for a row whose Holm step tested at α = 0.0167.
+    pub confidence: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Interval {
+    pub fn contains(&self, ratio: f64) -> bool {
+        self.low <= ratio && ratio <= self.high
+    }
+}
+
+/// How `equivalent` was judged: the two one-sided tests at `alpha` each, which is the
+/// (1 − 2·alpha) interval (`confidence`, `low`, `high`) lying within the margin's bounds
+/// ([`margin_bounds`] as ratios: `margin_low` = 1/(1 + margin), `margin_high` = 1 + margin).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Equivalence {
+    /// The level each one-sided test was run at (the row's Holm step in the family of
+    /// equivalence tests, looks included).
+    pub alpha: f64,
+    /// 1 − 2·alpha.
+    pub confidence: f64,
+    pub low: f64,
+    pub high: f64,
+    pub margin_low: f64,
+    pub margin_high: f64,
+    /// The interval lies within [margin_low, margin_high]: both one-sided tests reject.
+    pub within: bool,
+}
 
 /// What one unit of a comparison is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,10 +122,14 @@ pub struct Effect {
     pub n_variant: usize,
     /// Geometric-mean ratio, variant / base (not signed by "better").
     pub ratio: f64,
-    /// [`CONFIDENCE`] interval of the ratio.
+    /// [`CONFIDENCE`] interval of the ratio, unadjusted (see the module doc).
     pub low: f64,
     pub high: f64,
     pub df: f64,
+    /// Standard error of the log ratio: with `df`, the interval at any level
+    /// ([`Effect::interval`]).
+    #[serde(default)]
+    pub se: f64,
     /// Two-sided p of "the ratio is 1".
     pub p: f64,
     /// The larger p of the two one-sided tests of "the ratio is outside 1 ± margin".
@@ -82,6 +141,41 @@ pub struct Effect {
 }
 
 impl Effect {
+    /// The two-sided (1 − `alpha`) interval of the ratio: it excludes 1 exactly when `p` <
+    /// `alpha` (the same t distribution, the same standard error).
+    pub fn interval(&self, alpha: f64) -> Interval {
+        let q = self.quantile(1.0 - alpha / 2.0);
+        let m = self.ratio.ln();
+        Interval {
+            confidence: 1.0 - alpha,
+            low: (m - q * self.se).exp(),
+            high: (m + q * self.se).exp(),
+        }
+    }
+
+    /// The equivalence test at `alpha` as an interval: the (1 − 2·`alpha`) interval against the
+    /// margin's bounds. `within` exactly when `p_equivalent` < `alpha`.
+    pub fn equivalence(&self, alpha: f64) -> Equivalence {
+        let q = self.quantile(1.0 - alpha);
+        let m = self.ratio.ln();
+        let (lo, hi) = margin_bounds(self.margin);
+        let (low, high) = (m - q * self.se, m + q * self.se);
+        Equivalence {
+            alpha,
+            confidence: 1.0 - 2.0 * alpha,
+            low: low.exp(),
+            high: high.exp(),
+            margin_low: lo.exp(),
+            margin_high: hi.exp(),
+            within: lo < low && high < hi,
+        }
+    }
+
+    /// The t quantile at `prob` of the effect's degrees of freedom.
+    fn quantile(&self, prob: f64) -> f64 {
+        StudentsT::new(0.0, 1.0, self.df).map_or(f64::NAN, |t| t.inverse_cdf(prob))
+    }
+
     /// `3 rounds`, `4 bring-up pairs`, `3+4 bring-ups`.
     pub fn units_words(&self) -> String {
         if self.paired {
@@ -269,7 +363,7 @@ fn tested(m: f64, se: f64, df: f64, unit: Unit, margin: f64) -> Result<Effect, S
     let t = StudentsT::new(0.0, 1.0, df).map_err(|e| e.to_string())?;
     let q = t.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0);
     let p = (2.0 * t.sf((m / se).abs())).min(1.0);
-    let (lo, hi) = ((1.0 - margin).ln(), (1.0 + margin).ln());
+    let (lo, hi) = margin_bounds(margin);
     let p_equivalent = t.sf((m - lo) / se).max(t.sf((hi - m) / se));
     Ok(Effect {
         unit,
@@ -280,6 +374,7 @@ fn tested(m: f64, se: f64, df: f64, unit: Unit, margin: f64) -> Result<Effect, S
         low: (m - q * se).exp(),
         high: (m + q * se).exp(),
         df,
+        se,
         p,
         p_equivalent,
         margin,
@@ -298,6 +393,29 @@ pub fn holm(ps: &[f64]) -> Vec<f64> {
     for (k, &i) in order.iter().enumerate() {
         running = running.max(((m - k) as f64 * ps[i]).min(1.0));
         out[i] = running;
+    }
+    out
+}
+
+/// The level each p of a family was tested at by Holm's step-down procedure at `alpha` (same
+/// order as given): the i-th smallest at α / (m − i + 1) while every smaller one was rejected;
+/// from the first that was not on, every later one at that step's level (Holm stops there).
+/// So a p is below its level exactly when its [`holm`]-adjusted p is below `alpha`, and an
+/// interval at confidence 1 − level excludes the null exactly when the row is rejected. Ties
+/// are ordered as [`holm`] orders them (by position).
+pub fn holm_levels(ps: &[f64], alpha: f64) -> Vec<f64> {
+    let m = ps.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| ps[a].total_cmp(&ps[b]));
+    let mut out = vec![0.0; m];
+    let mut stopped: Option<f64> = None;
+    for (k, &i) in order.iter().enumerate() {
+        let level = stopped.unwrap_or(alpha / (m - k) as f64);
+        // Rejected as `holm` decides it: (m − k)·p < α for this and every earlier step.
+        if stopped.is_none() && ((m - k) as f64 * ps[i]).min(1.0) >= alpha {
+            stopped = Some(level);
+        }
+        out[i] = level;
     }
     out
 }
@@ -520,6 +638,148 @@ mod tests {
         let base = [s(0.0, 0, 0, 1, 0), s(1.0, 1, 0, 1, 0)];
         let var = [s(1.0, 0, 0, 1, 0), s(1.0, 1, 0, 1, 0)];
         assert!(compare(&base, &var, 0.05).unwrap_err().contains("logarithm"));
+    }
+
+    #[test]
+    fn the_margin_is_symmetric_in_log_space() {
+        let (lo, hi) = margin_bounds(0.05);
+        assert!(close(lo.exp(), 1.0 / 1.05, 1e-15) && close(hi.exp(), 1.05, 1e-15));
+        // Below the baseline, where the lower bound decides. scipy 1.17:
+        //   b = [100, 102, 99, 101]; v = [97.1, 99.2, 96.0, 98.3]; d = log(v / b);
+        //   m, se = mean(d), sem(d); lo, hi = -log(1.05), log(1.05)
+        //   max(t.sf((m - lo) / se, 3), t.sf((hi - m) / se, 3)) → 7.610707586846232e-05,
+        //   and the same with d negated (the sides swapped).
+        let base: Vec<_> = [100.0, 102.0, 99.0, 101.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| s(x, i as u32, 0, 1, 0))
+            .collect();
+        let var: Vec<_> = [97.1, 99.2, 96.0, 98.3]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| s(x, i as u32, 0, 1, 0))
+            .collect();
+        let e = compare(&base, &var, 0.05).unwrap();
+        let swapped = compare(&var, &base, 0.05).unwrap();
+        assert!(close(e.ratio, 0.9716273434865066, 1e-12), "{e:?}");
+        assert!(close(e.p_equivalent, 7.610707586846232e-05, 1e-7), "{e:?}");
+        assert!(close(swapped.p_equivalent, e.p_equivalent, 1e-9), "{swapped:?}");
+        let eq = e.equivalence(0.05);
+        assert!(close(eq.margin_low, 1.0 / 1.05, 1e-15) && close(eq.margin_high, 1.05, 1e-15));
+    }
+
+    #[test]
+    fn intervals_at_any_level_match_scipy_and_the_tests() {
+        let base = [s(100.0, 0, 0, 1, 0), s(102.0, 1, 0, 1, 0), s(99.0, 2, 0, 1, 0)];
+        let var = [s(101.0, 0, 0, 1, 0), s(103.5, 1, 0, 1, 0), s(99.8, 2, 0, 1, 0)];
+        let e = compare(&base, &var, 0.05).unwrap();
+        // At 0.05 the effect's own interval.
+        let at95 = e.interval(0.05);
+        assert!(
+            close(at95.low, e.low, 1e-12) && close(at95.high, e.high, 1e-12),
+            "{at95:?}"
+        );
+        // scipy: exp(t.interval(1 - 0.05/3, 2, mean(d), sem(d))) → (0.995992578437593,
+        //   1.0260814351580951); exp(t.interval(1 - 2 * 0.0125, 2, …)) → (0.9987936043349354,
+        //   1.0232038830190084)
+        let i = e.interval(0.05 / 3.0);
+        assert!(close(i.confidence, 1.0 - 0.05 / 3.0, 1e-15));
+        assert!(
+            close(i.low, 0.995992578437593, 1e-9) && close(i.high, 1.0260814351580951, 1e-9),
+            "{i:?}"
+        );
+        let q = e.equivalence(0.0125);
+        assert!(close(q.confidence, 0.975, 1e-15));
+        assert!(
+            close(q.low, 0.9987936043349354, 1e-9) && close(q.high, 1.0232038830190084, 1e-9),
+            "{q:?}"
+        );
+        // p_equivalent 0.00131: within at 0.0125, not at 0.001.
+        assert!(q.within && !e.equivalence(0.001).within);
+        // p 0.0306: the interval at 0.05 excludes 1, at 0.05/3 it holds it.
+        assert!(!at95.contains(1.0) && i.contains(1.0));
+    }
+
+    /// Standard normal draws (Box-Muller) from a seeded generator.
+    fn normal(rng: &mut fastrand::Rng) -> f64 {
+        let (u, v) = (1.0 - rng.f64(), rng.f64());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// On random families of comparisons (sizes 1 to 40, looks 1 to 5, effects from none to
+    /// large, 3 to 12 rounds): each row's interval at the level of its Holm step excludes 1
+    /// exactly when its Holm-adjusted p (p × looks first) is below α, and its equivalence
+    /// interval lies within the margin exactly when its adjusted equivalence p is.
+    #[test]
+    fn an_interval_at_its_holm_level_excludes_1_exactly_when_the_row_differs() {
+        let mut rng = fastrand::Rng::with_seed(47);
+        let (mut differs, mut equivalent, mut rows) = (0, 0, 0);
+        for _ in 0..400 {
+            let m = rng.usize(1..=40);
+            let looks = rng.u32(1..=5);
+            let k = f64::from(looks);
+            let effects: Vec<Effect> = (0..m)
+                .map(|_| {
+                    let n = rng.u32(3..=12);
+                    let shift = [0.0, 0.01, 0.03, 0.1][rng.usize(0..4)] * if rng.bool() { 1.0 } else { -1.0 };
+                    let sd = [0.005, 0.02, 0.05][rng.usize(0..3)];
+                    let base: Vec<_> = (0..n)
+                        .map(|r| s(100.0 * (sd * normal(&mut rng)).exp(), r, 0, 1, 0))
+                        .collect();
+                    let var: Vec<_> = (0..n)
+                        .map(|r| s(100.0 * (shift + sd * normal(&mut rng)).exp(), r, 0, 1, 0))
+                        .collect();
+                    compare(&base, &var, 0.05).unwrap()
+                })
+                .collect();
+            let p: Vec<f64> = effects.iter().map(|e| (e.p * k).min(1.0)).collect();
+            let p_eq: Vec<f64> = effects.iter().map(|e| (e.p_equivalent * k).min(1.0)).collect();
+            let (adjusted, adjusted_eq) = (holm(&p), holm(&p_eq));
+            let (levels, levels_eq) = (holm_levels(&p, 0.05), holm_levels(&p_eq, 0.05));
+            for (i, e) in effects.iter().enumerate() {
+                let interval = e.interval(levels[i] / k);
+                assert_eq!(
+                    !interval.contains(1.0),
+                    adjusted[i] < 0.05,
+                    "row {i} of {m} × {looks} looks: {e:?} {interval:?} p_holm {}",
+                    adjusted[i]
+                );
+                let eq = e.equivalence(levels_eq[i] / k);
+                assert_eq!(eq.within, adjusted_eq[i] < 0.05, "row {i}: {e:?} {eq:?}");
+                differs += usize::from(adjusted[i] < 0.05);
+                equivalent += usize::from(adjusted_eq[i] < 0.05);
+                rows += 1;
+            }
+        }
+        // Both sides of each equivalence were met many times.
+        assert!(
+            differs > rows / 10 && differs < rows * 9 / 10,
+            "{differs} of {rows}"
+        );
+        assert!(
+            equivalent > rows / 10 && equivalent < rows * 9 / 10,
+            "{equivalent} of {rows}"
+        );
+    }
+
+    #[test]
+    fn holm_levels_step_down_and_stop_where_holm_stops() {
+        // p 0.005, 0.01, 0.03, 0.04 at α 0.05: steps 0.05/4, 0.05/3, 0.05/2 — 0.03 ≥ 0.025 stops
+        // there, and 0.04 is tested at that step's level too (statsmodels' Holm: 0.02, 0.03,
+        // 0.06, 0.06).
+        let levels = holm_levels(&[0.01, 0.04, 0.03, 0.005], 0.05);
+        for (a, b) in levels.iter().zip([0.05 / 3.0, 0.025, 0.025, 0.0125]) {
+            assert!(close(*a, b, 1e-15), "{levels:?}");
+        }
+        // Every p rejected: each at its own step.
+        let levels = holm_levels(&[0.001, 0.002], 0.05);
+        assert!(
+            close(levels[0], 0.025, 1e-15) && close(levels[1], 0.05, 1e-15),
+            "{levels:?}"
+        );
+        // None rejected: all at the first step's level, α / m.
+        assert_eq!(holm_levels(&[0.5, 0.2, 0.9], 0.06), [0.02; 3]);
+        assert!(holm_levels(&[], 0.05).is_empty());
     }
 
     // (ratio, p, low, high, p_equivalent) from scipy (see the tests above).
