@@ -21,8 +21,12 @@ use super::order::{block_order, round_order};
 use super::plan::{BootGroup, Cell, Plan, WarmUp};
 use super::progress::Progress;
 use super::records::{self, AttemptId};
+use super::stopping::{Next, measured_key, next_run};
+// The scheduler's tests judge the stopping rule through this name too.
+#[cfg(test)]
+use super::stopping::enough_runs;
 use crate::executor::{Executor, RunRequest};
-use crate::journal::accounting::{self, CellKey, GuestSet, RunKey, Settled};
+use crate::journal::accounting::{self, GuestSet, RunKey, Settled};
 use crate::journal::{Entry, JournalWriter, RunRecord, Slot};
 use crate::scenario::Background;
 
@@ -194,8 +198,7 @@ pub async fn run_with<E: Executor>(
         last_bring_ups: bring_ups,
         totals: PhaseTotals::default(),
         share,
-        host_busy: false,
-        quiet_in_a_row: 0,
+        host: HostLoad::default(),
     };
     let swept = s.run_levels().await;
     s.exec.shut_down().await;
@@ -233,26 +236,62 @@ struct Scheduler<'a, E> {
     /// Per boot group, the last bring-up this host journaled before this `ocrig run`.
     last_bring_ups: Vec<u32>,
     totals: PhaseTotals,
-    /// The last wait for a quiet host ended with the host still busy, and no run has run
-    /// quiet since: under a lasting load a disturbed run is neither waited for nor retried but
-    /// counted, marked disturbed (each wait and retry would cost as much and be disturbed too:
-    /// a persistent 25 % hog of one CPU took spinlock-variants from 515 s to 1285 s and still
-    /// left 80 of 120 slots empty, and an empty slot loses its comparison's pairing). The
-    /// state ends after [`QUIET_RUNS`] measured runs in a row ran clearly quiet (at most
-    /// [`QUIET_SHARE`] of the bound), and the next disturbance is waited for again.
-    host_busy: bool,
+    host: HostLoad,
+}
+
+/// Whether the host is busy with a load of its own that lasts. The last wait for a quiet host
+/// ended with the host still busy, and no run has run quiet since: under a lasting load a
+/// disturbed run is neither waited for nor retried but counted, marked disturbed (each wait
+/// and retry would cost as much and be disturbed too: a persistent 25 % hog of one CPU took
+/// spinlock-variants from 515 s to 1285 s and still left 80 of 120 slots empty, and an empty
+/// slot loses its comparison's pairing). The state ends after [`QUIET_RUNS`] measured runs in
+/// a row ran clearly quiet (at most [`QUIET_SHARE`] of the bound), and the next disturbance is
+/// waited for again.
+#[derive(Debug, Default)]
+struct HostLoad {
+    busy: bool,
     /// Measured runs in a row that ran clearly quiet while the host was busy.
     quiet_in_a_row: u32,
 }
 
-/// The share of `host.max_other_load` at most which a run ends the busy state (`host_busy`):
+impl HostLoad {
+    /// What becomes of a measured run the host disturbs now: counted while it is busy, else
+    /// failed (waited out and retried).
+    fn disturbed_then(&self) -> records::Disturbed {
+        if self.busy {
+            records::Disturbed::Count
+        } else {
+            records::Disturbed::Fail
+        }
+    }
+
+    fn disturbed(&mut self) {
+        self.quiet_in_a_row = 0;
+    }
+
+    /// A measured run that was not disturbed: `clearly_quiet` ones in a row end the busy state.
+    fn undisturbed(&mut self, clearly_quiet: bool) {
+        self.quiet_in_a_row = if clearly_quiet { self.quiet_in_a_row + 1 } else { 0 };
+        if self.quiet_in_a_row >= QUIET_RUNS {
+            self.busy = false;
+        }
+    }
+
+    /// A wait for a quiet host ended, `quiet` or still busy.
+    fn waited(&mut self, quiet: bool) {
+        self.busy = !quiet;
+        self.quiet_in_a_row = 0;
+    }
+}
+
+/// The share of `host.max_other_load` at most which a run ends the busy state ([`HostLoad`]):
 /// a lasting load reads on both sides of its bound from run to run (a 25 % hog of one of 2 CPUs
 /// read 3.9-8 % against a 5 % bound, 2026-12-04), and ending the state at the first run under
 /// the bound cost a 30 s wait every few runs (44 waits in the first 20 minutes of
 /// spinlock-variants); a quiet host reads 0.3 % (max 0.7 %).
 pub const QUIET_SHARE: f64 = 0.5;
 
-/// Measured runs in a row that must run clearly quiet to end the busy state (`host_busy`):
+/// Measured runs in a row that must run clearly quiet to end the busy state ([`HostLoad`]):
 /// a lasting load that competes with the guests reads clearly quiet now and then on its own
 /// (a 25 % hog of one of 2 CPUs during the 2x half of spinlock-variants: 19 clearly quiet runs
 /// among 211, at most two in a row), and each such run ended the state and cost the next
@@ -280,15 +319,6 @@ struct GroupState {
     stopped: Vec<bool>,
 }
 
-/// What the next measured run of a cell is.
-enum Next {
-    /// It has a valid result already (a resumed sweep, or another host's run).
-    Done,
-    /// The cell has enough runs: its count, or its targets.
-    Enough,
-    Run,
-}
-
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
@@ -305,7 +335,38 @@ enum Ended {
     Disturbed,
 }
 
+/// The failed attempts of one measured run so far, each kind against its own budget.
+#[derive(Debug, Default)]
+struct Tries {
+    guest_failures: u32,
+    rejections: u32,
+    disturbances: u32,
+}
+
+impl Tries {
+    /// Attempts made so far.
+    fn made(&self) -> u32 {
+        self.guest_failures + self.rejections + self.disturbances
+    }
+
+    /// Counts a failed attempt that ended `ended`; whether its kind has a retry left: up to
+    /// `timeouts.retries` guest failures (on fresh guests), `self_check_retries` rejections
+    /// (on the same ones) and `disturbed_retries` disturbances.
+    fn retry_left(&mut self, ended: Ended, timeouts: &crate::scenario::Timeouts) -> bool {
+        let (spent, budget) = match ended {
+            Ended::Counted => return false,
+            Ended::Rejected => (&mut self.rejections, timeouts.self_check_retries),
+            Ended::GuestFailed => (&mut self.guest_failures, timeouts.retries),
+            Ended::Disturbed => (&mut self.disturbances, timeouts.disturbed_retries),
+        };
+        *spent += 1;
+        *spent <= budget
+    }
+}
+
 impl<E: Executor> Scheduler<'_, E> {
+    // ---------------------------------------------------------- the order: what runs next
+
     /// Every level in turn, each as [`Self::run_level`] makes it.
     async fn run_levels(&mut self) -> anyhow::Result<()> {
         let plan = self.plan;
@@ -368,8 +429,8 @@ impl<E: Executor> Scheduler<'_, E> {
         })
     }
 
-    /// Block `block` of a group: its rounds, each round's cells in the round's order, on one
-    /// bring-up (a fresh one after a failed attempt), which goes down with the block.
+    /// Block `block` of a group: its rounds on this host, on one bring-up (a fresh one after a
+    /// failed attempt), which goes down with the block.
     async fn run_block(
         &mut self,
         group: &BootGroup,
@@ -377,26 +438,9 @@ impl<E: Executor> Scheduler<'_, E> {
         block: u32,
     ) -> anyhow::Result<()> {
         state.block = block;
-        let warm_up_rounds = self.plan.schedule.warm_up.rounds();
-        for i in group.block_runs(block) {
-            if !self.takes(group, i) {
-                continue;
-            }
-            for c in self.order(group, state.index, warm_up_rounds + i) {
-                let cell = &group.cells[c];
-                if state.stopped[c] {
-                    continue;
-                }
-                self.sync();
-                match self.next_run(group, cell, i, state.broken.is_some()) {
-                    Next::Done => self.progress.run_done(),
-                    Next::Enough => {
-                        state.stopped[c] = true;
-                        let left = (i..cell.max_runs).filter(|&r| self.takes(group, r)).count();
-                        self.progress.skip(left as u64);
-                    }
-                    Next::Run => self.run_slot(group, state, cell, i).await?,
-                }
+        for round in group.block_runs(block) {
+            if self.takes(group, round) {
+                self.run_round(group, state, round).await?;
             }
         }
         // The next block of this group is made on fresh guests, after the other groups' blocks.
@@ -404,6 +448,39 @@ impl<E: Executor> Scheduler<'_, E> {
             self.tear_down().await;
         }
         Ok(())
+    }
+
+    /// Round `round`: measured run `round` of each cell still running, in the round's order.
+    async fn run_round(
+        &mut self,
+        group: &BootGroup,
+        state: &mut GroupState,
+        round: u32,
+    ) -> anyhow::Result<()> {
+        let warm_up_rounds = self.plan.schedule.warm_up.rounds();
+        for c in self.order(group, state.index, warm_up_rounds + round) {
+            if state.stopped[c] {
+                continue;
+            }
+            self.sync();
+            let cell = &group.cells[c];
+            match self.next_run(group, cell, round, state.broken.is_some()) {
+                Next::Done => self.progress.run_done(),
+                Next::Enough => self.stop(group, state, c, round),
+                Next::Run => self.run_slot(group, state, cell, round).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Cell `c` has enough from run `run` on: it is not run (nor warmed) again, and its runs
+    /// left on this host count as done.
+    fn stop(&mut self, group: &BootGroup, state: &mut GroupState, c: usize, run: u32) {
+        state.stopped[c] = true;
+        let left = (run..group.cells[c].max_runs)
+            .filter(|&r| self.takes(group, r))
+            .count();
+        self.progress.skip(left as u64);
     }
 
     /// Whether measured run `run` of a group's cells is this host's to make.
@@ -436,6 +513,8 @@ impl<E: Executor> Scheduler<'_, E> {
         false
     }
 
+    /// What measured run `run` of a cell needs ([`next_run`]), by what this host has
+    /// taken in of the journal.
     fn next_run(&self, group: &BootGroup, cell: &Cell, run: u32, broken: bool) -> Next {
         next_run(
             &self.settled,
@@ -448,10 +527,10 @@ impl<E: Executor> Scheduler<'_, E> {
         )
     }
 
-    /// One measured run: attempts until one counts or a retry budget is spent, each on warmed
-    /// workers. A self-check rejection is retried on the same workers (up to
-    /// `timeouts.self_check_retries` times), a guest failure on fresh ones (up to
-    /// `timeouts.retries`). Each attempt is journaled.
+    // ---------------------------------------------------------- one measured run, step by step
+
+    /// One measured run: attempts until one counts or a retry budget is spent ([`Tries`]), each
+    /// on warmed workers; every attempt journaled.
     async fn run_slot<'g>(
         &mut self,
         group: &'g BootGroup,
@@ -459,62 +538,48 @@ impl<E: Executor> Scheduler<'_, E> {
         cell: &'g Cell,
         run: u32,
     ) -> anyhow::Result<()> {
-        let timeouts = &self.plan.timeouts;
-        let mut attempt = self.settled.last_attempt(&run_key(group, cell, false, run)) + 1;
-        let (mut guest_failures, mut rejections, mut disturbances) = (0, 0, 0);
+        let mut attempt = self.settled.last_attempt(&measured_key(group, cell, run)) + 1;
+        let mut tries = Tries::default();
         loop {
-            if state.up.is_none() && state.broken.is_none() {
-                self.bring_up_warmed(group, state, cell).await?;
-            }
+            let Some(facts) = self.workers_for(group, state, cell).await? else {
+                return self.record_unattempted(group, state, cell, run, attempt);
+            };
+            self.progress
+                .doing(describe(group, cell, false, run, tries.made() + 1));
             let id = attempt_id(group, state, run, false, attempt);
-            let Some(facts) = state.up.clone() else {
-                let why = state.broken.clone().unwrap_or_default();
-                self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
-                self.totals.runs_failed += 1;
+            let ended = self.attempt(group, state, cell, id, &facts).await?;
+            if ended == Ended::Counted {
+                self.totals.runs_ok += 1;
                 self.progress.run_done();
                 return Ok(());
-            };
-            self.progress.doing(describe(
-                group,
-                cell,
-                false,
-                run,
-                guest_failures + rejections + disturbances + 1,
-            ));
-            let ended = self.attempt(group, state, cell, id, &facts).await?;
-            match ended {
-                Ended::Counted => {
-                    self.totals.runs_ok += 1;
-                    self.progress.run_done();
-                    return Ok(());
-                }
-                Ended::Rejected => rejections += 1,
-                Ended::GuestFailed => guest_failures += 1,
-                Ended::Disturbed => disturbances += 1,
             }
-            if guest_failures > timeouts.retries
-                || rejections > timeouts.self_check_retries
-                || disturbances > timeouts.disturbed_retries
-            {
+            if !tries.retry_left(ended, &self.plan.timeouts) {
                 break;
             }
-            if let (Ended::Disturbed, Some(bound)) = (&ended, self.plan.max_other_load) {
-                // (Only a quiet host's disturbance fails: see `host_busy`.)
-                self.wait_quiet(bound).await;
-            }
+            self.before_retry(ended).await;
             attempt += 1;
         }
-        self.totals.runs_failed += 1;
-        self.progress.println(&format!(
-            "{}x {} {} run {run}: given up after {attempt} attempts (the report counts it as failed)",
-            group.level, cell.variant, cell.workload.id
-        ));
-        self.progress.run_done();
+        self.give_up(group, cell, run, attempt);
         Ok(())
     }
 
-    /// One attempt on the workers up (`facts`), journaled. A guest failure takes the workers
-    /// down; a self-check rejection alone keeps them (see [`Ended`]).
+    /// The facts of the warmed workers the next attempt runs on: those up, or a fresh set
+    /// brought up and warmed before `due`; None when the group's workers cannot be brought up.
+    async fn workers_for<'g>(
+        &mut self,
+        group: &'g BootGroup,
+        state: &mut GroupState,
+        due: &'g Cell,
+    ) -> anyhow::Result<Option<Value>> {
+        if state.up.is_none() && state.broken.is_none() {
+            self.bring_up_warmed(group, state, due).await?;
+        }
+        Ok(state.up.clone())
+    }
+
+    /// One attempt on the workers up (`facts`): run, judged, journaled. A guest failure (or
+    /// arguments the payload refuses) takes the workers down; a self-check rejection alone
+    /// keeps them (see [`Ended`]).
     async fn attempt(
         &mut self,
         group: &BootGroup,
@@ -524,6 +589,27 @@ impl<E: Executor> Scheduler<'_, E> {
         facts: &Value,
     ) -> anyhow::Result<Ended> {
         state.seq += 1;
+        let outcome = self.execute(group, cell).await;
+        let mut recs = records::attempt_records(cell, id, outcome, facts, state.facts_on.as_ref());
+        if state.facts_on.is_none() && !recs.is_empty() {
+            state.facts_on = Some(records::facts_on(&id, &recs));
+        }
+        let ended = self.judge(&mut recs, id.warmup);
+        let refused = refused_args(group, cell, &recs);
+        self.journal_attempt(cell, recs, ended)?;
+        if ended == Ended::GuestFailed || refused.is_some() {
+            state.up = None;
+            self.tear_down().await;
+        }
+        match refused {
+            Some(r) => Err(r.into()),
+            None => Ok(ended),
+        }
+    }
+
+    /// Runs a cell's payload on the group's workers (the others per `background`), with the
+    /// time it took added to the totals.
+    async fn execute(&mut self, group: &BootGroup, cell: &Cell) -> crate::executor::RunOutcome {
         let request = RunRequest {
             argv: (0..group.guests)
                 .map(|g| argv_for(g, cell, self.plan.background))
@@ -540,67 +626,64 @@ impl<E: Executor> Scheduler<'_, E> {
             .filter_map(|w| w.run_s)
             .fold(0.0, f64::max);
         self.totals.max_start_skew_us = self.totals.max_start_skew_us.max(outcome.start_skew_us);
-        let mut recs = records::attempt_records(cell, id, outcome, facts, state.facts_on.as_ref());
-        if state.facts_on.is_none() && !recs.is_empty() {
-            state.facts_on = Some(records::facts_on(&id, &recs));
-        }
+        outcome
+    }
+
+    /// How an attempt with records `recs` ended, a measured one's marked disturbed where the
+    /// host's other load was above its bound ([`HostLoad`] says whether it then counts).
+    fn judge(&mut self, recs: &mut [RunRecord], warmup: bool) -> Ended {
+        let then = self.host.disturbed_then();
         // A warm-up's numbers are never used: only a measured run is judged disturbed.
-        let then = if self.host_busy {
-            records::Disturbed::Count
-        } else {
-            records::Disturbed::Fail
-        };
         let disturbed = match self.plan.max_other_load {
-            Some(bound) if !id.warmup => records::mark_disturbed(&mut recs, bound, then),
+            Some(bound) if !warmup => records::mark_disturbed(recs, bound, then),
             _ => None,
         };
         if disturbed.is_some() {
-            self.quiet_in_a_row = 0;
-        }
-        let refused = records::refused_args(&recs).map(|(r, words)| PayloadRefusedArgs {
-            workload: cell.workload.id.clone(),
-            variant: cell.variant.clone(),
-            level: group.level,
-            guest: r.guest,
-            argv: r.argv.join(" "),
-            words: words.to_string(),
-        });
-        let ended = if disturbed.is_some() && then == records::Disturbed::Count {
-            self.totals.disturbed_counted += 1;
-            Ended::Counted
-        } else if disturbed.is_some() {
-            self.totals.disturbed += 1;
-            Ended::Disturbed
-        } else if recs.iter().all(|r| r.ok) {
-            let clearly_quiet = match (self.plan.max_other_load, records::foreign_load(&recs)) {
-                (Some(bound), Some(load)) => load <= bound * QUIET_SHARE,
-                _ => true,
-            };
-            // A warm-up is not judged disturbed, so it does not end the state either.
-            if !id.warmup {
-                self.quiet_in_a_row = if clearly_quiet { self.quiet_in_a_row + 1 } else { 0 };
-                if self.quiet_in_a_row >= QUIET_RUNS {
-                    self.host_busy = false;
+            self.host.disturbed();
+            return match then {
+                records::Disturbed::Count => {
+                    self.totals.disturbed_counted += 1;
+                    Ended::Counted
                 }
+                records::Disturbed::Fail => {
+                    self.totals.disturbed += 1;
+                    Ended::Disturbed
+                }
+            };
+        }
+        if recs.iter().all(|r| r.ok) {
+            // A warm-up is not judged disturbed, so it does not end the busy state either.
+            if !warmup {
+                let clearly_quiet = match (self.plan.max_other_load, records::foreign_load(recs)) {
+                    (Some(bound), Some(load)) => load <= bound * QUIET_SHARE,
+                    _ => true,
+                };
+                self.host.undisturbed(clearly_quiet);
             }
             Ended::Counted
-        } else if records::only_self_checks_failed(&recs) {
+        } else if records::only_self_checks_failed(recs) {
             Ended::Rejected
         } else {
             Ended::GuestFailed
-        };
+        }
+    }
+
+    /// Journals an attempt that ended `ended`, saying what failed in it.
+    fn journal_attempt(&mut self, cell: &Cell, recs: Vec<RunRecord>, ended: Ended) -> anyhow::Result<()> {
         self.report_failures(&recs, ended);
         self.keep(cell, recs)?;
         if ended != Ended::Counted {
             self.totals.attempts_failed += 1;
         }
-        if ended == Ended::GuestFailed || refused.is_some() {
-            state.up = None;
-            self.tear_down().await;
-        }
-        match refused {
-            Some(r) => Err(r.into()),
-            None => Ok(ended),
+        Ok(())
+    }
+
+    /// Before a failed attempt's retry: a disturbed one waits for a quiet host (only a quiet
+    /// host's disturbance fails: see [`HostLoad`]); a rejected one is retried at once on the
+    /// same workers, one whose guests failed on fresh ones ([`Self::workers_for`]).
+    async fn before_retry(&mut self, ended: Ended) {
+        if let (Ended::Disturbed, Some(bound)) = (ended, self.plan.max_other_load) {
+            self.wait_quiet(bound).await;
         }
     }
 
@@ -609,8 +692,7 @@ impl<E: Executor> Scheduler<'_, E> {
     async fn wait_quiet(&mut self, bound: f64) {
         let limit = std::time::Duration::from_secs(self.plan.timeouts.disturbed_wait_s);
         let w = self.exec.wait_quiet(bound, limit).await;
-        self.host_busy = !w.quiet;
-        self.quiet_in_a_row = 0;
+        self.host.waited(w.quiet);
         self.totals.disturbed_wait_s += w.waited_s;
         let load = w
             .last_load
@@ -631,17 +713,41 @@ impl<E: Executor> Scheduler<'_, E> {
         tracing::warn!("{msg}");
     }
 
+    /// A run whose every attempt failed, within its budgets: it counts as failed.
+    fn give_up(&mut self, group: &BootGroup, cell: &Cell, run: u32, attempts: u32) {
+        self.totals.runs_failed += 1;
+        self.progress.println(&format!(
+            "{}x {} {} run {run}: given up after {attempts} attempts (the report counts it as failed)",
+            group.level, cell.variant, cell.workload.id
+        ));
+        self.progress.run_done();
+    }
+
+    /// A run the group's workers could not be brought up for: journaled failed, with why.
+    fn record_unattempted(
+        &mut self,
+        group: &BootGroup,
+        state: &GroupState,
+        cell: &Cell,
+        run: u32,
+        attempt: u32,
+    ) -> anyhow::Result<()> {
+        let id = attempt_id(group, state, run, false, attempt);
+        let why = state.broken.clone().unwrap_or_default();
+        self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
+        self.totals.runs_failed += 1;
+        self.progress.run_done();
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- fresh workers and warm-ups
+
     /// Brings up a fresh guest set and warms it before its first measured run, which is of
     /// `due`: by default with one run of `due` (its warm-up 0 on this set), with `warmup_runs:
     /// N` with N warm-ups of every cell with a measured run left on this host, in the group's
-    /// warm-up rounds. Each runs once on the set (the accounting rule keys a warm-up by its
-    /// guest set, and one the journal already holds for the set is not made again). A warm-up
-    /// the payload's self-checks rejected ran to its end on these guests and warmed them all
-    /// the same (a warm-up's numbers are never used), but it is first made again, up to
-    /// `self_check_retries` times, so the first measured run finds guests up to speed; after
-    /// that the set goes on. A warm-up whose
-    /// guests failed takes the set down like any failed attempt, and the next set is warmed
-    /// anew; after `retries + 1` sets in a row whose warm-ups failed, the group is broken.
+    /// warm-up rounds ([`Self::warm_up_set`]). A set whose warm-ups lost their guests was taken
+    /// down like any failed attempt, and the next set is warmed anew; after `retries + 1` sets
+    /// in a row whose warm-ups failed, the group is broken.
     async fn bring_up_warmed<'g>(
         &mut self,
         group: &'g BootGroup,
@@ -652,47 +758,9 @@ impl<E: Executor> Scheduler<'_, E> {
         while state.up.is_none() && state.broken.is_none() {
             self.bring_up(group, state).await;
             if state.broken.is_some() {
-                if let Some(host) = &self.share.label
-                    && let Err(why) = self.exec.host_reachable().await
-                {
-                    return Err(HostLost {
-                        host: host.clone(),
-                        why,
-                    }
-                    .into());
-                }
-                // The first warm-up due says why it could not be made.
-                if let Some((cell, w)) = self.warm_ups(group, state, due).into_iter().next() {
-                    let why = state.broken.clone().unwrap_or_default();
-                    let id = self.warm_up_id(group, state, cell, w);
-                    self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
-                }
-                return Ok(());
+                return self.bring_up_failed(group, state, due).await;
             }
-            let facts = state.up.clone().unwrap_or_default();
-            let mut failure = None;
-            'warm: for (cell, w) in self.warm_ups(group, state, due) {
-                // A warm-up its self-checks rejected is made again on the same guests (up to
-                // `self_check_retries` times): on fresh guests that refusal is the guests still
-                // speeding up (a clone's busy loop read 2.76, 2.13, then 1.72 ns/iter over its
-                // first three runs here), and the next measured run would be refused instead.
-                for tries in 1.. {
-                    let id = self.warm_up_id(group, state, cell, w);
-                    self.progress.doing(describe(group, cell, true, w, tries));
-                    match self.attempt(group, state, cell, id, &facts).await? {
-                        Ended::Rejected if tries <= self.plan.timeouts.self_check_retries => {}
-                        // Warm-ups are never judged disturbed (their numbers are not used); one
-                        // still rejected after its retries warmed the guests all the same.
-                        Ended::Counted | Ended::Rejected | Ended::Disturbed => break,
-                        Ended::GuestFailed => {
-                            failure = Some(format!("warm-up {w} of {} {}", cell.variant, cell.workload.id));
-                            break 'warm;
-                        }
-                    }
-                }
-                self.totals.warm_ups += 1;
-            }
-            if let Some(what) = failure {
+            if let Some(what) = self.warm_up_set(group, state, due).await? {
                 failed_sets += 1;
                 if failed_sets > self.plan.timeouts.retries {
                     state.broken = Some(format!(
@@ -702,6 +770,79 @@ impl<E: Executor> Scheduler<'_, E> {
             }
         }
         Ok(())
+    }
+
+    /// The group's workers could not be brought up: on a host of several that cannot be
+    /// reached, the host is lost ([`HostLost`]); else the first warm-up due is journaled failed
+    /// with why (the group's runs are, as they come).
+    async fn bring_up_failed<'g>(
+        &mut self,
+        group: &'g BootGroup,
+        state: &GroupState,
+        due: &'g Cell,
+    ) -> anyhow::Result<()> {
+        if let Some(host) = &self.share.label
+            && let Err(why) = self.exec.host_reachable().await
+        {
+            return Err(HostLost {
+                host: host.clone(),
+                why,
+            }
+            .into());
+        }
+        if let Some((cell, w)) = self.warm_ups(group, state, due).into_iter().next() {
+            let why = state.broken.clone().unwrap_or_default();
+            let id = self.warm_up_id(group, state, cell, w);
+            self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
+        }
+        Ok(())
+    }
+
+    /// Makes the warm-ups the set now up needs ([`Self::warm_ups`]), each once on the set (the
+    /// accounting rule keys a warm-up by its guest set, and one the journal already holds for
+    /// the set is not made again). What lost the set's guests, if a warm-up did.
+    async fn warm_up_set<'g>(
+        &mut self,
+        group: &'g BootGroup,
+        state: &mut GroupState,
+        due: &'g Cell,
+    ) -> anyhow::Result<Option<String>> {
+        let facts = state.up.clone().unwrap_or_default();
+        for (cell, w) in self.warm_ups(group, state, due) {
+            if self.warm_up(group, state, cell, w, &facts).await? == Ended::GuestFailed {
+                return Ok(Some(format!(
+                    "warm-up {w} of {} {}",
+                    cell.variant, cell.workload.id
+                )));
+            }
+            self.totals.warm_ups += 1;
+        }
+        Ok(None)
+    }
+
+    /// Warm-up `w` of a cell on the set up. One its self-checks rejected ran to its end on these
+    /// guests and warmed them all the same (a warm-up's numbers are never used), but it is made
+    /// again on the same guests, up to `self_check_retries` times: on fresh guests that refusal
+    /// is the guests still speeding up (a clone's busy loop read 2.76, 2.13, then 1.72 ns/iter
+    /// over its first three runs here), and the next measured run would be refused instead.
+    /// After that the set goes on. Warm-ups are never judged disturbed.
+    async fn warm_up(
+        &mut self,
+        group: &BootGroup,
+        state: &mut GroupState,
+        cell: &Cell,
+        w: u32,
+        facts: &Value,
+    ) -> anyhow::Result<Ended> {
+        let mut tries = 1;
+        loop {
+            let id = self.warm_up_id(group, state, cell, w);
+            self.progress.doing(describe(group, cell, true, w, tries));
+            match self.attempt(group, state, cell, id, facts).await? {
+                Ended::Rejected if tries <= self.plan.timeouts.self_check_retries => tries += 1,
+                ended => return Ok(ended),
+            }
+        }
     }
 
     /// The warm-ups the guest set now up still needs, in order: (cell, warm-up run).
@@ -779,6 +920,8 @@ impl<E: Executor> Scheduler<'_, E> {
         self.totals.teardown_s += t.elapsed().as_secs_f64();
     }
 
+    // ---------------------------------------------------------- the journal
+
     /// Journals one attempt's records together and settles them.
     fn keep(&mut self, cell: &Cell, mut recs: Vec<RunRecord>) -> anyhow::Result<()> {
         for r in &mut recs {
@@ -821,6 +964,18 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 }
 
+/// The payload's refusal of a cell's arguments in an attempt's records, if it refused them.
+fn refused_args(group: &BootGroup, cell: &Cell, recs: &[RunRecord]) -> Option<PayloadRefusedArgs> {
+    records::refused_args(recs).map(|(r, words)| PayloadRefusedArgs {
+        workload: cell.workload.id.clone(),
+        variant: cell.variant.clone(),
+        level: group.level,
+        guest: r.guest,
+        argv: r.argv.join(" "),
+        words: words.to_string(),
+    })
+}
+
 /// [`Scheduler::report_failures`]'s line: the check that refused, or the failure's first words.
 fn failure_line(what: &str, error: &str, ended: Ended) -> String {
     let line = match error.strip_prefix(crate::journal::SELF_CHECK_REASON) {
@@ -847,201 +1002,6 @@ fn attempt_id(group: &BootGroup, state: &GroupState, run: u32, warmup: bool, att
             seq: state.seq,
             block: state.block,
         },
-    }
-}
-
-/// What measured run `run` of a cell needs, by the accounting rule over `records` (settled as
-/// `settled`): the one decision of the live sweep on every host, of a resume and of
-/// [`work_left`].
-///
-/// A cell's stopping rule decides once: at the first slot `r` whose earlier slots all have a
-/// journaled attempt (on whichever host) and whose pooled valid results before `r` meet the
-/// rule, the cell has enough, and every slot from `r` on is not needed. While an earlier slot
-/// is still being made on another host its result could change the verdict, so later slots
-/// are made (more runs, never too few); once every result is in, every host and a resume
-/// find the same `r`.
-fn next_run(
-    settled: &Settled,
-    records: &[RunRecord],
-    plan: &Plan,
-    group: &BootGroup,
-    cell: &Cell,
-    run: u32,
-    broken: bool,
-) -> Next {
-    if settled.has_valid_result(&run_key(group, cell, false, run)) {
-        return Next::Done;
-    }
-    // Without workers no CV can be reached: record the runs always made, skip the rest.
-    if broken && run >= cell.runs {
-        return Next::Enough;
-    }
-    if decided_at(settled, records, plan, group, cell, run).is_some() {
-        Next::Enough
-    } else {
-        Next::Run
-    }
-}
-
-/// The slot at or before `run` at which a cell's stopping rule decided it has enough (see
-/// [`next_run`]), if it has. In a blocked group the rule is judged at a block's end only, so
-/// every block is made whole and keeps its pair in the other groups, and on the values of
-/// its blocks (each block's geometric mean, [`super::stopping::block_value`]): the unit a
-/// comparison of guests of their own replicates. Elsewhere it is judged on every slot's value.
-fn decided_at(
-    settled: &Settled,
-    records: &[RunRecord],
-    plan: &Plan,
-    group: &BootGroup,
-    cell: &Cell,
-    run: u32,
-) -> Option<u32> {
-    if let Some(rule) = cell.concluded {
-        return decided_by_conclusion(settled, records, plan, group, cell, run, &rule);
-    }
-    let baseline = plan.baseline.as_str();
-    let this = CellKey {
-        variant: &cell.variant,
-        level: group.level,
-        workload: &cell.workload.id,
-    };
-    let metric = &cell.workload.metric;
-    // The baseline's valid values at this level, when a detectable effect is asked for.
-    let baseline = (cell.target_mde.is_some() && cell.variant != baseline).then(|| {
-        let base = CellKey {
-            variant: baseline,
-            ..this
-        };
-        unit_values(settled, records, group, &base, metric, cell.max_runs)
-    });
-    // Slots before the first one not yet attempted anywhere can be judged.
-    let judged = (0..run)
-        .find(|&j| settled.last_attempt(&run_key(group, cell, false, j)) == 0)
-        .unwrap_or(run);
-    first_stop(group, cell, judged, |r| {
-        let values = unit_values(settled, records, group, &this, metric, r);
-        enough_runs(cell, r, &values, baseline.as_deref())
-    })
-}
-
-/// The first slot up to `judged` where `group` may stop `cell` and `enough` says it has
-/// enough. No rule stops a cell before its `runs` (each rule says so too; starting there only
-/// saves work).
-fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) -> bool) -> Option<u32> {
-    (cell.runs.min(judged)..=judged)
-        .filter(|&r| group.may_stop_before(r, cell.max_runs))
-        .find(|&r| enough(r))
-}
-
-/// [`decided_at`] under `runs: {until: concluded}` ([`super::stopping::Concluded`]). A
-/// variant's cell has enough at the first look (a [`super::stopping::look_points`] slot, where
-/// its group may stop) before which every slot of it and of the baseline's cell at the level
-/// has a journaled attempt and whose valid results before it conclude the comparison, or at
-/// its most runs.
-/// The baseline's cell runs on while any comparison it is in at the level does: it has
-/// enough at the first slot where it may stop at or after the last of theirs.
-fn decided_by_conclusion<'a>(
-    settled: &'a Settled,
-    records: &'a [RunRecord],
-    plan: &Plan,
-    group: &BootGroup,
-    cell: &Cell,
-    run: u32,
-    rule: &super::stopping::Concluded,
-) -> Option<u32> {
-    let key = |variant| CellKey {
-        variant,
-        level: group.level,
-        workload: &cell.workload.id,
-    };
-    let stops = |r: u32| group.may_stop_before(r, cell.max_runs);
-    if cell.variant == plan.baseline {
-        let level = plan
-            .level_boots
-            .iter()
-            .find(|b| plan.boots[b.start].level.to_bits() == group.level.to_bits())?;
-        let mut last = cell.runs;
-        for g in &plan.boots[level.clone()] {
-            for c in g
-                .cells
-                .iter()
-                .filter(|c| c.variant != plan.baseline && c.workload.id == cell.workload.id)
-            {
-                last = last.max(decided_by_conclusion(settled, records, plan, g, c, run, rule)?);
-            }
-        }
-        return (last.min(run)..=run).find(|&r| stops(r) && (r >= last || r >= cell.max_runs));
-    }
-    let (this, base) = (key(&cell.variant), key(&plan.baseline));
-    let attempted = |k: &CellKey<'_>, j: u32| {
-        settled.last_attempt(&RunKey::new(k.variant, k.level, k.workload, false, j)) > 0
-    };
-    let judged = (0..run)
-        .find(|&j| !attempted(&this, j) || !attempted(&base, j))
-        .unwrap_or(run);
-    // Read once; each look takes the slots before it.
-    let metric = &cell.workload.metric;
-    let (base, this) = (
-        placed_samples(settled, records, &base, metric, judged),
-        placed_samples(settled, records, &this, metric, judged),
-    );
-    let before = |side: &[crate::stats::effect::Sample<'a>], r: u32| {
-        side.iter().filter(|s| s.run < r).copied().collect::<Vec<_>>()
-    };
-    // The rule looks at its look points only (or, where blocks stay whole, at the first slot
-    // it may stop at after each): what its α was corrected for.
-    let looks: Vec<u32> = super::stopping::look_points(cell.runs, cell.max_runs)
-        .into_iter()
-        .filter_map(|p| (p..=cell.max_runs).find(|&r| stops(r)))
-        .collect();
-    first_stop(group, cell, judged, |r| {
-        r >= cell.max_runs || (looks.contains(&r) && rule.reached(&before(&base, r), &before(&this, r)))
-    })
-}
-
-/// A cell's valid primary results in its first `runs` slots with where the design put them
-/// (host, boot group, bring-up, block): what a comparison pairs.
-fn placed_samples<'a>(
-    settled: &'a Settled,
-    records: &'a [RunRecord],
-    cell: &CellKey<'_>,
-    metric: &str,
-    runs: u32,
-) -> Vec<crate::stats::effect::Sample<'a>> {
-    settled
-        .primaries(records, cell, 0..runs)
-        .filter_map(|r| {
-            Some(crate::stats::effect::Sample {
-                value: *r.metrics.get(metric)?,
-                run: r.run,
-                host: r.host.as_deref(),
-                boot: r.slot.boot,
-                bring_up: r.slot.bring_up,
-                block: r.slot.block,
-            })
-        })
-        .collect()
-}
-
-/// The values a stopping rule judges of a cell's valid results in its first `runs` slots:
-/// each slot's (its primary headline value), or in a blocked group each block's.
-fn unit_values(
-    settled: &Settled,
-    records: &[RunRecord],
-    group: &BootGroup,
-    cell: &CellKey<'_>,
-    metric: &str,
-    runs: u32,
-) -> Vec<f64> {
-    match group.runs_per_block {
-        None => settled.samples(records, cell, metric, 0..runs),
-        Some(per_block) => (0..runs.div_ceil(per_block))
-            .filter_map(|b| {
-                let slots = group.block_runs(b);
-                let in_block = settled.samples(records, cell, metric, slots.start..slots.end.min(runs));
-                super::stopping::block_value(&in_block)
-            })
-            .collect(),
     }
 }
 
@@ -1084,10 +1044,6 @@ pub fn slots_without_result<R: accounting::Attempted>(plan: &Plan, records: &[R]
         .count()
 }
 
-fn run_key(group: &BootGroup, cell: &Cell, warmup: bool, run: u32) -> RunKey {
-    RunKey::new(&cell.variant, group.level, &cell.workload.id, warmup, run)
-}
-
 fn describe(group: &BootGroup, cell: &Cell, warmup: bool, run: u32, try_no: u32) -> String {
     format!(
         "{}x {} {} run {}{}{}",
@@ -1115,19 +1071,6 @@ fn argv_for(guest: u32, cell: &Cell, background: Background) -> Option<Vec<Strin
             format!("{}", deadlines::hog_seconds(&cell.argv)),
         ]),
     }
-}
-
-/// True when a cell has made its runs and met its targets ([`super::stopping::enough`]) with
-/// its primary results (guest 0's headline metric of the valid results so far) and the
-/// baseline's at its level. `measured` counts run slots passed, failed ones included.
-fn enough_runs(cell: &Cell, measured: u32, samples: &[f64], baseline: Option<&[f64]>) -> bool {
-    let rule = super::stopping::StopRule {
-        min: cell.runs,
-        max: cell.max_runs,
-        target_cv: cell.target_cv,
-        target_mde: cell.target_mde,
-    };
-    super::stopping::enough(&rule, measured, samples, baseline)
 }
 
 #[cfg(test)]

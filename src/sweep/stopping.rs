@@ -1,14 +1,18 @@
-//! When a cell has enough runs: one pure rule, given the settled valid values of the cells
-//! involved (the cell's own, and the baseline's at the same level), used by the scheduler
-//! (and, across hosts, by whoever pools their results).
+//! When a cell has enough runs: the rules (given the settled valid values of the cells
+//! involved: the cell's own, and the baseline's at the same level) and the one decision the
+//! scheduler, a resume and every host of a sweep take with them ([`next_run`]), over the
+//! journaled records. Pure: no executor, no I/O; the scheduler only asks.
 //!
 //! A cell always makes `min` runs and never more than `max`. Between the two, with a CV
 //! target it stops once its own CV is at or below it; with a detectable-effect target once a
 //! two-sided Welch test (α = 0.05, power 0.8) against the baseline would detect an effect of
 //! that size ([`crate::stats::power`]): "a 5 % difference would show". The baseline cell is
 //! judged against a copy of itself (the most it can contribute to any comparison). Both
-//! targets given: both must be met.
+//! targets given: both must be met. Under `runs: {until: concluded}` see [`Concluded`].
 
+use super::plan::{BootGroup, Cell, Plan};
+use crate::journal::RunRecord;
+use crate::journal::accounting::{CellKey, RunKey, Settled};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::stats::effect::{Sample, compare};
 use crate::stats::power::{DEFAULT_POWER, mde_of_samples};
@@ -123,6 +127,226 @@ pub fn block_value(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// What the next measured run of a cell is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// It has a valid result already (a resumed sweep, or another host's run).
+    Done,
+    /// The cell has enough runs: its count, or its targets.
+    Enough,
+    Run,
+}
+
+/// What measured run `run` of a cell needs, by the accounting rule over `records` (settled as
+/// `settled`): the one decision of the live sweep on every host, of a resume and of
+/// [`super::scheduler::work_left`]. `broken`: the group's workers cannot be brought up.
+///
+/// A cell's stopping rule decides once: at the first slot `r` whose earlier slots all have a
+/// journaled attempt (on whichever host) and whose pooled valid results before `r` meet the
+/// rule, the cell has enough, and every slot from `r` on is not needed. While an earlier slot
+/// is still being made on another host its result could change the verdict, so later slots
+/// are made (more runs, never too few); once every result is in, every host and a resume
+/// find the same `r`.
+pub(super) fn next_run(
+    settled: &Settled,
+    records: &[RunRecord],
+    plan: &Plan,
+    group: &BootGroup,
+    cell: &Cell,
+    run: u32,
+    broken: bool,
+) -> Next {
+    if settled.has_valid_result(&measured_key(group, cell, run)) {
+        return Next::Done;
+    }
+    // Without workers no CV can be reached: record the runs always made, skip the rest.
+    if broken && run >= cell.runs {
+        return Next::Enough;
+    }
+    if decided_at(settled, records, plan, group, cell, run).is_some() {
+        Next::Enough
+    } else {
+        Next::Run
+    }
+}
+
+/// The journal's key of measured run `run` of a group's cell.
+pub(super) fn measured_key(group: &BootGroup, cell: &Cell, run: u32) -> RunKey {
+    RunKey::new(&cell.variant, group.level, &cell.workload.id, false, run)
+}
+
+/// The slot at or before `run` at which a cell's stopping rule decided it has enough (see
+/// [`next_run`]), if it has. In a blocked group the rule is judged at a block's end only, so
+/// every block is made whole and keeps its pair in the other groups, and on the values of
+/// its blocks (each block's geometric mean, [`block_value`]): the unit a comparison of guests
+/// of their own replicates. Elsewhere it is judged on every slot's value.
+fn decided_at(
+    settled: &Settled,
+    records: &[RunRecord],
+    plan: &Plan,
+    group: &BootGroup,
+    cell: &Cell,
+    run: u32,
+) -> Option<u32> {
+    if let Some(rule) = cell.concluded {
+        return decided_by_conclusion(settled, records, plan, group, cell, run, &rule);
+    }
+    let baseline = plan.baseline.as_str();
+    let this = CellKey {
+        variant: &cell.variant,
+        level: group.level,
+        workload: &cell.workload.id,
+    };
+    let metric = &cell.workload.metric;
+    // The baseline's valid values at this level, when a detectable effect is asked for.
+    let baseline = (cell.target_mde.is_some() && cell.variant != baseline).then(|| {
+        let base = CellKey {
+            variant: baseline,
+            ..this
+        };
+        unit_values(settled, records, group, &base, metric, cell.max_runs)
+    });
+    // Slots before the first one not yet attempted anywhere can be judged.
+    let judged = (0..run)
+        .find(|&j| settled.last_attempt(&measured_key(group, cell, j)) == 0)
+        .unwrap_or(run);
+    first_stop(group, cell, judged, |r| {
+        let values = unit_values(settled, records, group, &this, metric, r);
+        enough_runs(cell, r, &values, baseline.as_deref())
+    })
+}
+
+/// The first slot up to `judged` where `group` may stop `cell` and `enough` says it has
+/// enough. No rule stops a cell before its `runs` (each rule says so too; starting there only
+/// saves work).
+fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) -> bool) -> Option<u32> {
+    (cell.runs.min(judged)..=judged)
+        .filter(|&r| group.may_stop_before(r, cell.max_runs))
+        .find(|&r| enough(r))
+}
+
+/// [`decided_at`] under `runs: {until: concluded}` ([`Concluded`]). A variant's cell has
+/// enough at the first look (a [`look_points`] slot, where its group may stop) before which
+/// every slot of it and of the baseline's cell at the level has a journaled attempt and whose
+/// valid results before it conclude the comparison, or at its most runs.
+/// The baseline's cell runs on while any comparison it is in at the level does: it has
+/// enough at the first slot where it may stop at or after the last of theirs.
+fn decided_by_conclusion<'a>(
+    settled: &'a Settled,
+    records: &'a [RunRecord],
+    plan: &Plan,
+    group: &BootGroup,
+    cell: &Cell,
+    run: u32,
+    rule: &Concluded,
+) -> Option<u32> {
+    let key = |variant| CellKey {
+        variant,
+        level: group.level,
+        workload: &cell.workload.id,
+    };
+    let stops = |r: u32| group.may_stop_before(r, cell.max_runs);
+    if cell.variant == plan.baseline {
+        let level = plan
+            .level_boots
+            .iter()
+            .find(|b| plan.boots[b.start].level.to_bits() == group.level.to_bits())?;
+        let mut last = cell.runs;
+        for g in &plan.boots[level.clone()] {
+            for c in g
+                .cells
+                .iter()
+                .filter(|c| c.variant != plan.baseline && c.workload.id == cell.workload.id)
+            {
+                last = last.max(decided_by_conclusion(settled, records, plan, g, c, run, rule)?);
+            }
+        }
+        return (last.min(run)..=run).find(|&r| stops(r) && (r >= last || r >= cell.max_runs));
+    }
+    let (this, base) = (key(&cell.variant), key(&plan.baseline));
+    let attempted = |k: &CellKey<'_>, j: u32| {
+        settled.last_attempt(&RunKey::new(k.variant, k.level, k.workload, false, j)) > 0
+    };
+    let judged = (0..run)
+        .find(|&j| !attempted(&this, j) || !attempted(&base, j))
+        .unwrap_or(run);
+    // Read once; each look takes the slots before it.
+    let metric = &cell.workload.metric;
+    let (base, this) = (
+        placed_samples(settled, records, &base, metric, judged),
+        placed_samples(settled, records, &this, metric, judged),
+    );
+    let before = |side: &[Sample<'a>], r: u32| side.iter().filter(|s| s.run < r).copied().collect::<Vec<_>>();
+    // The rule looks at its look points only (or, where blocks stay whole, at the first slot
+    // it may stop at after each): what its α was corrected for.
+    let looks: Vec<u32> = look_points(cell.runs, cell.max_runs)
+        .into_iter()
+        .filter_map(|p| (p..=cell.max_runs).find(|&r| stops(r)))
+        .collect();
+    first_stop(group, cell, judged, |r| {
+        r >= cell.max_runs || (looks.contains(&r) && rule.reached(&before(&base, r), &before(&this, r)))
+    })
+}
+
+/// A cell's valid primary results in its first `runs` slots with where the design put them
+/// (host, boot group, bring-up, block): what a comparison pairs.
+fn placed_samples<'a>(
+    settled: &'a Settled,
+    records: &'a [RunRecord],
+    cell: &CellKey<'_>,
+    metric: &str,
+    runs: u32,
+) -> Vec<Sample<'a>> {
+    settled
+        .primaries(records, cell, 0..runs)
+        .filter_map(|r| {
+            Some(Sample {
+                value: *r.metrics.get(metric)?,
+                run: r.run,
+                host: r.host.as_deref(),
+                boot: r.slot.boot,
+                bring_up: r.slot.bring_up,
+                block: r.slot.block,
+            })
+        })
+        .collect()
+}
+
+/// The values a stopping rule judges of a cell's valid results in its first `runs` slots:
+/// each slot's (its primary headline value), or in a blocked group each block's.
+fn unit_values(
+    settled: &Settled,
+    records: &[RunRecord],
+    group: &BootGroup,
+    cell: &CellKey<'_>,
+    metric: &str,
+    runs: u32,
+) -> Vec<f64> {
+    match group.runs_per_block {
+        None => settled.samples(records, cell, metric, 0..runs),
+        Some(per_block) => (0..runs.div_ceil(per_block))
+            .filter_map(|b| {
+                let slots = group.block_runs(b);
+                let in_block = settled.samples(records, cell, metric, slots.start..slots.end.min(runs));
+                block_value(&in_block)
+            })
+            .collect(),
+    }
+}
+
+/// True when a cell has made its runs and met its targets ([`enough`]) with its primary
+/// results (guest 0's headline metric of the valid results so far) and the baseline's at its
+/// level. `measured` counts run slots passed, failed ones included.
+pub(super) fn enough_runs(cell: &Cell, measured: u32, samples: &[f64], baseline: Option<&[f64]>) -> bool {
+    let rule = StopRule {
+        min: cell.runs,
+        max: cell.max_runs,
+        target_cv: cell.target_cv,
+        target_mde: cell.target_mde,
+    };
+    enough(&rule, measured, samples, baseline)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +442,152 @@ mod tests {
         let (found, _, rounds) = simulate(&corrected, 1.1, 0.03, &points, n);
         assert!(found > n * 95 / 100, "{found} of {n}");
         assert!(f64::from(rounds) / f64::from(n) < 8.0, "{rounds}");
+    }
+
+    // ------------------------------------------------ the decision over journaled records
+
+    const METRIC: &str = "ops_per_sec";
+
+    /// A plan of `variants` (name, algo) sharing guests at 1x, one lock workload, and `runs`.
+    fn plan_of(variants: &[(&str, &str)], runs: &str, extra: &str) -> Plan {
+        let variants: String = variants
+            .iter()
+            .map(|(n, a)| format!("  - {{name: {n}, args: {{algo: {a}}}}}\n"))
+            .collect();
+        let s: crate::scenario::Scenario = yaml_serde::from_str(&format!(
+            "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n{variants}workloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nwarmup_runs: 0\nruns: {runs}\n{extra}"
+        ))
+        .unwrap();
+        Plan::build(&s, &[0, 1], 1).unwrap()
+    }
+
+    /// Guest 0's valid record of measured run `run` of `variant` (one guest a run), in block
+    /// `block`.
+    fn record(variant: &str, run: u32, block: u32, value: f64) -> RunRecord {
+        serde_json::from_value(serde_json::json!({
+            "variant": variant, "level": 1.0, "workload": "lock", "run": run,
+            "warmup": false, "guest": 0, "guests": 1, "ok": true, "attempt": 1,
+            "attempt_records": 1, "metrics": {METRIC: value}, "argv": [], "timings": {},
+            "finished_at": "t", "slot": {"boot": 0, "bring_up": block + 1, "seq": run, "block": block},
+        }))
+        .unwrap()
+    }
+
+    fn next_of(plan: &Plan, records: &[RunRecord], variant: &str, run: u32, broken: bool) -> Next {
+        let group = plan
+            .boots
+            .iter()
+            .find(|g| g.variants.iter().any(|v| v == variant))
+            .unwrap();
+        let cell = group.cells.iter().find(|c| c.variant == variant).unwrap();
+        next_run(
+            &crate::journal::accounting::settle(records),
+            records,
+            plan,
+            group,
+            cell,
+            run,
+            broken,
+        )
+    }
+
+    #[test]
+    fn a_fixed_count_runs_its_slots_and_skips_none_it_has() {
+        let p = plan_of(&[("a", "tas")], "3", "");
+        let made: Vec<RunRecord> = [0, 2].iter().map(|&r| record("a", r, 0, 100.0)).collect();
+        assert_eq!(next_of(&p, &made, "a", 0, false), Next::Done);
+        assert_eq!(
+            next_of(&p, &made, "a", 1, false),
+            Next::Run,
+            "a slot without a result"
+        );
+        assert_eq!(next_of(&p, &made, "a", 2, false), Next::Done);
+        let all: Vec<RunRecord> = (0..3).map(|r| record("a", r, 0, 100.0)).collect();
+        assert_eq!(next_of(&p, &all, "a", 3, false), Next::Enough);
+        // Workers that cannot come up: the runs always made are still recorded (failed), none
+        // beyond them.
+        let p = plan_of(&[("a", "tas")], "{min: 2, max: 6, target_cv: 0.01}", "");
+        assert_eq!(next_of(&p, &[], "a", 1, true), Next::Run);
+        assert_eq!(next_of(&p, &[], "a", 2, true), Next::Enough);
+        assert_eq!(next_of(&p, &[], "a", 2, false), Next::Run);
+    }
+
+    /// Under `until: concluded` a variant stops at the first look that concludes it, and the
+    /// baseline runs on while any of its comparisons does.
+    #[test]
+    fn a_concluded_comparison_stops_at_a_look_and_the_baseline_with_the_last() {
+        let p = plan_of(
+            &[("a", "tas"), ("b", "ticket"), ("c", "mcs")],
+            "{until: concluded, min: 3, max: 12}",
+            "",
+        );
+        let noise = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98];
+        // b: ×1.5 round by round; c: ±20 % around the baseline, concluded neither way.
+        let rounds = |n: u32| -> Vec<RunRecord> {
+            (0..n)
+                .flat_map(|r| {
+                    let base = 100.0 * noise[r as usize % 6];
+                    let c = base * if r % 2 == 0 { 1.2 } else { 0.8 };
+                    [
+                        record("a", r, 0, base),
+                        record("b", r, 0, 1.5 * base),
+                        record("c", r, 0, c),
+                    ]
+                })
+                .collect()
+        };
+        let three = rounds(3);
+        assert_eq!(
+            next_of(&p, &three, "b", 3, false),
+            Next::Enough,
+            "concluded at the first look"
+        );
+        assert_eq!(next_of(&p, &three, "c", 3, false), Next::Run);
+        assert_eq!(next_of(&p, &three, "a", 3, false), Next::Run, "c still runs");
+        // Between looks nothing is judged: b's slots before 3 are all it needed.
+        let two = rounds(2);
+        assert_eq!(next_of(&p, &two, "b", 2, false), Next::Run);
+        // c runs to max; the baseline stops with it.
+        let all = rounds(12);
+        assert_eq!(next_of(&p, &all, "c", 12, false), Next::Enough);
+        assert_eq!(next_of(&p, &all, "a", 12, false), Next::Enough);
+        // The baseline's slot 3 is missing: b cannot be judged at its look before it.
+        let gap: Vec<RunRecord> = three
+            .into_iter()
+            .filter(|r| !(r.variant == "a" && r.run == 1))
+            .collect();
+        assert_eq!(next_of(&p, &gap, "b", 3, false), Next::Run);
+    }
+
+    /// In a blocked group the rule judges each block's geometric mean, at blocks' ends only.
+    #[test]
+    fn a_blocked_groups_rule_judges_block_values_at_block_ends() {
+        let s: crate::scenario::Scenario = yaml_serde::from_str(&format!(
+            "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: nopvspin, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nwarmup_runs: 0\nruns: {{min: 2, max: 8, target_cv: 0.05}}\nschedule: {{runs_per_bring_up: 2}}\n"
+        ))
+        .unwrap();
+        let p = Plan::build(&s, &[0, 1], 1).unwrap();
+        let group = &p.boots[0];
+        assert_eq!(group.runs_per_block, Some(2));
+        let records: Vec<RunRecord> = [80.0, 125.0, 125.0, 80.0, 100.0]
+            .iter()
+            .enumerate()
+            .map(|(r, &v)| record("a", r as u32, r as u32 / 2, v))
+            .collect();
+        let settled = crate::journal::accounting::settle(&records);
+        let key = CellKey {
+            variant: "a",
+            level: 1.0,
+            workload: "lock",
+        };
+        // Blocks (80, 125) and (125, 80): both 100; the third block is cut at slot 5.
+        let values = unit_values(&settled, &records, group, &key, METRIC, 5);
+        assert_eq!(values.len(), 3);
+        assert!(values.iter().all(|v| (v - 100.0).abs() < 1e-9), "{values:?}");
+        // Steady blocks: enough at the end of block 1 (slot 4), although the runs spread 22 %.
+        assert_eq!(next_of(&p, &records[..4], "a", 4, false), Next::Enough);
+        // Slot 3 is inside block 1: no decision there.
+        assert_eq!(next_of(&p, &records[..3], "a", 3, false), Next::Run);
     }
 
     fn rule(target_cv: Option<f64>, target_mde: Option<f64>) -> StopRule {
