@@ -220,7 +220,7 @@ mod tests {
         }
         assert_eq!(ordered, 2);
         assert!(!html.contains("<script") && !html.contains("href=") && !html.contains("src="));
-        assert!(html.contains("<td class=\"better\">+10.00%</td>"));
+        assert!(html.contains("<td class=\"better\">+9.99%</td>"));
         assert!(html.contains("<td class=\"worse\">-2.50%</td>"));
         // What each comparison can conclude, shaded.
         // hackbench at 1x: log-Welch over runs (the fixture has no slots), Holm p 0.5732.

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::compare::{geomean_ratio, geometric_mean, improvement_pct};
+use super::compare::{geomean_ratio, geometric_mean, improvement_of_ratio, improvement_pct};
 use super::digest::{Digested, RunDigest};
 pub use super::effect::Conclusion;
-use super::effect::{DEFAULT_MARGIN, Effect, Sample, holm};
+use super::effect::{CONFIDENCE, DEFAULT_MARGIN, Effect, Equivalence, Interval, Sample, holm, holm_levels};
 use super::explain::{self, Measured};
 use super::outliers::outlier_indices;
 use super::summary::{Summary, mean, summarize};
@@ -37,9 +37,14 @@ pub struct Model {
     pub kernels: BTreeMap<String, String>,
     /// Significance level of the (Holm-adjusted) tests every conclusion is drawn from.
     pub alpha: f64,
-    /// Equivalence margin: a ratio within 1 ± margin is "equivalent" when shown to be.
+    /// Equivalence margin: a ratio within [1/(1 + margin), 1 + margin] is "equivalent" when
+    /// shown to be ([`super::effect::margin_bounds`]).
     #[serde(default = "default_margin")]
     pub margin: f64,
+    /// Set when `margin` was given after the data (`ocrig report --margin`) and differs from the
+    /// one the sweep fixed before them: every tested row's conclusion is then post hoc.
+    #[serde(default)]
+    pub margin_post_hoc: Option<MarginPostHoc>,
     /// Comparison rows that were tested: the family the Holm adjustment is over.
     #[serde(default)]
     pub family: usize,
@@ -80,6 +85,33 @@ pub struct Model {
     /// Measured attempts the host disturbed (each failed, waited out and retried).
     #[serde(default)]
     pub disturbed: Disturbances,
+}
+
+/// A margin given after the data, against the one fixed before them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MarginPostHoc {
+    /// The margin the sweep fixed before its data: the scenario's (journaled in the header),
+    /// else the default a sweep run until concluded stopped at.
+    pub fixed: f64,
+    /// The sweep ran `runs: {until: concluded}`: it stopped each comparison on its conclusion
+    /// at `fixed`.
+    pub stopped_on_conclusions: bool,
+}
+
+/// Whether the margin `given` to a report (None: the journal's) is post hoc: another than the
+/// one the sweep fixed before its data — the scenario's `margin` (journaled), or, for a sweep
+/// that stopped on its conclusions (`looks` journaled), the default it stopped at.
+pub fn margin_post_hoc(
+    given: Option<f64>,
+    journaled: Option<f64>,
+    looks: Option<u32>,
+) -> Option<MarginPostHoc> {
+    let fixed = journaled.or(looks.map(|_| DEFAULT_MARGIN))?;
+    let given = given?;
+    ((given - fixed).abs() > 1e-12).then_some(MarginPostHoc {
+        fixed,
+        stopped_on_conclusions: looks.is_some(),
+    })
 }
 
 /// Attempts rejected by the payload's self-checks, and why.
@@ -274,8 +306,15 @@ pub struct Cell {
     /// busy through a whole wait; [`crate::journal::counted_disturbed`]).
     #[serde(default)]
     pub disturbed_runs: Vec<u32>,
-    /// Measured runs with no valid result (every attempt failed; see `journal::accounting`).
+    /// Measured runs with no valid result (every attempt failed; see `journal::accounting`):
+    /// the cell's empty slots.
     pub failed: usize,
+    /// Measured attempts journaled (each run's first, and every retry), and of them those the
+    /// payload's self-checks rejected: what [`Rejections`] compares between two sides.
+    #[serde(default)]
+    pub attempts: usize,
+    #[serde(default)]
+    pub rejected_attempts: usize,
     /// Mean `contention_rate` of the primary results, when reported.
     pub contention_rate: Option<f64>,
     /// Mean Jain's fairness index of the primary results, when reported.
@@ -327,22 +366,142 @@ pub struct Row {
     pub level: f64,
     pub base: Option<Summary>,
     pub variant: Option<Summary>,
-    /// Signed so + is better (of the means, as the published tables give it).
+    /// The row's ratio as a percentage, signed so + is better: (ratio − 1) × 100 where higher
+    /// is better, (1 − ratio) × 100 where lower is (so its sign always agrees with the ratio's
+    /// side of 1); None without a ratio.
     pub improvement_pct: Option<f64>,
-    /// The ratio over the design's units with its interval and tests ([`super::effect`]);
-    /// None with `why`.
+    /// The ratio over the design's units with its unadjusted interval and tests
+    /// ([`super::effect`]); None with `why`.
     pub effect: Option<Effect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
-    /// Holm-adjusted over the model's family: `p` of "ratio 1", and of "outside ±margin".
+    /// Holm-adjusted over the model's family: `p` of "ratio 1", and of "outside the margin".
     pub p_holm: Option<f64>,
     pub p_equivalent_holm: Option<f64>,
     pub conclusion: Conclusion,
+    /// The interval the conclusion was judged by: at 1 − the level of the row's Holm step,
+    /// looks included ([`super::effect::holm_levels`]); it excludes 1 exactly when the tests
+    /// say `differs`. None untested.
+    #[serde(default)]
+    pub interval: Option<Interval>,
+    /// The effect's own [`CONFIDENCE`] interval, unadjusted for the family and the looks.
+    #[serde(default)]
+    pub interval_unadjusted: Option<Interval>,
+    /// How `equivalent` was judged: both one-sided tests at the level of the row's Holm step
+    /// in the family of equivalence tests, i.e. the (1 − 2α) interval within the margin.
+    #[serde(default)]
+    pub equivalence: Option<Equivalence>,
+    /// The row differs, and the equivalence test passes too: "differs, within ±margin" (a
+    /// difference shown, and shown smaller than the margin).
+    #[serde(default)]
+    pub within_margin: bool,
+    /// Per side, its attempts, those its self-checks rejected and its empty slots, with
+    /// Fisher's test of the two rejection rates.
+    #[serde(default)]
+    pub rejections: Rejections,
+    /// Why a row its tests concluded is `not concluded` (its sides were rejected at clearly
+    /// different rates), with what the tests said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<Withheld>,
+    /// The margin was given after the data ([`Model::margin_post_hoc`]): the conclusion is
+    /// post hoc.
+    #[serde(default)]
+    pub margin_post_hoc: bool,
     /// Where runs counted though the host disturbed them are on either side: the same ratio
     /// over the other runs alone, so a reader sees whether they moved it (a figure, not a
     /// conclusion: no Holm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub without_disturbed: Option<WithoutDisturbed>,
+}
+
+/// One side's attempts at a cell, for [`Rejections`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideAttempts {
+    /// Measured attempts journaled.
+    pub attempts: usize,
+    /// Of them, those the payload's self-checks rejected.
+    pub rejected: usize,
+    /// Measured slots left without a valid result (given up).
+    pub empty_slots: usize,
+}
+
+impl SideAttempts {
+    fn of(c: &Cell) -> Self {
+        Self {
+            attempts: c.attempts,
+            rejected: c.rejected_attempts,
+            empty_slots: c.failed,
+        }
+    }
+
+    /// `2/14`: rejected of attempts.
+    pub fn rejected_words(&self) -> String {
+        format!("{}/{}", self.rejected, self.attempts)
+    }
+}
+
+/// What each side of a comparison lost before its samples: the runs that survived the
+/// self-checks are all a conclusion sees, so a side rejected far more often may be measured
+/// on its lucky runs only. Where the two rates differ clearly (Fisher's exact test,
+/// two-sided, p < [`super::fisher::REJECTION_ALPHA`]) the row is not concluded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rejections {
+    pub base: SideAttempts,
+    pub variant: SideAttempts,
+    /// Fisher's exact test of rejected against passed attempts, variant vs base; None where a
+    /// side has no attempt.
+    pub fisher_p: Option<f64>,
+}
+
+impl Rejections {
+    fn of(base: &Cell, variant: &Cell) -> Self {
+        let (base, variant) = (SideAttempts::of(base), SideAttempts::of(variant));
+        let fisher_p = (base.attempts > 0 && variant.attempts > 0).then(|| {
+            let side = |s: SideAttempts| (s.rejected as u64, s.attempts.saturating_sub(s.rejected) as u64);
+            let ((a, b), (c, d)) = (side(variant), side(base));
+            super::fisher::fisher_exact(a, b, c, d)
+        });
+        Self {
+            base,
+            variant,
+            fisher_p,
+        }
+    }
+
+    /// Any attempt rejected or slot left empty on either side.
+    pub fn any(&self) -> bool {
+        [self.base, self.variant]
+            .iter()
+            .any(|s| s.rejected > 0 || s.empty_slots > 0)
+    }
+
+    /// Why the rates differ clearly, in words naming the sides; None where they do not.
+    pub fn unequal(&self, variant: &str, baseline: &str) -> Option<String> {
+        let p = self.fisher_p.filter(|p| *p < super::fisher::REJECTION_ALPHA)?;
+        Some(format!(
+            "self-checks rejected {} attempts of {variant} vs {} of {baseline}: Fisher p = {}",
+            self.variant.rejected_words(),
+            self.base.rejected_words(),
+            fmt_fisher_p(p)
+        ))
+    }
+}
+
+/// `0.008`, `<0.001`.
+fn fmt_fisher_p(p: f64) -> String {
+    if p < 0.001 {
+        "<0.001".into()
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// A row not concluded although its tests concluded ([`Row::withheld`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Withheld {
+    pub why: String,
+    /// What the tests alone concluded.
+    pub tested: Conclusion,
 }
 
 /// A row's ratio without its runs counted though disturbed ([`Row::without_disturbed`]).
@@ -395,6 +554,7 @@ pub fn build_with_margin(
     margin: Option<f64>,
 ) -> Model {
     let header = &journal.header;
+    let post_hoc = margin_post_hoc(margin, header.margin, header.looks);
     let margin = margin.or(header.margin).unwrap_or(DEFAULT_MARGIN);
     let baseline = header.baseline.clone();
 
@@ -443,6 +603,7 @@ pub fn build_with_margin(
             .entry((k.workload.as_str(), k.variant.as_str(), k.level_bits))
             .or_default() += 1;
     }
+    let attempts = attempts_by_cell(journal);
     let no_records = HashMap::new();
 
     let workloads = header
@@ -469,7 +630,11 @@ pub fn build_with_margin(
                                 .get(&(id.as_str(), v.as_str(), l.to_bits()))
                                 .copied()
                                 .unwrap_or(0);
-                            cell(records(vi, li), l, &metric, failed)
+                            let mut c = cell(records(vi, li), l, &metric, failed);
+                            if let Some(a) = attempts.get(&(id.as_str(), v.as_str(), l.to_bits())) {
+                                (c.attempts, c.rejected_attempts) = (a.0.len(), a.1);
+                            }
+                            c
                         })
                         .collect(),
                 })
@@ -481,7 +646,15 @@ pub fn build_with_margin(
                         .enumerate()
                         .map(|(li, &l)| (l, records(0, li), records(vi, li)))
                         .collect();
-                    compare_variant(&variants[vi], &per_level, &metric, info.better, margin)
+                    let mut c = compare_variant(&variants[vi], &per_level, &metric, info.better, margin);
+                    for (row, (b, v)) in c
+                        .rows
+                        .iter_mut()
+                        .zip(series[0].cells.iter().zip(&series[vi].cells))
+                    {
+                        row.rejections = Rejections::of(b, v);
+                    }
+                    c
                 })
                 .collect();
             let retention = (0..variants.len())
@@ -509,7 +682,7 @@ pub fn build_with_margin(
         .collect();
     let mut workloads: Vec<WorkloadModel> = workloads;
     let looks = header.looks.unwrap_or(1).max(1);
-    let family = conclude(&mut workloads, alpha, looks);
+    let family = conclude(&mut workloads, &baseline, alpha, looks, post_hoc.is_some());
 
     Model {
         scenario: header.scenario.clone(),
@@ -519,6 +692,7 @@ pub fn build_with_margin(
         kernels: header.runs_on.kernels.clone(),
         alpha,
         margin,
+        margin_post_hoc: post_hoc,
         family,
         looks,
         accel: header.runs_on.accel.clone(),
@@ -538,6 +712,27 @@ pub fn build_with_margin(
         self_checks: self_check_rejections(&journal.runs),
         disturbed: disturbances(&journal.runs, settled),
     }
+}
+
+/// Per cell (workload, variant, level bits): its measured attempts (run, attempt) and how many
+/// of them the payload's self-checks rejected, from every journaled record (one pass).
+fn attempts_by_cell(journal: &Digested) -> HashMap<(&str, &str, u64), (HashSet<(u32, u32)>, usize)> {
+    let mut seen: HashMap<(&str, &str, u64), (HashSet<(u32, u32)>, HashSet<(u32, u32)>)> = HashMap::new();
+    for r in journal.runs.iter().filter(|r| !r.warmup) {
+        let e = seen
+            .entry((&*r.workload, &*r.variant, r.level.to_bits()))
+            .or_default();
+        e.0.insert((r.run, r.attempt));
+        if r.rejected
+            .as_deref()
+            .is_some_and(|w| w.starts_with(crate::journal::SELF_CHECK_REASON))
+        {
+            e.1.insert((r.run, r.attempt));
+        }
+    }
+    seen.into_iter()
+        .map(|(k, (all, rejected))| (k, (all, rejected.len())))
+        .collect()
 }
 
 /// Each variant whose guests' PV words disagree with what the variant meant
@@ -612,6 +807,9 @@ fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell
         outlier_runs: outlier_indices(&samples).into_iter().map(|i| runs[i]).collect(),
         disturbed_runs: disturbed_runs(records, metric),
         failed,
+        // Set from every journaled attempt by the caller (`attempts_by_cell`).
+        attempts: 0,
+        rejected_attempts: 0,
         contention_rate: metric_mean(CONTENTION_METRIC),
         jain: metric_mean(JAIN_METRIC),
         other_guests: summarize(&other_samples),
@@ -679,10 +877,6 @@ fn compare_variant(
             let (b, _) = metric_values(primary(base_records), metric);
             let (v, _) = metric_values(primary(variant_records), metric);
             let (base, var) = (summarize(&b), summarize(&v));
-            let improvement_pct = match (&base, &var) {
-                (Some(b), Some(v)) => improvement_pct(b.mean, v.mean, better),
-                _ => None,
-            };
             let tested = match (b.is_empty(), v.is_empty()) {
                 (true, _) | (_, true) => Err("no results on a side".to_string()),
                 _ => super::effect::compare(
@@ -692,6 +886,10 @@ fn compare_variant(
                 ),
             };
             let (effect, why) = effect_or_why(tested);
+            // From the ratio, so its sign never disagrees with it.
+            let improvement_pct = effect
+                .as_ref()
+                .and_then(|e| improvement_of_ratio(e.ratio, better));
             let runs_left_out =
                 disturbed_runs(base_records, metric).len() + disturbed_runs(variant_records, metric).len();
             let without_disturbed = (runs_left_out > 0).then(|| {
@@ -720,6 +918,13 @@ fn compare_variant(
                 p_holm: None,
                 p_equivalent_holm: None,
                 conclusion: Conclusion::Untested,
+                interval: None,
+                interval_unadjusted: None,
+                equivalence: None,
+                within_margin: false,
+                rejections: Rejections::default(),
+                withheld: None,
+                margin_post_hoc: false,
                 without_disturbed,
             }
         })
@@ -779,7 +984,22 @@ fn one_look() -> u32 {
 /// Holm-adjusts every tested comparison row of the model as one family and sets each row's
 /// conclusion; returns the family's size. Each p is first multiplied by `looks` (Bonferroni
 /// over the looks a stopping rule took, as it did: `sweep::stopping::Concluded`).
-fn conclude(workloads: &mut [WorkloadModel], alpha: f64, looks: u32) -> usize {
+///
+/// Each row gets the interval its conclusion was judged by: at 1 − α_row, where α_row is the
+/// level of its Holm step, α / ((m − i + 1) · looks) for the i-th smallest p while every
+/// smaller one was rejected, and for the rows from the first step not rejected on, that step's
+/// level ([`holm_levels`]). So on every row the interval excludes 1 exactly when the tests say
+/// `differs`, and the equivalence test (TOST at the row's step in the family of equivalence
+/// p values) is its (1 − 2α_row) interval lying within the margin. A row whose sides' self-
+/// checks rejected their attempts at clearly different rates ([`Rejections::unequal`]) is
+/// `not concluded` whatever its tests say ([`Row::withheld`]); it stays in the family.
+fn conclude(
+    workloads: &mut [WorkloadModel],
+    baseline: &str,
+    alpha: f64,
+    looks: u32,
+    post_hoc: bool,
+) -> usize {
     let rows = || {
         workloads
             .iter()
@@ -794,18 +1014,37 @@ fn conclude(workloads: &mut [WorkloadModel], alpha: f64, looks: u32) -> usize {
                 .map(|e| ((e.p * k).min(1.0), (e.p_equivalent * k).min(1.0)))
         })
         .collect();
-    let p = holm(&tested.iter().map(|t| t.0).collect::<Vec<_>>());
-    let p_eq = holm(&tested.iter().map(|t| t.1).collect::<Vec<_>>());
-    let mut adjusted = p.into_iter().zip(p_eq);
-    for r in workloads
-        .iter_mut()
-        .flat_map(|w| &mut w.comparisons)
-        .flat_map(|c| &mut c.rows)
-    {
-        if r.effect.is_some() {
-            let (p, p_eq) = adjusted.next().expect("one adjusted pair per tested row");
+    let (ps, ps_eq): (Vec<f64>, Vec<f64>) = tested.iter().copied().unzip();
+    let adjusted = holm(&ps).into_iter().zip(holm(&ps_eq));
+    let levels = holm_levels(&ps, alpha)
+        .into_iter()
+        .zip(holm_levels(&ps_eq, alpha));
+    let mut per_row = adjusted.zip(levels);
+    for c in workloads.iter_mut().flat_map(|w| &mut w.comparisons) {
+        for r in &mut c.rows {
+            let Some(e) = &r.effect else { continue };
+            let ((p, p_eq), (level, level_eq)) = per_row.next().expect("one adjusted pair per tested row");
             (r.p_holm, r.p_equivalent_holm) = (Some(p), Some(p_eq));
-            r.conclusion = Conclusion::of(Some((p, p_eq)), alpha);
+            // On the raw p's scale: the level divided by the looks each p was multiplied by.
+            r.interval = Some(e.interval(level / k));
+            r.interval_unadjusted = Some(Interval {
+                confidence: CONFIDENCE,
+                low: e.low,
+                high: e.high,
+            });
+            r.equivalence = Some(e.equivalence(level_eq / k));
+            r.margin_post_hoc = post_hoc;
+            let tested = Conclusion::of(Some((p, p_eq)), alpha);
+            match r.rejections.unequal(&c.variant, baseline) {
+                Some(why) => {
+                    r.conclusion = Conclusion::NotConcluded;
+                    r.withheld = Some(Withheld { why, tested });
+                }
+                _ => {
+                    r.conclusion = tested;
+                    r.within_margin = tested == Conclusion::Differs && p_eq < alpha;
+                }
+            }
         }
     }
     tested.len()
@@ -877,8 +1116,11 @@ mod tests {
         assert_eq!((c.contention_rate, c.jain), (None, None));
 
         let row = &hb.comparisons[0].rows[0];
-        // (10.0 - 9.0) / 10.0 * 100 = +10% (lower is better)
-        assert!((row.improvement_pct.unwrap() - 10.0).abs() < 1e-9);
+        // From the ratio (below), lower is better: (1 - 0.900082988508867) * 100.
+        assert!(
+            (row.improvement_pct.unwrap() - 9.9917011491133).abs() < 1e-9,
+            "{row:?}"
+        );
         // Each of the fixture's runs is a bring-up of its own, all in one block: unpaired over
         // bring-ups (here, runs), and the row says so.
         // scipy 1.16: ttest_ind(log([9.0, 9.1, 8.9]), log([10.0, 10.2, 9.8]), equal_var=False)
@@ -898,6 +1140,38 @@ mod tests {
         assert_eq!(m.family, 4);
         assert!((row.p_holm.unwrap() - 3.0 * 0.003543624615619606).abs() < 1e-12);
         assert_eq!(row.conclusion, Conclusion::Differs);
+        // Its interval is at the level of its Holm step, the second: 1 - 0.05/3. scipy:
+        //   ttest_ind(log(b), log(a), equal_var=False).confidence_interval(1 - 0.05/3)
+        //   → exp: (0.8459726849786089, 0.9576543079798595)
+        let i = row.interval.unwrap();
+        assert!((i.confidence - (1.0 - 0.05 / 3.0)).abs() < 1e-15, "{i:?}");
+        assert!((i.low - 0.8459726849786089).abs() < 1e-9 && (i.high - 0.9576543079798595).abs() < 1e-9);
+        // The unadjusted 95 % interval is kept beside it.
+        let u = row.interval_unadjusted.unwrap();
+        assert_eq!((u.confidence, u.low, u.high), (0.95, e.low, e.high));
+        // The smallest p (lock 1x) at 1 - 0.05/4; the third (lock 0.5x, 2 × 0.074 ≥ 0.05) is
+        // where Holm stops, and it and the fourth are at its level, 1 - 0.05/2. scipy as above:
+        //   lock 1x (0.9875): (1.4006588935963977, 1.828900960275576); lock 0.5x (0.975):
+        //   (0.9187737479290494, 1.570529680614562); hackbench 1x (0.975): (0.8901097806008812,
+        //   1.1804269626769321)
+        let at = |w: usize, l: usize| m.workloads[w].comparisons[0].rows[l].interval.unwrap();
+        for (i, c, lo, hi) in [
+            (at(1, 1), 0.9875, 1.4006588935963977, 1.828900960275576),
+            (at(1, 0), 0.975, 0.9187737479290494, 1.570529680614562),
+            (at(0, 1), 0.975, 0.8901097806008812, 1.1804269626769321),
+        ] {
+            assert!((i.confidence - c).abs() < 1e-15, "{i:?}");
+            assert!((i.low - lo).abs() < 1e-9 && (i.high - hi).abs() < 1e-9, "{i:?}");
+        }
+        // Not rejected on either side: both attempts and rejections counted, nothing withheld.
+        assert_eq!(
+            (row.rejections.base.attempts, row.rejections.base.empty_slots),
+            (4, 1),
+            "base hackbench 0.5x: 3 counted runs and one failed: {:?}",
+            row.rejections
+        );
+        assert_eq!(row.rejections.fisher_p, Some(1.0));
+        assert!(row.withheld.is_none() && !row.within_margin && !row.margin_post_hoc);
         let r1 = &hb.comparisons[0].rows[1];
         assert!((r1.p_holm.unwrap() - 0.5732150885277965).abs() < 1e-9, "{r1:?}");
         assert_eq!(r1.conclusion, Conclusion::NotConcluded);
@@ -964,6 +1238,253 @@ mod tests {
         assert!(
             c.vcpu_wait.summary.is_some(),
             "vCPU wait is measured under TCG too"
+        );
+    }
+
+    /// `n` attempts of `variant`'s runs at `level` of `workload` rejected by the self-checks
+    /// (each an attempt after the fixture's counted ones).
+    fn reject(j: &mut crate::journal::Journal, variant: &str, level: f64, workload: &str, n: u32) {
+        for i in 0..n {
+            let mut r = record(variant, level, workload, i % 3, &[]);
+            (r.attempt, r.ok) = (2 + i / 3, false);
+            r.error = Some(format!(
+                "{}calibration_drift: calibration drifted x1.31 during the run",
+                crate::journal::SELF_CHECK_REASON
+            ));
+            j.runs.push(r);
+        }
+    }
+
+    /// A row whose sides the self-checks rejected at clearly different rates is not concluded,
+    /// saying why and what its tests said; at rates alike it stands.
+    #[test]
+    fn unequal_rejections_leave_a_row_not_concluded_with_the_reason() {
+        // lock-ticket at 1x differs (the fixture). 9 of patched's 12 attempts rejected, none of
+        // base's 3: scipy fisher_exact([[9, 3], [0, 3]]).pvalue → 0.043956043956043966.
+        let mut j = journal();
+        reject(&mut j, "patched", 1.0, "lock-ticket", 9);
+        let m = build(&j, 0.05, None);
+        let row = &m.workloads[1].comparisons[0].rows[1];
+        let r = &row.rejections;
+        assert_eq!(
+            (
+                r.variant.attempts,
+                r.variant.rejected,
+                r.base.attempts,
+                r.base.rejected
+            ),
+            (12, 9, 3, 0)
+        );
+        assert!(
+            (r.fisher_p.unwrap() - 0.043956043956043966).abs() < 1e-12,
+            "{r:?}"
+        );
+        assert_eq!(row.conclusion, Conclusion::NotConcluded);
+        let w = row.withheld.as_ref().unwrap();
+        assert_eq!(w.tested, Conclusion::Differs);
+        assert_eq!(
+            w.why,
+            "self-checks rejected 9/12 attempts of patched vs 0/3 of base: Fisher p = 0.044"
+        );
+        // Its interval still says what the tests said: 1 lies outside.
+        assert!(!row.interval.unwrap().contains(1.0));
+        // The same row stays in the family: Holm is over the same 4 rows.
+        assert_eq!(m.family, 4);
+        // 3 of 6 against 0 of 3: Fisher p 0.46 (scipy), the rates not clearly different.
+        let mut j = journal();
+        reject(&mut j, "patched", 1.0, "lock-ticket", 3);
+        let m = build(&j, 0.05, None);
+        let row = &m.workloads[1].comparisons[0].rows[1];
+        assert_eq!(row.conclusion, Conclusion::Differs, "{:?}", row.rejections);
+        assert!(row.withheld.is_none());
+        assert_eq!(row.rejections.variant.rejected_words(), "3/6");
+    }
+
+    /// Two variants sharing guests, `rounds` rounds of base `b(r)` and variant `v(r)` at 1x.
+    fn shared(rounds: u32, b: impl Fn(u32) -> f64, v: impl Fn(u32) -> f64) -> crate::journal::Journal {
+        let mut j = journal();
+        j.header.levels = vec![1.0];
+        j.header.workloads.retain(|w, _| w == "lock-ticket");
+        j.runs.clear();
+        for r in 0..rounds {
+            for (variant, x) in [("base", b(r)), ("patched", v(r))] {
+                let mut rec = record(variant, 1.0, "lock-ticket", r, &[("ops_per_sec", x)]);
+                rec.slot = crate::journal::Slot {
+                    boot: 0,
+                    bring_up: 1,
+                    seq: 0,
+                    block: 0,
+                };
+                j.runs.push(rec);
+            }
+        }
+        j
+    }
+
+    /// A difference shown, and shown smaller than the margin: "differs, within ±margin".
+    #[test]
+    fn a_small_sure_difference_differs_within_the_margin() {
+        let wobble = |r: u32| 1.0 + 0.004 * [0.0, 1.0, -1.0, 0.5, -0.5, 0.2][r as usize % 6];
+        let j = shared(
+            6,
+            |r| 1000.0 * wobble(r),
+            |r| 1020.0 * wobble(r) * (1.0 + 0.001 * f64::from(r % 2)),
+        );
+        let m = build(&j, 0.05, None);
+        let row = &m.workloads[0].comparisons[0].rows[0];
+        assert_eq!(row.conclusion, Conclusion::Differs, "{row:?}");
+        assert!(row.within_margin, "{row:?}");
+        let eq = row.equivalence.unwrap();
+        assert!(eq.within && eq.low > 1.0 / 1.05 && eq.high < 1.05, "{eq:?}");
+        // A one-row family without looks: tested at α itself, TOST at the 90 % interval.
+        assert!((row.interval.unwrap().confidence - 0.95).abs() < 1e-15);
+        assert!((eq.confidence - 0.90).abs() < 1e-15 && (eq.alpha - 0.05).abs() < 1e-15);
+        // The same ratio with a 1 % margin: it differs and is not within it.
+        let m = build_with_margin(
+            &Digested::of(&j),
+            &crate::journal::accounting::settle(&Digested::of(&j).runs),
+            0.05,
+            None,
+            Some(0.01),
+        );
+        let row = &m.workloads[0].comparisons[0].rows[0];
+        assert_eq!((row.conclusion, row.within_margin), (Conclusion::Differs, false));
+        // %improvement from the ratio: + for a higher-is-better ratio above 1.
+        assert!(row.improvement_pct.unwrap() > 1.9, "{row:?}");
+    }
+
+    /// `report --margin` other than the one the sweep fixed before its data marks every
+    /// tested row post hoc; the fixed one changes nothing.
+    #[test]
+    fn a_margin_given_after_the_data_is_post_hoc() {
+        let of = |journaled: Option<f64>, looks: Option<u32>, given: Option<f64>| {
+            let mut j = journal();
+            (j.header.margin, j.header.looks) = (journaled, looks);
+            let d = Digested::of(&j);
+            build_with_margin(
+                &d,
+                &crate::journal::accounting::settle(&d.runs),
+                0.05,
+                None,
+                given,
+            )
+        };
+        // Stopped on its conclusions at a journaled ±5 %, reported at ±3 %.
+        let m = of(Some(0.05), Some(4), Some(0.03));
+        assert_eq!(
+            m.margin_post_hoc,
+            Some(MarginPostHoc {
+                fixed: 0.05,
+                stopped_on_conclusions: true
+            })
+        );
+        let rows: Vec<&Row> = m
+            .workloads
+            .iter()
+            .flat_map(|w| &w.comparisons)
+            .flat_map(|c| &c.rows)
+            .collect();
+        assert!(rows.iter().all(|r| r.margin_post_hoc), "every tested row");
+        // At the journaled margin: nothing changes.
+        assert_eq!(of(Some(0.05), Some(4), Some(0.05)), of(Some(0.05), Some(4), None));
+        assert_eq!(of(Some(0.05), Some(4), None).margin_post_hoc, None);
+        // Stopped on conclusions at the default (no margin journaled): post hoc too.
+        assert!(of(None, Some(4), Some(0.03)).margin_post_hoc.is_some());
+        // A fixed run count whose scenario set a margin: post hoc, not stopped on it.
+        assert_eq!(
+            of(Some(0.02), None, Some(0.03))
+                .margin_post_hoc
+                .map(|p| p.stopped_on_conclusions),
+            Some(false)
+        );
+        // Nothing fixed before the data (a fixed count at the default): not post hoc.
+        assert_eq!(of(None, None, Some(0.03)).margin_post_hoc, None);
+    }
+
+    /// On random sweeps (2 to 6 variants sharing guests, 1 to 3 levels, 3 to 10 rounds,
+    /// 1 to 4 looks, some attempts rejected), every tested row's printed interval excludes 1
+    /// exactly when its tests say `differs`, its equivalence interval lies within the margin
+    /// exactly when they say `equivalent` (or "differs, within"), and its %improvement has the
+    /// sign of its ratio's side of 1.
+    #[test]
+    fn every_rows_interval_says_what_its_conclusion_says() {
+        let mut rng = fastrand::Rng::with_seed(2047);
+        let normal = |rng: &mut fastrand::Rng| {
+            let (u, v) = (1.0 - rng.f64(), rng.f64());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        };
+        let (mut seen, mut differs, mut equivalent, mut withheld) = (0, 0, 0, 0);
+        for _ in 0..60 {
+            let variants: Vec<String> = (0..rng.usize(2..=6)).map(|i| format!("v{i}")).collect();
+            let levels: Vec<f64> = [1.0, 1.5, 2.0][..rng.usize(1..=3)].to_vec();
+            let mut j = journal();
+            j.header.variants = variants.clone();
+            j.header.baseline = variants[0].clone();
+            j.header.levels = levels.clone();
+            j.header.workloads.retain(|w, _| w == "lock-ticket");
+            j.header.looks = Some(rng.u32(1..=4));
+            j.runs.clear();
+            let rounds = rng.u32(3..=10);
+            let sd = [0.004, 0.015, 0.04][rng.usize(0..3)];
+            for (li, &level) in levels.iter().enumerate() {
+                for (vi, v) in variants.iter().enumerate() {
+                    let shift = if vi == 0 {
+                        0.0
+                    } else {
+                        [0.0, 0.01, 0.03, -0.08][rng.usize(0..4)]
+                    };
+                    for r in 0..rounds {
+                        let x = 1000.0 * (shift + sd * normal(&mut rng)).exp();
+                        let mut rec = record(v, level, "lock-ticket", r, &[("ops_per_sec", x)]);
+                        rec.slot = crate::journal::Slot {
+                            boot: li as u32,
+                            bring_up: 1,
+                            seq: 0,
+                            block: 0,
+                        };
+                        j.runs.push(rec);
+                    }
+                    if rng.u32(0..8) == 0 {
+                        reject(&mut j, v, level, "lock-ticket", rng.u32(1..=12));
+                    }
+                }
+            }
+            let m = build(&j, 0.05, None);
+            for r in m
+                .workloads
+                .iter()
+                .flat_map(|w| &w.comparisons)
+                .flat_map(|c| &c.rows)
+            {
+                let Some(e) = &r.effect else { continue };
+                let tested = r.withheld.as_ref().map_or(r.conclusion, |w| w.tested);
+                let interval = r.interval.unwrap();
+                assert_eq!(!interval.contains(1.0), tested == Conclusion::Differs, "{r:?}");
+                let eq = r.equivalence.unwrap();
+                assert_eq!(
+                    eq.within,
+                    tested == Conclusion::Equivalent
+                        || (tested == Conclusion::Differs && r.p_equivalent_holm.unwrap() < 0.05),
+                    "{r:?}"
+                );
+                if r.withheld.is_none() {
+                    assert_eq!(
+                        r.within_margin,
+                        tested == Conclusion::Differs && eq.within,
+                        "{r:?}"
+                    );
+                }
+                let imp = r.improvement_pct.unwrap();
+                assert_eq!(imp > 0.0, e.ratio > 1.0, "higher is better: {imp} {}", e.ratio);
+                seen += 1;
+                differs += usize::from(tested == Conclusion::Differs);
+                equivalent += usize::from(tested == Conclusion::Equivalent);
+                withheld += usize::from(r.withheld.is_some());
+            }
+        }
+        assert!(
+            differs > 0 && equivalent > 0 && withheld > 0,
+            "{seen}: {differs} {equivalent} {withheld}"
         );
     }
 

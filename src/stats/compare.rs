@@ -23,6 +23,15 @@ pub fn improvement_pct(base: f64, variant: f64, better: Better) -> Option<f64> {
     Some(delta / base.abs() * 100.0)
 }
 
+/// A ratio (variant / base) as a percent improvement, signed so that **+ is better**:
+/// higher-is-better `(ratio − 1) × 100`, lower-is-better `(1 − ratio) × 100` — what
+/// [`improvement_pct`] gives for a base of 1, so its sign always says which side of 1 the ratio
+/// is on. `None` for a ratio that is not finite.
+pub fn improvement_of_ratio(ratio: f64, better: Better) -> Option<f64> {
+    ratio.is_finite().then_some(())?;
+    improvement_pct(1.0, ratio, better)
+}
+
 /// Result of Welch's unequal-variances t-test of `a` against `b`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Welch {
@@ -93,6 +102,11 @@ mod tests {
         assert!(close(h, -6.000232403367732, 1e-12));
         assert!(close(e, 8.578310314338852, 1e-12));
         assert_eq!(improvement_pct(0.0, 1.0, Better::Higher), None);
+        // From a ratio: its sign is the ratio's side of 1, turned by the direction.
+        assert!((improvement_of_ratio(0.9, Better::Lower).unwrap() - 10.0).abs() < 1e-12);
+        assert!((improvement_of_ratio(0.9, Better::Higher).unwrap() + 10.0).abs() < 1e-12);
+        assert!((improvement_of_ratio(1.25, Better::Higher).unwrap() - 25.0).abs() < 1e-12);
+        assert_eq!(improvement_of_ratio(f64::NAN, Better::Higher), None);
     }
 
     #[test]
