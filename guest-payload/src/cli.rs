@@ -71,7 +71,9 @@ pub enum Command {
     Locktorture(workloads::locktorture::Args),
     /// Several workload command lines (arms) alternating in short slices on one schedule, for
     /// variants that share guests: `slices --slice-ms 300 --period-ms 400 --slices-per-arm 10
-    /// -- lock --algo ticket :: lock --algo tas`.
+    /// -- lock --algo ticket :: lock --algo tas`. Made by the host, not named in a scenario
+    /// (hidden: not a workload of the catalogue).
+    #[command(hide = true)]
     Slices(crate::slices::Args),
     /// List the lock algorithms and workloads (`--json`: every workload's metrics and inputs).
     List(ListArgs),
@@ -148,7 +150,7 @@ pub fn list_text() -> String {
     s.push_str("workloads:\n");
     use clap::CommandFactory;
     for sub in Cli::command().get_subcommands() {
-        if sub.get_name() != "list" && sub.get_name() != "help" {
+        if sub.get_name() != "list" && sub.get_name() != "help" && !sub.is_hide_set() {
             let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
             s.push_str(&format!("  {:<12} {}\n", sub.get_name(), about));
         }
