@@ -36,15 +36,14 @@ pub struct Scenario {
     /// runs there: see [`Scenario::sized_for`]); absent: `runs` everywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kvm_runs: Option<RunCount>,
-    /// Warm-up runs, made on every freshly brought-up guest set before its first measured run
-    /// and never counted. Absent (the default): one per fresh guest set, a run of the cell the
-    /// set measures first. A fresh guest's first run is cold (TCG's translated code, page
-    /// cache, the payload's pages, the kernel's slabs), and what it warms is the guests, not
-    /// one cell: each later run on the set was warmed by the runs before it. So one run of
-    /// the very workload the set measures next takes the cold start for every cell, at the
-    /// cost of one run per bring-up, which stays affordable when own-guest variants bring up
-    /// fresh guests for every block. `warmup_runs: N`: N warm-up runs of every cell on every
-    /// fresh set, in N rounds (0: none).
+    /// Warm-up rounds, made on every freshly brought-up guest set before its first measured
+    /// round and never counted: `warmup_runs: N` is N warm-up runs of every cell on every
+    /// fresh set, in N rounds (0: none). Absent: [`DEFAULT_WARMUP_RUNS`], one round. A fresh
+    /// guest's first runs are cold (TCG's translated code, page cache, the payload's pages, the
+    /// kernel's slabs, a loop still speeding up), and the first measured round would take that
+    /// start on whichever variant runs first in it; after a whole round every variant's code
+    /// has run once on the set, so the first measured run is no colder than the rest. It costs
+    /// one round per bring-up (a block of own-guest variants included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_runs: Option<u32>,
     #[serde(default)]
@@ -257,6 +256,11 @@ pub struct HostSpec {
 /// processes other than the sweep's own took ~0 % of a quiet run; a busy loop taking 25 % of
 /// one of the 2 CPUs is 12.5 % of their time.
 pub const DEFAULT_MAX_OTHER_LOAD: f64 = 0.05;
+
+/// Warm-up rounds a fresh guest set gets when the scenario names no `warmup_runs`: one, so no
+/// variant's measured run takes the guests' cold start (one run of whichever cell came first
+/// did, and round 0 then started with the first-listed variant, the baseline by default).
+pub const DEFAULT_WARMUP_RUNS: u32 = 1;
 
 /// One host of a sweep over several hosts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]

@@ -20,6 +20,8 @@ use crate::scenario::fit::{guests_at, host_cpus};
 use crate::scenario::{BackendKind, Background, Scenario, Timeouts};
 use crate::vocabulary::{GuestSharing, RunOrder};
 
+use super::order::{RoundDesign, balanced_every};
+
 /// One set of identical guests at one level, and every cell run in them.
 #[derive(Debug, Clone)]
 pub struct BootGroup {
@@ -136,36 +138,11 @@ pub struct Schedule {
     pub seed: Option<u64>,
     /// Measured runs per bring-up at a level with more than one boot group.
     pub runs_per_bring_up: u32,
-    pub warm_up: WarmUp,
-}
-
-/// Which warm-up runs every freshly brought-up guest set gets before its first measured run
-/// (see the scenario's `warmup_runs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WarmUp {
-    /// One run of the cell the set is about to measure (the scenario names no `warmup_runs`).
-    OnePerGuestSet,
-    /// `warmup_runs: N`: N of every cell with work left, in N rounds.
-    PerCell(u32),
-}
-
-impl WarmUp {
-    /// The warm-up rounds of a group's round order (`PerCell` warm-ups are rounds of their
-    /// own; the one warm-up per set is not a round).
-    pub fn rounds(self) -> u32 {
-        match self {
-            WarmUp::OnePerGuestSet => 0,
-            WarmUp::PerCell(n) => n,
-        }
-    }
-
-    /// Warm-up runs a set of `cells` cells gets.
-    fn runs(self, cells: usize) -> u64 {
-        match self {
-            WarmUp::OnePerGuestSet => 1,
-            WarmUp::PerCell(n) => u64::from(n) * cells as u64,
-        }
-    }
+    /// Warm-up rounds every freshly brought-up guest set gets before its first measured round
+    /// (the scenario's `warmup_runs`, by default one): each a run of every cell of the group
+    /// with a measured run left on this host, never counted, in the order of the design's rounds
+    /// before that measured round ([`super::order::RoundDesign::warm_up`]).
+    pub warm_up_rounds: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -225,19 +202,6 @@ impl Plan {
         let workloads = expand::workloads(s);
         let host = s.host.backend == BackendKind::Host;
         let (runs, max_runs, target_cv) = s.runs.bounds();
-        let looks = s
-            .runs
-            .until_concluded()
-            .then(|| super::stopping::looks(runs, max_runs));
-        // The report's family: every non-baseline variant at every level in every workload.
-        let family = variants.len().saturating_sub(1) * s.levels.len() * workloads.len();
-        let concluded = looks.map(|k| {
-            super::stopping::Concluded::new(
-                family,
-                k,
-                s.margin.unwrap_or(crate::stats::effect::DEFAULT_MARGIN),
-            )
-        });
         let mut boots: Vec<BootGroup> = Vec::new();
         let mut level_boots = Vec::new();
         for &level in &s.levels {
@@ -291,7 +255,7 @@ impl Plan {
                             max_runs,
                             target_cv,
                             target_mde: s.runs.target_mde(),
-                            concluded,
+                            concluded: None,
                         });
                     }
                 }
@@ -299,6 +263,27 @@ impl Plan {
             level_boots.push(first_of_level..boots.len());
         }
         let order = s.schedule.order;
+        // Each group's looks fall where its order is balanced; every look of every group is
+        // tested at the level the most looks call for.
+        let looks = s.runs.until_concluded().then(|| {
+            boots
+                .iter()
+                .map(|g| super::stopping::looks(runs, max_runs, balanced_every(g.variants.len(), order)))
+                .max()
+                .unwrap_or(1)
+        });
+        // The report's family: every non-baseline variant at every level in every workload.
+        let family = variants.len().saturating_sub(1) * s.levels.len() * workloads.len();
+        let concluded = looks.map(|k| {
+            super::stopping::Concluded::new(
+                family,
+                k,
+                s.margin.unwrap_or(crate::stats::effect::DEFAULT_MARGIN),
+            )
+        });
+        for cell in boots.iter_mut().flat_map(|b| &mut b.cells) {
+            cell.concluded = concluded;
+        }
         Ok(Self {
             name: s.name.clone(),
             baseline: expand::baseline(s),
@@ -318,7 +303,9 @@ impl Plan {
                 order,
                 seed: (order == RunOrder::Shuffle).then(|| s.schedule.seed.unwrap_or(seed)),
                 runs_per_bring_up: s.schedule.runs_per_bring_up.max(1),
-                warm_up: s.warmup_runs.map_or(WarmUp::OnePerGuestSet, WarmUp::PerCell),
+                warm_up_rounds: s
+                    .warmup_runs
+                    .unwrap_or(crate::scenario::model::DEFAULT_WARMUP_RUNS),
             },
             boots,
             margin: s.margin,
@@ -332,13 +319,13 @@ impl Plan {
         })
     }
 
-    /// Runs in the whole sweep on one host with no failures (the warm-ups of one bring-up per
-    /// block included).
+    /// Runs in the whole sweep on one host with no failures (the warm-up rounds of one bring-up
+    /// per block included).
     pub fn total_runs(&self) -> u64 {
         let warm_ups: u64 = self
             .boots
             .iter()
-            .map(|g| u64::from(g.blocks()) * self.schedule.warm_up.runs(g.cells.len()))
+            .map(|g| u64::from(g.blocks()) * u64::from(self.schedule.warm_up_rounds) * g.cells.len() as u64)
             .sum();
         self.measured_runs() + warm_ups
     }
@@ -351,6 +338,29 @@ impl Plan {
             .flat_map(|g| &g.cells)
             .map(|c| c.max_runs as u64)
             .sum()
+    }
+
+    /// The order of boot group `boot`'s rounds ([`RoundDesign`]). Round-robin starts measured
+    /// round 0 at the variant after the baseline (the first-listed variant where the group has
+    /// no baseline), one variant further at each level, so the baseline begins a group's first
+    /// measured round at no more than 1/k of the levels.
+    pub fn round_design(&self, boot: usize) -> RoundDesign {
+        let group = &self.boots[boot];
+        let k = group.variants.len().max(1);
+        let level = self
+            .level_boots
+            .iter()
+            .position(|b| b.contains(&boot))
+            .unwrap_or(0);
+        let baseline = group.variants.iter().position(|v| *v == self.baseline);
+        RoundDesign {
+            cells: group.cells.len(),
+            variants: group.variants.len(),
+            order: self.schedule.order,
+            seed: self.schedule.seed,
+            boot: boot as u32,
+            first: (baseline.map_or(0, |b| b + 1) + level) % k,
+        }
     }
 
     /// The plan's boot groups as the journal header records them.
@@ -406,6 +416,29 @@ mod tests {
             yaml_serde::from_str(&format!("host: {{timeline: sometimes}}\n{base}"));
         let e = bad.unwrap_err().to_string();
         assert!(e.contains("timeline") || e.contains("boolean"), "{e}");
+    }
+
+    /// Looks fall where each group's order is balanced, and every group is tested at the level
+    /// of the one with the most; round 0 starts one variant further at each level, never at
+    /// the baseline before every other variant has had its turn.
+    #[test]
+    fn looks_follow_each_groups_balance_and_round_0_moves_on_by_level() {
+        let p = plan(
+            "name: p\nlevels: [0.5, 1.0, 1.5, 2.0, 2.5]\nruns: {until: concluded, min: 3, max: 12}\nvariants:\n  - {name: a}\n  - {name: b, args: {algo: ticket}}\n  - {name: c, args: {algo: mcs}}\n  - {name: d, args: {algo: clh}}\n  - {name: e, cmdline: nopvspin}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+        );
+        // Four variants sharing guests look at 4, 8, 12; e, on guests of its own, at 3, 5, 8, 12.
+        assert_eq!(p.boots[0].variants.len(), 4);
+        assert_eq!(p.looks, Some(4));
+        let alpha = p.boots[0].cells[0].concluded.unwrap().alpha;
+        assert!((alpha - 0.05 / (4.0 * 5.0 * 4.0)).abs() < 1e-12, "{alpha}");
+        let starts: Vec<usize> = p
+            .level_boots
+            .iter()
+            .map(|b| p.round_design(b.start).first)
+            .collect();
+        assert_eq!(starts, [1, 2, 3, 0, 1], "the baseline (0) once in 4 levels");
+        assert_eq!(p.round_design(1).first, 0, "e's own group: one variant");
+        assert_eq!(p.schedule.warm_up_rounds, 1, "a round by default");
     }
 
     const ARGS_ONLY: &str = "name: p\nlevels: [1.0, 2.0]\nvariants:\n  - {name: ticket, args: {algo: ticket}}\n  - {name: tas, args: {algo: tas}}\n  - {name: nopv, cmdline: nopvspin, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    args: {hold-ns: [200, 2000]}\n";

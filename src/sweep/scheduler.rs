@@ -2,8 +2,8 @@
 //! attempts → records. It decides which run comes next (level by level; at a level of several
 //! boot groups block by block, each block a fresh bring-up of one group, block k of every
 //! group before block k+1 of any; within a block round after round across the group's cells,
-//! rotating which variant goes first), warms every fresh guest set before its first measured
-//! run, retries an attempt its payload's self-checks rejected on the same workers and one
+//! in a balanced order, [`super::order::RoundDesign`]), warms every fresh guest set with a
+//! whole round before its first measured round, retries an attempt its payload's self-checks rejected on the same workers and one
 //! whose guests failed on fresh ones, stops a cell once its stopping rule is met on the
 //! results pooled over every host, and journals every attempt with the block it belongs to
 //! — talking only to an [`Executor`].
@@ -17,8 +17,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::deadlines;
-use super::order::{block_order, round_order};
-use super::plan::{BootGroup, Cell, Plan, WarmUp};
+use super::order::block_order;
+use super::plan::{BootGroup, Cell, Plan};
 use super::progress::Progress;
 use super::records::{self, AttemptId};
 use super::stopping::{Next, measured_key, next_run};
@@ -450,15 +450,15 @@ impl<E: Executor> Scheduler<'_, E> {
         Ok(())
     }
 
-    /// Round `round`: measured run `round` of each cell still running, in the round's order.
+    /// Round `round`: measured run `round` of each cell still running, in the round's order
+    /// ([`super::order::RoundDesign`]).
     async fn run_round(
         &mut self,
         group: &BootGroup,
         state: &mut GroupState,
         round: u32,
     ) -> anyhow::Result<()> {
-        let warm_up_rounds = self.plan.schedule.warm_up.rounds();
-        for c in self.order(group, state.index, warm_up_rounds + round) {
+        for c in self.plan.round_design(state.index as usize).measured(round) {
             if state.stopped[c] {
                 continue;
             }
@@ -486,19 +486,6 @@ impl<E: Executor> Scheduler<'_, E> {
     /// Whether measured run `run` of a group's cells is this host's to make.
     fn takes(&self, group: &BootGroup, run: u32) -> bool {
         self.share.takes(group.share_unit(run))
-    }
-
-    /// The order of a boot group's cells in round `round` (warm-up rounds first).
-    fn order(&self, group: &BootGroup, index: u32, round: u32) -> Vec<usize> {
-        let (run_order, seed) = (self.plan.schedule.order, self.plan.schedule.seed);
-        round_order(
-            group.cells.len(),
-            group.variants.len(),
-            run_order,
-            seed,
-            index,
-            round,
-        )
     }
 
     /// Whether a cell still has a measured run to make.
@@ -541,7 +528,7 @@ impl<E: Executor> Scheduler<'_, E> {
         let mut attempt = self.settled.last_attempt(&measured_key(group, cell, run)) + 1;
         let mut tries = Tries::default();
         loop {
-            let Some(facts) = self.workers_for(group, state, cell).await? else {
+            let Some(facts) = self.workers_for(group, state, run).await? else {
                 return self.record_unattempted(group, state, cell, run, attempt);
             };
             self.progress
@@ -563,16 +550,17 @@ impl<E: Executor> Scheduler<'_, E> {
         Ok(())
     }
 
-    /// The facts of the warmed workers the next attempt runs on: those up, or a fresh set
-    /// brought up and warmed before `due`; None when the group's workers cannot be brought up.
-    async fn workers_for<'g>(
+    /// The facts of the warmed workers the next attempt (of measured round `round`) runs on:
+    /// those up, or a fresh set brought up and warmed; None when the group's workers cannot be
+    /// brought up.
+    async fn workers_for(
         &mut self,
-        group: &'g BootGroup,
+        group: &BootGroup,
         state: &mut GroupState,
-        due: &'g Cell,
+        round: u32,
     ) -> anyhow::Result<Option<Value>> {
         if state.up.is_none() && state.broken.is_none() {
-            self.bring_up_warmed(group, state, due).await?;
+            self.bring_up_warmed(group, state, round).await?;
         }
         Ok(state.up.clone())
     }
@@ -742,25 +730,24 @@ impl<E: Executor> Scheduler<'_, E> {
 
     // ---------------------------------------------------------- fresh workers and warm-ups
 
-    /// Brings up a fresh guest set and warms it before its first measured run, which is of
-    /// `due`: by default with one run of `due` (its warm-up 0 on this set), with `warmup_runs:
-    /// N` with N warm-ups of every cell with a measured run left on this host, in the group's
-    /// warm-up rounds ([`Self::warm_up_set`]). A set whose warm-ups lost their guests was taken
-    /// down like any failed attempt, and the next set is warmed anew; after `retries + 1` sets
-    /// in a row whose warm-ups failed, the group is broken.
-    async fn bring_up_warmed<'g>(
+    /// Brings up a fresh guest set and warms it before its first measured round, `round`: with
+    /// the plan's warm-up rounds (by default one: a warm-up run of every cell with a measured
+    /// run left on this host, [`Self::warm_up_set`]). A set whose warm-ups lost their guests
+    /// was taken down like any failed attempt, and the next set is warmed anew; after
+    /// `retries + 1` sets in a row whose warm-ups failed, the group is broken.
+    async fn bring_up_warmed(
         &mut self,
-        group: &'g BootGroup,
+        group: &BootGroup,
         state: &mut GroupState,
-        due: &'g Cell,
+        round: u32,
     ) -> anyhow::Result<()> {
         let mut failed_sets = 0;
         while state.up.is_none() && state.broken.is_none() {
             self.bring_up(group, state).await;
             if state.broken.is_some() {
-                return self.bring_up_failed(group, state, due).await;
+                return self.bring_up_failed(group, state, round).await;
             }
-            if let Some(what) = self.warm_up_set(group, state, due).await? {
+            if let Some(what) = self.warm_up_set(group, state, round).await? {
                 failed_sets += 1;
                 if failed_sets > self.plan.timeouts.retries {
                     state.broken = Some(format!(
@@ -775,11 +762,11 @@ impl<E: Executor> Scheduler<'_, E> {
     /// The group's workers could not be brought up: on a host of several that cannot be
     /// reached, the host is lost ([`HostLost`]); else the first warm-up due is journaled failed
     /// with why (the group's runs are, as they come).
-    async fn bring_up_failed<'g>(
+    async fn bring_up_failed(
         &mut self,
-        group: &'g BootGroup,
+        group: &BootGroup,
         state: &GroupState,
-        due: &'g Cell,
+        round: u32,
     ) -> anyhow::Result<()> {
         if let Some(host) = &self.share.label
             && let Err(why) = self.exec.host_reachable().await
@@ -790,7 +777,7 @@ impl<E: Executor> Scheduler<'_, E> {
             }
             .into());
         }
-        if let Some((cell, w)) = self.warm_ups(group, state, due).into_iter().next() {
+        if let Some((cell, w)) = self.warm_ups(group, state, round).into_iter().next() {
             let why = state.broken.clone().unwrap_or_default();
             let id = self.warm_up_id(group, state, cell, w);
             self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
@@ -801,14 +788,14 @@ impl<E: Executor> Scheduler<'_, E> {
     /// Makes the warm-ups the set now up needs ([`Self::warm_ups`]), each once on the set (the
     /// accounting rule keys a warm-up by its guest set, and one the journal already holds for
     /// the set is not made again). What lost the set's guests, if a warm-up did.
-    async fn warm_up_set<'g>(
+    async fn warm_up_set(
         &mut self,
-        group: &'g BootGroup,
+        group: &BootGroup,
         state: &mut GroupState,
-        due: &'g Cell,
+        round: u32,
     ) -> anyhow::Result<Option<String>> {
         let facts = state.up.clone().unwrap_or_default();
-        for (cell, w) in self.warm_ups(group, state, due) {
+        for (cell, w) in self.warm_ups(group, state, round) {
             if self.warm_up(group, state, cell, w, &facts).await? == Ended::GuestFailed {
                 return Ok(Some(format!(
                     "warm-up {w} of {} {}",
@@ -845,21 +832,24 @@ impl<E: Executor> Scheduler<'_, E> {
         }
     }
 
-    /// The warm-ups the guest set now up still needs, in order: (cell, warm-up run).
-    fn warm_ups<'g>(&self, group: &'g BootGroup, state: &GroupState, due: &'g Cell) -> Vec<(&'g Cell, u32)> {
+    /// The warm-ups the guest set now up still needs before measured round `round`, in order:
+    /// (cell, warm-up run). Warm-up round w runs every cell still running, in the design's
+    /// order for the w-th of the rounds before `round`.
+    fn warm_ups<'g>(&self, group: &'g BootGroup, state: &GroupState, round: u32) -> Vec<(&'g Cell, u32)> {
         let set = self.guest_set(state);
         let needed = |cell: &Cell, w: u32| {
             let key = RunKey::warm_up(&cell.variant, group.level, &cell.workload.id, w, set.clone());
             !self.settled.has_valid_result(&key)
         };
-        match self.plan.schedule.warm_up {
-            WarmUp::OnePerGuestSet => [(due, 0)].into_iter().filter(|&(c, w)| needed(c, w)).collect(),
-            WarmUp::PerCell(n) => (0..n)
-                .flat_map(|w| self.order(group, state.index, w).into_iter().map(move |c| (c, w)))
-                .filter(|&(c, w)| !state.stopped[c] && needed(&group.cells[c], w))
-                .map(|(c, w)| (&group.cells[c], w))
-                .collect(),
-        }
+        let (design, rounds) = (
+            self.plan.round_design(state.index as usize),
+            self.plan.schedule.warm_up_rounds,
+        );
+        (0..rounds)
+            .flat_map(|w| design.warm_up(round, w, rounds).into_iter().map(move |c| (c, w)))
+            .filter(|&(c, w)| !state.stopped[c] && needed(&group.cells[c], w))
+            .map(|(c, w)| (&group.cells[c], w))
+            .collect()
     }
 
     fn guest_set(&self, state: &GroupState) -> GuestSet {

@@ -23,10 +23,10 @@ use crate::stats::summary::cv_reached;
 /// ratio of 1 excluded (`differs`) or the ratio inside 1 ± margin (`equivalent`) — at a
 /// level strict enough for every look and every comparison at once: α / (family × looks),
 /// Bonferroni over the report's family of comparisons and over the run counts at which the
-/// rule looks ([`look_points`]: `min`, then about 1.5× the last, and `max`). Bonferroni's
-/// test rejecting implies Holm's does, so a comparison stopped as concluded is concluded in
-/// the report, whose p values are
-/// multiplied by the same number of looks ([`looks`]): a small SD seen by luck at an early
+/// rule looks ([`look_points`]: `min`, then about 1.5× the last, and `max`, each where the
+/// run order is balanced). Bonferroni's test rejecting implies Holm's does, so a comparison
+/// stopped as concluded is concluded in the report, whose p values are multiplied by the
+/// same number of looks ([`looks`], the most any group takes): a small SD seen by luck at an early
 /// look stops nothing that the report would not stand by, and the family's chance of one
 /// false conclusion stays within α however many looks were taken.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,23 +60,37 @@ impl Concluded {
 /// concludes at 6 runs concludes at 8.
 const LOOK_GROWTH: f64 = 1.5;
 
-/// The run counts at which `runs: {until: concluded, min, max}` looks: `min`, then each about
-/// [`LOOK_GROWTH`]× the last (rounded up, at least one more), and `max` — 3, 5, 8, 12 for 3 to
-/// 12. (Where blocks must stay whole a look waits for the next block's end; a look point
-/// never gives more than one look.)
-pub fn look_points(min: u32, max: u32) -> Vec<u32> {
-    let mut points = vec![min.min(max)];
-    while let Some(&last) = points.last().filter(|&&l| l < max) {
-        let next = (f64::from(last) * LOOK_GROWTH).ceil() as u32;
-        points.push(next.max(last + 1).min(max));
+/// The run counts at which `runs: {until: concluded, min, max}` looks at a group whose run
+/// order is balanced every `every` rounds ([`super::order::balanced_every`]: the number of
+/// variants sharing its guests under round-robin, else 1): the first multiple of `every` at
+/// or after `min`, then each about [`LOOK_GROWTH`]× the last (at least one more) rounded up to
+/// a multiple of `every`, and `max`. 3, 5, 8, 12 for 3 to 12 rounds of one variant (or of a
+/// shuffle); 4, 8, 12 with 4 variants sharing guests; 10, 12 with 10. So at every look before
+/// `max` each variant has been first (and in every other place of the round) equally often,
+/// and at `max` too where it is a multiple of `every`; a `max` that is not is kept (the user's
+/// bound), and its look carries the rounds past the last multiple (`max mod every` variants
+/// first once more than the others). Where no multiple of `every` lies below `max`, the only
+/// look is at `max`: the rule runs a fixed `max` rounds, balanced as far as `max` allows.
+/// (Where blocks must stay whole a look waits for the next block's end
+/// that is also a multiple of `every`; a look point never gives more than one look.)
+pub fn look_points(min: u32, max: u32, every: u32) -> Vec<u32> {
+    let every = every.max(1);
+    let up = |n: u32| n.div_ceil(every) * every;
+    let mut points = Vec::new();
+    let mut next = up(min);
+    while next < max {
+        points.push(next);
+        next = up(((f64::from(next) * LOOK_GROWTH).ceil() as u32).max(next + 1));
     }
+    points.push(max);
     points
 }
 
-/// How many looks a rule of `min` to `max` runs takes at most ([`look_points`]): what its α
-/// and the report's p values are corrected for.
-pub fn looks(min: u32, max: u32) -> u32 {
-    look_points(min, max).len() as u32
+/// How many looks a rule of `min` to `max` runs takes at most at a group balanced every
+/// `every` rounds ([`look_points`]): what its α and the report's p values are corrected for
+/// (the plan's is the most over its groups).
+pub fn looks(min: u32, max: u32, every: u32) -> u32 {
+    look_points(min, max, every).len() as u32
 }
 
 /// How many runs a cell makes.
@@ -226,7 +240,8 @@ fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) 
 }
 
 /// [`decided_at`] under `runs: {until: concluded}` ([`Concluded`]). A variant's cell has
-/// enough at the first look (a [`look_points`] slot, where its group may stop) before which
+/// enough at the first look (a [`look_points`] slot, where its group may stop and its order
+/// is balanced) before which
 /// every slot of it and of the baseline's cell at the level has a journaled attempt and whose
 /// valid results before it conclude the comparison, or at its most runs.
 /// The baseline's cell runs on while any comparison it is in at the level does: it has
@@ -277,11 +292,14 @@ fn decided_by_conclusion<'a>(
         placed_samples(settled, records, &this, metric, judged),
     );
     let before = |side: &[Sample<'a>], r: u32| side.iter().filter(|s| s.run < r).copied().collect::<Vec<_>>();
-    // The rule looks at its look points only (or, where blocks stay whole, at the first slot
-    // it may stop at after each): what its α was corrected for.
-    let looks: Vec<u32> = look_points(cell.runs, cell.max_runs)
+    // The rule looks at its look points only, where the order is balanced (or, where blocks
+    // stay whole, at the first block's end after each that is balanced too): what its α was
+    // corrected for.
+    let every = super::order::balanced_every(group.variants.len(), plan.schedule.order);
+    let balanced = |r: u32| r.is_multiple_of(every) || r >= cell.max_runs;
+    let looks: Vec<u32> = look_points(cell.runs, cell.max_runs, every)
         .into_iter()
-        .filter_map(|p| (p..=cell.max_runs).find(|&r| stops(r)))
+        .filter_map(|p| (p..=cell.max_runs).find(|&r| stops(r) && balanced(r)))
         .collect();
     first_stop(group, cell, judged, |r| {
         r >= cell.max_runs || (looks.contains(&r) && rule.reached(&before(&base, r), &before(&this, r)))
@@ -404,11 +422,35 @@ mod tests {
 
     #[test]
     fn looks_grow_by_half_from_min_to_max() {
-        assert_eq!(look_points(3, 12), [3, 5, 8, 12]);
-        assert_eq!(look_points(3, 8), [3, 5, 8]);
-        assert_eq!(look_points(1, 4), [1, 2, 3, 4]);
-        assert_eq!(look_points(5, 5), [5]);
-        assert_eq!(looks(3, 20), 6, "{:?}", look_points(3, 20));
+        assert_eq!(look_points(3, 12, 1), [3, 5, 8, 12]);
+        assert_eq!(look_points(3, 8, 1), [3, 5, 8]);
+        assert_eq!(look_points(1, 4, 1), [1, 2, 3, 4]);
+        assert_eq!(look_points(5, 5, 1), [5]);
+        assert_eq!(looks(3, 20, 1), 6, "{:?}", look_points(3, 20, 1));
+    }
+
+    /// Looks fall where the order is balanced: on multiples of the variants sharing guests,
+    /// then `max`. A `max` that cannot give one is still the last look; with none below
+    /// `max`, `max` is the only one.
+    #[test]
+    fn looks_fall_on_multiples_of_the_variants_where_min_and_max_allow() {
+        assert_eq!(look_points(3, 12, 2), [4, 6, 10, 12]);
+        assert_eq!(look_points(3, 12, 3), [3, 6, 9, 12]);
+        assert_eq!(look_points(3, 12, 4), [4, 8, 12]);
+        assert_eq!(look_points(3, 12, 10), [10, 12], "spinlock-variants: 10 variants");
+        assert_eq!(look_points(3, 30, 10), [10, 20, 30]);
+        assert_eq!(look_points(3, 8, 10), [8], "no balanced look: a fixed max");
+        assert_eq!(look_points(12, 12, 5), [12]);
+        assert_eq!(looks(3, 12, 10), 2);
+        for every in 1..=12 {
+            for (min, max) in [(1, 4), (3, 12), (3, 20), (5, 50), (2, 7)] {
+                let points = look_points(min, max, every);
+                assert_eq!(points.last(), Some(&max));
+                assert!(points.windows(2).all(|w| w[0] < w[1]), "{points:?}");
+                let (before, _) = points.split_at(points.len() - 1);
+                assert!(before.iter().all(|p| p % every == 0 && *p >= min), "{points:?}");
+            }
+        }
     }
 
     /// The rule's point: looking again as runs come in must not turn noise into `differs`. On
@@ -418,13 +460,13 @@ mod tests {
     #[test]
     fn looking_again_keeps_false_differences_within_alpha() {
         let (min, max, n) = (3, 12, 2000);
-        let corrected = Concluded::new(1, looks(min, max), 0.05);
+        let corrected = Concluded::new(1, looks(min, max, 1), 0.05);
         assert!((corrected.alpha - 0.0125).abs() < 1e-12);
         let naive = Concluded {
             alpha: DEFAULT_ALPHA,
             margin: 0.05,
         };
-        let points = look_points(min, max);
+        let points = look_points(min, max, 1);
         let every: Vec<u32> = (min..=max).collect();
         let (false_differs, equivalent, _) = simulate(&corrected, 1.0, 0.03, &points, n);
         let (naive_differs, _, _) = simulate(&naive, 1.0, 0.03, &every, n);

@@ -15,7 +15,7 @@ const METRIC: &str = "ops_per_sec";
 
 /// Two variants that differ only in payload arguments (one shared boot per level), 2 guests.
 /// 3 runs each and no warm-ups unless `extra` says otherwise (the tests of failures count
-/// run calls; the default warm-up, one run per fresh guest set, has tests of its own:
+/// run calls; the default warm-up, a round on every fresh guest set, has tests of its own:
 /// [`with_default_warm_ups`]).
 fn scenario(extra: &str) -> Scenario {
     let warm_ups = if extra.lines().any(|l| l.starts_with("warmup_runs:")) {
@@ -234,11 +234,12 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
-    // Run call 3 is run 1 of variant b (round 1 starts at b): guest 0 finished, guest 1 died.
+    // Run call 3 is run 1 of variant a (round 0 is b, a: it starts at the variant after the
+    // baseline; round 1 is a, b): guest 0 finished, guest 1 died.
     let first: Vec<&RunRecord> = o
         .records
         .iter()
-        .filter(|r| r.variant == "b" && r.run == 1 && r.attempt == 1)
+        .filter(|r| r.variant == "a" && r.run == 1 && r.attempt == 1)
         .collect();
     assert_eq!(first.len(), 2);
     assert!(
@@ -249,7 +250,7 @@ async fn a_background_guest_that_dies_supersedes_guest_0s_result() {
     each_run_counted_once(&o.records, 3, 2);
     let counted = settle(&o.records);
     let valid = counted
-        .primary(&o.records, &RunKey::new("b", 1.0, "lock", false, 1))
+        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 1))
         .unwrap();
     assert_eq!(
         valid.attempt, 2,
@@ -280,10 +281,11 @@ async fn guest_0_failing_is_retried_with_the_next_attempt_number() {
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    // Call 1 is run 0 of b: round 0 starts at the variant after the baseline.
     let run0: Vec<(u32, u32, bool)> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 0)
+        .filter(|r| r.variant == "b" && r.run == 0)
         .map(|r| (r.attempt, r.guest, r.ok))
         .collect();
     assert_eq!(run0, [(1, 0, false), (1, 1, true), (2, 0, true), (2, 1, true)]);
@@ -293,8 +295,9 @@ async fn guest_0_failing_is_retried_with_the_next_attempt_number() {
 #[tokio::test]
 async fn any_guest_failing_every_attempt_gives_the_run_up_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut failing = fail(2, 1, "timed out");
-    failing.extend(fail(3, 0, "timed out again"));
+    // Calls 1 and 2: run 0 of b (round 0 starts at the variant after the baseline) and its retry.
+    let mut failing = fail(1, 1, "timed out");
+    failing.extend(fail(2, 0, "timed out again"));
     let script = Script {
         failing_runs: failing,
         ..Default::default()
@@ -370,7 +373,8 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
 async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
-        // Run call 3 (run 1 of b) fails; the fresh guests for its retry do not come up.
+        // Run call 3 (run 1 of a: rounds b a, a b, b a) fails; the fresh guests for its retry
+        // do not come up.
         failing_runs: fail(3, 1, "guest died"),
         failing_bring_ups: BTreeSet::from([2]),
         ..Default::default()
@@ -383,24 +387,24 @@ async fn a_reboot_failing_mid_group_keeps_the_finished_runs() {
         let run0 = o.records.iter().filter(|r| r.variant == v && r.run == 0).count();
         assert_eq!(run0, 2, "run 0 of {v} journaled once per guest");
     }
-    // Run 1 of b: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
-    let b1: Vec<(u32, bool)> = o
+    // Run 1 of a: attempt 1 failed, attempt 2 could not be made (recorded as attempt 2).
+    let a1: Vec<(u32, bool)> = o
         .records
         .iter()
-        .filter(|r| r.variant == "b" && r.run == 1 && r.guest == 0)
+        .filter(|r| r.variant == "a" && r.run == 1 && r.guest == 0)
         .map(|r| (r.attempt, r.ok))
         .collect();
-    assert_eq!(b1, [(1, true), (2, false)]);
+    assert_eq!(a1, [(1, true), (2, false)]);
     // Every run not yet done is recorded failed exactly once, with its own attempt number 1.
     let rest: BTreeSet<(String, u32, u32)> = o
         .records
         .iter()
-        .filter(|r| !(r.run == 0 || (r.variant == "b" && r.run == 1)))
+        .filter(|r| !(r.run == 0 || (r.variant == "a" && r.run == 1)))
         .map(|r| (r.variant.clone(), r.run, r.attempt))
         .collect();
     assert_eq!(
         rest,
-        BTreeSet::from([("a".into(), 1, 1), ("a".into(), 2, 1), ("b".into(), 2, 1)]),
+        BTreeSet::from([("b".into(), 1, 1), ("b".into(), 2, 1), ("a".into(), 2, 1)]),
         "{}",
         brief(&o.records)
     );
@@ -632,10 +636,11 @@ async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
+    // Call 1 is run 0 of b: round 0 starts at the variant after the baseline.
     let run0: Vec<&RunRecord> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 0)
+        .filter(|r| r.variant == "b" && r.run == 0)
         .collect();
     let shape: Vec<(u32, u32, bool)> = run0.iter().map(|r| (r.attempt, r.guest, r.ok)).collect();
     assert_eq!(shape, [(1, 0, false), (1, 1, true), (2, 0, true), (2, 1, true)]);
@@ -676,9 +681,9 @@ async fn a_run_its_self_checks_reject_fails_in_their_words_and_is_retried() {
 #[tokio::test]
 async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_guests() {
     let dir = tempfile::tempdir().unwrap();
-    // Call 1 (run 0 of a): 12 % of the CPUs' time went to something else; every other run
-    // has the 1 % of a quiet host. Call 3 (run 0 of b, round 0 goes on after a's retry):
-    // 30 %, and again at its retry.
+    // Call 1 (run 0 of b: round 0 starts at the variant after the baseline): 12 % of the
+    // CPUs' time went to something else; every other run has the 1 % of a quiet host. Call 3
+    // (run 0 of a, round 0 goes on after b's retry): 30 %, and again at its retry.
     let script = Script {
         realistic_host_cpus: Some(2),
         other_load: BTreeMap::from([(1, 0.12), (3, 0.30), (4, 0.30)]),
@@ -693,8 +698,8 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
             .collect()
     };
     // Retried on the same guests, each retry after a wait for a quiet host.
-    assert_eq!(attempts("a", 0), [(1, 1, false), (2, 1, true)]);
-    assert_eq!(attempts("b", 0), [(1, 1, false), (2, 1, false), (3, 1, true)]);
+    assert_eq!(attempts("b", 0), [(1, 1, false), (2, 1, true)]);
+    assert_eq!(attempts("a", 0), [(1, 1, false), (2, 1, false), (3, 1, true)]);
     assert_eq!(attempts("a", 1), [(1, 1, true)]);
     assert_eq!(o.calls.bring_ups.len(), 1);
     let bound = crate::scenario::model::DEFAULT_MAX_OTHER_LOAD;
@@ -704,7 +709,7 @@ async fn a_run_the_host_disturbed_is_named_waited_out_and_retried_on_the_same_gu
     let d = o
         .records
         .iter()
-        .find(|r| r.variant == "a" && r.run == 0 && r.attempt == 1 && r.guest == 0)
+        .find(|r| r.variant == "b" && r.run == 0 && r.attempt == 1 && r.guest == 0)
         .unwrap();
     let error = d.error.as_deref().unwrap();
     assert!(error.starts_with(crate::journal::DISTURBED_REASON), "{error}");
@@ -754,18 +759,19 @@ async fn a_host_that_stays_busy_gets_one_wait_and_its_runs_then_count_marked_dis
         .filter(|r| r.guest == 0)
         .map(|r| (r.variant.clone(), r.run, r.attempt, r.ok))
         .collect();
-    // Call 1: failed, a wait that ends busy, its retry (call 2) disturbed too: counted, marked.
-    // Call 3 (run 0 of b): counted at once, marked. Calls 4-6 run quiet, three in a row,
+    // Call 1 (run 0 of b: round 0 starts at the variant after the baseline): failed, a wait
+    // that ends busy, its retry (call 2) disturbed too: counted, marked. Call 3 (run 0 of a):
+    // counted at once, marked. Calls 4-6 run quiet, three in a row,
     // which ends the busy state, so the disturbance of call 7 is failed, waited for again and
     // retried.
     assert_eq!(o.calls.quiet_waits, [(1, bound), (7, bound)], "{tried:?}");
     assert_eq!(
         &tried[..4],
         [
-            ("a".into(), 0, 1, false),
-            ("a".into(), 0, 2, true),
-            ("b".into(), 0, 1, true),
-            ("b".into(), 1, 1, true),
+            ("b".into(), 0, 1, false),
+            ("b".into(), 0, 2, true),
+            ("a".into(), 0, 1, true),
+            ("a".into(), 1, 1, true),
         ]
     );
     each_run_counted_once(&o.records, 3, 2);
@@ -1165,7 +1171,8 @@ async fn own_guest_variants_alternate_fresh_bring_ups_block_by_block() {
     // Block k of both groups before block k+1 of either, the first group rotating: A B, B A, A B.
     let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
     assert_eq!(order, ["a", "b", "b", "a", "a", "b"]);
-    // Each bring-up: its warm-up (one run, the default), then its block's two runs, then down.
+    // Each bring-up: its warm-up round (the default; one cell, so one run), then its block's
+    // two runs, then down.
     let w = |run| (run, true);
     let m = |run| (run, false);
     let want = [
@@ -1203,7 +1210,11 @@ async fn own_guest_variants_alternate_fresh_bring_ups_block_by_block() {
     // Torn down after every block, and once more at the end.
     assert_eq!(o.calls.shut_downs, 7);
     assert_eq!(o.progress, o.total);
-    assert_eq!(p.total_runs(), 12 + 6, "the plan counts a warm-up per bring-up");
+    assert_eq!(
+        p.total_runs(),
+        12 + 6,
+        "the plan counts a warm-up round per bring-up"
+    );
 }
 
 #[tokio::test]
@@ -1221,7 +1232,8 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
     let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
     assert_eq!(order, ["a+b", "c", "c", "a+b", "a+b", "c", "c", "a+b"]);
-    // Inside the shared group each block is one round, rotating by run: a b, then b a.
+    // Inside the shared group each block is one round, in the design's order: b a (round 0
+    // starts at the variant after the baseline), then a b.
     let shared: Vec<(String, u32)> = o
         .records
         .iter()
@@ -1230,7 +1242,7 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
         .collect();
     assert_eq!(
         shared,
-        [("a", 0), ("b", 0), ("b", 1), ("a", 1)].map(|(v, r)| (v.to_string(), r))
+        [("b", 0), ("a", 0), ("a", 1), ("b", 1)].map(|(v, r)| (v.to_string(), r))
     );
     assert!(o.records.iter().all(|r| r.slot.block == r.run));
     // Without c, each level has one boot group: one block, all runs on one bring-up.
@@ -1250,33 +1262,59 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
     assert!(o.records.iter().all(|r| r.slot.block == 0));
 }
 
-#[tokio::test]
-async fn a_shared_boot_rotates_which_variant_goes_first() {
-    let dir = tempfile::tempdir().unwrap();
-    // Two workloads (threads 1 and 2) of two variants sharing guests, the default warm-up.
-    let p = Plan::build(&over_threads_1_and_2(with_default_warm_ups("")), &[0, 1], 1).unwrap();
-    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
-    let order: Vec<String> = o
-        .records
+/// Guest 0's records of `o` in journal order, each as `[w]<variant><threads>` (`w`: a warm-up).
+fn order_of(records: &[RunRecord]) -> Vec<String> {
+    records
         .iter()
         .filter(|r| r.guest == 0)
         .map(|r| {
             let t = r
                 .workload
-                .trim_start_matches("lock[threads=")
+                .trim_start_matches("lock")
+                .trim_start_matches("[threads=")
                 .trim_end_matches(']');
             format!("{}{}{}", if r.warmup { "w" } else { "" }, r.variant, t)
         })
-        .collect();
-    // The one warm-up: the cell measured first. Then round r starts each workload's variants at
-    // variant r mod 2; the workloads keep their order.
+        .collect()
+}
+
+#[tokio::test]
+async fn a_shared_boot_warms_a_whole_round_then_runs_the_balanced_order() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two workloads (threads 1 and 2) of two variants sharing guests, the default warm-up.
+    let p = Plan::build(&over_threads_1_and_2(with_default_warm_ups("")), &[0, 1], 1).unwrap();
+    assert_eq!(p.schedule.warm_up_rounds, 1);
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    // The warm-up round: every cell once, in the design's round before round 0. Then round r
+    // runs each workload's variants in row r of the design (for two variants b a, a b, …:
+    // round 0 starts at the variant after the baseline); the workloads keep their order.
     assert_eq!(
-        order,
+        order_of(&o.records),
         [
-            "wa1", "a1", "b1", "a2", "b2", "b1", "a1", "b2", "a2", "a1", "b1", "a2", "b2"
+            "wa1", "wb1", "wa2", "wb2", "b1", "a1", "b2", "a2", "a1", "b1", "a2", "b2", "b1", "a1", "b2",
+            "a2"
         ]
     );
-    assert_eq!((o.totals.boots, o.totals.warm_ups), (1, 1));
+    assert_eq!((o.totals.boots, o.totals.warm_ups), (1, 4));
+    assert_eq!(p.total_runs(), 12 + 4);
+}
+
+/// `warmup_runs: N` still says how many rounds: none, or two before the first measured one.
+#[tokio::test]
+async fn an_explicit_warm_up_count_is_that_many_rounds() {
+    for (n, warm) in [(0, vec![]), (2, vec!["wb", "wa", "wa", "wb"])] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = plan(&format!("warmup_runs: {n}\n"));
+        assert_eq!(p.schedule.warm_up_rounds, n);
+        let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+        let order = order_of(&o.records);
+        // Warm-ups 0 and 1 are the design's two rounds before round 0 (a b, b a, then b a).
+        let (warm_ups, measured) = order.split_at(warm.len());
+        assert_eq!(warm_ups, warm, "{order:?}");
+        assert_eq!(measured[..2], ["b", "a"]);
+        assert_eq!(o.totals.warm_ups, 2 * n);
+        each_run_counted_once(&o.records, 3, 2);
+    }
 }
 
 /// `s` with its one workload over threads 1 and 2.
@@ -1288,16 +1326,17 @@ fn over_threads_1_and_2(mut s: Scenario) -> Scenario {
 }
 
 #[tokio::test]
-async fn every_fresh_guest_set_gets_one_warm_up_of_the_run_it_makes_first() {
+async fn every_fresh_guest_set_gets_a_whole_warm_up_round_before_it_measures() {
     let dir = tempfile::tempdir().unwrap();
     let p = Plan::build(&with_default_warm_ups(""), &[0, 1], 1).unwrap();
     let script = Script {
-        // Call 1 warms set 1 with a; call 3 (run 0 of b) loses a guest: fresh guests.
-        failing_runs: fail(3, 1, "guest 1: connection lost"),
+        // Calls 1 and 2 warm set 1 (a, b); call 4 (run 0 of a, after b's) loses a guest:
+        // fresh guests.
+        failing_runs: fail(4, 1, "guest 1: connection lost"),
         ..Default::default()
     };
     let o = sweep(&p, script, vec![], dir.path()).await;
-    // Set 1 is warmed with a (run 0 of a comes first); set 2 with b, whose run 0 it retries.
+    // Set 2 gets its own whole round, b too although b's run 0 is made; then a's run 0 again.
     let warm_ups: Vec<(String, u32)> = o
         .records
         .iter()
@@ -1306,22 +1345,33 @@ async fn every_fresh_guest_set_gets_one_warm_up_of_the_run_it_makes_first() {
         .collect();
     assert_eq!(
         warm_ups,
-        [("a".to_string(), 1), ("b".to_string(), 2)],
+        [("a", 1), ("b", 1), ("a", 2), ("b", 2)].map(|(v, b)| (v.to_string(), b)),
         "{}",
         brief(&o.records)
     );
-    let first_on_set_2 = o.records.iter().find(|r| r.slot.bring_up == 2).unwrap();
-    assert!(first_on_set_2.warmup, "no measured run on unwarmed guests");
+    let on_set_2: Vec<(String, u32, bool)> = o
+        .records
+        .iter()
+        .filter(|r| r.slot.bring_up == 2 && r.guest == 0)
+        .map(|r| (r.variant.clone(), r.run, r.warmup))
+        .take(3)
+        .collect();
+    assert_eq!(
+        on_set_2,
+        [("a", 0, true), ("b", 0, true), ("a", 0, false)].map(|(v, r, w)| (v.to_string(), r, w)),
+        "no measured run on unwarmed guests"
+    );
     each_run_counted_once(&o.records, 3, 2);
-    assert_eq!((o.totals.boots, o.totals.warm_ups, o.totals.runs_ok), (2, 2, 6));
+    assert_eq!((o.totals.boots, o.totals.warm_ups, o.totals.runs_ok), (2, 4, 6));
 }
 
 #[tokio::test]
 async fn a_self_check_rejection_is_retried_on_the_same_guests_a_guest_failure_on_fresh_ones() {
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
-        // Call 1 (run 0 of a): the payload's checks reject it. Call 4 (run 1 of b, round 1
-        // starting at b): guest 1 times out.
+        // Call 1 (run 0 of b, round 0 starting at the variant after the baseline): the
+        // payload's checks reject it. Call 4 (run 1 of a, round 1 starting at a): guest 1
+        // times out.
         failing_checks: BTreeMap::from([(1, vec![(0, "calibration drifted 9 %".to_string())])]),
         failing_runs: fail(4, 1, "timed out"),
         ..Default::default()
@@ -1334,12 +1384,12 @@ async fn a_self_check_rejection_is_retried_on_the_same_guests_a_guest_failure_on
             .map(|r| (r.attempt, r.slot.bring_up, r.ok))
             .collect()
     };
-    assert_eq!(attempts("a", 0), [(1, 1, false), (2, 1, true)], "same guests");
-    assert_eq!(attempts("b", 1), [(1, 1, true), (2, 2, true)], "fresh guests");
+    assert_eq!(attempts("b", 0), [(1, 1, false), (2, 1, true)], "same guests");
+    assert_eq!(attempts("a", 1), [(1, 1, true), (2, 2, true)], "fresh guests");
     assert!(
         o.records
             .iter()
-            .filter(|r| r.variant == "b" && r.run == 1 && r.attempt == 1)
+            .filter(|r| r.variant == "a" && r.run == 1 && r.attempt == 1)
             .all(|r| r.superseded.is_some())
     );
     assert_eq!(o.calls.bring_ups.len(), 2);
@@ -1358,29 +1408,30 @@ async fn self_check_rejections_and_guest_failures_have_budgets_of_their_own() {
             .map(|&c| (c, vec![(0, "calibration drifted 9 %".to_string())]))
             .collect()
     };
-    // Four rejections of run 0 of a in a row: the first attempt and 3 retries (the default
-    // self_check_retries), all on one bring-up; then the slot is given up.
+    // Four rejections of run 0 of b (round 0 starts at the variant after the baseline) in a
+    // row: the first attempt and 3 retries (the default self_check_retries), all on one
+    // bring-up; then the slot is given up.
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
         failing_checks: rejected(&[1, 2, 3, 4]),
         ..Default::default()
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
-    let a0: Vec<(u32, u32)> = o
+    let b0: Vec<(u32, u32)> = o
         .records
         .iter()
-        .filter(|r| r.variant == "a" && r.run == 0 && r.guest == 0)
+        .filter(|r| r.variant == "b" && r.run == 0 && r.guest == 0)
         .map(|r| (r.attempt, r.slot.bring_up))
         .collect();
-    assert_eq!(a0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
-    assert!(!settle(&o.records).has_valid_result(&RunKey::new("a", 1.0, "lock", false, 0)));
+    assert_eq!(b0, [(1, 1), (2, 1), (3, 1), (4, 1)]);
+    assert!(!settle(&o.records).has_valid_result(&RunKey::new("b", 1.0, "lock", false, 0)));
     assert_eq!(
         (o.totals.runs_failed, o.totals.runs_ok, o.calls.bring_ups.len()),
         (1, 5, 1)
     );
     assert_eq!(o.progress, o.total);
     // Rejected, guest failure, rejected, then ok: within both budgets (retries: 1 for guest
-    // failures, 3 for rejections), so run 0 of a counts at attempt 4, on the second bring-up.
+    // failures, 3 for rejections), so run 0 of b counts at attempt 4, on the second bring-up.
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
         failing_checks: rejected(&[1, 3]),
@@ -1389,7 +1440,7 @@ async fn self_check_rejections_and_guest_failures_have_budgets_of_their_own() {
     };
     let o = sweep(&plan(""), script, vec![], dir.path()).await;
     let valid = settle(&o.records)
-        .primary(&o.records, &RunKey::new("a", 1.0, "lock", false, 0))
+        .primary(&o.records, &RunKey::new("b", 1.0, "lock", false, 0))
         .map(|r| (r.attempt, r.slot.bring_up));
     assert_eq!(valid, Some((4, 2)), "{}", brief(&o.records));
     each_run_counted_once(&o.records, 3, 2);
@@ -1433,15 +1484,17 @@ async fn a_warm_up_its_self_checks_reject_is_made_again_on_the_same_guests() {
             (shape, o)
         }
     };
-    // Fresh guests still speeding up: warm-up 0 is refused twice and made again on the same
-    // guests until it passes; the first measured run comes after, on that one bring-up.
+    // Fresh guests still speeding up: a's warm-up 0 is refused twice and made again on the
+    // same guests until it passes; b's follows, and the first measured run comes after, on
+    // that one bring-up.
     let (shape, o) = warm_ups_then_runs(&[1, 2], 3).await;
     assert_eq!(
-        shape[..4],
+        shape[..5],
         [
             (true, 1, false, 1),
             (true, 2, false, 1),
             (true, 3, true, 1),
+            (true, 1, true, 1),
             (false, 1, true, 1)
         ]
     );
@@ -1452,17 +1505,22 @@ async fn a_warm_up_its_self_checks_reject_is_made_again_on_the_same_guests() {
             o.totals.runs_ok,
             o.totals.attempts_failed
         ),
-        (1, 1, 6, 2)
+        (1, 2, 6, 2)
     );
     // Refused beyond the self-check budget: it still warmed the guests, and the set goes on.
     let (shape, o) = warm_ups_then_runs(&[1, 2], 1).await;
     assert_eq!(
-        shape[..3],
-        [(true, 1, false, 1), (true, 2, false, 1), (false, 1, true, 1)]
+        shape[..4],
+        [
+            (true, 1, false, 1),
+            (true, 2, false, 1),
+            (true, 1, true, 1),
+            (false, 1, true, 1)
+        ]
     );
     assert_eq!(
         (o.calls.bring_ups.len(), o.totals.warm_ups, o.totals.runs_ok),
-        (1, 1, 6)
+        (1, 2, 6)
     );
 }
 
@@ -1613,10 +1671,11 @@ fn a_stopping_rule_in_a_blocked_group_judges_whole_blocks() {
 }
 
 /// `runs: {until: concluded}` over variants sharing guests (4 variants, 3 comparisons, looks
-/// at 3, 5, 8 and 12 runs so α 0.05 / (3 × 4) per look): b (×1.5) is concluded `differs` at
-/// its first look, c (±3 % round by round) `equivalent` at its third look (8 runs), once its
-/// interval is narrow enough at that level, d (+3 % ± 5 %) never, so d and the baseline run
-/// to max and the report, testing each p × 4 looks, concludes what the rule stopped on.
+/// at 4, 8 and 12 runs, where the order is balanced, so α 0.05 / (3 × 3) per look): b (×1.5)
+/// is concluded `differs` at its first look, c (±3 % round by round) `equivalent` at its
+/// second look (8 runs), once its interval is narrow enough at that level, d (+3 % ± 5 %)
+/// never, so d and the baseline run to max and the report, testing each p × 3 looks,
+/// concludes what the rule stopped on.
 #[tokio::test]
 async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baseline_last() {
     let dir = tempfile::tempdir().unwrap();
@@ -1625,7 +1684,7 @@ async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baselin
     ))
     .unwrap();
     let p = Plan::build(&s, &[0, 1], 1).unwrap();
-    assert_eq!(p.looks, Some(4));
+    assert_eq!(p.looks, Some(3));
     let base = |k: u32| [100.0, 103.0, 97.0, 101.0][k as usize % 4];
     let script = Script {
         value: Some(by_variants_run(move |argv, k| {
@@ -1642,13 +1701,18 @@ async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baselin
     let o = sweep(&p, script, vec![], dir.path()).await;
     let runs_of = |v: &str| guest0_runs(&o.records, v);
     let counts = ["a", "b", "c", "d"].map(runs_of);
-    assert_eq!(counts[1], 3, "b concluded at min: {}", brief(&o.records));
+    assert_eq!(
+        counts[1],
+        4,
+        "b concluded at the first look: {}",
+        brief(&o.records)
+    );
     assert_eq!(counts[2], 8, "c stops at a look: {counts:?}");
     assert_eq!((counts[0], counts[3]), (12, 12), "a and d: {counts:?}");
     assert_eq!(o.progress, o.total, "skipped runs are counted as done");
     // The report, told the looks, concludes b and c and leaves d open.
-    let model = stats_model_of(&o.records, &["a", "b", "c", "d"], Some(4));
-    assert_eq!((model.family, model.looks), (3, 4));
+    let model = stats_model_of(&o.records, &["a", "b", "c", "d"], Some(3));
+    assert_eq!((model.family, model.looks), (3, 3));
     let conclusion = |v: &str| {
         let c = model.workloads[0]
             .comparisons
@@ -1666,7 +1730,7 @@ async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baselin
     let (d, ed) = conclusion("d");
     assert_eq!(d, Conclusion::NotConcluded, "{ed:?}");
     let rule = p.boots[0].cells[0].concluded.unwrap();
-    assert!((rule.alpha - 0.05 / 12.0).abs() < 1e-12);
+    assert!((rule.alpha - 0.05 / 9.0).abs() < 1e-12);
 }
 
 /// The rule over variants with guests of their own judges whole blocks (bring-up pairs, the
@@ -1699,4 +1763,201 @@ async fn until_concluded_with_guests_of_their_own_stops_at_a_blocks_end() {
     assert_eq!((runs_of("a"), runs_of("b")), (4, 4), "{}", brief(&o.records));
     assert_eq!(o.calls.bring_ups.len(), 4, "two bring-ups a side");
     assert_eq!(o.progress, o.total);
+}
+
+// ---------------------------------------------------------------- a fair start (issue 47, 4)
+
+const ALGOS: [&str; 10] = [
+    "tas",
+    "ticket",
+    "mcs",
+    "clh",
+    "ttas",
+    "pticket",
+    "qspinlock",
+    "futex",
+    "pthread",
+    "spin_park",
+];
+
+/// `k` variants v0..v(k-1) sharing guests (v0 the baseline), one lock workload, at `levels`;
+/// no warm-ups unless `extra` names some.
+fn shared_variants(k: usize, levels: &str, extra: &str) -> Plan {
+    let variants: String = (0..k)
+        .map(|v| format!("  - {{name: v{v}, args: {{algo: {}}}}}\n", ALGOS[v]))
+        .collect();
+    let warm_ups = if extra.contains("warmup_runs:") {
+        ""
+    } else {
+        "warmup_runs: 0\n"
+    };
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: {levels}\nvariants:\n{variants}workloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{warm_ups}{extra}"
+    ))
+    .unwrap();
+    Plan::build(&s, &[0, 1], 1).unwrap()
+}
+
+/// Values no comparison concludes on: ±30 % from run to run, each variant in its own phase.
+fn never_concluded() -> crate::executor::mock::ValueFn {
+    by_variants_run(|argv, k| {
+        let algo = &argv[argv.iter().position(|a| a == "--algo").unwrap() + 1];
+        let v = ALGOS.iter().position(|a| a == algo).unwrap();
+        100.0 * [1.3, 0.7, 1.2, 0.8, 1.1, 0.9][(k as usize + 2 * v) % 6]
+    })
+}
+
+/// Per level, the variant of each measured round's first run (guest 0, journal order).
+fn firsts(records: &[RunRecord]) -> BTreeMap<u64, Vec<String>> {
+    let mut firsts: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.guest == 0 && !r.warmup) {
+        let level = firsts.entry(r.level.to_bits()).or_default();
+        if level.len() == r.run as usize {
+            level.push(r.variant.clone());
+        }
+    }
+    firsts
+}
+
+/// The promise the stopping rule relies on: at every look of `runs: {until: concluded}` each
+/// variant sharing the guests has run first in a round equally often (±0), for an even and an
+/// odd number of variants; the looks are where `min` and `max` allow it.
+#[tokio::test]
+async fn at_every_look_each_variant_has_been_first_equally_often() {
+    for (k, looks) in [
+        (2, vec![4, 6, 10, 12]),
+        (3, vec![3, 6, 9, 12]),
+        (4, vec![4, 8, 12]),
+    ] {
+        let p = shared_variants(k, "[1.0]", "runs: {until: concluded, min: 3, max: 12}\n");
+        let every = crate::sweep::order::balanced_every(k, p.schedule.order);
+        assert_eq!(
+            crate::sweep::stopping::look_points(3, 12, every),
+            looks,
+            "{k} variants"
+        );
+        assert_eq!(p.looks, Some(looks.len() as u32));
+        let dir = tempfile::tempdir().unwrap();
+        let script = Script {
+            value: Some(never_concluded()),
+            ..Default::default()
+        };
+        let o = sweep(&p, script, vec![], dir.path()).await;
+        let firsts = &firsts(&o.records)[&1.0f64.to_bits()];
+        assert_eq!(firsts.len(), 12, "nothing concluded: {firsts:?}");
+        for &look in &looks {
+            let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+            for v in &firsts[..look as usize] {
+                *counts.entry(v).or_default() += 1;
+            }
+            assert_eq!(counts.len(), k, "{k} variants, look {look}: {counts:?}");
+            assert!(
+                counts.values().all(|&n| n == look / k as u32),
+                "{k} variants, look {look}: {counts:?}"
+            );
+        }
+    }
+}
+
+/// The baseline does not take the first measured run of a fresh guest set's group more than
+/// 1/k of the time: over the levels (one boot group each) round 0 starts at the variant after
+/// the baseline, one further at each level; and its cold start is a warm-up round's, not a
+/// measured run's.
+#[tokio::test]
+async fn the_baseline_starts_round_0_at_no_more_than_1_in_k_boot_groups() {
+    let k = 3;
+    let levels = "[0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]";
+    let p = shared_variants(k, levels, "runs: 1\nwarmup_runs: 1\n");
+    assert_eq!(p.boots.len(), 7);
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    let starts: Vec<String> = firsts(&o.records).values().map(|f| f[0].clone()).collect();
+    assert_eq!(starts, ["v1", "v2", "v0", "v1", "v2", "v0", "v1"]);
+    let baseline = starts.iter().filter(|v| *v == "v0").count();
+    assert!(baseline * k <= starts.len(), "{starts:?}");
+    // Each group's first run on its guests is a warm-up (a whole round of them).
+    for level in &p.levels {
+        let on_level: Vec<&RunRecord> = o
+            .records
+            .iter()
+            .filter(|r| r.guest == 0 && r.level == *level)
+            .collect();
+        assert!(on_level[..k].iter().all(|r| r.warmup), "{level}x");
+        assert!(on_level[k..].iter().all(|r| !r.warmup), "{level}x");
+    }
+    // A seeded shuffle: the baseline first in round 0 in about 1 of k seeds.
+    let shuffled = shared_variants(k, "[1.0]", "schedule: {order: shuffle}\n");
+    let seeds = 3000u64;
+    let baseline_first = (0..seeds)
+        .filter(|&seed| {
+            let d = crate::sweep::order::RoundDesign {
+                seed: Some(seed),
+                ..shuffled.round_design(0)
+            };
+            d.measured(0)[0] == 0
+        })
+        .count() as f64;
+    let expected = seeds as f64 / k as f64;
+    let sd = (seeds as f64 * (1.0 / k as f64) * (1.0 - 1.0 / k as f64)).sqrt();
+    assert!(
+        (baseline_first - expected).abs() < 4.0 * sd,
+        "{baseline_first} of {seeds}"
+    );
+}
+
+/// `min`/`max` that give no balanced look still run: with 5 variants and at most 4 rounds the
+/// only look is at max (a fixed count: nothing stops early, even a clear difference), tested
+/// at α / family; with 3 variants and max 10 the looks are 3, 6, 9 and 10, the last one
+/// carrying the round past 9 (one variant first once more).
+#[tokio::test]
+async fn a_min_and_max_without_a_balanced_look_still_run() {
+    let clear_difference = || {
+        by_variants_run(|argv, k| {
+            let ticket = argv.contains(&"ticket".to_string());
+            100.0 * [1.0, 1.01, 0.99][k as usize % 3] * if ticket { 1.5 } else { 1.0 }
+        })
+    };
+    let p = shared_variants(5, "[1.0]", "runs: {until: concluded, min: 3, max: 4}\n");
+    assert_eq!(p.looks, Some(1));
+    assert!((p.boots[0].cells[0].concluded.unwrap().alpha - 0.05 / 4.0).abs() < 1e-12);
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        value: Some(clear_difference()),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    for v in 0..5 {
+        assert_eq!(guest0_runs(&o.records, &format!("v{v}")), 4, "v{v}");
+    }
+    assert_eq!(o.progress, o.total);
+    // 3 variants, max 10: v1 (×1.5) stops at the first look; the others run to 10.
+    let p = shared_variants(3, "[1.0]", "runs: {until: concluded, min: 3, max: 10}\n");
+    assert_eq!(crate::sweep::stopping::look_points(3, 10, 3), [3, 6, 9, 10]);
+    assert_eq!(p.looks, Some(4));
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        value: Some(never_concluded()),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    let firsts = &firsts(&o.records)[&1.0f64.to_bits()];
+    assert_eq!(firsts.len(), 10);
+    let count = |n: usize| {
+        let mut c: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in &firsts[..n] {
+            *c.entry(v).or_default() += 1;
+        }
+        c.into_values().collect::<Vec<_>>()
+    };
+    assert_eq!(count(9), [3, 3, 3]);
+    let mut at_max = count(10);
+    at_max.sort();
+    assert_eq!(at_max, [3, 3, 4], "max mod 3 = 1 variant first once more");
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        value: Some(clear_difference()),
+        ..Default::default()
+    };
+    let o = sweep(&p, script, vec![], dir.path()).await;
+    assert_eq!(guest0_runs(&o.records, "v1"), 3, "{}", brief(&o.records));
 }
