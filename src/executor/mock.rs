@@ -37,6 +37,47 @@ pub fn rejected_by_check(metric: &str, value: f64, detail: &str) -> Finished {
     }
 }
 
+/// What the payload prints for a sliced run (`slices … -- ARM :: ARM …`): each arm's report
+/// with its value from `value` (called with the arm's own argv); where `check` is given, the
+/// first arm's run broke that check (exit status 3, as the real payload).
+fn sliced_answer(
+    metric: &str,
+    argv: &[String],
+    value: impl Fn(&[String]) -> f64,
+    check: Option<&str>,
+) -> Finished {
+    let dash = argv.iter().position(|a| a == "--").map_or(argv.len(), |i| i + 1);
+    let arms: Vec<serde_json::Value> = argv[dash..]
+        .split(|a| a == ocrig_payload::slices::ARM_SEPARATOR)
+        .enumerate()
+        .map(|(i, arm)| {
+            let mut r: serde_json::Value =
+                serde_json::from_str(&report_stdout(metric, value(arm))).expect("valid JSON");
+            if let (0, Some(detail)) = (i, check) {
+                r["checks"] = json!([{"name": "calibration_stable", "ok": false, "value": 0.31, "bound": 0.05,
+                                      "detail": detail}]);
+            }
+            r
+        })
+        .collect();
+    let mut report: serde_json::Value =
+        serde_json::from_str(&report_stdout(metric, 0.0)).expect("valid JSON");
+    report["workload"] = json!(ocrig_payload::slices::SLICED_WORKLOAD);
+    report["metrics"] = json!({});
+    report["arms"] = json!(arms);
+    Finished {
+        status: if check.is_some() {
+            super::CHECK_FAILED_STATUS
+        } else {
+            0
+        },
+        stdout: report.to_string(),
+        stderr: check.map_or_else(String::new, |d| {
+            format!("{}arm 0: {d}\n", super::CHECK_FAILED_PREFIX)
+        }),
+    }
+}
+
 /// Guest 0's headline value in run call `n` with argv `argv`.
 pub type ValueFn = Box<dyn Fn(u32, &[String]) -> f64 + Send>;
 
@@ -239,8 +280,15 @@ impl Executor for MockExecutor {
                     .refused_args
                     .get(&n)
                     .and_then(|c| c.iter().find(|(w, _)| *w == g as u32));
+                let sliced = argv.first().is_some_and(|a| a == "slices");
                 let result = match (failing.iter().find(|(w, _)| *w == g as u32), check) {
                     (Some((_, e)), _) => Err(e.clone()),
+                    (None, check) if sliced => Ok(sliced_answer(
+                        &self.metric,
+                        &argv,
+                        |arm| self.script.value.as_ref().map_or(100.0, |f| f(n, arm)),
+                        check.map(|c| c.1.as_str()),
+                    )),
                     _ if refused.is_some() => Ok(Finished {
                         status: super::BAD_ARGS_STATUS,
                         stdout: String::new(),

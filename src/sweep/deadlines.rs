@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+#[cfg(test)]
 use crate::scenario::expand::workload_seconds;
 
 /// Longest deadline ever derived, so that no arithmetic on instants can overflow.
@@ -12,11 +13,17 @@ const UNKNOWN_DURATION_S: f64 = 540.0;
 
 /// A run's deadline: the scenario's `timeouts.run_s`, else twice the workload's own duration
 /// (`--duration-ms` or `--seconds`) plus a minute, else ten minutes less a minute of slack.
+#[cfg(test)]
 pub fn run_timeout(argv: &[String], configured_s: Option<u64>) -> Duration {
+    timeout_for(workload_seconds(argv), configured_s)
+}
+
+/// [`run_timeout`] of a run that lasts `seconds` (None: unknown).
+pub fn timeout_for(seconds: Option<f64>, configured_s: Option<u64>) -> Duration {
     let wanted = match configured_s {
         Some(s) => Duration::from_secs(s),
         None => {
-            let secs = workload_seconds(argv).unwrap_or(UNKNOWN_DURATION_S);
+            let secs = seconds.unwrap_or(UNKNOWN_DURATION_S);
             Duration::try_from_secs_f64(secs * 2.0 + 60.0).unwrap_or(MAX_RUN_DEADLINE)
         }
     };
@@ -24,8 +31,8 @@ pub fn run_timeout(argv: &[String], configured_s: Option<u64>) -> Duration {
 }
 
 /// How long a background CPU hog burns: as long as the measured workload is expected to run.
-pub fn hog_seconds(argv: &[String]) -> f64 {
-    workload_seconds(argv).unwrap_or(30.0)
+pub fn hog_seconds_for(seconds: Option<f64>) -> f64 {
+    seconds.unwrap_or(30.0)
 }
 
 #[cfg(test)]

@@ -268,7 +268,16 @@ impl Plan {
         let looks = s.runs.until_concluded().then(|| {
             boots
                 .iter()
-                .map(|g| super::stopping::looks(runs, max_runs, balanced_every(g.variants.len(), order)))
+                .map(|g| {
+                    // A sliced run balances its variants' places inside itself (mirrored
+                    // slices): its rounds need no balancing period.
+                    let every = if g.cells.iter().all(|c| c.slice.is_some()) {
+                        1
+                    } else {
+                        balanced_every(g.variants.len(), order)
+                    };
+                    super::stopping::looks(runs, max_runs, every)
+                })
                 .max()
                 .unwrap_or(1)
         });

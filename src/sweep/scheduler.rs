@@ -458,8 +458,10 @@ impl<E: Executor> Scheduler<'_, E> {
         state: &mut GroupState,
         round: u32,
     ) -> anyhow::Result<()> {
-        for c in self.plan.round_design(state.index as usize).measured(round) {
-            if state.stopped[c] {
+        let order = self.plan.round_design(state.index as usize).measured(round);
+        let mut made = vec![false; group.cells.len()];
+        for (at, &c) in order.iter().enumerate() {
+            if state.stopped[c] || made[c] {
                 continue;
             }
             self.sync();
@@ -467,7 +469,16 @@ impl<E: Executor> Scheduler<'_, E> {
             match self.next_run(group, cell, round, state.broken.is_some()) {
                 Next::Done => self.progress.run_done(),
                 Next::Enough => self.stop(group, state, c, round),
-                Next::Run => self.run_slot(group, state, cell, round).await?,
+                Next::Run => {
+                    let sliced = self.sliced_with(group, state, &order[at..], round);
+                    if sliced.len() > 1 {
+                        sliced.iter().for_each(|&p| made[p] = true);
+                        let cells: Vec<&Cell> = sliced.iter().map(|&p| &group.cells[p]).collect();
+                        self.run_sliced_slot(group, state, &cells, round).await?;
+                    } else {
+                        self.run_slot(group, state, cell, round).await?;
+                    }
+                }
             }
         }
         Ok(())
@@ -598,11 +609,24 @@ impl<E: Executor> Scheduler<'_, E> {
     /// Runs a cell's payload on the group's workers (the others per `background`), with the
     /// time it took added to the totals.
     async fn execute(&mut self, group: &BootGroup, cell: &Cell) -> crate::executor::RunOutcome {
+        let seconds = crate::scenario::expand::workload_seconds(&cell.argv);
+        self.execute_argv(group, &cell.argv, seconds).await
+    }
+
+    /// Runs the payload command line `argv`, which lasts `seconds` (None: unknown), on the
+    /// group's workers (the others per `background`), with the time it took added to the
+    /// totals.
+    async fn execute_argv(
+        &mut self,
+        group: &BootGroup,
+        argv: &[String],
+        seconds: Option<f64>,
+    ) -> crate::executor::RunOutcome {
         let request = RunRequest {
             argv: (0..group.guests)
-                .map(|g| argv_for(g, cell, self.plan.background))
+                .map(|g| argv_for(g, argv, seconds, self.plan.background))
                 .collect(),
-            timeout: deadlines::run_timeout(&cell.argv, self.plan.timeouts.run_s),
+            timeout: deadlines::timeout_for(seconds, self.plan.timeouts.run_s),
         };
         let t = Instant::now();
         let outcome = self.exec.run(&request).await;
@@ -1051,17 +1075,19 @@ fn describe(group: &BootGroup, cell: &Cell, warmup: bool, run: u32, try_no: u32)
 }
 
 /// What worker `guest` runs: guest 0 always the measured workload, the others per `background`.
-fn argv_for(guest: u32, cell: &Cell, background: Background) -> Option<Vec<String>> {
+fn argv_for(guest: u32, argv: &[String], seconds: Option<f64>, background: Background) -> Option<Vec<String>> {
     match (guest, background) {
-        (0, _) | (_, Background::Same) => Some(cell.argv.clone()),
+        (0, _) | (_, Background::Same) => Some(argv.to_vec()),
         (_, Background::Idle) => None,
         (_, Background::Hog) => Some(vec![
             "hog".into(),
             "--seconds".into(),
-            format!("{}", deadlines::hog_seconds(&cell.argv)),
+            format!("{}", deadlines::hog_seconds_for(seconds)),
         ]),
     }
 }
+
+mod sliced_round;
 
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,13 @@ pub struct SliceSpec {
     pub slices_per_arm: u32,
 }
 
+impl SliceSpec {
+    /// How long a sliced run of `arms` arms lasts, go signal to its last slice's end, s.
+    pub fn run_seconds(&self, arms: usize) -> f64 {
+        (arms as f64 * f64::from(self.slices_per_arm) * self.period_ms as f64) / 1000.0
+    }
+}
+
 /// Room in a slice's period for its set-up and teardown (a lock run's two 20 ms TSC
 /// calibrations, its threads' start and join), ms. A slice whose predecessor overran starts
 /// late, and says by how much (`late_ms`).

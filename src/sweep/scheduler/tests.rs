@@ -1961,3 +1961,115 @@ async fn a_min_and_max_without_a_balanced_look_still_run() {
     let o = sweep(&p, script, vec![], dir.path()).await;
     assert_eq!(guest0_runs(&o.records, "v1"), 3, "{}", brief(&o.records));
 }
+
+/// [`scenario`] with the lock workload sliced (3 variants: a, b, c sharing the guests).
+fn sliced_plan(extra: &str) -> Plan {
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 300\n    args: {{threads: 1, duration-ms: 1200}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: 3\n{extra}"
+    ))
+    .unwrap();
+    Plan::build(&s, &[0, 1], 1).unwrap()
+}
+
+/// Variants sharing guests whose workload is sliced run each round as one payload run of all
+/// of them, and each gets its own record per guest of that round, with its own value.
+#[tokio::test]
+async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        value: Some(Box::new(|_, argv| match argv.iter().any(|a| a == "tas") {
+            true => 200.0,
+            false => 100.0,
+        })),
+        ..Default::default()
+    };
+    let plan = sliced_plan("");
+    let o = sweep(&plan, script, vec![], dir.path()).await;
+    // One run call per round, sliced: every variant's arm, 4 slices of 300 ms each.
+    assert_eq!(o.calls.runs.len(), 3, "{:?}", o.calls.runs);
+    for (_, argv) in &o.calls.runs {
+        let argv = argv[0].as_ref().unwrap().join(" ");
+        assert!(
+            argv.starts_with("slices --slice-ms 300 --period-ms 500 --slices-per-arm 4 -- lock"),
+            "{argv}"
+        );
+        assert_eq!(argv.matches(" :: ").count(), 2, "{argv}");
+    }
+    // The arms rotate: no variant is always the first slice.
+    let firsts: BTreeSet<String> = o
+        .calls
+        .runs
+        .iter()
+        .map(|(_, a)| a[0].as_ref().unwrap()[10].clone())
+        .collect();
+    assert!(firsts.len() > 1, "{firsts:?}");
+    let c = counted(&o.records);
+    for v in ["a", "b", "c"] {
+        for r in 0..3 {
+            for g in 0..2 {
+                assert_eq!(c.get(&(v.to_string(), r, g)), Some(&1), "{}", brief(&o.records));
+            }
+        }
+    }
+    for r in o.records.iter().filter(|r| r.guest == 0) {
+        let want = if r.variant == "a" { 200.0 } else { 100.0 };
+        assert_eq!(r.metrics[METRIC], want, "{}", r.variant);
+        assert_eq!(r.argv[0], "lock", "each record keeps its own variant's command line");
+        assert_eq!(r.extra[crate::sweep::sliced::SLICED_KEY]["arms"], 3);
+    }
+    // The round's records are one attempt's: one slot.
+    let seqs: BTreeSet<(u32, u32)> = o.records.iter().map(|r| (r.run, r.slot.seq)).collect();
+    assert_eq!(seqs.len(), 3, "{seqs:?}");
+    assert_eq!(o.totals.runs_ok, 9);
+    assert_eq!(o.progress, o.total);
+}
+
+/// A variant's slice refused by its self-checks fails the whole sliced attempt: the refused
+/// variant's record says why, its partners' stand superseded without an error of their own
+/// (the rejection is not theirs), and the round is retried as one on the same guests.
+#[tokio::test]
+async fn a_sliced_round_refused_for_one_variant_is_retried_for_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let why = "hold 1.4 × asked";
+    let script = Script {
+        failing_checks: BTreeMap::from([(2, vec![(0, why.to_string())])]),
+        ..Default::default()
+    };
+    let o = sweep(&sliced_plan(""), script, vec![], dir.path()).await;
+    assert_eq!(o.calls.runs.len(), 4, "one retry");
+    assert_eq!(o.calls.bring_ups.len(), 1, "retried on the same guests");
+    let failed: Vec<&RunRecord> = o.records.iter().filter(|r| r.run == 1 && r.attempt == 1).collect();
+    assert_eq!(failed.len(), 6, "{}", brief(&o.records));
+    let refused: Vec<&&RunRecord> = failed.iter().filter(|r| !r.ok).collect();
+    assert_eq!(refused.len(), 1);
+    assert!(refused[0].error.as_deref().unwrap().contains(why));
+    for r in &failed {
+        assert!(r.superseded.as_deref().unwrap().contains(&refused[0].variant), "{r:?}");
+        if r.ok {
+            assert!(r.error.is_none());
+        }
+    }
+    for v in ["a", "b", "c"] {
+        for r in 0..3 {
+            assert_eq!(counted(&o.records).get(&(v.to_string(), r, 0)), Some(&1));
+        }
+    }
+    assert_eq!(o.totals.attempts_failed, 1);
+}
+
+/// A variant that asks for the guest kernel's view (a probe covers one payload run) runs
+/// whole; the others still run sliced together.
+#[tokio::test]
+async fn a_probed_variant_runs_whole_beside_the_sliced_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Scenario = yaml_serde::from_str(&format!(
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}, kernel_counts: true}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 300\n    args: {{threads: 1, duration-ms: 1200}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: 2\n"
+    ))
+    .unwrap();
+    let plan = Plan::build(&s, &[0, 1], 1).unwrap();
+    let o = sweep(&plan, Script::default(), vec![], dir.path()).await;
+    let kinds: Vec<String> = o.calls.runs.iter().map(|(_, a)| a[0].as_ref().unwrap()[0].clone()).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "slices").count(), 2, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "lock").count(), 2, "{kinds:?}");
+    assert_eq!(o.totals.runs_ok, 6);
+}
