@@ -1,9 +1,16 @@
 //! CSV: one row per workload × variant × level (long format, for spreadsheets and pandas),
 //! then per non-baseline variant a `geomean` row (`kind` tells them apart; a geomean row has
 //! no level). Non-baseline rows carry the comparison against the baseline at that level: the
-//! ratio over the design's units with its 95 % interval, its tests (`p`, and Holm-adjusted over
+//! ratio over the design's units with the interval its conclusion was judged by (`ratio_low`,
+//! `ratio_high` at `ratio_confidence`, the level of its Holm step) and the unadjusted 95 % one
+//! (`ratio_low_unadjusted`, `ratio_high_unadjusted`), its tests (`p`, and Holm-adjusted over
 //! the report's family) and what it concludes (`conclusion`: differs, equivalent, not concluded,
-//! untested; `conclusion_note` says why a row was unpaired or untested); every row above its
+//! untested; `within_margin` where it differs and the equivalence test passed too, judged by
+//! the (1 − 2α) interval `equivalence_low`..`equivalence_high` at `equivalence_confidence`;
+//! `conclusion_note` says why a row was unpaired, untested or withheld; `margin_post_hoc` where
+//! the margin was given after the data); every cell row its measured `attempts` and the
+//! `rejected_attempts` its self-checks refused (its empty slots are `failed`), and a comparison
+//! row Fisher's test of the two sides' rates (`rejection_fisher_p`); every row above its
 //! variant's lowest level its retention (the ratio to that level, `retention_vs_level`); and
 //! every cell row what explains it: vCPU wait, guest steal (empty with a note when not
 //! measured), contention, Jain, context switches, other guests, KVM counters.
@@ -17,7 +24,7 @@ use crate::stats::cells::{Cell, Comparison, Model, RetentionRow, Row, WorkloadMo
 pub struct CsvExporter;
 
 /// The fixed columns; the KVM counters of [`KVM_COLUMNS`] follow as `kvm_<name>`.
-pub const COLUMNS: [&str; 52] = [
+pub const COLUMNS: [&str; 63] = [
     "kind",
     "workload",
     "command",
@@ -50,6 +57,17 @@ pub const COLUMNS: [&str; 52] = [
     "p_equivalent_holm",
     "conclusion",
     "conclusion_note",
+    "ratio_confidence",
+    "ratio_low_unadjusted",
+    "ratio_high_unadjusted",
+    "equivalence_confidence",
+    "equivalence_low",
+    "equivalence_high",
+    "within_margin",
+    "margin_post_hoc",
+    "attempts",
+    "rejected_attempts",
+    "rejection_fisher_p",
     "retention",
     "retention_low",
     "retention_high",
@@ -215,8 +233,8 @@ fn row(
         num(cmp.and_then(|r| r.base.as_ref()).map(|b| b.mean)),
         num(cmp.and_then(|r| r.improvement_pct)),
         num(e.map(|e| e.ratio)),
-        num(e.map(|e| e.low)),
-        num(e.map(|e| e.high)),
+        num(cmp.and_then(|r| r.interval).map(|i| i.low)),
+        num(cmp.and_then(|r| r.interval).map(|i| i.high)),
         e.map(|e| {
             serde_json::to_value(e.unit)
                 .ok()
@@ -233,9 +251,31 @@ fn row(
         num(cmp.and_then(|r| r.p_equivalent_holm)),
         cmp.map(|r| r.conclusion.words().to_string()).unwrap_or_default(),
         text(
-            cmp.and_then(|r| e.and_then(|e| e.note.clone()).or_else(|| r.why.clone()))
-                .as_ref(),
+            cmp.and_then(|r| {
+                let withheld = r.withheld.as_ref().map(|w| format!("not concluded: {}", w.why));
+                let caveat = e.and_then(|e| e.note.clone()).or_else(|| r.why.clone());
+                match (caveat, withheld) {
+                    (Some(c), Some(w)) => Some(format!("{c}; {w}")),
+                    (c, w) => c.or(w),
+                }
+            })
+            .as_ref(),
         ),
+        num(cmp.and_then(|r| r.interval).map(|i| i.confidence)),
+        num(e.map(|e| e.low)),
+        num(e.map(|e| e.high)),
+        num(cmp.and_then(|r| r.equivalence).map(|q| q.confidence)),
+        num(cmp.and_then(|r| r.equivalence).map(|q| q.low)),
+        num(cmp.and_then(|r| r.equivalence).map(|q| q.high)),
+        cmp.filter(|r| r.effect.is_some())
+            .map(|r| r.within_margin.to_string())
+            .unwrap_or_default(),
+        cmp.filter(|r| r.effect.is_some())
+            .map(|r| r.margin_post_hoc.to_string())
+            .unwrap_or_default(),
+        c.attempts.to_string(),
+        c.rejected_attempts.to_string(),
+        num(cmp.and_then(|r| r.rejections.fisher_p)),
         num(k.map(|e| e.ratio)),
         num(k.map(|e| e.low)),
         num(k.map(|e| e.high)),
@@ -458,6 +498,28 @@ mod tests {
         let lo = patched_1x[col("ratio_low")].parse::<f64>().unwrap();
         let hi = patched_1x[col("ratio_high")].parse::<f64>().unwrap();
         assert!(lo < 1.0 && hi > 1.0, "{lo} {hi}");
+        // That interval is the one its conclusion was judged by, at its Holm step's level (from
+        // lock 0.5x on Holm stops: 1 - 0.05/2; stats::cells' test has scipy's bounds); the
+        // unadjusted 95 % one beside it, narrower.
+        assert_eq!(patched_1x[col("ratio_confidence")].parse::<f64>().unwrap(), 0.975);
+        assert!((lo - 0.8901097806008812).abs() < 1e-9 && (hi - 1.1804269626769321).abs() < 1e-9);
+        let ulo = patched_1x[col("ratio_low_unadjusted")].parse::<f64>().unwrap();
+        assert!(ulo > lo, "{ulo} {lo}");
+        assert_eq!(patched_1x[col("within_margin")], "false");
+        assert_eq!(patched_1x[col("margin_post_hoc")], "false");
+        assert_eq!(
+            patched_1x[col("equivalence_confidence")].parse::<f64>().unwrap(),
+            0.975
+        );
+        // Attempts per cell, and Fisher's test of the two sides' rejections.
+        assert_eq!(
+            (
+                base[col("attempts")].as_str(),
+                base[col("rejected_attempts")].as_str()
+            ),
+            ("4", "0")
+        );
+        assert_eq!(patched[col("rejection_fisher_p")], "1");
         assert_eq!(patched_1x[col("retention_vs_level")], "0.5");
         // patched hackbench: gmean(20.5, 21.5, 19.5) / gmean(9.0, 9.1, 8.9)
         let kept = (20.5f64 * 21.5 * 19.5).cbrt() / (9.0f64 * 9.1 * 8.9).cbrt();

@@ -67,6 +67,49 @@ pub fn fmt_ratio(e: Option<&Effect>) -> String {
     )
 }
 
+/// `0.900 [0.846, 0.958]`: a comparison row's ratio with the interval its conclusion was
+/// judged by ([`crate::stats::cells::Row::interval`]); `-` without a ratio.
+pub fn fmt_row_ratio(r: &crate::stats::cells::Row) -> String {
+    match (&r.effect, &r.interval) {
+        (Some(e), Some(i)) => format!("{:.3} [{:.3}, {:.3}]", e.ratio, i.low, i.high),
+        (e, _) => fmt_ratio(e.as_ref()),
+    }
+}
+
+/// A confidence as a percentage with two significant digits of what it leaves out: `95 %`,
+/// `97.5 %`, `98.3 %`, `99.965 %` (so the levels of a large family's rows stay apart).
+pub fn fmt_confidence(c: f64) -> String {
+    let out = (1.0 - c) * 100.0;
+    if !(out > 0.0 && out.is_finite()) {
+        return format!("{:.0} %", c * 100.0);
+    }
+    let decimals = (1 - out.log10().floor() as i32).max(0) as usize;
+    let s = format!("{:.decimals$}", 100.0 - out);
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &s
+    };
+    format!("{s} %")
+}
+
+/// The confidences of a set of intervals: `97.5 %`, or their range `97.5–98.8 %`.
+pub fn fmt_confidence_range(cs: impl Iterator<Item = f64>) -> Option<String> {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for c in cs {
+        (lo, hi) = (lo.min(c), hi.max(c));
+    }
+    if !lo.is_finite() {
+        return None;
+    }
+    let (a, b) = (fmt_confidence(lo), fmt_confidence(hi));
+    Some(if a == b {
+        a
+    } else {
+        format!("{}–{b}", a.trim_end_matches(" %"))
+    })
+}
+
 /// A margin fraction as a percentage without trailing zeros: `5`, `2.5`.
 pub(crate) fn fmt_margin(m: f64) -> String {
     let s = format!("{:.2}", m * 100.0);

@@ -49,8 +49,9 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
         let mut out = format!(
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n\
              <style>\n{STYLE}\n</style>\n</head>\n<body>\n<h1>{}</h1>\n<p>Baseline <code>{}</code>; variants {}; \
-             overcommit levels {}. %improvement is signed so + is better; ratios are variant / baseline over the design's units \
-             with 95% intervals, conclusions from Holm-adjusted tests (α = {}).</p>\n",
+             overcommit levels {}. %improvement is the ratio's, signed so + is better; ratios are variant / baseline over the design's \
+             units, each with the interval its conclusion was judged by (Holm-adjusted over the report's comparisons and \
+             the looks of its stopping rule, α = {}).</p>\n",
             escape(&title),
             escape(&title),
             escape(&model.baseline),
@@ -92,6 +93,12 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
                     escape(&cmp.variant),
                     escape(&model.baseline)
                 ));
+                if let Some(levels) = super::interval_levels(cmp) {
+                    out.push_str(&format!(
+                        "<p class=\"notes\">Intervals at the level each conclusion was tested: {}.</p>\n",
+                        escape(&levels)
+                    ));
+                }
                 out.push_str(&html_table(&comparison_rows(model, cmp), Some(5)));
             }
             if let Some(rows) = retention_rows(wl) {
@@ -134,6 +141,9 @@ fn render_model(model: &Model) -> anyhow::Result<String> {
 /// retention figures, as the terminal's verdict says them.
 fn verdict_section(model: &Model) -> String {
     let mut out = String::from("<section class=\"verdict\">\n<h2>Verdict</h2>\n");
+    for line in super::verdict::key_lines(model) {
+        out.push_str(&format!("<p class=\"notes\">{}</p>\n", escape(&line)));
+    }
     let mut any = false;
     for wl in &model.workloads {
         let rows = super::verdict::rows(model, wl);
@@ -149,20 +159,38 @@ fn verdict_section(model: &Model) -> String {
             escape(&describe_metric(wl))
         ));
         if !rows.is_empty() {
-            let mut table = vec![
-                ["variant", "oc", "ratio [95% CI]", "conclusion", "so", "units"]
-                    .map(String::from)
-                    .to_vec(),
-            ];
+            let lost = rows.iter().any(|r| r.rejected.is_some());
+            let mut head: Vec<String> = [
+                "variant",
+                "oc",
+                "ratio [CI]",
+                "CI level",
+                "conclusion",
+                "so",
+                "units",
+            ]
+            .map(String::from)
+            .to_vec();
+            if lost {
+                head.push("rejected · empty".into());
+            }
+            let mut table = vec![head];
             table.extend(rows.into_iter().map(|r| {
-                vec![
+                // A row not concluded for its sides' rejections says why where "so" goes.
+                let so = r.note.or(r.so).unwrap_or_default();
+                let mut cells = vec![
                     r.variant,
                     r.level,
                     r.ratio,
+                    r.confidence,
                     r.conclusion,
-                    r.so.unwrap_or_default(),
+                    so,
                     r.units,
-                ]
+                ];
+                if lost {
+                    cells.push(r.rejected.unwrap_or_default());
+                }
+                cells
             }));
             out.push_str(&html_table(&table, None));
         }
@@ -197,12 +225,21 @@ mod tests {
         assert!(verdict.contains("<h2>Verdict</h2>"), "{verdict}");
         assert!(
             verdict.contains(
-                "<td>patched</td><td class=\"label\">0.5x</td><td class=\"differs\">0.900 [0.864, 0.938]</td>\
-                 <td class=\"differs\">differs</td><td>10.0 % better</td><td>3+3 bring-ups</td>"
+                "<td>patched</td><td class=\"label\">0.5x</td><td class=\"differs\">0.900 [0.846, 0.958]</td>\
+                 <td>98.3 %</td><td class=\"differs\">differs</td><td>10.0 % better</td><td>3+3 bring-ups</td>\
+                 <td>rejected 0/3 · 0/4; empty 0 · 1</td>"
             ),
             "{verdict}"
         );
         assert!(verdict.contains("Retention (seconds at each level / at the lowest): base 1x 1.999"));
+        // What its intervals are, first.
+        assert!(
+            verdict.contains(
+                "<p class=\"notes\">interval: 97.5–98.8 %, adjusted for 4 comparisons (Holm, α 0.05; each row at \
+                 its step&#39;s level)"
+            ),
+            "{verdict}"
+        );
         let overview = html.split("<section").nth(2).unwrap();
         assert!(overview.contains("Overview") && overview.matches("<svg").count() == 2);
         assert!(overview.contains("retention") && overview.contains("kept all (1)"));
@@ -223,9 +260,10 @@ mod tests {
         assert!(html.contains("<td class=\"better\">+9.99%</td>"));
         assert!(html.contains("<td class=\"worse\">-2.50%</td>"));
         // What each comparison can conclude, shaded.
-        // hackbench at 1x: log-Welch over runs (the fixture has no slots), Holm p 0.5732.
+        // hackbench at 1x: log-Welch over runs (the fixture has no slots), Holm p 0.5732, its
+        // interval at 97.5 % (table.rs's test).
         assert!(
-            html.contains("<td class=\"fewruns\">1.025 [0.916, 1.147]</td><td>0.5732</td><td class=\"fewruns\">not concluded</td>"),
+            html.contains("<td class=\"fewruns\">1.025 [0.890, 1.180]</td><td>0.5732</td><td class=\"fewruns\">not concluded</td>"),
             "{html}"
         );
         assert!(html.contains("<td class=\"differs\">differs</td>"));

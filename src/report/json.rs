@@ -14,8 +14,13 @@ pub struct JsonExporter;
 /// The layout of report.json, its top-level `"format_version"`. Raised when a field is removed,
 /// renamed or changes its meaning or type; adding a field leaves it as it is (readers ignore
 /// fields they do not know). 1: the first versioned layout (the [`Model`]'s fields, then
-/// `kernel_symbols` and `kernel_symbol_changes`).
-pub const FORMAT_VERSION: u32 = 1;
+/// `kernel_symbols` and `kernel_symbol_changes`). 2: a comparison row's `improvement_pct` is its
+/// ratio's (it was of the arithmetic means), and `margin` bounds a ratio within
+/// [1/(1 + margin), 1 + margin] (it was 1 ± margin); rows gain `interval` (at the level their
+/// conclusion was judged), `interval_unadjusted`, `equivalence`, `within_margin`, `rejections`,
+/// `withheld`, `margin_post_hoc`, cells `attempts` and `rejected_attempts`, the model
+/// `margin_post_hoc`.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The report: the model's fields, then the profiles'.
 #[derive(serde::Serialize)]
@@ -67,6 +72,36 @@ mod tests {
         assert_eq!(v["family"], 4);
         assert_eq!(v["margin"], 0.05);
         assert_eq!(v["workloads"][0]["retention"][0]["variant"], "base");
+        // The interval the conclusion was judged by, at its Holm step (the second: 1 - 0.05/3),
+        // the unadjusted 95 % one labelled beside it, and how equivalence was judged: TOST as
+        // the (1 - 2α) interval against the margin's bounds, symmetric in log space.
+        let i = &row["interval"];
+        assert!(
+            (i["confidence"].as_f64().unwrap() - (1.0 - 0.05 / 3.0)).abs() < 1e-15,
+            "{row}"
+        );
+        assert_eq!(row["interval_unadjusted"]["confidence"], 0.95);
+        assert_eq!(row["interval_unadjusted"]["low"], row["effect"]["low"]);
+        assert!(i["low"].as_f64().unwrap() < row["effect"]["low"].as_f64().unwrap());
+        let eq = &row["equivalence"];
+        assert!(
+            (eq["margin_low"].as_f64().unwrap() - 1.0 / 1.05).abs() < 1e-15,
+            "{eq}"
+        );
+        assert!(
+            (eq["confidence"].as_f64().unwrap() - (1.0 - 2.0 * eq["alpha"].as_f64().unwrap())).abs() < 1e-15
+        );
+        assert_eq!(
+            (&eq["within"], &row["within_margin"]),
+            (&false.into(), &false.into())
+        );
+        // Each side's attempts, rejections and empty slots; Fisher's test of the rates.
+        assert_eq!(
+            row["rejections"]["base"],
+            serde_json::json!({"attempts": 4, "rejected": 0, "empty_slots": 1})
+        );
+        assert_eq!(row["rejections"]["fisher_p"], 1.0);
+        assert_eq!(v["margin_post_hoc"], serde_json::Value::Null);
     }
 
     #[test]
@@ -74,10 +109,10 @@ mod tests {
         let text = render(&journal(), Format::Json, &ReportOptions::default()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["format_version"], super::FORMAT_VERSION);
-        assert_eq!(super::FORMAT_VERSION, 1);
+        assert_eq!(super::FORMAT_VERSION, 2);
         // First, where a reader looking at the file sees it.
         assert!(
-            text.starts_with("{\n  \"format_version\": 1,\n"),
+            text.starts_with("{\n  \"format_version\": 2,\n"),
             "{}",
             &text[..80]
         );

@@ -136,11 +136,12 @@ pub fn escape(s: &str) -> String {
 /// The shading of a comparison's ratio and `conclusion` cells, by its conclusion:
 /// amber "not concluded", green "equivalent", blue "differs".
 fn conclusion_class(words: &str) -> &'static str {
-    // (The verdict's "equivalent within ±5 %" shades as "equivalent".)
+    // (The verdict's "equivalent within ±5 %" shades as "equivalent", "differs, within ±5 %" and
+    // "not concluded (post hoc)" as what they start with.)
     match words {
-        "not concluded" => " class=\"fewruns\"",
+        w if w.starts_with("not concluded") => " class=\"fewruns\"",
         w if w.starts_with("equivalent") => " class=\"nodiff\"",
-        "differs" => " class=\"differs\"",
+        w if w.starts_with("differs") => " class=\"differs\"",
         _ => "",
     }
 }
@@ -152,7 +153,10 @@ pub fn html_table(rows: &[Vec<String>], pct_col: Option<usize>) -> String {
     let mut out = String::from("<table>\n");
     let labels = label_columns(rows);
     let col = |name: &str| rows.first().and_then(|h| h.iter().position(|c| c == name));
-    let (detectable, conclusion) = (col("ratio [95% CI]"), col("conclusion"));
+    let ratio = rows
+        .first()
+        .and_then(|h| h.iter().position(|c| c.starts_with("ratio [")));
+    let (detectable, conclusion) = (ratio, col("conclusion"));
     for (i, row) in rows.iter().enumerate() {
         out.push_str("<tr>");
         let verdict = conclusion

@@ -26,7 +26,7 @@ fn render_model(model: &Model) -> String {
         let levels: Vec<String> = model.levels.iter().map(|l| fmt_level(*l)).collect();
         let mut out = format!(
             "# ocrig: {}\n\nBaseline `{}`; variants {}; overcommit levels {}. \
-             %improvement is signed so + is better.\n",
+             %improvement is the ratio's, signed so + is better.\n",
             model.scenario,
             model.baseline,
             variants_line(model, |v| format!("`{v}`")),
@@ -45,6 +45,11 @@ fn render_model(model: &Model) -> String {
             }
             for cmp in &wl.comparisons {
                 out.push_str(&format!("\n### {} vs {}\n\n", cmp.variant, model.baseline));
+                if let Some(levels) = super::interval_levels(cmp) {
+                    out.push_str(&format!(
+                        "Intervals at the level each conclusion was tested: {levels}.\n\n"
+                    ));
+                }
                 out.push_str(&pipe_table(&comparison_rows(model, cmp)));
             }
             if let Some(rows) = retention_rows(wl) {
@@ -84,13 +89,16 @@ mod tests {
     #[test]
     fn markdown_tables() {
         let md = render(&journal(), Format::Md, &ReportOptions::default()).unwrap();
+        // Each interval at its row's Holm level (table.rs's test derives them).
         let expected = "\
 ### patched vs base
 
-| oc | base | stdev | patched | stdev | %improvement | ratio [95% CI] | p (Holm) | conclusion |
+Intervals at the level each conclusion was tested: 98.3 % at 0.5x; 97.5 % at 1x.
+
+| oc | base | stdev | patched | stdev | %improvement | ratio [CI] | p (Holm) | conclusion |
 |:---|---:|---:|---:|---:|---:|---:|---:|---:|
-| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +9.99% | 0.900 [0.864, 0.938] | 0.0106 * | differs |
-| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 1.025 [0.916, 1.147] | 0.5732 | not concluded |
+| 0.5x | 10.0000 | 0.2000 | 9.0000 | 0.1000 | +9.99% | 0.900 [0.846, 0.958] | 0.0106 * | differs |
+| 1x | 20.0000 | 1.0000 | 20.5000 | 1.0000 | -2.50% | 1.025 [0.890, 1.180] | 0.5732 | not concluded |
 | gmean | 14.1421 |  | 13.5831 |  | +3.95% |  |  |  |
 
 ### Retention: seconds at each level / at the lowest

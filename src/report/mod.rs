@@ -36,7 +36,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::journal::SweepHeader;
-use crate::stats::cells::{Cell, Comparison, Conclusion, Model, WorkloadModel};
+use crate::stats::cells::{Cell, Comparison, Conclusion, Model, Row, WorkloadModel};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::stats::digest::Digested;
 #[cfg(test)]

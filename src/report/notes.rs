@@ -14,18 +14,20 @@ pub fn describe_metric(wl: &WorkloadModel) -> String {
 }
 
 /// How a workload's comparisons were concluded, and each row's caveat (a lost pairing, why
-/// a row was not tested).
+/// a row was not tested or not concluded, what its sides lost to the self-checks).
 pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
     if wl.comparisons.is_empty() {
         return Vec::new();
     }
+    let (lo, hi) = crate::stats::effect::margin_bounds(model.margin);
     let mut notes = vec![format!(
-        "ratio = variant / {} over the design's units (rounds of variants sharing guests, bring-up pairs\n    \
-         of variants with their own): geometric mean with a {:.0}% t interval; p (Holm) over the report's\n    \
-         {} tested comparisons{}; differs: p (Holm) < {} (*); equivalent: both one-sided tests against\n    \
-         ±{}% below {} after Holm; otherwise not concluded",
+        "ratio = variant / {} over the design's units (rounds of variants sharing guests, bring-up pairs of variants \
+         with their own): geometric mean, %improvement its, signed so + is better; its interval is the one its conclusion \
+         was judged by, at the level of the row's Holm step over the report's {} tested comparisons{} (the title says \
+         it): it excludes 1 exactly where the row differs (unadjusted 95% intervals: report.json, CSV); differs: p (Holm) \
+         < {} (*); equivalent: both one-sided tests against ±{}% ({:.3}..{:.3}, symmetric in log space) below {} after \
+         Holm, i.e. the row's (1 - 2α) interval within it; differs, within ±{}%: both; otherwise not concluded",
         model.baseline,
-        crate::stats::effect::CONFIDENCE * 100.0,
         model.family,
         if model.looks > 1 {
             format!(
@@ -37,7 +39,10 @@ pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
         },
         model.alpha,
         fmt_margin(model.margin),
+        lo.exp(),
+        hi.exp(),
         model.alpha,
+        fmt_margin(model.margin),
     )];
     for cmp in &wl.comparisons {
         let units: Vec<(String, String)> = cmp
@@ -64,6 +69,15 @@ pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
             if let Some(c) = caveat {
                 notes.push(format!("{} at {}: {c}", cmp.variant, fmt_level(r.level)));
             }
+            if let Some(w) = &r.withheld {
+                notes.push(format!(
+                    "{} at {}: not concluded: {} (its tests alone: {})",
+                    cmp.variant,
+                    fmt_level(r.level),
+                    w.why,
+                    w.tested.words()
+                ));
+            }
             if let Some(w) = &r.without_disturbed {
                 let figure = match (&w.effect, &w.why) {
                     (Some(e), _) => format!("{} over {}", fmt_ratio(Some(e)), e.units_words()),
@@ -78,8 +92,69 @@ pub fn conclusion_notes(model: &Model, wl: &WorkloadModel) -> Vec<String> {
                 ));
             }
         }
+        notes.extend(rejection_note(model, cmp));
     }
     notes
+}
+
+/// What each side of a comparison lost before its samples, where either lost any: attempts the
+/// self-checks rejected (of all attempts) and empty slots, variant · baseline, per level.
+pub fn rejection_note(model: &Model, cmp: &Comparison) -> Option<String> {
+    let lost: Vec<&Row> = cmp.rows.iter().filter(|r| r.rejections.any()).collect();
+    if lost.is_empty() {
+        return None;
+    }
+    let rejected: Vec<String> = lost
+        .iter()
+        .map(|r| {
+            format!(
+                "{} · {} at {}",
+                r.rejections.variant.rejected_words(),
+                r.rejections.base.rejected_words(),
+                fmt_level(r.level)
+            )
+        })
+        .collect();
+    let empty: Vec<String> = lost
+        .iter()
+        .filter(|r| r.rejections.variant.empty_slots + r.rejections.base.empty_slots > 0)
+        .map(|r| {
+            format!(
+                "{} · {} at {}",
+                r.rejections.variant.empty_slots,
+                r.rejections.base.empty_slots,
+                fmt_level(r.level)
+            )
+        })
+        .collect();
+    Some(format!(
+        "{v}: attempts rejected by self-checks ({v} · {b}): {}{}",
+        rejected.join(", "),
+        if empty.is_empty() {
+            String::new()
+        } else {
+            format!("; empty slots: {}", empty.join(", "))
+        },
+        v = cmp.variant,
+        b = model.baseline
+    ))
+}
+
+/// Where the margin was given after the data (`ocrig report --margin`) against the one the
+/// sweep fixed before them: every conclusion is post hoc.
+pub fn post_hoc_line(model: &Model) -> Option<String> {
+    let p = model.margin_post_hoc?;
+    Some(format!(
+        "margin ±{}% given after the data (ocrig report --margin); the sweep fixed ±{}% before them{}: every conclusion \
+         here is post hoc",
+        fmt_margin(model.margin),
+        fmt_margin(p.fixed),
+        if p.stopped_on_conclusions {
+            " and stopped each comparison on its conclusion at it"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// What the retention table means, and its rows' caveats.
@@ -203,11 +278,12 @@ pub fn disturbed_runs_note(wl: &WorkloadModel) -> Option<String> {
     })
 }
 
-/// The lines about the sweep as a whole that close every text format: attempts the
-/// self-checks rejected, attempts the host disturbed, and how steady the host was.
+/// The lines about the sweep as a whole that close every text format: a margin given after the
+/// data, attempts the self-checks rejected, attempts the host disturbed, and how steady the host was.
 pub fn sweep_lines(model: &Model) -> Vec<String> {
-    self_check_line(model)
+    post_hoc_line(model)
         .into_iter()
+        .chain(self_check_line(model))
         .chain(disturbed_line(model))
         .chain(unjudged_line(model))
         .chain(host_probe_lines(model))

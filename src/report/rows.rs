@@ -4,12 +4,13 @@
 use super::*;
 
 /// A comparison table as rows of text cells, shared by the terminal, Markdown and HTML formats:
-/// header `oc | base | stdev | <variant> | stdev | %improvement | ratio [95% CI] | p (Holm) |
+/// header `oc | base | stdev | <variant> | stdev | %improvement | ratio [CI] | p (Holm) |
 /// conclusion`, one row per level, then a `gmean` row. The ratio is the variant's over the
 /// baseline's, estimated over the units the design replicated (rounds of shared guests,
 /// bring-up pairs of variants with their own: [`conclusion_notes`] names them, so the table
-/// stays 120 columns wide); `conclusion` is drawn from the Holm-adjusted tests
-/// ([`crate::stats::effect`]).
+/// stays 120 columns wide), with the interval its conclusion was judged by (its level in the
+/// table's title: [`interval_levels`]); `%improvement` is that ratio's, signed so + is better;
+/// `conclusion` is drawn from the Holm-adjusted tests ([`crate::stats::effect`]).
 pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "oc".to_string(),
@@ -18,7 +19,7 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
         cmp.variant.clone(),
         "stdev".into(),
         "%improvement".into(),
-        "ratio [95% CI]".into(),
+        "ratio [CI]".into(),
         "p (Holm)".into(),
         "conclusion".into(),
     ]];
@@ -37,9 +38,9 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
             fmt_opt(r.variant.as_ref().map(|s| s.mean), d),
             fmt_opt(r.variant.as_ref().and_then(|s| s.stdev), d),
             fmt_pct(r.improvement_pct),
-            fmt_ratio(r.effect.as_ref()),
+            fmt_row_ratio(r),
             fmt_p(r.p_holm, Some(r.conclusion == Conclusion::Differs)),
-            r.conclusion.words().into(),
+            conclusion_cell(model, r),
         ]);
     }
     if let Some(g) = &cmp.geomean {
@@ -55,6 +56,48 @@ pub fn comparison_rows(model: &Model, cmp: &Comparison) -> Vec<Vec<String>> {
         rows.push(row);
     }
     rows
+}
+
+/// A row's conclusion in a table's cell: `differs`, `differs, within ±5 %` (the equivalence
+/// test passed too), `equivalent`, `not concluded`, `untested`; ` (post hoc)` after it where the
+/// margin was given after the data.
+pub fn conclusion_cell(model: &Model, r: &Row) -> String {
+    let words = if r.within_margin && r.conclusion == Conclusion::Differs {
+        format!("differs, within ±{} %", fmt_margin(model.margin))
+    } else {
+        r.conclusion.words().to_string()
+    };
+    if r.margin_post_hoc {
+        format!("{words} (post hoc)")
+    } else {
+        words
+    }
+}
+
+/// The confidence of a comparison's intervals, for its table's title: `97.5 %`, or where its
+/// rows were tested at different levels (each at its Holm step) `98.3 % at 0.5x; 97.5 % at 1x,
+/// 2x`; None when no row was tested.
+pub fn interval_levels(cmp: &Comparison) -> Option<String> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for r in &cmp.rows {
+        let Some(i) = &r.interval else { continue };
+        let c = fmt_confidence(i.confidence);
+        match groups.iter_mut().find(|(g, _)| *g == c) {
+            Some((_, levels)) => levels.push(fmt_level(r.level)),
+            None => groups.push((c, vec![fmt_level(r.level)])),
+        }
+    }
+    match groups.as_slice() {
+        [] => None,
+        [(c, _)] => Some(c.clone()),
+        _ => Some(
+            groups
+                .iter()
+                .map(|(c, levels)| format!("{c} at {}", levels.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    }
 }
 
 /// The retention table of a workload: `variant | oc | vs | ratio [95% CI] | units`, one row

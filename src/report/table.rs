@@ -1,5 +1,6 @@
 //! Terminal tables (comfy-table) in the published layout:
-//! `oc | base | stdev | patched | stdev | %improvement | p`, one table per workload and
+//! `oc | base | stdev | patched | stdev | %improvement | ratio [CI] | p (Holm) | conclusion`,
+//! one table per workload and
 //! non-baseline variant, then the cell table (one row per variant × level: the metric next to
 //! vCPU wait, steal, contention, fairness) and, on KVM hosts, the KVM counters.
 
@@ -55,14 +56,18 @@ fn render_model(model: &Model) -> String {
                 ));
             }
             for cmp in &wl.comparisons {
+                // The title says the level of the intervals (each row at its conclusion's).
+                let levels =
+                    super::interval_levels(cmp).map_or_else(String::new, |l| format!("; interval {l}"));
                 let title = format!(
-                    "{}: {} vs {} ({})",
+                    "{}: {} vs {} ({}{levels})",
                     wl.workload,
                     cmp.variant,
                     model.baseline,
                     describe_metric(wl)
                 );
-                blocks.push(format!("{title}\n{}", ascii_table(&comparison_rows(model, cmp))));
+                let title = super::layout::wrap(&title, "", "  ");
+                blocks.push(format!("{title}{}", ascii_table(&comparison_rows(model, cmp))));
             }
             if let Some(rows) = retention_rows(wl) {
                 let title = format!(
@@ -112,7 +117,11 @@ mod tests {
         //   runs' logarithms (scipy.stats.ttest_ind(log(patched), log(base), equal_var=False)):
         //   p hackbench 0.5x 0.003543624615619606, 1x 0.5732150885277965; lock 0.5x
         //   0.07395008761239544, 1x 0.0002148051050902624; Holm over the 4: 0.0106, 0.5732,
-        //   0.1479, 0.0009 (statsmodels multipletests(method='holm')).
+        //   0.1479, 0.0009 (statsmodels multipletests(method='holm')). Each interval at its Holm
+        //   step's level: lock 1x (smallest p) 1 - 0.05/4, hackbench 0.5x 1 - 0.05/3, and from
+        //   lock 0.5x on (2 × 0.074 ≥ 0.05: Holm stops) 1 - 0.05/2 (scipy's ttest_ind(…)
+        //   .confidence_interval(level), exponentiated: stats::cells' test). %improvement is the
+        //   ratio's: hackbench 0.5x (1 - 0.90008) × 100 = +9.99% (lower is better).
         // gmean: sqrt(10*20) = 14.1421, sqrt(9*20.5) = 13.5831 → +3.95% (lower is better).
         // Cell table: vCPU wait (0.02+0.04+0.06)/3 = 4.0 %, (0.42+0.44+0.46)/3 = 44.0 %;
         // cs vol (50+51+52)/3 = 51, (100+101+102)/3 = 101; halt exits (1000+2000+3000)/3;
@@ -120,12 +129,12 @@ mod tests {
         // Retention (1x / 0.5x, log-Welch over runs): base hackbench gmean(20, 21, 19) /
         //   gmean(10, 10.2, 9.8) = 1.999.
         let expected = "\
-hackbench: patched vs base (seconds, lower is better)
+hackbench: patched vs base (seconds, lower is better; interval 98.3 % at 0.5x; 97.5 % at 1x)
 +-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
-| oc    |    base |  stdev | patched |  stdev | %improvement |       ratio [95% CI] | p (Holm) |    conclusion |
+| oc    |    base |  stdev | patched |  stdev | %improvement |           ratio [CI] | p (Holm) |    conclusion |
 +=======+=========+========+=========+========+==============+======================+==========+===============+
-| 0.5x  | 10.0000 | 0.2000 |  9.0000 | 0.1000 |       +9.99% | 0.900 [0.864, 0.938] | 0.0106 * |       differs |
-| 1x    | 20.0000 | 1.0000 | 20.5000 | 1.0000 |       -2.50% | 1.025 [0.916, 1.147] |   0.5732 | not concluded |
+| 0.5x  | 10.0000 | 0.2000 |  9.0000 | 0.1000 |       +9.99% | 0.900 [0.846, 0.958] | 0.0106 * |       differs |
+| 1x    | 20.0000 | 1.0000 | 20.5000 | 1.0000 |       -2.50% | 1.025 [0.890, 1.180] |   0.5732 | not concluded |
 | gmean | 14.1421 |        | 13.5831 |        |       +3.95% |                      |          |               |
 +-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
 
@@ -148,13 +157,16 @@ hackbench: what explains each cell (means per run)
 +---------+------+---+---------+-----------+-------+------------+--------------+
 
   runs per cell: n=3 (every variant)
-  ratio = variant / base over the design's units (rounds of variants sharing guests, bring-up pairs
-    of variants with their own): geometric mean with a 95% t interval; p (Holm) over the report's
-    4 tested comparisons; differs: p (Holm) < 0.05 (*); equivalent: both one-sided tests against
-    ±5% below 0.05 after Holm; otherwise not concluded
+  ratio = variant / base over the design's units (rounds of variants sharing guests, bring-up pairs of variants with
+    their own): geometric mean, %improvement its, signed so + is better; its interval is the one its conclusion was
+    judged by, at the level of the row's Holm step over the report's 4 tested comparisons (the title says it): it
+    excludes 1 exactly where the row differs (unadjusted 95% intervals: report.json, CSV); differs: p (Holm) < 0.05 (*);
+    equivalent: both one-sided tests against ±5% (0.952..1.050, symmetric in log space) below 0.05 after Holm, i.e. the
+    row's (1 - 2α) interval within it; differs, within ±5%: both; otherwise not concluded
   patched: ratios over 3+3 bring-ups at every level
   patched at 0.5x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
   patched at 1x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
+  patched: attempts rejected by self-checks (patched · base): 0/3 · 0/4 at 0.5x; empty slots: 0 · 1 at 0.5x
   vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x
   vCPU wait: not recorded (the record has no vcpu_sched)
   steal: not recorded
@@ -163,12 +175,12 @@ hackbench: what explains each cell (means per run)
   KVM counters: not recorded
   base at 0.5x: 1 failed run(s) excluded
 
-lock-ticket: patched vs base (ops_per_sec, higher is better)
+lock-ticket: patched vs base (ops_per_sec, higher is better; interval 97.5 % at 0.5x; 98.8 % at 1x)
 +-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
-| oc    |    base |  stdev | patched |  stdev | %improvement |       ratio [95% CI] | p (Holm) |    conclusion |
+| oc    |    base |  stdev | patched |  stdev | %improvement |           ratio [CI] | p (Holm) |    conclusion |
 +=======+=========+========+=========+========+==============+======================+==========+===============+
-| 0.5x  | 1000.00 | 100.00 | 1200.00 | 100.00 |      +20.12% | 1.201 [0.972, 1.485] |   0.1479 | not concluded |
-| 1x    |  500.00 |  20.00 |  800.00 |  20.00 |      +60.05% | 1.601 [1.475, 1.737] | 0.0009 * |       differs |
+| 0.5x  | 1000.00 | 100.00 | 1200.00 | 100.00 |      +20.12% | 1.201 [0.919, 1.571] |   0.1479 | not concluded |
+| 1x    |  500.00 |  20.00 |  800.00 |  20.00 |      +60.05% | 1.601 [1.401, 1.829] | 0.0009 * |       differs |
 | gmean |  707.11 |        |  979.80 |        |      +38.56% |                      |          |               |
 +-------+---------+--------+---------+--------+--------------+----------------------+----------+---------------+
 
@@ -211,10 +223,12 @@ lock-ticket: KVM counters of guest 0's VM (per second of run)
 +---------+------+------------+-------------+-------------+-------------+-------------+---------------+------------+
 
   runs per cell: n=3 (every variant)
-  ratio = variant / base over the design's units (rounds of variants sharing guests, bring-up pairs
-    of variants with their own): geometric mean with a 95% t interval; p (Holm) over the report's
-    4 tested comparisons; differs: p (Holm) < 0.05 (*); equivalent: both one-sided tests against
-    ±5% below 0.05 after Holm; otherwise not concluded
+  ratio = variant / base over the design's units (rounds of variants sharing guests, bring-up pairs of variants with
+    their own): geometric mean, %improvement its, signed so + is better; its interval is the one its conclusion was
+    judged by, at the level of the row's Holm step over the report's 4 tested comparisons (the title says it): it
+    excludes 1 exactly where the row differs (unadjusted 95% intervals: report.json, CSV); differs: p (Holm) < 0.05 (*);
+    equivalent: both one-sided tests against ±5% (0.952..1.050, symmetric in log space) below 0.05 after Holm, i.e. the
+    row's (1 - 2α) interval within it; differs, within ±5%: both; otherwise not concluded
   patched: ratios over 3+3 bring-ups at every level
   patched at 0.5x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
   patched at 1x: unpaired: fewer than 2 blocks with both sides' results (or two sweeps compared)
@@ -231,13 +245,16 @@ lock-ticket: KVM counters of guest 0's VM (per second of run)
     vcpu_is_preempted reads)
 
 ── verdict ─────────────────────────────────────────────────────────────────────────────────────────────────────────────
+interval: 97.5–98.8 %, adjusted for 4 comparisons (Holm, α 0.05; each row at its step's level); equivalent: its 97.5 %
+  interval within ±5 % (0.952–1.050)
+rejected: attempts the self-checks refused, of all attempts, variant · baseline; empty: slots given up
 hackbench (seconds, lower is better): each variant / base
-  0.5x  patched  0.900 [0.864, 0.938]  differs: 10.0 % better  3+3 bring-ups
-  1x    patched  1.025 [0.916, 1.147]  not concluded           3+3 bring-ups
+  0.5x  patched  0.900 [0.846, 0.958]  98.3 %  differs: 10.0 % better  3+3 bring-ups; rejected 0/3 · 0/4; empty 0 · 1
+  1x    patched  1.025 [0.890, 1.180]  97.5 %  not concluded           3+3 bring-ups; rejected 0/3 · 0/3
   retention (seconds at each level / at 0.5x): base 1x 1.999 [1.795, 2.226] · patched 1x 2.276 [2.031, 2.551]
 lock-ticket (ops_per_sec, higher is better): each variant / base
-  0.5x  patched  1.201 [0.972, 1.485]  not concluded           3+3 bring-ups
-  1x    patched  1.601 [1.475, 1.737]  differs: 60.1 % better  3+3 bring-ups
+  0.5x  patched  1.201 [0.919, 1.571]  97.5 %  not concluded           3+3 bring-ups
+  1x    patched  1.601 [1.401, 1.829]  98.8 %  differs: 60.1 % better  3+3 bring-ups
   retention (ops_per_sec at each level / at 0.5x): base 1x 0.501 [0.404, 0.622] · patched 1x 0.668 [0.553, 0.806]
 ";
         assert_eq!(text, expected);

@@ -35,6 +35,19 @@ fn number_formats() {
     assert_eq!(fmt_pct(Some(-6.000232403367732)), "-6.00%");
     assert_eq!(fmt_p(Some(0.0123), Some(true)), "0.0123 *");
     assert_eq!(fmt_p(Some(1e-6), Some(true)), "<0.0001 *");
+    // Confidences: two significant digits of what they leave out.
+    assert_eq!(fmt_confidence(0.95), "95 %");
+    assert_eq!(fmt_confidence(1.0 - 0.05 / 2.0), "97.5 %");
+    assert_eq!(fmt_confidence(1.0 - 0.05 / 3.0), "98.3 %");
+    assert_eq!(fmt_confidence(1.0 - 0.05 / 144.0), "99.965 %");
+    assert_eq!(fmt_confidence(1.0 - 0.05 / 76.0), "99.934 %");
+    assert_eq!(fmt_confidence(0.9), "90 %");
+    assert_eq!(
+        fmt_confidence_range([0.975, 0.9875, 0.975].into_iter()).as_deref(),
+        Some("97.5–98.8 %")
+    );
+    assert_eq!(fmt_confidence_range([0.95].into_iter()).as_deref(), Some("95 %"));
+    assert_eq!(fmt_confidence_range(std::iter::empty()), None);
 }
 
 #[test]
@@ -147,7 +160,7 @@ fn every_format_says_how_many_attempts_the_self_checks_rejected() {
     assert!(
         !render(&j, Format::Table, &ReportOptions::default())
             .unwrap()
-            .contains("self-checks")
+            .contains("rejected by self-checks (failed and retried)")
     );
     // Two records of one attempt and one of another, rejected for two reasons.
     let mut rejected = |run: u32, attempt: u32, guest: u32, why: &str| {

@@ -632,7 +632,7 @@ pub fn build_with_margin(
                                 .unwrap_or(0);
                             let mut c = cell(records(vi, li), l, &metric, failed);
                             if let Some(a) = attempts.get(&(id.as_str(), v.as_str(), l.to_bits())) {
-                                (c.attempts, c.rejected_attempts) = (a.0.len(), a.1);
+                                (c.attempts, c.rejected_attempts) = *a;
                             }
                             c
                         })
@@ -714,10 +714,14 @@ pub fn build_with_margin(
     }
 }
 
-/// Per cell (workload, variant, level bits): its measured attempts (run, attempt) and how many
-/// of them the payload's self-checks rejected, from every journaled record (one pass).
-fn attempts_by_cell(journal: &Digested) -> HashMap<(&str, &str, u64), (HashSet<(u32, u32)>, usize)> {
-    let mut seen: HashMap<(&str, &str, u64), (HashSet<(u32, u32)>, HashSet<(u32, u32)>)> = HashMap::new();
+/// A cell by workload, variant and level bits.
+type CellId<'a> = (&'a str, &'a str, u64);
+
+/// Per cell: its measured attempts (distinct run, attempt) and how many of them the payload's
+/// self-checks rejected, from every journaled record (one pass).
+fn attempts_by_cell(journal: &Digested) -> HashMap<CellId<'_>, (usize, usize)> {
+    type Attempts = HashSet<(u32, u32)>;
+    let mut seen: HashMap<CellId, (Attempts, Attempts)> = HashMap::new();
     for r in journal.runs.iter().filter(|r| !r.warmup) {
         let e = seen
             .entry((&*r.workload, &*r.variant, r.level.to_bits()))
@@ -731,7 +735,7 @@ fn attempts_by_cell(journal: &Digested) -> HashMap<(&str, &str, u64), (HashSet<(
         }
     }
     seen.into_iter()
-        .map(|(k, (all, rejected))| (k, (all, rejected.len())))
+        .map(|(k, (all, rejected))| (k, (all.len(), rejected.len())))
         .collect()
 }
 

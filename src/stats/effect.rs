@@ -63,6 +63,7 @@ pub struct Interval {
 }
 
 impl Interval {
+    #[cfg(test)]
     pub fn contains(&self, ratio: f64) -> bool {
         self.low <= ratio && ratio <= self.high
     }
