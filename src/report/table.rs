@@ -245,8 +245,8 @@ lock-ticket: KVM counters of guest 0's VM (per second of run)
     vcpu_is_preempted reads)
 
 ── verdict ─────────────────────────────────────────────────────────────────────────────────────────────────────────────
-interval: 97.5–98.8 %, adjusted for 4 comparisons (Holm, α 0.05; each row at its step's level); equivalent: its 97.5 %
-  interval within ±5 % (0.952–1.050)
+interval: 97.5–98.8 %, adjusted for 4 comparisons (Holm, α 0.05; each row at its step's level)
+equivalent: the row's 97.5 % interval within ±5 % (0.952–1.050), both one-sided tests at its step's level
 rejected: attempts the self-checks refused, of all attempts, variant · baseline; empty: slots given up
 hackbench (seconds, lower is better): each variant / base
   0.5x  patched  0.900 [0.846, 0.958]  98.3 %  differs: 10.0 % better  3+3 bring-ups; rejected 0/3 · 0/4; empty 0 · 1

@@ -35,8 +35,9 @@ fn rule(title: &str) -> String {
 }
 
 /// What the verdict's figures are, one line each: the level of its intervals (each row's Holm
-/// step: `interval: 97.5–98.3 %, adjusted for 4 comparisons × 4 looks`) and the interval
-/// `equivalent` was judged by; a margin given after the data; what `rejected` counts.
+/// step: `interval: 97.5–98.3 %, adjusted for 4 comparisons × 4 looks`), the interval
+/// `equivalent` was judged by (the TOST's (1 − 2α) one), a margin given after the data, what
+/// `rejected` counts.
 pub fn key_lines(model: &Model) -> Vec<String> {
     let rows: Vec<&Row> = model
         .workloads
@@ -52,22 +53,20 @@ pub fn key_lines(model: &Model) -> Vec<String> {
             String::new()
         };
         let plural = if model.family == 1 { "" } else { "s" };
-        let (lo, hi) = crate::stats::effect::margin_bounds(model.margin);
-        let equivalence =
-            fmt_confidence_range(rows.iter().filter_map(|r| r.equivalence.map(|e| e.confidence)))
-                .map(|c| {
-                    format!(
-                        "; equivalent: its {c} interval within ±{} % ({:.3}–{:.3})",
-                        fmt_margin(model.margin),
-                        lo.exp(),
-                        hi.exp()
-                    )
-                })
-                .unwrap_or_default();
         lines.push(format!(
-            "interval: {levels}, adjusted for {} comparison{plural}{looks} (Holm, α {}; each row at its step's level){equivalence}",
+            "interval: {levels}, adjusted for {} comparison{plural}{looks} (Holm, α {}; each row at its step's level)",
             model.family, model.alpha
         ));
+        let (lo, hi) = crate::stats::effect::margin_bounds(model.margin);
+        if let Some(c) = fmt_confidence_range(rows.iter().filter_map(|r| r.equivalence.map(|e| e.confidence)))
+        {
+            lines.push(format!(
+                "equivalent: the row's {c} interval within ±{} % ({:.3}–{:.3}), both one-sided tests at its step's level",
+                fmt_margin(model.margin),
+                lo.exp(),
+                hi.exp()
+            ));
+        }
     }
     if let Some(p) = model.margin_post_hoc {
         lines.push(format!(
@@ -321,8 +320,8 @@ mod tests {
         // them with scipy): 1 - 0.05/4 … 1 - 0.05/2 over the fixture's 4 comparisons.
         assert!(
             verdict.contains(
-                "interval: 97.5–98.8 %, adjusted for 4 comparisons (Holm, α 0.05; each row at its step's level); \
-                 equivalent: its 97.5 %\n  interval within ±5 % (0.952–1.050)\n"
+                "interval: 97.5–98.8 %, adjusted for 4 comparisons (Holm, α 0.05; each row at its step's level)\n\
+                 equivalent: the row's 97.5 % interval within ±5 % (0.952–1.050), both one-sided tests at its step's level\n"
             ),
             "{verdict}"
         );
@@ -396,7 +395,7 @@ mod tests {
         );
         // One comparison, no looks: tested at α itself; equivalence by its 90 % interval.
         assert!(
-            verdict.contains("interval: 95 %, adjusted for 1 comparison (Holm, α 0.05; each row at its step's level); equivalent: its 90 %"),
+            verdict.contains("interval: 95 %, adjusted for 1 comparison (Holm, α 0.05; each row at its step's level)\nequivalent: the row's 90 %"),
             "{verdict}"
         );
     }
