@@ -22,9 +22,32 @@ static CHOSEN: AtomicU8 = AtomicU8::new(0);
 /// Makes the process's choice: `choice`, with `NO_COLOR` (set and not empty) and a stdout that is
 /// not a terminal turning `auto` off.
 pub fn choose(choice: ColorChoice) {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let on = decide(choice, no_color, std::io::stdout().is_terminal());
+    let on = decide(choice, no_color(), std::io::stdout().is_terminal());
     CHOSEN.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    STDERR.store(
+        if decide(choice, no_color(), std::io::stderr().is_terminal()) {
+            1
+        } else {
+            2
+        },
+        Ordering::Relaxed,
+    );
+}
+
+/// The same choice for what goes to stderr (the log lines), by whether stderr is a terminal:
+/// `ocrig run … 2> log` writes no escapes into the log.
+static STDERR: AtomicU8 = AtomicU8::new(0);
+
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+/// Whether stderr's log lines are coloured (after [`choose`]; before it, by `auto`).
+pub fn on_stderr() -> bool {
+    match STDERR.load(Ordering::Relaxed) {
+        0 => decide(ColorChoice::Auto, no_color(), std::io::stderr().is_terminal()),
+        v => v == 1,
+    }
 }
 
 /// The rule, apart from the process's environment.

@@ -28,6 +28,7 @@ pub fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::registry()
         .with(
             fmt::layer()
+                .with_ansi(crate::color::on_stderr())
                 .with_writer(std::io::stderr)
                 .with_filter(stderr_filter),
         )

@@ -108,7 +108,8 @@ pub(crate) async fn sweep_hosts<E: Executor>(
             names(&alive)
         );
         progress.println(&msg);
-        tracing::warn!("{msg}");
+        // Said once on the terminal; the log keeps it.
+        tracing::info!("{msg}");
     }
 }
 

@@ -722,7 +722,8 @@ impl<E: Executor> Scheduler<'_, E> {
             ),
         };
         self.progress.println(&msg);
-        tracing::warn!("{msg}");
+        // Said once on the terminal; the log keeps it.
+        tracing::info!("{msg}");
     }
 
     /// A run whose every attempt failed, within its budgets: it counts as failed.
