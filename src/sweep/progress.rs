@@ -75,10 +75,13 @@ impl Progress {
 
     /// Prints a line above the bar (or plainly when hidden and not quiet).
     pub fn println(&self, line: &str) {
+        // Within the terminal's width, continuation lines indented.
+        let text = crate::terminal::wrap(line, "", "  ");
+        let text = text.trim_end_matches('\n');
         if self.bar.is_hidden() {
-            eprintln!("{line}");
+            eprintln!("{text}");
         } else {
-            self.bar.println(line);
+            self.bar.println(text);
         }
     }
 
