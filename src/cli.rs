@@ -178,8 +178,11 @@ pub enum Command {
         /// `variant@host`, compared against the baseline on the first host.
         #[arg(long)]
         by_host: bool,
-        /// Equivalence margin, a fraction in (0, 1): "equivalent" when the ratio's interval lies
-        /// within 1 ± margin (default: the scenario's `margin`, else 0.05).
+        /// Equivalence margin, a fraction in (0, 1): "equivalent" when both one-sided tests reject
+        /// at the row's Holm-adjusted level, i.e. its (1 − 2α) interval lies within
+        /// [1/(1 + margin), 1 + margin] (default: the scenario's `margin`, else 0.05). A margin
+        /// other than the one the sweep fixed before its data (the scenario's, or the 5 % an
+        /// `until: concluded` sweep stopped at) marks every conclusion post hoc.
         #[arg(long, value_parser = margin_fraction)]
         margin: Option<f64>,
     },

@@ -52,8 +52,9 @@ pub struct Scenario {
     #[serde(default)]
     pub schedule: ScheduleSpec,
     /// Equivalence margin of the comparisons, a fraction in (0, 1): a variant is
-    /// "equivalent" to the baseline when the interval of its ratio lies within 1 ± margin
-    /// (Holm-adjusted two one-sided tests). Default 0.05; `ocrig report --margin` overrides.
+    /// "equivalent" to the baseline when the (1 − 2α) interval of its ratio lies within
+    /// [1/(1 + margin), 1 + margin] (Holm-adjusted two one-sided tests). Default 0.05; a margin
+    /// given to `ocrig report --margin` afterwards marks the conclusions post hoc.
     #[serde(default)]
     pub margin: Option<f64>,
 }
