@@ -11,6 +11,7 @@ pub mod host_speed;
 pub mod kvm;
 pub mod orchestrator;
 pub mod probe;
+pub mod run_window;
 pub mod sched_trace;
 pub mod stretched_on_host;
 pub mod vcpu;

@@ -87,10 +87,12 @@ pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trac
 /// The window's start (the payload's `preemption.window.start_tick`) on the trace's clock, ns.
 fn origin_on_trace(preemption: &Value, clock: &Value, trace_offset_ns: i64) -> Option<f64> {
     let w = &preemption["window"];
-    let (start_tick, hz) = (w["start_tick"].as_u64()?, w["hz"].as_f64().filter(|h| *h > 0.0)?);
-    let (host, tsc) = (clock["host_mono_ns"].as_u64()?, clock["tsc"].as_u64()?);
-    let since_tie_ns = (start_tick as i128 - tsc as i128) as f64 * 1e9 / hz;
-    Some(host as f64 + since_tie_ns + trace_offset_ns as f64)
+    super::run_window::tick_on_trace(
+        w["start_tick"].as_u64()?,
+        w["hz"].as_f64()?,
+        clock,
+        trace_offset_ns,
+    )
 }
 
 fn unavailable(preemption: &Value, clock: &Value) -> String {

@@ -6,6 +6,13 @@
 //! `/proc/<tid>/status` describe exactly what the guest cannot see: at 2x overcommit with
 //! every vCPU busy, each vCPU thread waits about half the time. "vCPU wait share" is the
 //! run-queue wait divided by the run's wall time.
+//!
+//! Two windows: the counters are read by the probe right before the go signal and right after
+//! the last guest's end (`wall_s`), so that window also holds the payload's start before its
+//! gate and its report after its end, where the guests do not all compete. Where the run
+//! has a vCPU timeline, [`RunWindow`] (`vcpu_sched.run_window`) is the same over the run's own
+//! window, the payload's gate to its end ([`crate::telemetry::run_window`]), and it is the
+//! figure reports read ([`VcpuSched::wait_share`]).
 
 use std::time::Instant;
 
@@ -181,6 +188,94 @@ pub struct VcpuSched {
     /// Mean of the measured vCPUs' runnable wait shares.
     #[serde(default)]
     pub mean_runnable_wait_share: Option<f64>,
+    /// The same over the run's own window, from the vCPU timeline; absent where the run has
+    /// none (and in records from before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_window: Option<RunWindow>,
+}
+
+/// One guest's vCPUs over the run's own window (`vcpu_sched.run_window`): the payload's start
+/// gate to its end, on the host's clock, from the run's vCPU timeline (each wait of a vCPU
+/// thread with its times: `sched_switch` and `sched_wakeup`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunWindow {
+    /// Whose window: [`WINDOW_OWN`], [`WINDOW_MEASURED`] or [`WINDOW_COMMAND`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The window, seconds after the run's go signal.
+    #[serde(default)]
+    pub start_s: Option<f64>,
+    #[serde(default)]
+    pub end_s: Option<f64>,
+    #[serde(default)]
+    pub wall_s: Option<f64>,
+    /// How far the window's place on the host's clock can be off (half the round trip of the
+    /// exchange that tied the guest's TSC to it), ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_error_ns: Option<u64>,
+    #[serde(default)]
+    pub vcpus: Vec<WindowVcpu>,
+    /// Mean of the measured vCPUs' `wait_share`: the figure of [`VcpuSched::wait_share`].
+    #[serde(default)]
+    pub mean_wait_share: Option<f64>,
+    #[serde(default)]
+    pub mean_runnable_wait_share: Option<f64>,
+    /// The run's vCPUs runnable (running or waiting) in the window, on average, per host CPU
+    /// of the run: the level the window held. With every vCPU busy throughout it is the level
+    /// the run is reported at (and `mean_wait_share` is 1 − 1/level_held); less where some
+    /// guest's vCPUs idled in the window (its command ended before the window did).
+    #[serde(default)]
+    pub level_held: Option<f64>,
+    /// Why there is no figure (no timeline, no window, the trace does not cover it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+/// `run_window.window`: the guest's own payload window (its TSC window, tied to the host).
+pub const WINDOW_OWN: &str = "payload";
+/// `run_window.window`: the measured guest's payload window, for a guest whose payload gives
+/// none (a `background: hog` guest): the part of the run the measured guest's figures are of.
+pub const WINDOW_MEASURED: &str = "measured guest's payload";
+/// `run_window.window`: no payload window to be had (a workload that gives none): the guest's
+/// go signal to its command's end, as the host saw them (the payload's start and report inside).
+pub const WINDOW_COMMAND: &str = "go signal to the command's end";
+
+/// One vCPU over the run's window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowVcpu {
+    pub vcpu: u32,
+    /// On its host CPU.
+    #[serde(default)]
+    pub run_s: Option<f64>,
+    /// Runnable and not running: the run-queue wait.
+    #[serde(default)]
+    pub wait_s: Option<f64>,
+    /// Neither: the guest idled it, or its thread slept in the host.
+    #[serde(default)]
+    pub idle_s: Option<f64>,
+    /// `wait_s` / the window.
+    #[serde(default)]
+    pub wait_share: Option<f64>,
+    /// `wait_s` / (`run_s` + `wait_s`).
+    #[serde(default)]
+    pub runnable_wait_share: Option<f64>,
+    /// What held the CPU it waited for, meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_behind: Option<WaitBehind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+/// What ran on the host CPU a vCPU waited for, while it waited, seconds: the run's vCPUs (the
+/// level), other threads (QEMU's own, ocrig's, other processes': the most by command name),
+/// and idle (a wakeup's few µs, or a vCPU moved meanwhile).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitBehind {
+    pub vcpus_s: f64,
+    pub other_s: f64,
+    pub idle_s: f64,
+    #[serde(default)]
+    pub top_other: Vec<(String, f64)>,
 }
 
 impl VcpuSched {
@@ -188,6 +283,15 @@ impl VcpuSched {
     pub fn run_s(&self) -> Option<f64> {
         let runs: Vec<f64> = self.vcpus.iter().filter_map(|v| v.run_s).collect();
         (!runs.is_empty()).then(|| runs.iter().sum())
+    }
+
+    /// The vCPU wait share a report shows: over the run's own window where it was measured
+    /// ([`RunWindow::mean_wait_share`]), else over the probe's window (`mean_wait_share`).
+    pub fn wait_share(&self) -> Option<f64> {
+        self.run_window
+            .as_ref()
+            .and_then(|w| w.mean_wait_share)
+            .or(self.mean_wait_share)
     }
 
     /// Why nothing was measured, when nothing was.
@@ -265,6 +369,7 @@ pub fn delta(before: &VcpuSnapshot, after: &VcpuSnapshot) -> VcpuSched {
         mean_wait_share: mean(vcpus.iter().filter_map(|v| v.wait_share).collect()),
         mean_runnable_wait_share: mean(vcpus.iter().filter_map(|v| v.runnable_wait_share).collect()),
         vcpus,
+        run_window: None,
     }
 }
 
@@ -295,6 +400,40 @@ mod tests {
         let later: u64 = wanted.split_whitespace().last().unwrap().parse().unwrap();
         assert!(later >= parsed.voluntary_switches, "{wanted}");
         assert!(VcpuCounters::parse(1, "12 x", "").is_err());
+    }
+
+    #[test]
+    fn the_wait_share_is_the_run_windows_and_old_records_still_read() {
+        // A record from before `run_window`: read as it was.
+        let old: VcpuSched = serde_json::from_value(serde_json::json!({
+            "wall_s": 3.9, "mean_wait_share": 0.27,
+            "vcpus": [{"vcpu": 0, "tid": 7, "run_s": 2.79, "wait_s": 1.05, "wait_share": 0.27,
+                       "timeslices": 1, "voluntary_switches": 0, "involuntary_switches": 1}]
+        }))
+        .unwrap();
+        assert_eq!((old.run_window.as_ref(), old.wait_share()), (None, Some(0.27)));
+        assert!(
+            !serde_json::to_value(&old)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .contains_key("run_window")
+        );
+        // With a figure over the run's window, that one; without, the probe's.
+        let mut new = old.clone();
+        new.run_window = Some(RunWindow {
+            window: Some(WINDOW_OWN.into()),
+            mean_wait_share: Some(0.34),
+            ..Default::default()
+        });
+        assert_eq!(new.wait_share(), Some(0.34));
+        let back: VcpuSched = serde_json::from_value(serde_json::to_value(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
+        new.run_window = Some(RunWindow {
+            unavailable: Some("no timeline".into()),
+            ..Default::default()
+        });
+        assert_eq!(new.wait_share(), Some(0.27));
     }
 
     #[test]

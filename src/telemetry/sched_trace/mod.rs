@@ -6,6 +6,10 @@
 //!   buffer and any other tracer (another ocrig, perf, trace-cmd) are left alone.
 //! - `tracing_cpumask` = the run's host CPUs, and no pid filter: every switch on those CPUs is
 //!   kept, so the timeline shows what else ran there ("other", by command name) and idle.
+//! - `sched:sched_wakeup` too, so each vCPU thread's waits for a CPU are known with their times
+//!   ([`VcpuWaits`]): the wait over any part of the run, such as the payload's own window
+//!   (`telemetry::run_window`). A wakeup made on a CPU outside the mask is not recorded (the
+//!   waits then say how many they missed).
 //! - `trace_clock` = `mono`, the clock of [`mono_ns`] (and of Rust's `Instant` on Linux), so the
 //!   run's start and end line up with the switches.
 //! - Bounded: the per-CPU buffer is [`BUFFER_KB`] with overwrite off, so a long run keeps its
@@ -31,11 +35,13 @@ mod clock;
 mod parse;
 mod slice;
 mod timeline;
+mod waits;
 
 pub use clock::*;
 pub use parse::*;
 pub use slice::*;
 pub use timeline::*;
+pub use waits::*;
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
@@ -47,6 +53,9 @@ pub const BUFFER_KB: u64 = 2048;
 pub const MAX_SEGMENTS: usize = 200_000;
 
 const PREFIX: &str = "ocrig-";
+
+/// The wakeup event's switch, below an instance's directory.
+const WAKEUP_ENABLE: &str = "events/sched/sched_wakeup/enable";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -219,6 +228,7 @@ impl Tracer {
             // One clock, no markers: the mask and the event stay set, `tracing_on` decides.
             ops.push(FileOp::Write(at("tracing_cpumask"), cpumask(cpus)));
             ops.push(FileOp::Write(at("events/sched/sched_switch/enable"), "1".into()));
+            ops.push(FileOp::Write(at(WAKEUP_ENABLE), "1".into()));
         }
         w.apply(&ops, false)?;
         tracer.setup_cost_ns.store(
@@ -269,6 +279,7 @@ impl Tracer {
                 &[
                     FileOp::Write(at("tracing_cpumask"), cpumask(&self.cpus)),
                     FileOp::Write(at("events/sched/sched_switch/enable"), "1".into()),
+                    FileOp::Write(at(WAKEUP_ENABLE), "1".into()),
                 ],
                 false,
             )?;
@@ -297,6 +308,7 @@ impl Instance {
                 format!("{dir}/events/sched/sched_switch/enable"),
                 "0".into(),
             ));
+            ops.push(FileOp::Write(format!("{dir}/{WAKEUP_ENABLE}"), "0".into()));
         }
         // Opening `trace` for writing with O_TRUNC empties every CPU's buffer and its
         // dropped/overrun counts.
@@ -335,9 +347,9 @@ impl SchedTrace {
     /// Stops the trace, writes the timeline to `file` and returns the record's summary.
     /// `run` is the measured window (this machine's mono ns: the first go signal, the last
     /// guest's end).
-    /// Also hands back the timeline and the trace's clock minus this machine's (ns), for what
-    /// is read against it while it is in memory.
-    pub fn finish_keeping(mut self, run: (u64, u64), file: &Path) -> (Value, Option<(Timeline, i64)>) {
+    /// Also hands back the timeline, the vCPUs' waits and the trace's clock minus this
+    /// machine's ([`Kept`]), for what is read against them while they are in memory.
+    pub fn finish_keeping(mut self, run: (u64, u64), file: &Path) -> (Value, Option<Kept>) {
         let cpu0 = super::probe::process_cpu_ns();
         let stopped_ns = mono_ns();
         let t = &self.tracer;
@@ -385,7 +397,7 @@ impl SchedTrace {
             }
         };
         let there = |ns: u64| ns.saturating_add_signed(tie.offset_ns);
-        let switches = parse(&text);
+        let (switches, wakeups) = parse_with_wakeups(&text);
         let mut tl = timeline(
             &switches,
             &t.cpus,
@@ -395,7 +407,27 @@ impl SchedTrace {
         );
         tl.dropped_events = dropped;
         drop(text);
-        let written = write_gz(&tl, file);
+        // Known up to the timeline's end, or where the kept events end if later ones were dropped.
+        let last_event = switches.last().map_or(there(self.started_ns), |s| s.ns);
+        let known_to = match dropped {
+            0 => (tl.run_start_mono_ns as i64 + tl.traced_to_us * 1000).max(0) as u64,
+            _ => last_event.min(there(stopped_ns)),
+        };
+        let waits = vcpu_waits(
+            &switches,
+            Some(&wakeups),
+            &self.guests,
+            (there(self.started_ns), known_to),
+            tl.run_start_mono_ns,
+        );
+        drop((switches, wakeups));
+        let written = write_gz(
+            &SideFile {
+                timeline: &tl,
+                vcpu_waits: &waits,
+            },
+            file,
+        );
         let slice = t.host_slice.clone();
         let cost_ms = (self.cost_ns + super::probe::process_cpu_ns().saturating_sub(cpu0)) as f64 / 1e6;
         match written {
@@ -411,7 +443,18 @@ impl SchedTrace {
                         format!("trace markers written over SSH, the shortest round trip of {MARKERS}")
                     },
                 });
-                (s, Some((tl, tie.offset_ns)))
+                s["vcpu_waits"] = json!({
+                    "waits": waits.waits.len(),
+                    "wakeups_unseen": waits.wakeups_unseen,
+                });
+                (
+                    s,
+                    Some(Kept {
+                        timeline: tl,
+                        waits,
+                        offset_ns: tie.offset_ns,
+                    }),
+                )
             }
             Err(e) => (
                 json!({ "unavailable": format!("the timeline could not be kept: {e}") }),
@@ -419,6 +462,15 @@ impl SchedTrace {
             ),
         }
     }
+}
+
+/// What [`SchedTrace::finish_keeping`] hands back besides the record's summary.
+pub struct Kept {
+    pub timeline: Timeline,
+    /// Each vCPU thread's waits for a CPU, with their times.
+    pub waits: VcpuWaits,
+    /// The trace's clock minus this machine's, ns.
+    pub offset_ns: i64,
 }
 
 impl Drop for SchedTrace {
@@ -454,6 +506,7 @@ impl Drop for Instance {
             let ops = [
                 FileOp::Write(format!("{dir}/tracing_on"), "0".into()),
                 FileOp::Write(format!("{dir}/events/sched/sched_switch/enable"), "0".into()),
+                FileOp::Write(format!("{dir}/{WAKEUP_ENABLE}"), "0".into()),
                 FileOp::Rmdir(dir.clone()),
             ];
             // The rmdir is refused (EBUSY) while the kernel still holds the instance (seen 4

@@ -71,7 +71,8 @@ fn parses_lines_with_spaces_in_command_names() {
 /// 27071 pinned to CPU 0, 27067 and 27070 to CPU 1), and a compiler of another user on CPU 0.
 #[test]
 fn a_real_2x_trace_becomes_a_timeline_that_tiles_each_cpu() {
-    let switches = parse(EXCERPT);
+    let (switches, wakeups) = parse_with_wakeups(EXCERPT);
+    assert!(wakeups.is_empty(), "the excerpt traced switches only");
     let lines = EXCERPT.lines().filter(|l| l.contains(": sched_switch: ")).count();
     assert_eq!(switches.len(), lines);
     assert!(switches.windows(2).all(|w| w[0].ns <= w[1].ns));
@@ -204,6 +205,21 @@ fn one_instance_serves_every_run_of_a_guest_set_and_is_removed_when_dropped() {
                 // Each run's own thread: recording restarted after the previous run's reset.
                 let mine = tl.vcpu_slices_ms().get(&(0, 0)).map_or(0, Vec::len);
                 assert!(mine >= 25, "run {run}: {mine} slices of its thread in {s}");
+                // Its wakeups are traced (the timer that wakes it fires on its own CPU): each
+                // of its 50 sleeps ends in a wait, however short, until it runs.
+                #[derive(serde::Deserialize)]
+                struct Side {
+                    vcpu_waits: VcpuWaits,
+                }
+                let gz = flate2::read::GzDecoder::new(std::fs::File::open(&file).unwrap());
+                let waits = serde_json::from_reader::<_, Side>(gz).unwrap().vcpu_waits;
+                assert!(waits.wakeups_traced);
+                let woken = waits.waits.len() as u64 + waits.wakeups_unseen;
+                assert!(
+                    woken >= 25 && waits.waits.len() as u64 >= woken / 2,
+                    "run {run}: {waits:?}"
+                );
+                assert_eq!(s["vcpu_waits"]["waits"], waits.waits.len(), "{s}");
                 // Emptied once read: the next run starts with an empty buffer.
                 tracer.wait_reset().unwrap();
                 assert_eq!(switch_lines(), 0, "run {run}");

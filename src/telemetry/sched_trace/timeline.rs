@@ -9,8 +9,18 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// Writes the timeline as gzip'd JSON (about a quarter of the plain size); returns its bytes.
-pub(super) fn write_gz(tl: &Timeline, file: &Path) -> Result<usize, String> {
+/// A run's side file: its timeline, and beside it (a key [`read_timeline`] skips) the vCPU
+/// threads' waits (`vcpu_waits`, a [`VcpuWaits`]).
+#[derive(Serialize)]
+pub(super) struct SideFile<'a> {
+    #[serde(flatten)]
+    pub timeline: &'a Timeline,
+    pub vcpu_waits: &'a VcpuWaits,
+}
+
+/// Writes a timeline (or its [`SideFile`]) as gzip'd JSON (about a quarter of the plain size);
+/// returns its bytes.
+pub(super) fn write_gz(tl: &impl Serialize, file: &Path) -> Result<usize, String> {
     use std::io::Write;
     let json = serde_json::to_vec(tl).map_err(|e| e.to_string())?;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
