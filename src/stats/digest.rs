@@ -103,7 +103,8 @@ pub struct RunDigest {
     pub rejected: Option<Why>,
     /// The payload's headline numbers (name → value), in name order.
     pub metrics: Keyed<f64>,
-    /// [`explain::vcpu_wait_of`] (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
+    /// [`explain::vcpu_wait_of`], over the run's own window where the record has it
+    /// ([`crate::telemetry::vcpu::VcpuSched::wait_share`]) (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
     /// a cell reads it of its primary samples only, and at 480 guests per attempt the others
     /// are nearly every digest).
     pub vcpu_wait: Figure,
@@ -214,7 +215,14 @@ fn digest_with(
     let primary = is_primary_guest(r.guest);
     let (vcpu_wait, guest_steal, kvm) = if primary {
         (
-            explain::vcpu_wait_of(telemetry, ctx).map_err(|e| names.name(&e)),
+            // Over the run's own window where the record has it (`vcpu_sched.run_window`), else
+            // over the probe's.
+            explain::vcpu_wait_of(telemetry, ctx)
+                .map(|probe| match telemetry.vcpu_sched.read("") {
+                    Ok(sched) => sched.wait_share().unwrap_or(probe),
+                    Err(_) => probe,
+                })
+                .map_err(|e| names.name(&e)),
             explain::guest_steal_of(telemetry, explain::guest_cpu(r), ctx).map_err(|e| names.name(&e)),
             explain::kvm_counters_of(telemetry, ctx)
                 .map_err(|e| names.name(&e))
@@ -948,6 +956,42 @@ mod tests {
         );
         // Read, counted disturbed, failed and absent readings.
         assert_eq!(unread.len(), 4, "{unread:?}");
+    }
+
+    /// The vCPU wait a report reads is over the run's own window where the record has it
+    /// (`vcpu_sched.run_window`), else over the probe's, as records from before it read.
+    #[test]
+    fn the_vcpu_wait_is_the_run_windows_where_there_is_one() {
+        use serde_json::json;
+        let j = rich_journal();
+        let ctx = context(&j.header);
+        let mut r = j
+            .runs
+            .iter()
+            .find(|r| r.guest == 0 && r.extra.contains_key("vcpu_sched"))
+            .unwrap()
+            .clone();
+        let probe = r.extra["vcpu_sched"]["mean_wait_share"].as_f64().unwrap();
+        let wait = |r: &RunRecord| {
+            digest_with(
+                r,
+                &Telemetry::of(&r.extra),
+                None,
+                None,
+                &ctx,
+                &mut Names::default(),
+            )
+            .vcpu_wait
+        };
+        assert_eq!(wait(&r), Ok(probe), "an older record: the probe's window");
+        r.extra.get_mut("vcpu_sched").unwrap()["run_window"] =
+            json!({"unavailable": "the run has no vCPU timeline (see extra.timeline)"});
+        assert_eq!(wait(&r), Ok(probe), "no run window: the probe's");
+        r.extra.get_mut("vcpu_sched").unwrap()["run_window"] = json!({
+            "window": "payload", "start_s": 0.2, "end_s": 3.2, "wall_s": 3.0, "mean_wait_share": 0.6,
+            "vcpus": [{"vcpu": 0, "run_s": 1.2, "wait_s": 1.8, "idle_s": 0.0, "wait_share": 0.6}],
+        });
+        assert_eq!(wait(&r), Ok(0.6));
     }
 
     /// A record line torn anywhere (the damage a crash leaves) is never read as a shorter
