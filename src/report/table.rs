@@ -252,10 +252,12 @@ hackbench (seconds, lower is better): each variant / base
   0.5x  patched  0.900 [0.846, 0.958]  98.3 %  differs: 10.0 % better  3+3 bring-ups; rejected 0/3 · 0/4; empty 0 · 1
   1x    patched  1.025 [0.890, 1.180]  97.5 %  not concluded           3+3 bring-ups; rejected 0/3 · 0/3
   retention (seconds at each level / at 0.5x): base 1x 1.999 [1.795, 2.226] · patched 1x 2.276 [2.031, 2.551]
+  retention against base's (from the comparisons at both levels, 95 %): patched 1x 1.139 [1.020, 1.272] more
 lock-ticket (ops_per_sec, higher is better): each variant / base
   0.5x  patched  1.201 [0.919, 1.571]  97.5 %  not concluded           3+3 bring-ups
   1x    patched  1.601 [1.401, 1.829]  98.8 %  differs: 60.1 % better  3+3 bring-ups
   retention (ops_per_sec at each level / at 0.5x): base 1x 0.501 [0.404, 0.622] · patched 1x 0.668 [0.553, 0.806]
+  retention against base's (from the comparisons at both levels, 95 %): patched 1x 1.332 [1.082, 1.640] more
 ";
         assert_eq!(text, expected);
     }

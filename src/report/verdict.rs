@@ -149,13 +149,28 @@ fn workload(model: &Model, wl: &WorkloadModel) -> String {
     }
     let retained = retained(wl);
     if let Some(from) = wl.retention.first().map(|r| r.from_level) {
+        let one_boot = wl
+            .retention
+            .iter()
+            .flat_map(|r| &r.rows)
+            .any(|row| row.within_one_boot);
         let words = format!(
-            "retention ({} at each level / at {}): {}",
+            "retention ({} at each level / at {}{}): {}",
             wl.metric,
             fmt_level(from),
+            if one_boot { ", within one boot a level" } else { "" },
             retained.join(" · ")
         );
         out.push_str(&wrap(&words, "  ", "    "));
+        let against = against_baseline(wl);
+        if !against.is_empty() {
+            let words = format!(
+                "retention against {}'s (from the comparisons at both levels, 95 %): {}",
+                model.baseline,
+                against.join(" · ")
+            );
+            out.push_str(&wrap(&words, "  ", "    "));
+        }
     }
     out
 }
@@ -245,6 +260,34 @@ pub fn retained(wl: &WorkloadModel) -> Vec<String> {
                     e.high
                 ),
                 None => format!("{} {} -", r.variant, fmt_level(row.level)),
+            })
+        })
+        .collect()
+}
+
+/// Every non-baseline variant's retention against the baseline's, with its interval and
+/// whether it excludes 1: `mcs 2x 0.912 [0.850, 0.978] less`.
+pub fn against_baseline(wl: &WorkloadModel) -> Vec<String> {
+    wl.retention
+        .iter()
+        .flat_map(|r| {
+            r.rows.iter().filter_map(move |row| {
+                let e = row.against_baseline.as_ref()?;
+                let word = if e.low > 1.0 {
+                    " more"
+                } else if e.high < 1.0 {
+                    " less"
+                } else {
+                    ""
+                };
+                Some(format!(
+                    "{} {} {:.3} [{:.3}, {:.3}]{word}",
+                    r.variant,
+                    fmt_level(row.level),
+                    e.ratio,
+                    e.low,
+                    e.high
+                ))
             })
         })
         .collect()

@@ -279,6 +279,16 @@ pub struct RetentionRow {
     pub effect: Option<Effect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// A variant's retention against the baseline's at this level (None for the baseline):
+    /// its comparison's ratio here over its ratio at `from_level`, both paired within rounds
+    /// (or blocks), so the boot of a level cancels in each — "does FIFO keep less than
+    /// test-and-set?" ([`super::effect::ratio_of_effects`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against_baseline: Option<Effect>,
+    /// Retention over runs of one bring-up a level: what varies between boots, and the host's
+    /// drift between the levels' stretches of time, is not in its interval.
+    #[serde(default)]
+    pub within_one_boot: bool,
 }
 
 fn default_margin() -> f64 {
@@ -639,7 +649,7 @@ pub fn build_with_margin(
                         .collect(),
                 })
                 .collect();
-            let comparisons = (1..variants.len())
+            let comparisons: Vec<Comparison> = (1..variants.len())
                 .map(|vi| {
                     let per_level: Vec<(f64, &[&RunDigest], &[&RunDigest])> = levels
                         .iter()
@@ -657,7 +667,7 @@ pub fn build_with_margin(
                     c
                 })
                 .collect();
-            let retention = (0..variants.len())
+            let mut retention: Vec<Retention> = (0..variants.len())
                 .filter_map(|vi| {
                     let per_level: Vec<(f64, &[&RunDigest])> = levels
                         .iter()
@@ -667,6 +677,7 @@ pub fn build_with_margin(
                     retention_of(&variants[vi], &per_level, &metric, margin)
                 })
                 .collect();
+            retention_against_baseline(&mut retention, &comparisons, margin);
             WorkloadModel {
                 workload: id.clone(),
                 command: info.command.clone(),
@@ -956,6 +967,29 @@ fn compare_variant(
     }
 }
 
+/// Each non-baseline variant's retention against the baseline's, from its comparison's rows at
+/// the retention's two levels.
+fn retention_against_baseline(retention: &mut [Retention], comparisons: &[Comparison], margin: f64) {
+    for r in retention.iter_mut() {
+        let Some(c) = comparisons.iter().find(|c| c.variant == r.variant) else {
+            continue;
+        };
+        let effect_at = |level: f64| {
+            c.rows
+                .iter()
+                .find(|row| row.level == level)
+                .and_then(|row| row.effect.as_ref())
+        };
+        let Some(from) = effect_at(r.from_level) else {
+            continue;
+        };
+        for row in &mut r.rows {
+            row.against_baseline =
+                effect_at(row.level).and_then(|e| super::effect::ratio_of_effects(e, from, margin).ok());
+        }
+    }
+}
+
 /// A variant's retention: each higher level against its lowest level with results.
 fn retention_of(
     variant: &str,
@@ -971,7 +1005,16 @@ fn retention_of(
     let rows: Vec<RetentionRow> = with_results
         .map(|(level, higher)| {
             let (effect, why) = effect_or_why(super::effect::retention(&lowest, &higher, margin));
-            RetentionRow { level, effect, why }
+            let within_one_boot = effect
+                .as_ref()
+                .is_some_and(|e| e.unit == super::effect::Unit::Run);
+            RetentionRow {
+                level,
+                effect,
+                why,
+                against_baseline: None,
+                within_one_boot,
+            }
         })
         .collect();
     (!rows.is_empty()).then(|| Retention {

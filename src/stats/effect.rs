@@ -273,6 +273,27 @@ pub fn retention(lower: &[Sample], higher: &[Sample], margin: f64) -> Result<Eff
     )
 }
 
+/// The ratio of two independent effects' ratios, `num / den`, with its interval: e.g. a
+/// variant's ratio to the baseline at 2x over the same at 1x — how much of its 1x throughput
+/// the variant keeps at 2x against how much the baseline keeps (the interaction of variant and
+/// level). Each side's standard error is read back from its [`CONFIDENCE`] interval on the log
+/// scale; the degrees of freedom are Welch–Satterthwaite's. The two must be independent (two
+/// levels' comparisons: different rounds on different guests).
+pub fn ratio_of_effects(num: &Effect, den: &Effect, margin: f64) -> Result<Effect, String> {
+    let se = |e: &Effect| -> Result<f64, String> {
+        let t = StudentsT::new(0.0, 1.0, e.df).map_err(|x| x.to_string())?;
+        Ok((e.high / e.low).ln() / (2.0 * t.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0)))
+    };
+    let (s1, s2) = (se(num)?, se(den)?);
+    let se2 = s1 * s1 + s2 * s2;
+    let df = se2 * se2 / (s1.powi(4) / num.df + s2.powi(4) / den.df);
+    let mut e = tested(num.ratio.ln() - den.ratio.ln(), se2.sqrt(), df, num.unit, margin)?;
+    e.paired = false;
+    e.n_base = den.n_base;
+    e.n_variant = num.n_base;
+    Ok(e)
+}
+
 fn unpaired_runs(base: &[Sample], variant: &[Sample], margin: f64, why: &str) -> Result<Effect, String> {
     let logs = |side: &[Sample]| side.iter().map(|s| s.value.ln()).collect::<Vec<_>>();
     let mut e = unpaired(&logs(base), &logs(variant), Unit::Run, margin)?;
@@ -473,6 +494,41 @@ mod tests {
             bring_up,
             block,
         }
+    }
+
+    /// A variant's retention against the baseline's, from the two levels' paired comparisons,
+    /// is Welch's test on the two levels' per-round log ratios (scipy-checked on its own:
+    /// `unpaired`): the same ratio, interval and p.
+    #[test]
+    fn the_ratio_of_two_levels_ratios_is_welchs_test_on_their_rounds() {
+        let level = |b: &[f64], v: &[f64]| {
+            let base: Vec<Sample> = b
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| s(x, i as u32, 0, 1, 0))
+                .collect();
+            let var: Vec<Sample> = v
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| s(x, i as u32, 0, 1, 0))
+                .collect();
+            let d: Vec<f64> = b.iter().zip(v).map(|(b, v)| (v / b).ln()).collect();
+            (compare(&base, &var, 0.05).unwrap(), d)
+        };
+        let (at1, d1) = level(&[100.0, 104.0, 98.0, 101.0], &[102.0, 105.0, 99.5, 103.0]);
+        let (at2, d2) = level(&[50.0, 47.0, 55.0], &[80.0, 70.0, 90.0]);
+        let e = ratio_of_effects(&at2, &at1, 0.05).unwrap();
+        let welch = unpaired(&d1, &d2, Unit::Round, 0.05).unwrap();
+        for (got, want) in [
+            (e.ratio, welch.ratio),
+            (e.low, welch.low),
+            (e.high, welch.high),
+            (e.p, welch.p),
+            (e.df, welch.df),
+        ] {
+            assert!(close(got, want, 1e-9), "{got} vs {want}: {e:?} {welch:?}");
+        }
+        assert_eq!((e.n_base, e.n_variant, e.paired), (4, 3, false));
     }
 
     #[test]
