@@ -85,6 +85,16 @@ pub fn duration_flag(workload: &str) -> Option<&'static str> {
     }
 }
 
+/// How long `command` runs, in milliseconds, where it runs for a time (its argument or its
+/// default): what each arm of a sliced run gets in all.
+pub fn duration_ms(command: &Command) -> Option<u64> {
+    match command {
+        Command::Lock(a) => Some(a.duration_ms),
+        Command::Ebizzy(a) => Some((a.seconds * 1000.0).round() as u64),
+        _ => None,
+    }
+}
+
 /// `command` set to run for `ms` milliseconds; an error for a workload that runs a fixed
 /// amount of work rather than for a time.
 pub fn with_duration(command: Command, ms: u64) -> Result<Command, String> {

@@ -483,7 +483,7 @@ pub struct Workload {
 }
 
 /// The slice of a workload whose variants share guests, unless it sets `slice_ms`.
-pub const DEFAULT_SLICE_MS: Option<u64> = None;
+pub const DEFAULT_SLICE_MS: Option<u64> = Some(300);
 
 /// The shortest slice: each slice has its own set-up and teardown (a lock run calibrates the
 /// TSC for 20 ms before and after its window), so a shorter one is mostly set-up, and gives

@@ -43,7 +43,9 @@ pub fn spec_for(w: &WorkloadInstance, v: &Variant, argv: &[String]) -> Option<Sl
     if !v.trace_events.is_empty() || v.kernel_counts || v.profile.is_some() {
         return None;
     }
-    let run_ms = crate::scenario::expand::workload_seconds(argv)? * 1000.0;
+    // As the payload reads the command line: a duration left out is the workload's default.
+    let command = ocrig_payload::cli::validate(argv).ok()?;
+    let run_ms = ocrig_payload::slices::duration_ms(&command)? as f64;
     Some(SliceSpec {
         slice_ms,
         period_ms: slice_ms + SLICE_SETUP_MS,

@@ -18,7 +18,7 @@ const METRIC: &str = "ops_per_sec";
 fn plan(extra: &str) -> Plan {
     let runs = if extra.contains("runs:") { "" } else { "runs: 4\n" };
     let scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 2\n{runs}{extra}"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 2\n{runs}{extra}"
     ))
     .unwrap();
     Plan::build(&scenario, &[0, 1], 1).unwrap()

@@ -13,7 +13,8 @@ use crate::scenario::Scenario;
 
 const METRIC: &str = "ops_per_sec";
 
-/// Two variants that differ only in payload arguments (one shared boot per level), 2 guests.
+/// Two variants that differ only in payload arguments (one shared boot per level), 2 guests,
+/// each run whole (`slice_ms: 0`: sliced rounds have tests of their own, below).
 /// 3 runs each and no warm-ups unless `extra` says otherwise (the tests of failures count
 /// run calls; the default warm-up, a round on every fresh guest set, has tests of its own:
 /// [`with_default_warm_ups`]).
@@ -34,7 +35,7 @@ fn with_default_warm_ups(extra: &str) -> Scenario {
         "runs: 3\n"
     };
     yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{runs}{extra}"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{runs}{extra}"
     ))
     .unwrap()
 }
@@ -1139,7 +1140,7 @@ async fn the_sweep_keeps_in_memory_only_what_the_accounting_and_stopping_rules_r
 /// the default warm-ups unless `extra` names some.
 fn own_guests(extra: &str) -> Plan {
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: mitigations=off, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{extra}"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: mitigations=off, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{extra}"
     ))
     .unwrap();
     Plan::build(&s, &[0, 1], 1).unwrap()
@@ -1222,7 +1223,7 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
     // Variants a and b share guests, c has its own: both groups are blocked; b and a pair by
     // round inside their group, c pairs with a block by block.
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, cmdline: mitigations=off, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nruns: 2\nwarmup_runs: 0\n"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, cmdline: mitigations=off, args: {{algo: tas}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\nruns: 2\nwarmup_runs: 0\n"
     ))
     .unwrap();
     let p = Plan::build(&s, &[0, 1], 1).unwrap();
@@ -1247,7 +1248,7 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
     assert!(o.records.iter().all(|r| r.slot.block == r.run));
     // Without c, each level has one boot group: one block, all runs on one bring-up.
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\nruns: 2\n"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\nruns: 2\n"
     ))
     .unwrap();
     let p = Plan::build(&s, &[0, 1], 1).unwrap();
@@ -1680,7 +1681,7 @@ fn a_stopping_rule_in_a_blocked_group_judges_whole_blocks() {
 async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baseline_last() {
     let dir = tempfile::tempdir().unwrap();
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}}}\n  - {{name: d, args: {{algo: clh}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: {{until: concluded, min: 3, max: 12}}\n"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}}}\n  - {{name: d, args: {{algo: clh}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: {{until: concluded, min: 3, max: 12}}\n"
     ))
     .unwrap();
     let p = Plan::build(&s, &[0, 1], 1).unwrap();
@@ -1742,7 +1743,7 @@ async fn until_concluded_stops_each_comparison_on_its_conclusion_and_the_baselin
 async fn until_concluded_with_guests_of_their_own_stops_at_a_blocks_end() {
     let dir = tempfile::tempdir().unwrap();
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: mitigations=off, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: {{until: concluded, min: 3, max: 12}}\nschedule: {{runs_per_bring_up: 2}}\n"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, cmdline: mitigations=off, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: {{until: concluded, min: 3, max: 12}}\nschedule: {{runs_per_bring_up: 2}}\n"
     ))
     .unwrap();
     let p = Plan::build(&s, &[0, 1], 1).unwrap();
@@ -1792,7 +1793,7 @@ fn shared_variants(k: usize, levels: &str, extra: &str) -> Plan {
         "warmup_runs: 0\n"
     };
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: {levels}\nvariants:\n{variants}workloads:\n  - command: lock\n    metric: {METRIC}\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{warm_ups}{extra}"
+        "name: t\nhost: {{cpus: 2}}\nlevels: {levels}\nvariants:\n{variants}workloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\ntimeouts: {{retries: 1}}\n{warm_ups}{extra}"
     ))
     .unwrap();
     Plan::build(&s, &[0, 1], 1).unwrap()
