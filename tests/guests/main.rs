@@ -19,6 +19,7 @@ mod preemption;
 mod remote;
 mod reproductions;
 mod run_position;
+mod run_window;
 mod scale;
 mod smoke;
 mod telemetry;
