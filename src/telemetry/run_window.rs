@@ -151,21 +151,27 @@ pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<Run
         .collect()
 }
 
+/// A traced vCPU: (guest, vCPU).
+type VcpuKey = (u32, u32);
+
+/// One wait of a vCPU: `(start µs, end µs, the CPU it waited for)`.
+type WaitSpan = (i64, i64, usize);
+
 /// The timeline's segments by CPU and by vCPU, each in time order.
 struct Index<'a> {
     tl: &'a Timeline,
     /// Per CPU: `[start, end, who]`.
     by_cpu: BTreeMap<usize, Vec<[i64; 3]>>,
     /// Per (guest, vCPU): `(start, end)`.
-    by_vcpu: BTreeMap<(u32, u32), Vec<(i64, i64)>>,
-    /// Per (guest, vCPU): its waits, `(start, end, cpu)`, in time order.
-    waits: BTreeMap<(u32, u32), Vec<(i64, i64, usize)>>,
+    by_vcpu: BTreeMap<VcpuKey, Vec<(i64, i64)>>,
+    /// Per (guest, vCPU): its waits, in time order.
+    waits: BTreeMap<VcpuKey, Vec<WaitSpan>>,
 }
 
 impl<'a> Index<'a> {
     fn of(tl: &'a Timeline, vcpu_waits: &VcpuWaits) -> Self {
         let mut by_cpu: BTreeMap<usize, Vec<[i64; 3]>> = BTreeMap::new();
-        let mut by_vcpu: BTreeMap<(u32, u32), Vec<(i64, i64)>> = BTreeMap::new();
+        let mut by_vcpu: BTreeMap<VcpuKey, Vec<(i64, i64)>> = BTreeMap::new();
         for s in &tl.segments {
             by_cpu.entry(s[0] as usize).or_default().push([s[1], s[2], s[3]]);
             if let Who::Vcpu { guest, vcpu } = tl.who[s[3] as usize] {
@@ -178,7 +184,7 @@ impl<'a> Index<'a> {
         for v in by_vcpu.values_mut() {
             v.sort_unstable();
         }
-        let mut waits: BTreeMap<(u32, u32), Vec<(i64, i64, usize)>> = BTreeMap::new();
+        let mut waits: BTreeMap<VcpuKey, Vec<WaitSpan>> = BTreeMap::new();
         for w in &vcpu_waits.waits {
             waits
                 .entry((w[0] as u32, w[1] as u32))
@@ -236,7 +242,7 @@ fn level_held(index: &Index<'_>, from: i64, to: i64) -> Option<f64> {
     if to <= from || cpus == 0 {
         return None;
     }
-    let mut vcpus: Vec<(u32, u32)> = index.by_vcpu.keys().chain(index.waits.keys()).copied().collect();
+    let mut vcpus: Vec<VcpuKey> = index.by_vcpu.keys().chain(index.waits.keys()).copied().collect();
     vcpus.sort_unstable();
     vcpus.dedup();
     let runnable: i64 = vcpus
