@@ -236,8 +236,10 @@ pub const WINDOW_OWN: &str = "payload";
 /// `run_window.window`: the measured guest's payload window, for a guest whose payload gives
 /// none (a `background: hog` guest): the part of the run the measured guest's figures are of.
 pub const WINDOW_MEASURED: &str = "measured guest's payload";
-/// `run_window.window`: no payload window to be had (a workload that gives none): the guest's
-/// go signal to its command's end, as the host saw them (the payload's start and report inside).
+/// `run_window.window`: no payload window to be had (a workload that gives none, or a sliced
+/// run: its report keeps no slice's TSC window): the guest's go signal to its command's end, as
+/// the host saw them (the payload's start and report inside, and a sliced run's set-up and
+/// pauses between its slices).
 pub const WINDOW_COMMAND: &str = "go signal to the command's end";
 
 /// One vCPU over the run's window.
