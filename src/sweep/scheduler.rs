@@ -1076,7 +1076,12 @@ fn describe(group: &BootGroup, cell: &Cell, warmup: bool, run: u32, try_no: u32)
 }
 
 /// What worker `guest` runs: guest 0 always the measured workload, the others per `background`.
-fn argv_for(guest: u32, argv: &[String], seconds: Option<f64>, background: Background) -> Option<Vec<String>> {
+fn argv_for(
+    guest: u32,
+    argv: &[String],
+    seconds: Option<f64>,
+    background: Background,
+) -> Option<Vec<String>> {
     match (guest, background) {
         (0, _) | (_, Background::Same) => Some(argv.to_vec()),
         (_, Background::Idle) => None,

@@ -2015,7 +2015,10 @@ async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
     for r in o.records.iter().filter(|r| r.guest == 0) {
         let want = if r.variant == "a" { 200.0 } else { 100.0 };
         assert_eq!(r.metrics[METRIC], want, "{}", r.variant);
-        assert_eq!(r.argv[0], "lock", "each record keeps its own variant's command line");
+        assert_eq!(
+            r.argv[0], "lock",
+            "each record keeps its own variant's command line"
+        );
         assert_eq!(r.extra[crate::sweep::sliced::SLICED_KEY]["arms"], 3);
     }
     // The round's records are one attempt's: one slot.
@@ -2039,13 +2042,20 @@ async fn a_sliced_round_refused_for_one_variant_is_retried_for_all() {
     let o = sweep(&sliced_plan(""), script, vec![], dir.path()).await;
     assert_eq!(o.calls.runs.len(), 4, "one retry");
     assert_eq!(o.calls.bring_ups.len(), 1, "retried on the same guests");
-    let failed: Vec<&RunRecord> = o.records.iter().filter(|r| r.run == 1 && r.attempt == 1).collect();
+    let failed: Vec<&RunRecord> = o
+        .records
+        .iter()
+        .filter(|r| r.run == 1 && r.attempt == 1)
+        .collect();
     assert_eq!(failed.len(), 6, "{}", brief(&o.records));
     let refused: Vec<&&RunRecord> = failed.iter().filter(|r| !r.ok).collect();
     assert_eq!(refused.len(), 1);
     assert!(refused[0].error.as_deref().unwrap().contains(why));
     for r in &failed {
-        assert!(r.superseded.as_deref().unwrap().contains(&refused[0].variant), "{r:?}");
+        assert!(
+            r.superseded.as_deref().unwrap().contains(&refused[0].variant),
+            "{r:?}"
+        );
         if r.ok {
             assert!(r.error.is_none());
         }
@@ -2069,7 +2079,12 @@ async fn a_probed_variant_runs_whole_beside_the_sliced_ones() {
     .unwrap();
     let plan = Plan::build(&s, &[0, 1], 1).unwrap();
     let o = sweep(&plan, Script::default(), vec![], dir.path()).await;
-    let kinds: Vec<String> = o.calls.runs.iter().map(|(_, a)| a[0].as_ref().unwrap()[0].clone()).collect();
+    let kinds: Vec<String> = o
+        .calls
+        .runs
+        .iter()
+        .map(|(_, a)| a[0].as_ref().unwrap()[0].clone())
+        .collect();
     assert_eq!(kinds.iter().filter(|k| *k == "slices").count(), 2, "{kinds:?}");
     assert_eq!(kinds.iter().filter(|k| *k == "lock").count(), 2, "{kinds:?}");
     assert_eq!(o.totals.runs_ok, 6);
