@@ -40,6 +40,17 @@ pub struct BootGroup {
 }
 
 impl BootGroup {
+    /// Every how many measured rounds the group's order is balanced, where the stopping rule
+    /// may look ([`balanced_every`]); 1 where every cell is sliced: a sliced run balances its
+    /// variants' places inside itself (mirrored slices), so its rounds need no period.
+    pub fn balanced_every(&self, order: RunOrder) -> u32 {
+        if !self.cells.is_empty() && self.cells.iter().all(|c| c.slice.is_some()) {
+            1
+        } else {
+            balanced_every(self.variants.len(), order)
+        }
+    }
+
     /// A directory name for the group's guests: `<level>x-<variant>`, or `<level>x-<first
     /// variant>+<number of others>` when shared. Short, because QEMU's QMP socket lives below
     /// it and a Unix socket path may not exceed 107 bytes.
@@ -268,16 +279,7 @@ impl Plan {
         let looks = s.runs.until_concluded().then(|| {
             boots
                 .iter()
-                .map(|g| {
-                    // A sliced run balances its variants' places inside itself (mirrored
-                    // slices): its rounds need no balancing period.
-                    let every = if g.cells.iter().all(|c| c.slice.is_some()) {
-                        1
-                    } else {
-                        balanced_every(g.variants.len(), order)
-                    };
-                    super::stopping::looks(runs, max_runs, every)
-                })
+                .map(|g| super::stopping::looks(runs, max_runs, g.balanced_every(order)))
                 .max()
                 .unwrap_or(1)
         });

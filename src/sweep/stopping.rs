@@ -295,7 +295,8 @@ fn decided_by_conclusion<'a>(
     // The rule looks at its look points only, where the order is balanced (or, where blocks
     // stay whole, at the first block's end after each that is balanced too): what its α was
     // corrected for.
-    let every = super::order::balanced_every(group.variants.len(), plan.schedule.order);
+    // The plan's α was corrected for the looks of this same period.
+    let every = group.balanced_every(plan.schedule.order);
     let balanced = |r: u32| r.is_multiple_of(every) || r >= cell.max_runs;
     let looks: Vec<u32> = look_points(cell.runs, cell.max_runs, every)
         .into_iter()

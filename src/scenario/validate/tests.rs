@@ -542,3 +542,31 @@ fn a_listed_cpu_that_is_offline_is_named_as_offline_at_its_line() {
     // Isolated CPUs (8 here) that are online are not refused as offline.
     assert!(!e.to_string().contains("[8, 17] are offline"), "{e}");
 }
+
+/// A slice shorter than a slice can measure, or a slice of a workload that runs a fixed
+/// amount of work, is refused at `slice_ms` with the reason; `slice_ms: 0` (whole runs) is
+/// accepted for any workload.
+#[test]
+fn a_slice_too_short_or_of_a_workload_that_does_not_run_for_a_time_is_refused_at_its_field() {
+    for (command, ms, needle) in [
+        ("lock", 50, "shorter than a slice can measure"),
+        ("mutex", 300, "cannot be sliced"),
+    ] {
+        let metric = if command == "lock" {
+            "ops_per_sec"
+        } else {
+            "time_s"
+        };
+        let (_d, l) = loaded(&format!(
+            "name: x\nlevels: [1]\nworkloads:\n  - command: {command}\n    metric: {metric}\n    slice_ms: {ms}\n"
+        ));
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].field, "workloads[0].slice_ms", "{e}");
+        assert_eq!(e.0[0].line, Some(6), "{e}");
+        assert!(e.to_string().contains(needle), "{e}");
+    }
+    let (_d, l) =
+        loaded("name: x\nlevels: [1]\nworkloads:\n  - command: mutex\n    metric: time_s\n    slice_ms: 0\n");
+    validate(&l, &facts()).unwrap();
+}

@@ -1965,8 +1965,9 @@ async fn a_min_and_max_without_a_balanced_look_still_run() {
 
 /// [`scenario`] with the lock workload sliced (3 variants: a, b, c sharing the guests).
 fn sliced_plan(extra: &str) -> Plan {
+    let runs = if extra.contains("runs:") { "" } else { "runs: 3\n" };
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 300\n    args: {{threads: 1, duration-ms: 1200}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\nruns: 3\n{extra}"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\n  - {{name: c, args: {{algo: mcs}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 300\n    args: {{threads: 1, duration-ms: 1200}}\ntimeouts: {{retries: 1}}\nwarmup_runs: 0\n{runs}{extra}"
     ))
     .unwrap();
     Plan::build(&s, &[0, 1], 1).unwrap()
@@ -2088,4 +2089,16 @@ async fn a_probed_variant_runs_whole_beside_the_sliced_ones() {
     assert_eq!(kinds.iter().filter(|k| *k == "slices").count(), 2, "{kinds:?}");
     assert_eq!(kinds.iter().filter(|k| *k == "lock").count(), 2, "{kinds:?}");
     assert_eq!(o.totals.runs_ok, 6);
+}
+
+/// A sliced group's stopping rule may look after any round (its runs balance the variants'
+/// places inside themselves); a group of whole runs only where its order is balanced. The
+/// plan's α and the rule's looks come from the same period.
+#[test]
+fn a_sliced_group_looks_after_any_round_a_whole_one_where_balanced() {
+    let sliced = sliced_plan("runs: {until: concluded, min: 3, max: 12}\n");
+    assert_eq!(sliced.boots[0].balanced_every(sliced.schedule.order), 1);
+    assert_eq!(sliced.looks, Some(4), "3, 5, 8, 12");
+    let whole = plan("runs: {until: concluded, min: 3, max: 12}\n");
+    assert_eq!(whole.boots[0].balanced_every(whole.schedule.order), 2);
 }
