@@ -475,15 +475,18 @@ pub struct Workload {
     pub better: Better,
     /// Variants that share guests run this workload as one payload run of alternating slices
     /// of this many milliseconds each (A B B A …, every variant the run's whole duration in
-    /// all), so both sides of a comparison meet the same host states; `0`: each variant's run
-    /// whole, one after the other. Default: [`DEFAULT_SLICE_MS`] for a workload that runs for a
-    /// time (`lock`, `ebizzy`); others always run whole.
+    /// all), so both sides of a comparison meet the same host states (`lock` and `ebizzy`,
+    /// which run for a time); `0` or absent: each variant's run whole, one after the other
+    /// ([`DEFAULT_SLICE_MS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slice_ms: Option<u64>,
 }
 
 /// The slice of a workload whose variants share guests, unless it sets `slice_ms`.
-pub const DEFAULT_SLICE_MS: Option<u64> = Some(300);
+/// None (whole runs) until a sliced run's slices keep what the explanations need: the lock's
+/// preemption attribution and the vCPU wait over each slice's window are not yet merged over
+/// slices, so slicing is asked for (`slice_ms: 300`) where the conclusion matters more.
+pub const DEFAULT_SLICE_MS: Option<u64> = None;
 
 /// The shortest slice: each slice has its own set-up and teardown (a lock run calibrates the
 /// TSC for 20 ms before and after its window), so a shorter one is mostly set-up, and gives

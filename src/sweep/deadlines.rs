@@ -30,16 +30,12 @@ pub fn timeout_for(seconds: Option<f64>, configured_s: Option<u64>) -> Duration 
     wanted.min(MAX_RUN_DEADLINE)
 }
 
-/// How long a background CPU hog burns: as long as the measured workload is expected to run,
-/// and [`HOG_OUTLASTS_S`] more, since the workload's window opens after its own set-up (a lock
-/// run's gate came 0.05–0.5 s after the go signal under TCG): a hog that stopped at the
-/// duration left the window's end without the level it claims.
+/// How long a background CPU hog burns: as long as the measured workload is expected to run.
+/// (Not longer: every attempt waits for its last worker, so a longer hog lengthens every run,
+/// and where guest 0 runs a hog too it would idle while the others still burn.)
 pub fn hog_seconds_for(seconds: Option<f64>) -> f64 {
-    seconds.map_or(30.0, |s| s + HOG_OUTLASTS_S)
+    seconds.unwrap_or(30.0)
 }
-
-/// How much longer than the measured workload a background hog burns, s.
-pub const HOG_OUTLASTS_S: f64 = 2.0;
 
 #[cfg(test)]
 mod tests {
