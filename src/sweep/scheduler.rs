@@ -596,6 +596,17 @@ impl<E: Executor> Scheduler<'_, E> {
         let ended = self.judge(&mut recs, id.warmup);
         let refused = refused_args(group, cell, &recs);
         self.journal_attempt(cell, recs, ended)?;
+        self.after_attempt(state, ended, refused).await
+    }
+
+    /// After a journaled attempt that ended `ended`: a guest failure, or arguments the payload
+    /// refused, take the workers down; refused arguments end the sweep.
+    async fn after_attempt(
+        &mut self,
+        state: &mut GroupState,
+        ended: Ended,
+        refused: Option<PayloadRefusedArgs>,
+    ) -> anyhow::Result<Ended> {
         if ended == Ended::GuestFailed || refused.is_some() {
             state.up = None;
             self.tear_down().await;

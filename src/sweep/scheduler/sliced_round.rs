@@ -96,10 +96,10 @@ impl<E: Executor> Scheduler<'_, E> {
         let sizes: Vec<usize> = per_cell.iter().map(Vec::len).collect();
         let mut all: Vec<RunRecord> = per_cell.into_iter().flatten().collect();
         let ended = self.judge(&mut all, false);
-        let refused = cells.iter().find_map(|c| {
-            let own: Vec<RunRecord> = all.iter().filter(|r| r.variant == c.variant).cloned().collect();
-            refused_args(group, c, &own)
-        });
+        // The first refused record names its variant's cell.
+        let refused = records::refused_args(&all)
+            .and_then(|(r, _)| cells.iter().find(|c| c.variant == r.variant))
+            .and_then(|c| refused_args(group, c, &all));
         self.report_failures(&all, ended);
         let mut rest = all.into_iter();
         for (c, n) in cells.iter().zip(sizes) {
@@ -108,14 +108,7 @@ impl<E: Executor> Scheduler<'_, E> {
         if ended != Ended::Counted {
             self.totals.attempts_failed += 1;
         }
-        if ended == Ended::GuestFailed || refused.is_some() {
-            state.up = None;
-            self.tear_down().await;
-        }
-        match refused {
-            Some(r) => Err(r.into()),
-            None => Ok(ended),
-        }
+        self.after_attempt(state, ended, refused).await
     }
 
     /// The cells of `order` (the rest of a round's order, its first due now) that run sliced
