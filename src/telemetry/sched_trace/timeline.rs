@@ -193,15 +193,7 @@ pub fn timeline(
     traced: (u64, u64),
     run: (u64, u64),
 ) -> Timeline {
-    let vcpu_of: BTreeMap<i32, (u32, u32)> = guests
-        .iter()
-        .enumerate()
-        .flat_map(|(g, tids)| {
-            tids.iter()
-                .enumerate()
-                .map(move |(v, &t)| (t, (g as u32, v as u32)))
-        })
-        .collect();
+    let vcpu_of = vcpu_index(guests);
     let us = |ns: u64| (ns as i64 - run.0 as i64).div_euclid(1000);
     let mut who: Vec<Who> = Vec::new();
     let mut index = |w: Who| -> i64 {
@@ -313,4 +305,18 @@ pub fn summary(tl: &Timeline, file: &Path, bytes: usize, cost_ms: f64, host_slic
         "host_slice": host_slice,
         "cost_cpu_ms": cost_ms,
     })
+}
+
+/// Each vCPU thread id of `guests` (per guest, its vCPU threads' ids in vCPU order) → (guest,
+/// vCPU).
+pub(super) fn vcpu_index(guests: &[Vec<i32>]) -> BTreeMap<i32, (u32, u32)> {
+    guests
+        .iter()
+        .enumerate()
+        .flat_map(|(g, tids)| {
+            tids.iter()
+                .enumerate()
+                .map(move |(v, &t)| (t, (g as u32, v as u32)))
+        })
+        .collect()
 }

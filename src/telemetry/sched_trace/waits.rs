@@ -57,15 +57,7 @@ pub fn vcpu_waits(
     traced: (u64, u64),
     run_start: u64,
 ) -> VcpuWaits {
-    let vcpu_of: BTreeMap<i32, (u32, u32)> = guests
-        .iter()
-        .enumerate()
-        .flat_map(|(g, tids)| {
-            tids.iter()
-                .enumerate()
-                .map(move |(v, &t)| (t, (g as u32, v as u32)))
-        })
-        .collect();
+    let vcpu_of = super::timeline::vcpu_index(guests);
     let us = |ns: u64| (ns as i64 - run_start as i64).div_euclid(1000);
     let mut state: BTreeMap<i32, State> = vcpu_of.keys().map(|&t| (t, State::Unknown)).collect();
     let mut known_from: BTreeMap<i32, u64> = BTreeMap::new();
