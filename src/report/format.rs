@@ -59,19 +59,40 @@ pub fn fmt_frac(x: Option<f64>) -> String {
     x.map_or_else(|| "-".into(), |x| format!("{x:.4}"))
 }
 
+/// A ratio to three decimals between 0.001 and 1000, in scientific notation outside (`7.1e-5`,
+/// `6.3e14`): an interval from two runs a side at a family's level can span fifteen orders of
+/// magnitude, and neither `0.000` (a ratio is never 0) nor a 30-digit column helps its reader.
+pub fn fmt_ratio_value(x: f64) -> String {
+    if !x.is_finite() {
+        return if x > 0.0 { "inf".into() } else { "-".into() };
+    }
+    if x == 0.0 || (1e-3..1e3).contains(&x.abs()) {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.1e}")
+    }
+}
+
+/// `0.952 [0.930, 0.974]`: a ratio and an interval.
+pub fn fmt_ratio_interval(ratio: f64, low: f64, high: f64) -> String {
+    format!(
+        "{} [{}, {}]",
+        fmt_ratio_value(ratio),
+        fmt_ratio_value(low),
+        fmt_ratio_value(high)
+    )
+}
+
 /// `0.952 [0.930, 0.974]`: a ratio and its interval; `-` when none was estimated.
 pub fn fmt_ratio(e: Option<&Effect>) -> String {
-    e.map_or_else(
-        || "-".into(),
-        |e| format!("{:.3} [{:.3}, {:.3}]", e.ratio, e.low, e.high),
-    )
+    e.map_or_else(|| "-".into(), |e| fmt_ratio_interval(e.ratio, e.low, e.high))
 }
 
 /// `0.900 [0.846, 0.958]`: a comparison row's ratio with the interval its conclusion was
 /// judged by ([`crate::stats::cells::Row::interval`]); `-` without a ratio.
 pub fn fmt_row_ratio(r: &crate::stats::cells::Row) -> String {
     match (&r.effect, &r.interval) {
-        (Some(e), Some(i)) => format!("{:.3} [{:.3}, {:.3}]", e.ratio, i.low, i.high),
+        (Some(e), Some(i)) => fmt_ratio_interval(e.ratio, i.low, i.high),
         (e, _) => fmt_ratio(e.as_ref()),
     }
 }

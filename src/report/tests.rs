@@ -42,6 +42,17 @@ fn number_formats() {
     assert_eq!(fmt_confidence(1.0 - 0.05 / 144.0), "99.965 %");
     assert_eq!(fmt_confidence(1.0 - 0.05 / 76.0), "99.934 %");
     assert_eq!(fmt_confidence(0.9), "90 %");
+    // Ratios: three decimals where they read, scientific where an interval of two runs a side
+    // at a family's level spans orders of magnitude (never `0.000`, never a 30-digit column).
+    assert_eq!(fmt_ratio_value(0.952), "0.952");
+    assert_eq!(
+        fmt_ratio_interval(1.166, 1.6e-15, 628576101348539.375),
+        "1.166 [1.6e-15, 6.3e14]"
+    );
+    assert_eq!(
+        fmt_ratio_interval(0.633, 0.0004, 14011.832),
+        "0.633 [4.0e-4, 1.4e4]"
+    );
     assert_eq!(
         fmt_confidence_range([0.975, 0.9875, 0.975].into_iter()).as_deref(),
         Some("97.5–98.8 %")

@@ -5,7 +5,9 @@
 //! conclusions coloured on a terminal. It opens with what its figures are: the intervals'
 //! levels, how `equivalent` was judged, a margin given after the data.
 
-use super::format::{fmt_confidence, fmt_confidence_range, fmt_level, fmt_margin, fmt_row_ratio};
+use super::format::{
+    fmt_confidence, fmt_confidence_range, fmt_level, fmt_margin, fmt_ratio_interval, fmt_row_ratio,
+};
 use super::layout::{WIDTH, wrap};
 use crate::color::{Tone, paint};
 use crate::stats::cells::{Conclusion, Model, Row, WorkloadModel};
@@ -252,12 +254,10 @@ pub fn retained(wl: &WorkloadModel) -> Vec<String> {
         .flat_map(|r| {
             r.rows.iter().map(move |row| match &row.effect {
                 Some(e) => format!(
-                    "{} {} {:.3} [{:.3}, {:.3}]",
+                    "{} {} {}",
                     r.variant,
                     fmt_level(row.level),
-                    e.ratio,
-                    e.low,
-                    e.high
+                    fmt_ratio_interval(e.ratio, e.low, e.high)
                 ),
                 None => format!("{} {} -", r.variant, fmt_level(row.level)),
             })
@@ -281,12 +281,10 @@ pub fn against_baseline(wl: &WorkloadModel) -> Vec<String> {
                     ""
                 };
                 Some(format!(
-                    "{} {} {:.3} [{:.3}, {:.3}]{word}",
+                    "{} {} {}{word}",
                     r.variant,
                     fmt_level(row.level),
-                    e.ratio,
-                    e.low,
-                    e.high
+                    fmt_ratio_interval(e.ratio, e.low, e.high)
                 ))
             })
         })
