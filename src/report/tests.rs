@@ -46,7 +46,7 @@ fn number_formats() {
     // at a family's level spans orders of magnitude (never `0.000`, never a 30-digit column).
     assert_eq!(fmt_ratio_value(0.952), "0.952");
     assert_eq!(
-        fmt_ratio_interval(1.166, 1.6e-15, 628576101348539.375),
+        fmt_ratio_interval(1.166, 1.6e-15, 6.285_761_013_485_39e14),
         "1.166 [1.6e-15, 6.3e14]"
     );
     assert_eq!(
