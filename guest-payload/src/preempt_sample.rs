@@ -44,6 +44,11 @@
 //!   stall of 30 ms read as guest with switches alone, 2026-12-05). Off by default for its
 //!   cost to a fresh guest's first run ([`SPLIT_WITHOUT_SCHEDSTAT`]). The longest stretched ones are listed one by one with
 //!   their time, vCPU and wait ([`Stretch::longest`]).
+//! - Sliced runs ([`crate::slices`]): an arm's report is one merged from its slices' reports
+//!   ([`PreemptionReport::merge_slices`]): counts and lost time summed, shares over the sums,
+//!   medians the slices' medians, the longest listed on one window from the first slice's start
+//!   to the last one's end, and each slice's own window kept (`window_parts`) so the host can
+//!   measure over the arm's own time alone.
 
 use std::time::Duration;
 
@@ -848,7 +853,7 @@ fn longest_of(
     origin_tick: u64,
     ns_per_tick: f64,
 ) -> Vec<StretchedInterval> {
-    let mut all: Vec<StretchedInterval> = threads
+    let all: Vec<StretchedInterval> = threads
         .iter()
         .enumerate()
         .flat_map(|(thread, t)| {
@@ -863,6 +868,11 @@ fn longest_of(
             })
         })
         .collect();
+    longest_in_order(all)
+}
+
+/// The [`LONGEST_KEPT`] longest of `all`, in the order they began.
+fn longest_in_order(mut all: Vec<StretchedInterval>) -> Vec<StretchedInterval> {
     all.sort_by_key(|s| std::cmp::Reverse(s.len_ns));
     all.truncate(LONGEST_KEPT);
     all.sort_by_key(|s| s.at_ns);
@@ -895,6 +905,11 @@ pub struct PreemptionReport {
     /// made before it was.
     #[serde(default)]
     pub window: Option<TscWindow>,
+    /// A sliced arm's report ([`PreemptionReport::merge_slices`]): each slice's own window, in
+    /// schedule order, the arm's measured time on the TSC (`window` spans them and the gaps
+    /// and other arms' slices between them). Empty (absent) in an ordinary run's report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_parts: Vec<TscWindow>,
 }
 
 pub const SPLIT_METHOD: &str = "getrusage(RUSAGE_THREAD) context switches and the thread's runqueue wait (/proc/thread-self/schedstat) read after each \
@@ -1010,6 +1025,7 @@ pub fn report(
         not_handed_over: all.not_handed_over,
         clock_behind: all.clock_behind,
         window: Some(window),
+        window_parts: Vec::new(),
         split: if threads.iter().all(|t| t.runqueue_wait_read) {
             SPLIT_METHOD
         } else {
@@ -1017,6 +1033,214 @@ pub fn report(
         }
         .into(),
     }
+}
+
+impl PreemptionReport {
+    /// One report for a sliced run's arm from its slices' reports, each with its slice's
+    /// measured time (`elapsed_ns`), in schedule order; `slices` is not empty (an arm has at
+    /// least one slice).
+    ///
+    /// - `window`: the first slice's start to the last slice's end, its `hz` the rate over that
+    ///   whole span (as every window's is over its own: the longest baseline, seconds rather
+    ///   than a slice's few hundred ms, so the best rate to put the slices' starts on one
+    ///   clock); `window_parts`: each slice's own window. Both absent where a slice has none.
+    /// - `holds`, `handovers`: merged where every slice measured them ([`Stretch::merge_slices`];
+    ///   each slice judged stretched against its own limit), else null with the first missing
+    ///   slice's reason.
+    /// - Counts of the whole run (`not_handed_over`, `clock_behind`) summed; the settings,
+    ///   `split` and `tsc_before` the first slice's, `tsc_after` the last one's (every slice
+    ///   checked its own calibrations: a slice whose TSC rate moved has no sides).
+    pub fn merge_slices(slices: &[(PreemptionReport, u64)]) -> PreemptionReport {
+        let first = &slices[0].0;
+        let last = &slices[slices.len() - 1].0;
+        let window_parts: Vec<TscWindow> = slices
+            .iter()
+            .map(|(r, _)| r.window)
+            .collect::<Option<_>>()
+            .unwrap_or_default();
+        let window = spanning(&window_parts);
+        // Where each slice's window began in the merged one, ns: what its intervals' `at_ns`
+        // (counted from its own start) are moved by.
+        let offsets: Vec<Option<i64>> = slices
+            .iter()
+            .map(|(r, _)| ns_between(window?, r.window?.start_tick))
+            .collect();
+        let (holds, holds_unavailable) = merged_side(slices, &offsets, |r| (&r.holds, &r.holds_unavailable));
+        let (handovers, handovers_unavailable) =
+            merged_side(slices, &offsets, |r| (&r.handovers, &r.handovers_unavailable));
+        PreemptionReport {
+            sample_rate: first.sample_rate,
+            sample_every: first.sample_every,
+            sampling: first.sampling.clone(),
+            threshold_ns: first.threshold_ns,
+            hold_ns: first.hold_ns,
+            tsc_before: first.tsc_before.clone(),
+            tsc_after: last.tsc_after.clone(),
+            holds,
+            holds_unavailable,
+            handovers,
+            handovers_unavailable,
+            not_handed_over: slices.iter().map(|(r, _)| r.not_handed_over).sum(),
+            clock_behind: slices.iter().map(|(r, _)| r.clock_behind).sum(),
+            split: first.split.clone(),
+            window,
+            window_parts,
+        }
+    }
+}
+
+/// The window from the first part's start to the last part's end, at the rate over that span
+/// (None: no parts).
+fn spanning(parts: &[TscWindow]) -> Option<TscWindow> {
+    let (first, last) = (parts.first()?, parts.last()?);
+    Some(TscWindow::of(
+        (first.start_tick, first.start_mono_ns),
+        (last.end_tick, last.end_mono_ns),
+    ))
+}
+
+/// The time from `window`'s start to `tick`, ns, at the window's rate (None: no usable rate).
+/// The window's rate, not the slice's own: the host puts `at_ns` on its clock from the
+/// window's start at the window's rate, so this way a slice's start comes back where it was.
+fn ns_between(window: TscWindow, tick: u64) -> Option<i64> {
+    (window.hz.is_finite() && window.hz > 0.0)
+        .then(|| ((tick as i128 - window.start_tick as i128) as f64 * 1e9 / window.hz) as i64)
+}
+
+/// One side (`pick`: holds or hand-overs) of a sliced arm: merged if every slice has it, else
+/// null with the first slice's reason that lacks it. `offsets`: each slice's start in the
+/// merged window ([`ns_between`]).
+fn merged_side(
+    slices: &[(PreemptionReport, u64)],
+    offsets: &[Option<i64>],
+    pick: impl Fn(&PreemptionReport) -> (&Option<Stretch>, &Option<String>),
+) -> (Option<Stretch>, Option<String>) {
+    let mut parts = Vec::with_capacity(slices.len());
+    for (i, ((r, elapsed_ns), offset)) in slices.iter().zip(offsets).enumerate() {
+        match pick(r) {
+            (Some(s), _) => parts.push((s, *elapsed_ns, *offset)),
+            (None, why) => {
+                let why = why.as_deref().unwrap_or("absent");
+                return (
+                    None,
+                    Some(format!(
+                        "slice {i} of the arm's {} (counted from 0): {why}",
+                        slices.len()
+                    )),
+                );
+            }
+        }
+    }
+    (Some(Stretch::merge_slices(&parts)), None)
+}
+
+/// What a merged [`Stretch`]'s `limit_from` says before the first slice's own.
+pub const LIMIT_FROM_SLICES: &str =
+    "each slice's own (limit_ns is their median; a slice's stretched ones are over its own)";
+
+impl Stretch {
+    /// One side of a sliced arm from each slice's (its figures, its measured time, ns, and
+    /// where its window began in the merged window, ns; None: not known).
+    ///
+    /// - Counts and `lost_ns` summed; `lost_share` over the summed time, `stretched_share` over
+    ///   the summed timed ones (each slice's stretched ones are judged against its own median,
+    ///   as an ordinary run's are against the run's).
+    /// - `sampled_p50_ns`: the median of the slices', weighted by their sampled counts (a
+    ///   stand-in for the median of all the samples, which the slices do not keep);
+    ///   `limit_ns`: the plain median of the slices' limits (a figure of each slice, not of
+    ///   its samples).
+    /// - `stretched_len`: see [`Lengths::merge_slices`].
+    /// - `longest`: the slices' lists moved onto the merged window's start, the
+    ///   [`LONGEST_KEPT`] longest of them in the order they began; empty if any slice's start is
+    ///   not known (their times could not be put on one origin).
+    pub fn merge_slices(parts: &[(&Stretch, u64, Option<i64>)]) -> Stretch {
+        let sum = |f: fn(&Stretch) -> u64| parts.iter().map(|p| f(p.0)).sum::<u64>();
+        let (timed, stretched) = (sum(|s| s.timed), sum(|s| s.stretched));
+        let lost_ns: f64 = parts.iter().map(|p| p.0.lost_ns).sum();
+        let elapsed_ns: u64 = parts.iter().map(|p| p.1).sum();
+        Stretch {
+            timed,
+            stretched,
+            stretched_share: if timed == 0 {
+                0.0
+            } else {
+                stretched as f64 / timed as f64
+            },
+            lost_ns,
+            lost_share: lost_ns / elapsed_ns.max(1) as f64,
+            stretched_guest: sum(|s| s.stretched_guest),
+            stretched_vcpu: sum(|s| s.stretched_vcpu),
+            sampled_p50_ns: weighted_median(
+                parts
+                    .iter()
+                    .filter_map(|p| Some((p.0.sampled_p50_ns?, p.0.sampled)))
+                    .collect(),
+            ),
+            sampled: sum(|s| s.sampled),
+            stretched_len: Lengths::merge_slices(parts.iter().filter_map(|p| p.0.stretched_len.as_ref())),
+            longest: merged_longest(parts),
+            limit_ns: weighted_median(parts.iter().filter_map(|p| Some((p.0.limit_ns?, 1))).collect()),
+            limit_from: parts
+                .iter()
+                .find_map(|p| p.0.limit_from.as_deref())
+                .map(|from| format!("{LIMIT_FROM_SLICES}: {from}")),
+        }
+    }
+}
+
+/// The slices' longest stretched ones (`parts` as [`Stretch::merge_slices`] takes them), each
+/// `at_ns` moved from its slice's window start to the merged window's, the [`LONGEST_KEPT`]
+/// longest of them in the order they began; none if a slice's start is not known.
+fn merged_longest(parts: &[(&Stretch, u64, Option<i64>)]) -> Vec<StretchedInterval> {
+    let mut all = Vec::new();
+    for &(s, _, offset) in parts {
+        let Some(offset) = offset else {
+            return Vec::new();
+        };
+        all.extend(s.longest.iter().map(|l| StretchedInterval {
+            at_ns: l.at_ns + offset,
+            ..*l
+        }));
+    }
+    longest_in_order(all)
+}
+
+impl Lengths {
+    /// A sliced arm's stretched lengths from its slices' (those that had any): `count` summed,
+    /// `max_ns` the largest; `p50_ns` the median of the slices' medians weighted by their
+    /// counts (a stand-in for the median of them all, which would need the slices'
+    /// histograms, not in their reports); `p99_ns` null (a p99 of them all lies somewhere
+    /// between the slices' own p99s, none of which it is).
+    pub fn merge_slices<'a>(slices: impl Iterator<Item = &'a Lengths>) -> Option<Lengths> {
+        let slices: Vec<&Lengths> = slices.collect();
+        Some(Lengths {
+            count: slices.iter().map(|l| l.count).sum(),
+            p50_ns: weighted_median(slices.iter().map(|l| (l.p50_ns, l.count)).collect())?,
+            p99_ns: None,
+            max_ns: slices.iter().map(|l| l.max_ns).max()?,
+        })
+    }
+}
+
+/// The median of `(value, weight)` pairs: the value with at most half the weight below it and
+/// at most half above; where exactly half lies at or below one value, the midpoint of it and
+/// the next (so, with equal weights, the ordinary median). None without any weight.
+fn weighted_median(mut v: Vec<(u64, u64)>) -> Option<u64> {
+    v.retain(|&(_, w)| w > 0);
+    v.sort_unstable();
+    let total: u64 = v.iter().map(|&(_, w)| w).sum();
+    let mut below = 0;
+    for (i, &(value, w)) in v.iter().enumerate() {
+        below += w;
+        if below * 2 == total {
+            // The rest weighs half the total, more than 0: a next value exists.
+            return Some(value.midpoint(v[i + 1].0));
+        }
+        if below * 2 > total {
+            return Some(value);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -1366,5 +1590,195 @@ mod tests {
             (l.limit_ns, l.base_ns, l.from),
             (50_700, 700.0, LIMIT_FROM_MEDIAN)
         );
+    }
+
+    fn interval(at_ns: i64, len_ns: u64) -> StretchedInterval {
+        StretchedInterval {
+            at_ns,
+            len_ns,
+            thread: 0,
+            cpu_at_start: Some(0),
+            cpu: Some(1),
+            guest: false,
+            guest_wait_ns: None,
+        }
+    }
+
+    /// One slice's side: `stretched` of `timed`, one of them guest, lengths around `p50` +
+    /// 60 µs.
+    fn side(timed: u64, stretched: u64, p50: u64, lost_ns: f64, longest: Vec<StretchedInterval>) -> Stretch {
+        Stretch {
+            timed,
+            stretched,
+            stretched_share: stretched as f64 / timed as f64,
+            lost_ns,
+            lost_share: 0.5,
+            stretched_guest: 1,
+            stretched_vcpu: stretched - 1,
+            sampled_p50_ns: Some(p50),
+            sampled: timed / 4,
+            stretched_len: Some(Lengths {
+                count: stretched,
+                p50_ns: p50 + 60_000,
+                p99_ns: None,
+                max_ns: p50 + 90_000,
+            }),
+            longest,
+            limit_ns: Some(p50 + 50_000),
+            limit_from: Some(LIMIT_FROM_MEDIAN.into()),
+        }
+    }
+
+    /// One slice's report over `window` (ticks at 2 GHz, CLOCK_MONOTONIC from 0).
+    fn sliced(
+        window: Option<TscWindow>,
+        holds: Option<Stretch>,
+        handovers: Option<Stretch>,
+    ) -> PreemptionReport {
+        let tsc = TscCalibration {
+            hz: 2e9,
+            window_ns: 20_000_000,
+            read_spread_ns: window.map_or(0, |w| w.start_mono_ns),
+        };
+        PreemptionReport {
+            sample_rate: 0.25,
+            sample_every: 4,
+            sampling: "sampled".into(),
+            threshold_ns: 50_000,
+            hold_ns: 1_000.0,
+            tsc_before: tsc.clone(),
+            tsc_after: tsc,
+            holds_unavailable: holds.is_none().then(|| "no holds here".into()),
+            handovers_unavailable: handovers
+                .is_none()
+                .then(|| "no acquisition waited for a release".into()),
+            holds,
+            handovers,
+            not_handed_over: 3,
+            clock_behind: 1,
+            split: SPLIT_METHOD.into(),
+            window,
+            window_parts: Vec::new(),
+        }
+    }
+
+    /// A 300 ms slice's window starting `start_ms` into the run, at 2 GHz.
+    fn slice_window(start_ms: u64) -> TscWindow {
+        let (start, end) = (start_ms * 1_000_000, (start_ms + 300) * 1_000_000);
+        TscWindow::of((2 * start, start), (2 * end, end))
+    }
+
+    /// Two slices 600 ms apart (another arm's slice between them): counts summed, shares over
+    /// the sums, one window over both and each slice's own, the listed ones on that window.
+    #[test]
+    fn a_sliced_arms_report_sums_its_slices_on_one_window() {
+        let (w0, w1) = (slice_window(1), slice_window(601));
+        let a = sliced(
+            Some(w0),
+            Some(side(1_000, 4, 1_000, 100_000.0, vec![interval(5_000, 70_000)])),
+            Some(side(100, 2, 500, 20_000.0, vec![])),
+        );
+        let b = sliced(
+            Some(w1),
+            Some(side(3_000, 6, 1_200, 300_000.0, vec![interval(7_000, 80_000)])),
+            Some(side(300, 2, 700, 40_000.0, vec![])),
+        );
+        let m = PreemptionReport::merge_slices(&[(a.clone(), 300_000_000), (b.clone(), 300_000_000)]);
+        let w = m.window.unwrap();
+        assert_eq!((w.start_tick, w.start_mono_ns), (w0.start_tick, w0.start_mono_ns));
+        assert_eq!((w.end_tick, w.end_mono_ns), (w1.end_tick, w1.end_mono_ns));
+        assert_eq!(w.hz, 2e9);
+        assert_eq!(m.window_parts, [w0, w1]);
+        assert_eq!((&m.tsc_before, &m.tsc_after), (&a.tsc_before, &b.tsc_after));
+        assert_eq!((m.not_handed_over, m.clock_behind), (6, 2));
+        // An ordinary report's JSON has no parts; the merged one lists them.
+        assert!(serde_json::to_value(&a).unwrap().get("window_parts").is_none());
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["window_parts"].as_array().map(Vec::len), Some(2));
+
+        let h = m.holds.unwrap();
+        assert!(m.holds_unavailable.is_none() && m.handovers_unavailable.is_none());
+        assert_eq!((h.timed, h.stretched, h.sampled), (4_000, 10, 250 + 750));
+        assert_eq!((h.stretched_guest, h.stretched_vcpu), (2, 8));
+        assert!((h.stretched_share - 10.0 / 4_000.0).abs() < 1e-15);
+        assert_eq!(h.lost_ns, 400_000.0);
+        assert!((h.lost_share - 400_000.0 / 600_000_000.0).abs() < 1e-15);
+        // Slice 1 sampled three times as many: its median weighs three times as much.
+        assert_eq!(h.sampled_p50_ns, Some(1_200));
+        // The limits' plain median: the midpoint of the two.
+        assert_eq!(h.limit_ns, Some(51_100));
+        assert!(h.limit_from.unwrap().starts_with(LIMIT_FROM_SLICES));
+        let len = h.stretched_len.unwrap();
+        assert_eq!(
+            (len.count, len.p50_ns, len.p99_ns, len.max_ns),
+            (10, 61_200, None, 91_200)
+        );
+        // Slice 1's starts 600 ms after slice 0's: its interval at 7 µs lands at 600.007 ms.
+        let at: Vec<(i64, u64)> = h.longest.iter().map(|l| (l.at_ns, l.len_ns)).collect();
+        assert_eq!(at, [(5_000, 70_000), (600_007_000, 80_000)]);
+        let o = m.handovers.unwrap();
+        assert_eq!((o.timed, o.stretched, o.lost_ns), (400, 4, 60_000.0));
+    }
+
+    /// The listed ones of all slices: the longest [`LONGEST_KEPT`], in the order they began.
+    #[test]
+    fn a_sliced_arm_lists_the_longest_of_all_its_slices() {
+        let list = |from: u64| -> Vec<StretchedInterval> {
+            (0..LONGEST_KEPT as u64)
+                .map(|i| interval(1_000 * i as i64, from + i))
+                .collect()
+        };
+        let short = side(1_000, 32, 1_000, 0.0, list(60_000));
+        let long = side(1_000, 32, 1_000, 0.0, list(90_000));
+        let m = PreemptionReport::merge_slices(&[
+            (sliced(Some(slice_window(0)), Some(short), None), 1),
+            (sliced(Some(slice_window(400)), Some(long), None), 1),
+        ]);
+        let got = m.holds.unwrap().longest;
+        assert_eq!(got.len(), LONGEST_KEPT);
+        assert!(got.iter().all(|l| l.len_ns >= 90_000), "{got:?}");
+        assert!(got.windows(2).all(|w| w[0].at_ns < w[1].at_ns));
+        assert_eq!(got[0].at_ns, 400_000_000);
+    }
+
+    /// A side some slice lacks is null with that slice's reason; a slice without a window
+    /// leaves the arm without one, and its listed ones without an origin (so unlisted).
+    #[test]
+    fn a_sliced_arm_lacks_what_a_slice_lacks() {
+        let s = |longest| Some(side(1_000, 2, 1_000, 0.0, longest));
+        let m = PreemptionReport::merge_slices(&[
+            (
+                sliced(Some(slice_window(0)), s(vec![interval(0, 70_000)]), s(vec![])),
+                1,
+            ),
+            (sliced(None, s(vec![]), None), 1),
+        ]);
+        assert!(m.window.is_none() && m.window_parts.is_empty());
+        let h = m.holds.unwrap();
+        assert!(h.longest.is_empty() && h.timed == 2_000);
+        assert!(m.handovers.is_none());
+        assert_eq!(
+            m.handovers_unavailable.as_deref(),
+            Some("slice 1 of the arm's 2 (counted from 0): no acquisition waited for a release")
+        );
+        // A slice whose side is null with no reason says that it is absent.
+        let mut bare = sliced(Some(slice_window(0)), None, None);
+        bare.holds_unavailable = None;
+        let m =
+            PreemptionReport::merge_slices(&[(sliced(Some(slice_window(0)), s(vec![]), None), 1), (bare, 1)]);
+        assert_eq!(
+            m.holds_unavailable.as_deref(),
+            Some("slice 1 of the arm's 2 (counted from 0): absent")
+        );
+    }
+
+    #[test]
+    fn the_weighted_median_is_the_median_with_equal_weights() {
+        assert_eq!(weighted_median(vec![(30, 1), (10, 1), (20, 1)]), Some(20));
+        assert_eq!(weighted_median(vec![(10, 1), (21, 1)]), Some(15));
+        assert_eq!(weighted_median(vec![(10, 1), (20, 3)]), Some(20));
+        assert_eq!(weighted_median(vec![(10, 5), (20, 3)]), Some(10));
+        assert_eq!(weighted_median(vec![(10, 0)]), None);
+        assert_eq!(weighted_median(vec![]), None);
     }
 }

@@ -14,7 +14,10 @@
 //! own set-up, window and self-checks; an arm's report is the mean of its slices' metrics (the
 //! slices are of equal length, so a mean of rates is the rate over the arm's whole time), its
 //! slices' checks ([`merged_checks`]: the work as run judged over all its slices, as one run's
-//! samples are; any other check failed in a slice fails the arm), and each slice's figures
+//! samples are; any other check failed in a slice fails the arm), a lock's `preemption` merged
+//! from its slices' ([`PreemptionReport::merge_slices`]: the stretched holds and hand-overs
+//! counted over all slices, the longest listed on one window from the first slice's start to
+//! the last one's end, each slice's own window in `window_parts`), and each slice's figures
 //! under `sliced`.
 
 use std::collections::BTreeMap;
@@ -25,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::Check;
 use crate::cli::Command;
+use crate::preempt_sample::PreemptionReport;
 use crate::report::{Report, SCHEMA_VERSION};
 
 /// The word between two arms' argument lists.
@@ -191,7 +195,8 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
 }
 
 /// One arm's report from its slices (in schedule order): metrics measured in every slice
-/// averaged, every slice's checks named by slice, the slices' own figures under `sliced`.
+/// averaged, every slice's checks named by slice, the slices' `preemption` reports merged
+/// ([`merged_preemption`]), the slices' own figures under `sliced`.
 fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
     let n = slices.len() as f64;
     let first = &slices[0].1;
@@ -210,15 +215,29 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
     let elapsed_ns = slices.iter().map(|(f, _)| f.elapsed_ns).sum();
     let figures: Vec<&SliceFigures> = slices.iter().map(|(f, _)| f).collect();
     let mut detail = first.detail.clone();
-    // The slices' own details (a lock's preemption samples, histograms) are not merged: a
-    // figure that would need them is absent, with this reason, rather than one slice's.
-    for key in ["preemption", "work_as_run", "acquire_latency", "kernel"] {
+    // The slices' other details (the work as run, histograms, the kernel's counts) are not
+    // merged: a figure that would need them is absent rather than one slice's.
+    for key in [
+        "preemption",
+        "preemption_unavailable",
+        "work_as_run",
+        "acquire_latency",
+        "kernel",
+    ] {
         detail.remove(key);
     }
-    detail.insert(
-        "preemption_unavailable".into(),
-        serde_json::json!("a sliced run: the hold/hand-over timing of each slice is not merged"),
-    );
+    match merged_preemption(&slices) {
+        Ok(None) => {}
+        Ok(Some(p)) => {
+            let p = serde_json::to_value(p).expect("a preemption report is plain data");
+            detail.insert("preemption".into(), p);
+        }
+        // As a lock run without the timing reports it: null, and why.
+        Err(why) => {
+            detail.insert("preemption".into(), serde_json::Value::Null);
+            detail.insert("preemption_unavailable".into(), serde_json::json!(why));
+        }
+    }
     detail.insert(
         "sliced".into(),
         serde_json::json!({
@@ -236,6 +255,34 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
         checks,
         detail,
     }
+}
+
+/// An arm's `preemption` from its slices' ([`PreemptionReport::merge_slices`], each with its
+/// slice's measured time). None where the workload reports none (no slice has the field); Err
+/// with the reason where some slice's is null (the reason its own) or unreadable.
+fn merged_preemption(slices: &[(SliceFigures, Report)]) -> Result<Option<PreemptionReport>, String> {
+    if slices.iter().all(|(_, r)| !r.detail.contains_key("preemption")) {
+        return Ok(None);
+    }
+    let mut each = Vec::with_capacity(slices.len());
+    for (f, r) in slices {
+        let why = |what: &str| {
+            format!(
+                "a sliced run: slice {} (due at {:.0} ms): {what}",
+                f.index, f.due_ms
+            )
+        };
+        let report = match r.detail.get("preemption") {
+            None | Some(serde_json::Value::Null) => {
+                let own = r.detail.get("preemption_unavailable").and_then(|w| w.as_str());
+                return Err(why(own.unwrap_or("no preemption report")));
+            }
+            Some(p) => PreemptionReport::deserialize(p)
+                .map_err(|e| why(&format!("unreadable preemption report: {e}")))?,
+        };
+        each.push((report, f.elapsed_ns));
+    }
+    Ok(Some(PreemptionReport::merge_slices(&each)))
 }
 
 /// Checks of the work as it ran (its median against the asked length): an arm's slices are
@@ -476,11 +523,92 @@ mod tests {
             assert_eq!(slices.len(), 2);
             let mean = slices.iter().map(|s| s.metrics["ops_per_sec"]).sum::<f64>() / 2.0;
             assert!((arm.metrics["ops_per_sec"] - mean).abs() < 1e-6 * mean);
-            assert!(arm.detail.get("preemption").is_none());
             for s in &slices {
                 assert_eq!(s.due_ms, 120.0 * f64::from(s.index));
             }
+            // One preemption report over both slices: on one window from the first slice's
+            // start to the second's end, each slice's own window listed, in order.
+            assert!(
+                arm.detail.get("preemption_unavailable").is_none(),
+                "{:?}",
+                arm.detail
+            );
+            let p: PreemptionReport = serde_json::from_value(arm.detail["preemption"].clone()).unwrap();
+            let (w, parts) = (p.window.unwrap(), &p.window_parts);
+            assert_eq!(parts.len(), 2);
+            assert_eq!(
+                (w.start_tick, w.end_tick),
+                (parts[0].start_tick, parts[1].end_tick)
+            );
+            assert!(parts[0].end_tick < parts[1].start_tick, "{parts:?}");
+            // Every acquisition of both slices timed; one thread: no hand-over, and why.
+            assert!(p.holds.is_some_and(|h| h.timed > 0));
+            let why = p.handovers_unavailable.unwrap();
+            assert!(why.contains("no acquisition waited"), "{why}");
         }
         assert_eq!(report.detail["order"], serde_json::json!([0, 1, 1, 0]));
+    }
+
+    /// A slice without the timing leaves the arm without it, with that slice's reason; a
+    /// workload that reports none leaves both fields out.
+    #[test]
+    fn an_arm_without_every_slices_preemption_says_why() {
+        use crate::preempt_sample::{Settings, ThreadSamples, TscCalibration, TscWindow, report};
+        let with = |index: u32, detail: serde_json::Value| {
+            let (mut f, mut r) = slice(index, vec![]);
+            f.due_ms = 120.0 * f64::from(index);
+            r.detail = serde_json::from_value(detail).unwrap();
+            (f, r)
+        };
+        // Slice 0 timed (a report with nothing timed, as a thread that made no cycle gives).
+        let tsc = TscCalibration {
+            hz: 1e9,
+            window_ns: 1,
+            read_spread_ns: 0,
+        };
+        let settings = Settings {
+            every: 64,
+            threshold_ns: 50_000,
+            hold_ns: 1_000.0,
+            tsc_hz: 1e9,
+            runqueue_wait: false,
+            max_work_error: 0.1,
+        };
+        let window = TscWindow::of((0, 0), (1_000, 1_000));
+        let timed = report(
+            &settings,
+            1.0 / 64.0,
+            &[ThreadSamples::default()],
+            1_000,
+            window,
+            tsc.clone(),
+            tsc,
+        );
+        let off = "hold/hand-over timing switched off (--no-hold-sampling)";
+        let merged = merge(
+            vec![
+                with(
+                    0,
+                    serde_json::json!({ "preemption": timed, "preemption_unavailable": null }),
+                ),
+                with(
+                    1,
+                    serde_json::json!({ "preemption": null, "preemption_unavailable": off }),
+                ),
+            ],
+            &args(&["lock", "::", "lock"]),
+        );
+        assert!(merged.detail["preemption"].is_null());
+        assert_eq!(
+            merged.detail["preemption_unavailable"],
+            format!("a sliced run: slice 1 (due at 120 ms): {off}")
+        );
+        let none = merge(
+            vec![with(0, serde_json::json!({})), with(1, serde_json::json!({}))],
+            &args(&["ebizzy", "::", "ebizzy"]),
+        );
+        assert!(
+            !none.detail.contains_key("preemption") && !none.detail.contains_key("preemption_unavailable")
+        );
     }
 }
