@@ -14,6 +14,7 @@ use anyhow::Context;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
+use super::windows::FinishedGuest;
 use super::{Finished, RunOutcome, WorkerRun};
 use crate::backend::Guest;
 use crate::guest::ssh::{GatedCommand, GuestSsh};
@@ -21,9 +22,7 @@ use crate::host::Accel;
 use crate::payload_bin;
 use crate::telemetry::orchestrator::{RunCost, SelfSnapshot};
 use crate::telemetry::probe::{ProbeTarget, RunProbe};
-use crate::telemetry::run_window::GuestWindow;
 use crate::telemetry::sched_trace::{self, SchedTrace, Tracer};
-use crate::telemetry::vcpu::RunWindow;
 
 /// The line a gated payload prints on stderr when it waits for its go signal.
 const READY_LINE: &str = "ocrig-payload: ready";
@@ -330,33 +329,30 @@ pub async fn gated_run(
         telemetry.shared.insert("timeline".into(), summary);
         kept
     });
-    // Each finished guest's payload `preemption` (its window and stretched intervals), read once.
-    let mut preemption: Vec<Option<Value>> = vec![None; workers];
-    for (index, _, result, _, _, _) in &collected {
-        if let Ok(f) = result {
-            preemption[*index] = payload_preemption(&f.stdout);
-        }
-    }
-    let mut on_host: Vec<Option<Value>> = vec![None; workers];
-    for (index, _, result, _, _, _) in &collected {
-        if result.is_ok() {
-            on_host[*index] = stretched_on_host(
-                preemption[*index].as_ref(),
-                clocks[*index].as_ref(),
-                kept.as_ref(),
-                *index,
-            );
-        }
-    }
-    let mut run_windows = run_windows(
-        participants,
-        &collected,
-        &preemption,
-        &clocks,
-        kept.as_ref(),
-        traced,
-        workers,
-    );
+    // What each finished guest's payload window says against the host's timeline.
+    let mut windows = {
+        // Instant is CLOCK_MONOTONIC on Linux: one reading of both ties them together.
+        let (now, now_ns) = (Instant::now(), sched_trace::mono_ns());
+        let mono = |t: Instant| now_ns.saturating_sub(now.saturating_duration_since(t).as_nanos() as u64);
+        let finished: Vec<FinishedGuest<'_>> = collected
+            .iter()
+            .filter_map(|(index, _, result, run_s, _, go)| {
+                Some(FinishedGuest {
+                    index: *index,
+                    vcpus: participants
+                        .iter()
+                        .find(|p| p.index == *index)
+                        .map_or(0, |p| p.vcpu_tids.len()),
+                    stdout: &result.as_ref().ok()?.stdout,
+                    command: go.zip(*run_s).map(|(go, run_s)| {
+                        let go = mono(go);
+                        (go, go + (run_s * 1e9) as u64)
+                    }),
+                })
+            })
+            .collect();
+        super::windows::read(&finished, &clocks, kept.as_ref(), traced, workers)
+    };
     drop(kept);
     for (index, argv, result, run_s, _, _) in collected {
         let run_s = if result.is_ok() { run_s } else { None };
@@ -374,14 +370,7 @@ pub async fn gated_run(
             if let Some(c) = clocks[p.index].take() {
                 w.telemetry.insert("guest_clock".into(), c);
             }
-            if let Some(h) = on_host[p.index].take() {
-                w.telemetry.insert("stretched_on_host".into(), h);
-            }
-            if let (Some(rw), Some(Value::Object(sched))) =
-                (run_windows[p.index].take(), w.telemetry.get_mut("vcpu_sched"))
-            {
-                sched.insert("run_window".into(), json!(rw));
-            }
+            std::mem::take(&mut windows[p.index]).put_into(&mut w.telemetry);
         }
     }
     steps.mark();
@@ -500,39 +489,6 @@ async fn finish_trace(
     }
 }
 
-/// The payload report's `preemption` object (only that field is built: the rest is skipped,
-/// not made a tree); None where it has none.
-fn payload_preemption(stdout: &str) -> Option<Value> {
-    #[derive(serde::Deserialize)]
-    struct Report {
-        preemption: Option<Value>,
-    }
-    let report: Report = serde_json::from_str(stdout.trim()).ok()?;
-    report.preemption.filter(|p| p.is_object())
-}
-
-/// Each stretched interval the guest's payload listed, against the host's timeline
-/// ([`crate::telemetry::stretched_on_host`]); None where the payload timed none.
-fn stretched_on_host(
-    preemption: Option<&Value>,
-    clock: Option<&Value>,
-    kept: Option<&sched_trace::Kept>,
-    guest: usize,
-) -> Option<Value> {
-    let preemption = preemption?;
-    Some(match (kept, clock) {
-        (Some(k), Some(clock)) => crate::telemetry::stretched_on_host::of_run(
-            preemption,
-            clock,
-            &k.timeline,
-            guest as u32,
-            k.offset_ns,
-        ),
-        (None, _) => json!({ "unavailable": "the run has no vCPU timeline (see extra.timeline)" }),
-        (Some(_), None) => json!({ "unavailable": "the guest's TSC was not tied to the host's clock" }),
-    })
-}
-
 /// What a finished guest's collection left: (index, argv, result, run_s, /proc/stat after, go).
 type Collected = (
     usize,
@@ -542,67 +498,6 @@ type Collected = (
     Option<Result<String, String>>,
     Option<Instant>,
 );
-
-/// Each finished guest's vCPU wait over the run's own window
-/// ([`crate::telemetry::run_window`]), by worker index; or why there is none. `traced`: the
-/// run asked for a timeline (else there is nothing to say why about).
-fn run_windows(
-    participants: &[Participant<'_>],
-    collected: &[Collected],
-    preemption: &[Option<Value>],
-    clocks: &[Option<Value>],
-    kept: Option<&sched_trace::Kept>,
-    traced: bool,
-    workers: usize,
-) -> Vec<Option<RunWindow>> {
-    let mut out: Vec<Option<RunWindow>> = vec![None; workers];
-    let finished: Vec<&Collected> = collected.iter().filter(|c| c.2.is_ok()).collect();
-    let Some(kept) = kept else {
-        let why = if traced {
-            "the run has no vCPU timeline (see extra.timeline)"
-        } else {
-            "no vCPU timeline was recorded (host.timeline)"
-        };
-        for c in finished {
-            out[c.0] = Some(RunWindow {
-                unavailable: Some(why.into()),
-                ..Default::default()
-            });
-        }
-        return out;
-    };
-    // Instant is CLOCK_MONOTONIC on Linux: one reading of both ties them together.
-    let (now, now_ns) = (Instant::now(), sched_trace::mono_ns());
-    let mono = |t: Instant| now_ns.saturating_sub(now.saturating_duration_since(t).as_nanos() as u64);
-    let vcpus = |index: usize| {
-        participants
-            .iter()
-            .find(|p| p.index == index)
-            .map_or(0, |p| p.vcpu_tids.len())
-    };
-    let guests: Vec<GuestWindow<'_>> = finished
-        .iter()
-        .map(|c| GuestWindow {
-            guest: c.0 as u32,
-            vcpus: vcpus(c.0),
-            preemption: preemption[c.0].as_ref(),
-            clock: clocks[c.0].as_ref(),
-            command: c.5.zip(c.3).map(|(go, run_s)| {
-                let go = mono(go);
-                (go, go + (run_s * 1e9) as u64)
-            }),
-        })
-        .collect();
-    let measured = crate::telemetry::run_window::of_run(&guests, kept, MEASURED_GUEST);
-    for (g, w) in guests.iter().zip(measured) {
-        out[g.guest as usize] = Some(w);
-    }
-    out
-}
-
-/// The guest whose records are a cell's samples (`stats::digest::is_primary_guest`): its
-/// payload's window is the run's, for guests whose payload gives none.
-const MEASURED_GUEST: u32 = 0;
 
 /// The measured window on the trace clock: the first go signal to the last guest's end.
 fn run_window(go_times: &[Instant], run_s: impl Iterator<Item = f64>) -> Option<(u64, u64)> {

@@ -19,6 +19,7 @@ pub mod host;
 pub mod mock;
 pub mod pins;
 pub mod vm;
+pub mod windows;
 
 use std::time::Duration;
 

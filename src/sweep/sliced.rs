@@ -5,8 +5,9 @@
 //! stay those of ordinary runs: round `r` of every sliced variant is one record each, made by
 //! the same payload invocation.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use crate::executor::windows::{ARM_RUN_WINDOWS, STRETCHED_ON_HOST_ARMS};
 use crate::executor::{CHECK_FAILED_STATUS, Finished, RunOutcome, WorkerRun};
 use crate::journal::RunRecord;
 use crate::scenario::Variant;
@@ -102,9 +103,18 @@ fn arm_of(w: &WorkerRun, sliced_argv: &[String], arms: &[&[String]], i: usize) -
         return out;
     }
     out.argv = arms[i].to_vec();
+    let own = own_window(&mut out.telemetry, i);
     out.telemetry.insert(
         SLICED_KEY.into(),
-        json!({"arms": arms.len(), "arm": i, "note": "this worker's telemetry covers every arm's slices"}),
+        json!({
+            "arms": arms.len(),
+            "arm": i,
+            "note": if own {
+                "vcpu_sched.run_window and stretched_on_host are over this arm's own slices; the rest of this worker's telemetry covers every arm's slices"
+            } else {
+                "this worker's telemetry covers every arm's slices"
+            },
+        }),
     );
     if let Ok(f) = &w.result
         && (f.status == 0 || f.status == CHECK_FAILED_STATUS)
@@ -112,6 +122,31 @@ fn arm_of(w: &WorkerRun, sliced_argv: &[String], arms: &[&[String]], i: usize) -
         out.result = arm_output(f, i, arms.len());
     }
     out
+}
+
+/// Puts arm `i`'s own figures (read over its slices: [`crate::executor::windows`]) where an
+/// ordinary run's record has them, and drops every arm's lists; whether it had them.
+fn own_window(telemetry: &mut Map<String, Value>, i: usize) -> bool {
+    let mut own = false;
+    if let Some(Value::Array(mut arms)) = telemetry.remove(STRETCHED_ON_HOST_ARMS)
+        && i < arms.len()
+    {
+        let h = arms.swap_remove(i);
+        if !h.is_null() {
+            telemetry.insert("stretched_on_host".into(), h);
+        }
+    }
+    if let Some(Value::Object(sched)) = telemetry.get_mut("vcpu_sched")
+        && let Some(Value::Array(mut arms)) = sched.remove(ARM_RUN_WINDOWS)
+        && i < arms.len()
+    {
+        let w = arms.swap_remove(i);
+        if !w.is_null() {
+            sched.insert("run_window".into(), w);
+            own = true;
+        }
+    }
+    own
 }
 
 /// Arm `i`'s output from the sliced run's: its report as the payload would have printed it
@@ -266,16 +301,29 @@ mod tests {
         );
         let stdout = sliced_stdout(&[arm_report("ticket", 1e6, false), arm_report("tas", 2e6, true)]);
         let hog = s(&["hog", "--seconds", "3"]);
+        // The executor read each arm's vCPU wait and stretched intervals over its own slices.
+        let mut measured = worker(
+            &sliced,
+            Ok(Finished {
+                status: CHECK_FAILED_STATUS,
+                stdout,
+                stderr: String::new(),
+            }),
+        );
+        measured.telemetry.insert(
+            "vcpu_sched".into(),
+            json!({
+                "wall_s": 2.0,
+                "run_window": {"mean_wait_share": 0.5},
+                ARM_RUN_WINDOWS: [{"mean_wait_share": 0.4}, {"mean_wait_share": 0.6}],
+            }),
+        );
+        measured
+            .telemetry
+            .insert(STRETCHED_ON_HOST_ARMS.into(), json!([{"holds": [1]}, null]));
         let outcome = RunOutcome {
             workers: vec![
-                Some(worker(
-                    &sliced,
-                    Ok(Finished {
-                        status: CHECK_FAILED_STATUS,
-                        stdout,
-                        stderr: String::new(),
-                    }),
-                )),
+                Some(measured),
                 Some(worker(&sliced, Err("connection lost".into()))),
                 Some(worker(
                     &hog,
@@ -296,6 +344,21 @@ mod tests {
         let (t, s2) = (first(&split[0]), first(&split[1]));
         assert_eq!(t.argv, a);
         assert_eq!(s2.argv, b);
+        // Each arm's record reads its own slices' figures where a plain run's has them.
+        for (w, share) in [(&t, 0.4), (&s2, 0.6)] {
+            let sched = &w.telemetry["vcpu_sched"];
+            assert_eq!(sched["run_window"]["mean_wait_share"], share);
+            assert!(sched.get(ARM_RUN_WINDOWS).is_none());
+            assert!(!w.telemetry.contains_key(STRETCHED_ON_HOST_ARMS));
+            assert!(
+                w.telemetry[SLICED_KEY]["note"]
+                    .as_str()
+                    .unwrap()
+                    .contains("own slices")
+            );
+        }
+        assert_eq!(t.telemetry["stretched_on_host"], json!({"holds": [1]}));
+        assert!(!s2.telemetry.contains_key("stretched_on_host"));
         let (t, s2) = (t.result.unwrap(), s2.result.unwrap());
         assert_eq!(t.status, 0);
         assert!(t.stdout.contains("\"ticket\""));

@@ -43,11 +43,13 @@ pub struct GuestWindow<'a> {
     pub command: Option<(u64, u64)>,
 }
 
-/// A guest's window on the trace's clock, ns, with where it came from and its clock error.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A guest's window on the trace's clock, ns, with where it came from and its clock error: one
+/// span for an ordinary run, one per slice for an arm of a sliced run (the arm's own measured
+/// time, without the gaps and the other arms' slices between them).
+#[derive(Debug, Clone, PartialEq)]
 struct Window {
-    start_ns: f64,
-    end_ns: f64,
+    /// `(start, end)` spans, in time order, not overlapping.
+    parts: Vec<(f64, f64)>,
     from: &'static str,
     error_ns: Option<u64>,
 }
@@ -61,36 +63,48 @@ pub fn tick_on_trace(tick: u64, hz: f64, clock: &Value, trace_offset_ns: i64) ->
     Some(host as f64 + since_tie_ns + trace_offset_ns as f64)
 }
 
-/// The payload's window (`preemption.window`: its start gate and its end on the TSC) on the
-/// trace's clock, ns; Err says why there is none.
+/// The payload's window on the trace's clock, ns: `preemption.window_parts` (a sliced run's
+/// arm: each slice's window) where it has them, else `preemption.window` (its start gate and
+/// its end on the TSC); Err says why there is none.
 fn payload_window(
     preemption: Option<&Value>,
     clock: Option<&Value>,
     offset_ns: i64,
 ) -> Result<Window, String> {
-    let w = preemption
-        .map(|p| &p["window"])
-        .filter(|w| w.is_object())
-        .ok_or("the payload gave no window on its TSC")?;
+    let preemption = preemption.ok_or("the payload gave no window on its TSC")?;
+    let spans: Vec<&Value> = match preemption["window_parts"].as_array() {
+        Some(parts) if !parts.is_empty() => parts.iter().collect(),
+        _ => vec![&preemption["window"]],
+    };
+    if spans.iter().any(|w| !w.is_object()) {
+        return Err("the payload gave no window on its TSC".into());
+    }
     let clock = clock.ok_or("the guest's TSC was not tied to the host's clock")?;
     if let Some(why) = clock["unavailable"].as_str() {
         return Err(format!("the guest's TSC was not tied to the host's clock: {why}"));
     }
-    let at = |key: &str| {
+    let mut parts = Vec::with_capacity(spans.len());
+    for w in spans {
         let hz = w["hz"].as_f64().unwrap_or(f64::NAN);
-        w[key]
-            .as_u64()
-            .and_then(|t| tick_on_trace(t, hz, clock, offset_ns))
-    };
-    match (at("start_tick"), at("end_tick")) {
-        (Some(start_ns), Some(end_ns)) if end_ns > start_ns => Ok(Window {
-            start_ns,
-            end_ns,
-            from: WINDOW_OWN,
-            error_ns: clock["error_ns"].as_u64(),
-        }),
-        _ => Err("the payload's window or the guest's clock tie is incomplete".into()),
+        let at = |key: &str| {
+            w[key]
+                .as_u64()
+                .and_then(|t| tick_on_trace(t, hz, clock, offset_ns))
+        };
+        match (at("start_tick"), at("end_tick")) {
+            (Some(start), Some(end)) if end > start => parts.push((start, end)),
+            _ => return Err("the payload's window or the guest's clock tie is incomplete".into()),
+        }
     }
+    parts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if parts.windows(2).any(|p| p[1].0 < p[0].1) {
+        return Err("the payload's window parts overlap".into());
+    }
+    Ok(Window {
+        parts,
+        from: WINDOW_OWN,
+        error_ns: clock["error_ns"].as_u64(),
+    })
 }
 
 /// Every guest's figure over its window, in the order of `guests`. `measured`: the guest whose
@@ -104,25 +118,27 @@ pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<Run
         .iter()
         .zip(&own)
         .find(|(g, _)| g.guest == measured)
-        .and_then(|(_, w)| w.as_ref().ok().copied());
+        .and_then(|(_, w)| w.as_ref().ok().cloned());
     let index = Index::of(&kept.timeline, &kept.waits);
     // The level held, once per distinct window (most guests share the measured guest's).
-    let mut held: BTreeMap<(i64, i64), Option<f64>> = BTreeMap::new();
+    let mut held: BTreeMap<Vec<(i64, i64)>, Option<f64>> = BTreeMap::new();
     guests
         .iter()
         .zip(own)
         .map(|(g, own)| {
             let window = own.or_else(|why| {
-                if let Some(m) = measured_window {
+                if let Some(m) = &measured_window {
                     return Ok(Window {
                         from: WINDOW_MEASURED,
-                        ..m
+                        ..m.clone()
                     });
                 }
                 match g.command {
                     Some((go, end)) if end > go => Ok(Window {
-                        start_ns: go as f64 + kept.offset_ns as f64,
-                        end_ns: end as f64 + kept.offset_ns as f64,
+                        parts: vec![(
+                            go as f64 + kept.offset_ns as f64,
+                            end as f64 + kept.offset_ns as f64,
+                        )],
                         from: WINDOW_COMMAND,
                         error_ns: None,
                     }),
@@ -131,14 +147,12 @@ pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<Run
             });
             match window {
                 Ok(w) => {
-                    let mut out = over(&index, &kept.waits, g.guest, g.vcpus, w);
-                    if out.unavailable.is_none()
-                        && let (Some(a), Some(b)) = (out.start_s, out.end_s)
-                    {
-                        let key = ((a * 1e6).round() as i64, (b * 1e6).round() as i64);
+                    let spans = spans_us(&index, &w);
+                    let mut out = over(&index, &kept.waits, g.guest, g.vcpus, &w, &spans);
+                    if out.unavailable.is_none() {
                         out.level_held = *held
-                            .entry(key)
-                            .or_insert_with(|| level_held(&index, key.0, key.1));
+                            .entry(spans.clone())
+                            .or_insert_with(|| level_held(&index, &spans));
                     }
                     out
                 }
@@ -233,21 +247,23 @@ impl<'a> Index<'a> {
     }
 }
 
-/// The run's vCPUs runnable (on a CPU or waiting for one) within `[from, to]` µs, on average,
-/// per traced host CPU: the level the window held (with every vCPU busy throughout, the level
-/// the run is reported at; less where some guest's vCPUs idled in it — a guest whose command
-/// ended before the window did). None for an empty window.
-fn level_held(index: &Index<'_>, from: i64, to: i64) -> Option<f64> {
+/// The run's vCPUs runnable (on a CPU or waiting for one) within the window's `spans` (µs), on
+/// average, per traced host CPU: the level the window held (with every vCPU busy throughout,
+/// the level the run is reported at; less where some guest's vCPUs idled in it — a guest whose
+/// command ended before the window did). None for an empty window.
+fn level_held(index: &Index<'_>, spans: &[(i64, i64)]) -> Option<f64> {
     let cpus = index.tl.cpus.len();
-    if to <= from || cpus == 0 {
+    let span: i64 = spans.iter().map(|(a, b)| b - a).sum();
+    if span <= 0 || cpus == 0 {
         return None;
     }
     let mut vcpus: Vec<VcpuKey> = index.by_vcpu.keys().chain(index.waits.keys()).copied().collect();
     vcpus.sort_unstable();
     vcpus.dedup();
-    let runnable: i64 = vcpus
+    let runnable: i64 = spans
         .iter()
-        .map(|&(g, v)| {
+        .flat_map(|&(from, to)| vcpus.iter().map(move |&key| (key, from, to)))
+        .map(|((g, v), from, to)| {
             let on = index.by_vcpu.get(&(g, v)).map_or(0, |s| covered_us(s, from, to));
             on + index
                 .waits_within(g, v, from, to)
@@ -255,7 +271,13 @@ fn level_held(index: &Index<'_>, from: i64, to: i64) -> Option<f64> {
                 .sum::<i64>()
         })
         .sum();
-    Some(runnable as f64 / ((to - from) as f64 * cpus as f64))
+    Some(runnable as f64 / (span as f64 * cpus as f64))
+}
+
+/// The window's spans on the timeline, µs after the run's start.
+fn spans_us(index: &Index<'_>, w: &Window) -> Vec<(i64, i64)> {
+    let to_us = |ns: f64| ((ns - index.tl.run_start_mono_ns as f64) / 1e3).round() as i64;
+    w.parts.iter().map(|&(a, b)| (to_us(a), to_us(b))).collect()
 }
 
 /// Time of `[from, to]` covered by `segments` (sorted, not overlapping), µs.
@@ -268,16 +290,25 @@ fn covered_us(segments: &[(i64, i64)], from: i64, to: i64) -> i64 {
         .sum()
 }
 
-/// One guest's figure over window `w` (the trace's clock).
-fn over(index: &Index<'_>, waits: &VcpuWaits, guest: u32, vcpus: usize, w: Window) -> RunWindow {
+/// One guest's figure over window `w` (the trace's clock), whose spans on the timeline are
+/// `spans` (µs): every figure summed over the spans, shares over their total length.
+fn over(
+    index: &Index<'_>,
+    waits: &VcpuWaits,
+    guest: u32,
+    vcpus: usize,
+    w: &Window,
+    spans: &[(i64, i64)],
+) -> RunWindow {
     let tl = index.tl;
-    let to_us = |ns: f64| ((ns - tl.run_start_mono_ns as f64) / 1e3).round() as i64;
-    let (from, to) = (to_us(w.start_ns), to_us(w.end_ns));
+    let (from, to) = (spans.first().map_or(0, |s| s.0), spans.last().map_or(0, |s| s.1));
+    let span: i64 = spans.iter().map(|(a, b)| b - a).sum();
     let mut out = RunWindow {
         window: Some(w.from.to_string()),
         start_s: Some(from as f64 / 1e6),
         end_s: Some(to as f64 / 1e6),
-        wall_s: Some((to - from) as f64 / 1e6),
+        wall_s: Some(span as f64 / 1e6),
+        parts: (spans.len() > 1).then_some(spans.len() as u32),
         clock_error_ns: w.error_ns,
         ..Default::default()
     };
@@ -296,7 +327,6 @@ fn over(index: &Index<'_>, waits: &VcpuWaits, guest: u32, vcpus: usize, w: Windo
         out.unavailable = Some("no vCPU thread of this guest was traced".into());
         return out;
     }
-    let span = (to - from) as f64;
     out.vcpus = (0..vcpus as u32)
         .map(|vcpu| {
             // A thread without events ran throughout (a segment says so) or slept throughout.
@@ -310,10 +340,13 @@ fn over(index: &Index<'_>, waits: &VcpuWaits, guest: u32, vcpus: usize, w: Windo
                 };
             }
             let segs = index.by_vcpu.get(&(guest, vcpu)).map_or(&[][..], Vec::as_slice);
-            let run = covered_us(segs, from, to);
+            let run: i64 = spans.iter().map(|&(a, b)| covered_us(segs, a, b)).sum();
             let (mut wait, mut vcpus_us, mut idle_us) = (0, 0, 0);
             let mut by: BTreeMap<&str, i64> = BTreeMap::new();
-            for (cpu, s, e) in index.waits_within(guest, vcpu, from, to) {
+            let waited = spans
+                .iter()
+                .flat_map(|&(a, b)| index.waits_within(guest, vcpu, a, b));
+            for (cpu, s, e) in waited {
                 wait += e - s;
                 for (who, d) in index.on_cpu(cpu, s, e) {
                     match who {
@@ -340,8 +373,8 @@ fn over(index: &Index<'_>, waits: &VcpuWaits, guest: u32, vcpus: usize, w: Windo
                 vcpu,
                 run_s: Some(run as f64 / 1e6),
                 wait_s: Some(wait as f64 / 1e6),
-                idle_s: Some((to - from - run - wait).max(0) as f64 / 1e6),
-                wait_share: (span > 0.0).then(|| wait as f64 / span),
+                idle_s: Some((span - run - wait).max(0) as f64 / 1e6),
+                wait_share: (span > 0).then(|| wait as f64 / span as f64),
                 runnable_wait_share: (run + wait > 0).then(|| wait as f64 / (run + wait) as f64),
                 wait_behind: Some(behind),
                 unavailable: None,
@@ -460,6 +493,38 @@ mod tests {
         let w = &of_run(&[guest(0, Some(&p0), Some(&c))], &k, 0)[0];
         assert_eq!((w.vcpus[0].run_s, w.vcpus[0].wait_s), (Some(1.1), Some(0.6)));
         assert!((w.mean_wait_share.unwrap() - 0.6 / 1.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_arm_of_a_sliced_run_is_read_over_its_own_slices_only() {
+        let (k, c) = (kept(), clock());
+        // Two slices: 0.2–0.4 s (guests 0 and 1 take turns: half waited) and 1.7–1.9 s (guest 0
+        // alone: none), with 1.3 s between them where it waited half the time.
+        let part = |a: u64, b: u64| json!({"start_tick": a, "end_tick": b, "hz": 1e9});
+        let p0 = json!({
+            "window": part(0, 1_700_000_000),
+            "window_parts": [part(1_500_000_000, 1_700_000_000), part(0, 200_000_000)],
+        });
+        let w = &of_run(&[guest(0, Some(&p0), Some(&c)), guest(2, None, Some(&c))], &k, 0);
+        let (a, hog) = (&w[0], &w[1]);
+        assert_eq!(a.window.as_deref(), Some(WINDOW_OWN));
+        assert_eq!((a.start_s, a.end_s, a.parts), (Some(0.2), Some(1.9), Some(2)));
+        assert!((a.wall_s.unwrap() - 0.4).abs() < 1e-12);
+        let v = &a.vcpus[0];
+        assert_eq!((v.run_s, v.wait_s, v.idle_s), (Some(0.3), Some(0.1), Some(0.0)));
+        assert!((a.mean_wait_share.unwrap() - 0.25).abs() < 1e-12);
+        // Runnable: 3 vCPUs on 2 CPUs in the first slice; guest 0 alone and guest 2 idle in
+        // the second: (0.2 × 3 + 0.2 × 1) / 0.4 / 2.
+        assert!((a.level_held.unwrap() - 1.0).abs() < 1e-12, "{a:?}");
+        // A guest without a window of its own is read over the same slices.
+        assert_eq!(
+            (hog.window.as_deref(), hog.parts),
+            (Some(WINDOW_MEASURED), Some(2))
+        );
+        // Overlapping parts are a payload's error, not a figure.
+        let bad = json!({"window_parts": [part(0, 300_000_000), part(200_000_000, 400_000_000)]});
+        let w = &of_run(&[guest(0, Some(&bad), Some(&c))], &k, 0)[0];
+        assert_eq!(w.window.as_deref(), Some(WINDOW_COMMAND), "{w:?}");
     }
 
     #[test]

@@ -207,8 +207,15 @@ pub struct RunWindow {
     pub start_s: Option<f64>,
     #[serde(default)]
     pub end_s: Option<f64>,
+    /// Its length: the sum of its parts' where it has several.
     #[serde(default)]
     pub wall_s: Option<f64>,
+    /// How many spans the window is made of where more than one: an arm of a sliced run is
+    /// measured over its own slices (`preemption.window_parts`), not the gaps and the other
+    /// arms' slices between them; `start_s`..`end_s` is then its first slice's start to its
+    /// last one's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<u32>,
     /// How far the window's place on the host's clock can be off (half the round trip of the
     /// exchange that tied the guest's TSC to it), ns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,10 +243,10 @@ pub const WINDOW_OWN: &str = "payload";
 /// `run_window.window`: the measured guest's payload window, for a guest whose payload gives
 /// none (a `background: hog` guest): the part of the run the measured guest's figures are of.
 pub const WINDOW_MEASURED: &str = "measured guest's payload";
-/// `run_window.window`: no payload window to be had (a workload that gives none, or a sliced
-/// run: its report keeps no slice's TSC window): the guest's go signal to its command's end, as
-/// the host saw them (the payload's start and report inside, and a sliced run's set-up and
-/// pauses between its slices).
+/// `run_window.window`: no payload window to be had (a workload that gives none, or a payload
+/// from before sliced runs kept each slice's window): the guest's go signal to its command's
+/// end, as the host saw them (the payload's start and report inside, and a sliced run's set-up
+/// and pauses between its slices).
 pub const WINDOW_COMMAND: &str = "go signal to the command's end";
 
 /// One vCPU over the run's window.

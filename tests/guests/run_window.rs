@@ -151,3 +151,98 @@ fn every_guest_waits_its_levels_share_over_the_runs_own_window() {
         v.lines.join("\n")
     );
 }
+
+const SLICED: &str = "\
+name: run-window-sliced
+description: each arm of a sliced run read over its own slices
+host:
+  cpus: 2
+  backend: qemu
+guest:
+  vcpus: 1
+  memory_mib: 256
+levels: [2.0]
+variants:
+  - {name: tas, baseline: true, args: {algo: tas}}
+  - {name: ticket, args: {algo: ticket}}
+workloads:
+  - name: lock
+    command: lock
+    args:
+      threads: 1
+      duration-ms: 1500
+      hold-ns: 2000
+      gap-ns: 200
+    metric: ops_per_sec
+    better: higher
+    slice_ms: 300
+runs: 1
+warmup_runs: 0
+";
+
+/// A sliced run at 2x (four 1-vCPU guests on 2 CPUs, every guest running both arms' slices):
+/// each arm's record is read over that arm's own five slices, not the run's span (which also
+/// holds the other arm's slices and the set-up between them): its window is made of five parts
+/// as long together as the arm's slices, its vCPU wait is the level's (within 0.1 of 0.5, or
+/// of (1 − f) × 0.5 behind the run's vCPUs where other processes took a share f), and its
+/// stretched intervals are placed on the host's record (the preemption attribution).
+#[test]
+#[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~40 s)")]
+fn each_arm_of_a_sliced_run_is_read_over_its_own_slices() {
+    let _one = common::one_sweep();
+    let (_tmp, results) = common::run_scenario("run-window-sliced.yaml", SLICED);
+    let (_, runs) = common::journal(&common::results_dir(&results));
+    let mut lines = Vec::new();
+    let mut starts = Vec::new();
+    for variant in ["tas", "ticket"] {
+        let recs: Vec<&Value> = runs
+            .iter()
+            .filter(|r| r["variant"] == variant && r["ok"] == true && r["warmup"] != true)
+            .collect();
+        assert_eq!(recs.len(), 4, "{variant}: one record per guest");
+        for r in &recs {
+            let g = r["guest"].as_u64().unwrap();
+            let w = &r["extra"]["vcpu_sched"]["run_window"];
+            assert_eq!(
+                (&w["window"], &w["parts"]),
+                (&Value::from("payload"), &Value::from(5)),
+                "{variant} g{g}: {w}"
+            );
+            // As long as the arm's slices together (the arm's elapsed is their sum).
+            let elapsed = num(&r["payload"]["elapsed_ns"]) / 1e9;
+            assert!(
+                (num(&w["wall_s"]) - elapsed).abs() < 0.02,
+                "{variant} g{g}: window {w} vs the arm's slices' {elapsed} s"
+            );
+            let parts = r["payload"]["preemption"]["window_parts"]
+                .as_array()
+                .map_or(0, Vec::len);
+            assert_eq!(parts, 5, "{variant} g{g}: the payload keeps each slice's window");
+            let share = num(&w["mean_wait_share"]);
+            let behind = &w["vcpus"][0]["wait_behind"];
+            let wall = num(&w["wall_s"]);
+            let foreign = num(&behind["other_s"]) / wall;
+            let level_part = num(&behind["vcpus_s"]) / wall;
+            let within = (level_part - (1.0 - foreign) * 0.5).abs() <= BOUND;
+            lines.push(format!(
+                "{variant} g{g}: {share:.3} over {:.3}–{:.3} s in 5 parts ({wall:.3} s); behind vCPUs {level_part:.3}, others {foreign:.3}{}",
+                num(&w["start_s"]),
+                num(&w["end_s"]),
+                if within { "" } else { " OUT" }
+            ));
+            assert!(within, "{}", lines.join("\n"));
+            if g == 0 {
+                starts.push(num(&w["start_s"]));
+                // The stretched intervals the arm listed, against the host's record.
+                let on_host = &r["extra"]["stretched_on_host"];
+                assert!(
+                    on_host.is_object() && on_host.get("unavailable").is_none(),
+                    "{variant}: {on_host}"
+                );
+            }
+        }
+    }
+    eprintln!("{}", lines.join("\n"));
+    // The two arms' windows are their own: one starts with the first slice, the other after it.
+    assert!((starts[0] - starts[1]).abs() > 0.2, "{starts:?}");
+}
