@@ -164,11 +164,18 @@ impl Telemetry {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct OnHost {
     pub error_ns: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_none_listed")]
     pub holds: Vec<OffCpu>,
-    #[serde(default)]
+    /// Null where the payload timed none (one thread: no hand-over): nothing listed.
+    #[serde(default, deserialize_with = "null_is_none_listed")]
     pub handovers: Vec<OffCpu>,
     pub unavailable: Option<String>,
+}
+
+/// A side the payload listed nothing of is `null` in the record: an empty list, so the other
+/// side is still judged (a one-thread lock run has holds and no hand-overs).
+fn null_is_none_listed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<OffCpu>, D::Error> {
+    Ok(Option::<Vec<OffCpu>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// How long one listed interval's vCPU was off its host CPU during it.

@@ -526,7 +526,9 @@ mod tests {
         let on_host: OnHost = serde_json::from_value(serde_json::json!({
             "error_ns": 250_000,
             "holds": [{"off_ns": 30 * ms}, {"off_ns": 29 * ms}, {"off_ns": 0}, {"off_ns": 100_000}, {"off_ns": 0}, {"off_ns": null, "why": "outside what the trace kept"}, {"off_ns": 0, "others_off_ns": 3 * ms}, {"off_ns": 20 * ms, "moved_from": 0}],
-            "handovers": [],
+            // A one-thread run times no hand-over: the record says null, and the holds are
+            // still judged.
+            "handovers": null,
         }))
         .unwrap();
         let reported = Reported::of_value(&p);
