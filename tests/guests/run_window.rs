@@ -191,7 +191,8 @@ warmup_runs: 0
 fn each_arm_of_a_sliced_run_is_read_over_its_own_slices() {
     let _one = common::one_sweep();
     let (_tmp, results) = common::run_scenario("run-window-sliced.yaml", SLICED);
-    let (_, runs) = common::journal(&common::results_dir(&results));
+    let dir = common::results_dir(&results);
+    let (_, runs) = common::journal(&dir);
     let mut lines = Vec::new();
     let mut starts = Vec::new();
     for variant in ["tas", "ticket"] {
@@ -243,6 +244,25 @@ fn each_arm_of_a_sliced_run_is_read_over_its_own_slices() {
         }
     }
     eprintln!("{}", lines.join("\n"));
+    // The report judges each arm's stretched holds by the host's record (most of them vCPU
+    // preemption at 2x), as it does an unsliced run's.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ocrig"))
+        .args(["report", "--format", "json"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let model: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for series in model["workloads"][0]["series"].as_array().unwrap() {
+        let p = &series["cells"][0]["preemption"];
+        let o = &p["observed"];
+        let judged: u64 = ["vcpu", "both", "guest", "other_vcpu", "unexplained"]
+            .iter()
+            .map(|k| o[k]["count"].as_u64().unwrap_or(0))
+            .sum();
+        let host_took = o["vcpu"]["count"].as_u64().unwrap_or(0) + o["both"]["count"].as_u64().unwrap_or(0);
+        assert!(judged > 0 && 2 * host_took > judged, "{}: {p}", series["variant"]);
+    }
     // The two arms' windows are their own: one starts with the first slice, the other after it.
     assert!((starts[0] - starts[1]).abs() > 0.2, "{starts:?}");
 }
