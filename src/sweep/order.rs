@@ -1,9 +1,9 @@
-//! The order of runs: of the cells within each round of a boot group ([`RoundDesign`]), and
-//! of the boot groups within each block of a level ([`block_order`]). Round-robin is a
-//! balanced design, so no variant is always first (the first run of a round, or the first
-//! bring-up of a block, is the one a drifting host or a cold start hits differently) and none
-//! always follows the same other; a shuffle is seeded, the same for the same seed, boot group
-//! and round (or level and block).
+//! The order of runs: of the cells within each round of a boot group ([`RoundDesign`]), of
+//! the boot groups within each block of a level ([`block_order`]), and of the levels within
+//! each block ([`level_order`]). Round-robin is a balanced design, so no variant is always
+//! first (the first run of a round, or the first bring-up of a block, is the one a drifting
+//! host or a cold start hits differently) and none always follows the same other; a shuffle is
+//! seeded, the same for the same seed, boot group and round (or level and block).
 
 use crate::vocabulary::RunOrder;
 
@@ -138,6 +138,21 @@ pub fn block_order(
             seed.map(|s| s ^ BLOCK_DOMAIN),
             (u64::from(first_boot) << 32) | u64::from(block),
         ),
+    }
+}
+
+/// Positions of the sweep's `levels` levels (in plan order) in the order their block `block`
+/// is made: the plan's order for even blocks, reversed for odd ones (1x 2x, 2x 1x, 1x 2x, …),
+/// whatever `schedule.order` says. A host whose speed drifts evenly over the sweep so gives
+/// each level the same mean time over every two blocks, and a level's retention does not
+/// read the drift as the level's effect (the plan's order of every level to its end did, for
+/// every level after the first). Not shuffled: with few levels a shuffle would as often put
+/// one level first in every block.
+pub fn level_order(levels: usize, block: u32) -> Vec<usize> {
+    if block.is_multiple_of(2) {
+        (0..levels).collect()
+    } else {
+        (0..levels).rev().collect()
     }
 }
 
@@ -299,6 +314,24 @@ mod tests {
         assert_eq!(block_order(2, RunOrder::RoundRobin, None, 4, 1), [1, 0]);
         assert_eq!(block_order(3, RunOrder::RoundRobin, None, 4, 5), [2, 0, 1]);
         assert_eq!(block_order(1, RunOrder::RoundRobin, None, 0, 3), [0]);
+    }
+
+    #[test]
+    fn levels_take_turns_in_a_mirrored_order() {
+        assert_eq!(level_order(2, 0), [0, 1]);
+        assert_eq!(level_order(2, 1), [1, 0]);
+        assert_eq!(level_order(3, 2), [0, 1, 2]);
+        assert_eq!(level_order(3, 3), [2, 1, 0]);
+        // Over each two blocks every level's mean position is the same: an even drift weighs
+        // all alike.
+        let mean: Vec<usize> = (0..3)
+            .map(|l| {
+                (0..2)
+                    .map(|b| level_order(3, b).iter().position(|&x| x == l).unwrap())
+                    .sum()
+            })
+            .collect();
+        assert_eq!(mean, [2, 2, 2]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The scheduler of one host's share of a sweep (all of it, on a sweep's one host): plan →
-//! attempts → records. It decides which run comes next (level by level; at a level of several
-//! boot groups block by block, each block a fresh bring-up of one group, block k of every
-//! group before block k+1 of any; within a block round after round across the group's cells,
+//! attempts → records. It decides which run comes next (block by block, each block a fresh
+//! bring-up of one group: block k of every level before block k+1 of any, the levels in a
+//! mirrored order, 1x 2x then 2x 1x; at a level of several boot groups block k of every group
+//! before block k+1 of any; within a block round after round across the group's cells,
 //! in a balanced order, [`super::order::RoundDesign`]), warms every fresh guest set with a
 //! whole round before its first measured round, retries an attempt its payload's self-checks rejected on the same workers and one
 //! whose guests failed on fresh ones, stops a cell once its stopping rule is met on the
@@ -17,7 +18,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::deadlines;
-use super::order::block_order;
+use super::order::{block_order, level_order};
 use super::plan::{BootGroup, Cell, Plan};
 use super::progress::Progress;
 use super::records::{self, AttemptId};
@@ -367,35 +368,52 @@ impl Tries {
 impl<E: Executor> Scheduler<'_, E> {
     // ---------------------------------------------------------- the order: what runs next
 
-    /// Every level in turn, each as [`Self::run_level`] makes it.
+    /// Every level, block by block: block 0 of every level, then block 1 of every level in the
+    /// reversed level order, and so on ([`level_order`]: 1x 2x, 2x 1x, 1x 2x, …), each level's
+    /// block as [`Self::run_level`] makes it; a level whose groups have no block left is passed.
+    /// So a host drifting evenly weighs every level alike, and each level's bring-ups are spread
+    /// over the sweep. Where every level is one block (one bring-up a level), every level runs
+    /// to its end in turn, as the plan lists them.
     async fn run_levels(&mut self) -> anyhow::Result<()> {
         let plan = self.plan;
-        for boots in &plan.level_boots {
-            self.run_level(boots.clone()).await?;
+        // Every boot group's state, kept from its level's first block to its last: the workers
+        // it has up, its bring-ups on this host, its stopped cells. None: not started yet, or
+        // no measured run left on this host.
+        let mut states: Vec<Option<GroupState>> = plan.boots.iter().map(|_| None).collect();
+        let blocks = plan.boots.iter().map(BootGroup::blocks).max().unwrap_or(0);
+        for block in 0..blocks {
+            for level in level_order(plan.level_boots.len(), block) {
+                self.run_level(plan.level_boots[level].clone(), block, &mut states)
+                    .await?;
+            }
         }
         Ok(())
     }
 
-    /// One level, whose boot groups are `plan.boots[boots]`: block by block, block k of every
-    /// group before block k+1 of any, the groups of each block in the block order (a level of
-    /// one group is one block: all its rounds on one bring-up).
-    async fn run_level(&mut self, boots: std::ops::Range<usize>) -> anyhow::Result<()> {
+    /// Block `block` of one level, whose boot groups are `plan.boots[boots]`: the block of each
+    /// group that has one, the groups in the block order. The level's groups are started
+    /// ([`Self::start_group`]) as its first block begins, their states kept in `states` (indexed
+    /// as `plan.boots`) for its later blocks. A level of one group makes its block k on its k-th
+    /// fresh bring-up; a level of several makes block k of every group before block k+1 of any.
+    async fn run_level(
+        &mut self,
+        boots: std::ops::Range<usize>,
+        block: u32,
+        states: &mut [Option<GroupState>],
+    ) -> anyhow::Result<()> {
         let plan = self.plan;
         let groups = &plan.boots[boots.clone()];
-        let mut states: Vec<Option<GroupState>> = groups
-            .iter()
-            .enumerate()
-            .map(|(g, group)| self.start_group((boots.start + g) as u32, group))
-            .collect();
-        let blocks = groups.iter().map(BootGroup::blocks).max().unwrap_or(0);
+        if block == 0 {
+            for (g, group) in groups.iter().enumerate() {
+                states[boots.start + g] = self.start_group((boots.start + g) as u32, group);
+            }
+        }
         let (order, seed) = (plan.schedule.order, plan.schedule.seed);
-        for block in 0..blocks {
-            for g in block_order(groups.len(), order, seed, boots.start as u32, block) {
-                if let Some(state) = states[g].as_mut()
-                    && block < groups[g].blocks()
-                {
-                    self.run_block(&groups[g], state, block).await?;
-                }
+        for g in block_order(groups.len(), order, seed, boots.start as u32, block) {
+            if let Some(state) = states[boots.start + g].as_mut()
+                && block < groups[g].blocks()
+            {
+                self.run_block(&groups[g], state, block).await?;
             }
         }
         Ok(())

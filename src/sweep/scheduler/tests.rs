@@ -1219,7 +1219,7 @@ async fn own_guest_variants_alternate_fresh_bring_ups_block_by_block() {
 }
 
 #[tokio::test]
-async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked() {
+async fn a_level_with_one_boot_group_is_one_block_and_mixed_levels_take_turns_block_by_block() {
     // Variants a and b share guests, c has its own: both groups are blocked; b and a pair by
     // round inside their group, c pairs with a block by block.
     let s: Scenario = yaml_serde::from_str(&format!(
@@ -1231,8 +1231,25 @@ async fn a_level_with_one_boot_group_is_one_block_and_a_mixed_level_is_blocked()
     assert!(p.boots.iter().all(|g| g.runs_per_block == Some(1)));
     let dir = tempfile::tempdir().unwrap();
     let o = sweep(&p, Script::default(), vec![], dir.path()).await;
+    // Block 0 of both levels (0.5x: a+b c, 1x: a+b c), then block 1 of both in the mirrored
+    // level order (1x: c a+b, 0.5x: c a+b), the groups rotating within each level's block.
     let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
-    assert_eq!(order, ["a+b", "c", "c", "a+b", "a+b", "c", "c", "a+b"]);
+    assert_eq!(order, ["a+b", "c", "a+b", "c", "c", "a+b", "c", "a+b"]);
+    let levels: Vec<f64> = o
+        .records
+        .iter()
+        .filter(|r| r.guest == 0)
+        .fold(Vec::<(u32, u32, f64)>::new(), |mut sets, r| {
+            let set = (r.slot.boot, r.slot.bring_up, r.level);
+            if !sets.contains(&set) {
+                sets.push(set);
+            }
+            sets
+        })
+        .iter()
+        .map(|s| s.2)
+        .collect();
+    assert_eq!(levels, [0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5]);
     // Inside the shared group each block is one round, in the design's order: b a (round 0
     // starts at the variant after the baseline), then a b.
     let shared: Vec<(String, u32)> = o
