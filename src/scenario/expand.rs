@@ -180,6 +180,18 @@ pub fn guest_for(s: &Scenario, v: &Variant) -> GuestVariant {
     }
 }
 
+/// Whether every level is one boot group, as the plan groups variants (`sweep::plan`): the
+/// host backend boots nothing, so its variants share the level's one "boot"; else one variant,
+/// or shared guests (`schedule.guests: shared`) identical for every variant. Where it is not,
+/// each level's boot groups are made in blocks of `schedule.runs_per_bring_up`.
+pub fn one_boot_group_per_level(s: &Scenario) -> bool {
+    let vs = variants(s);
+    let shared = s.schedule.guests == crate::vocabulary::GuestSharing::Shared;
+    s.host.backend == super::BackendKind::Host
+        || vs.len() <= 1
+        || (shared && vs.iter().all(|v| guest_for(s, v) == guest_for(s, &vs[0])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,9 +75,26 @@ pub struct ScheduleSpec {
     /// many, each block on freshly brought-up guests, block k of every group before block k+1
     /// of any. Between boots is where such variants differ, so each block is one replicate
     /// of the comparison. Default 1 (every run of such a variant on its own guests); a level
-    /// with one boot group makes all its runs on one bring-up whatever this says.
+    /// with one boot group makes its runs on `bring_ups_per_level` bring-ups whatever this says.
     pub runs_per_bring_up: u32,
+    /// At a level of one boot group (variants sharing guests), the bring-ups its rounds are
+    /// made on: the rounds always made (`runs`, or `runs.min`) are split into this many blocks
+    /// of nearly equal size, each on freshly brought-up guests, and the rounds a stopping rule
+    /// adds past them run on the last block's. The levels take turns block by block in a
+    /// mirrored order (1x 2x, 2x 1x, 1x 2x, …), so a level's retention is replicated over
+    /// bring-ups (boot-to-boot variation and the host's drift between the levels are in its
+    /// interval) and a host drifting evenly weighs every level alike. Default: 2 where the
+    /// scenario has two levels or more (retention exists) and the runs always made allow, else
+    /// one. With one, each level's rounds are made on one bring-up and retention is labelled
+    /// `within one boot a level`. At most the runs always made; the host backend boots nothing,
+    /// so it takes 1 only. Levels with more than one boot group follow `runs_per_bring_up`.
+    pub bring_ups_per_level: Option<u32>,
 }
+
+/// `schedule.bring_ups_per_level` where the scenario names none and retention exists (two
+/// levels or more): two bring-ups a level, the fewest that let retention's interval hold
+/// boot-to-boot variation (it needs two a side), for one extra boot and warm-up round a level.
+pub const DEFAULT_BRING_UPS_PER_LEVEL: u32 = 2;
 
 impl Scenario {
     /// The scenario as the sweep runs it on an accelerator: under KVM (`kvm`) each workload's
@@ -104,6 +121,22 @@ impl Scenario {
         s
     }
 
+    /// The bring-ups each level of one boot group makes ([`ScheduleSpec::bring_ups_per_level`]):
+    /// as given, else [`DEFAULT_BRING_UPS_PER_LEVEL`] where there is a retention to replicate
+    /// (two levels or more) and guests to bring up, as far as the runs always made allow (each
+    /// bring-up makes one of them at least), else 1.
+    pub fn bring_ups_per_level(&self) -> u32 {
+        if let Some(given) = self.schedule.bring_ups_per_level {
+            return given;
+        }
+        let always_made = self.runs.bounds().0;
+        if self.levels.len() >= 2 && self.host.backend != BackendKind::Host {
+            DEFAULT_BRING_UPS_PER_LEVEL.min(always_made).max(1)
+        } else {
+            1
+        }
+    }
+
     /// True when the scenario says anything for KVM (`kvm_runs`, a workload's `kvm_args`).
     pub fn has_kvm_sizing(&self) -> bool {
         self.kvm_runs.is_some() || self.workloads.iter().any(|w| !w.kvm_args.is_empty())
@@ -117,6 +150,7 @@ impl Default for ScheduleSpec {
             order: RunOrder::default(),
             seed: None,
             runs_per_bring_up: 1,
+            bring_ups_per_level: None,
         }
     }
 }

@@ -13,6 +13,14 @@
 //! group before block k+1 of any (A B A B): block k of a variant pairs with block k of the
 //! baseline, and a difference between two boots or two stretches of the host's time is no
 //! longer read as a difference between the variants.
+//!
+//! A level of one boot group makes its rounds on `schedule.bring_ups_per_level` bring-ups
+//! (by default two where there are two levels or more): its rounds always made split into
+//! that many blocks of nearly equal size, each on freshly brought-up guests. The variants
+//! still pair by round inside each block; what the bring-ups replicate is the level itself,
+//! so a variant's retention (its throughput at a level over its lowest level) is compared
+//! over bring-ups, with boot-to-boot variation in its interval. The levels take turns block
+//! by block (see `sweep::scheduler`).
 
 use crate::executor::GroupSpec;
 use crate::scenario::expand::{self, GuestVariant, WorkloadInstance};
@@ -34,9 +42,17 @@ pub struct BootGroup {
     /// in the order of `variants` (the round-robin order rotates within each such run).
     pub cells: Vec<Cell>,
     /// Measured runs per block (at least 1) when the group's level has other boot groups (the
-    /// scenario's `schedule.runs_per_bring_up`): each block is made on a fresh bring-up. None:
-    /// the level's only group, which makes every round on one bring-up (block 0).
+    /// scenario's `schedule.runs_per_bring_up`): each block is made on a fresh bring-up, and
+    /// is the unit its variants' comparisons pair. None: the level's only group, whose blocks
+    /// `bring_ups_per_level` gives.
     pub runs_per_block: Option<u32>,
+    /// The level's only group (`runs_per_block` None): how many blocks it makes, each on a
+    /// fresh bring-up (`schedule.bring_ups_per_level`, at least 1 and at most the rounds always
+    /// made). Its rounds always made are split into that many blocks of nearly equal size and
+    /// the rounds a stopping rule may add past them belong to the last block, so every block
+    /// is begun before any cell may stop, and a stop anywhere from then on leaves every cell
+    /// with a run on every bring-up. 1 in a group with `runs_per_block`.
+    pub bring_ups_per_level: u32,
 }
 
 impl BootGroup {
@@ -66,30 +82,55 @@ impl BootGroup {
         self.cells.iter().map(|c| c.max_runs).max().unwrap_or(0)
     }
 
+    /// The fewest measured runs of any of its cells: the rounds always made.
+    fn rounds_always_made(&self) -> u32 {
+        self.cells.iter().map(|c| c.runs).min().unwrap_or(0)
+    }
+
     /// How many blocks its rounds are made in (each on its own bring-up).
     pub fn blocks(&self) -> u32 {
         match self.runs_per_block {
             Some(b) => self.rounds().div_ceil(b),
-            None => 1,
+            None => self.bring_ups_per_level.max(1),
         }
+    }
+
+    /// The first measured run of block `block` of the level's only group: the rounds always
+    /// made split evenly, the first blocks taking what does not divide (block k starts at
+    /// ⌈k·runs / blocks⌉: 12 rounds in 3 blocks of 4, 7 in blocks of 3, 2 and 2), as the last
+    /// takes any rounds a stopping rule adds.
+    fn split_start(&self, block: u32) -> u32 {
+        let (runs, blocks) = (u64::from(self.rounds_always_made()), u64::from(self.blocks()));
+        (u64::from(block) * runs).div_ceil(blocks) as u32
     }
 
     /// The block measured run `run` belongs to.
     pub fn block_of(&self, run: u32) -> u32 {
-        self.runs_per_block.map_or(0, |b| run / b)
+        match self.runs_per_block {
+            Some(b) => run / b,
+            None => (0..self.blocks())
+                .rev()
+                .find(|&k| self.split_start(k) <= run)
+                .unwrap_or(0),
+        }
     }
 
     /// The measured runs (rounds) of block `block`.
     pub fn block_runs(&self, block: u32) -> std::ops::Range<u32> {
+        let rounds = self.rounds();
         match self.runs_per_block {
-            Some(b) => (block * b).min(self.rounds())..((block + 1) * b).min(self.rounds()),
-            None => 0..self.rounds(),
+            Some(b) => (block * b).min(rounds)..((block + 1) * b).min(rounds),
+            None if block + 1 >= self.blocks() => self.split_start(block).min(rounds)..rounds,
+            None => self.split_start(block).min(rounds)..self.split_start(block + 1).min(rounds),
         }
     }
 
     /// What the hosts of a sweep over several are dealt of this group (see
     /// [`crate::sweep::scheduler::HostShare`]): each measured run, or in a blocked group each
-    /// block, so a block's bring-up is never split over hosts.
+    /// block, so a block's bring-up is never split over hosts. The level's only group is dealt
+    /// by run in its blocks too: each host makes its share of every block on a bring-up of its
+    /// own, so every host's rounds of a level are spread over its bring-ups alike and a
+    /// comparison still pairs its rounds on one host.
     pub fn share_unit(&self, run: u32) -> u32 {
         match self.runs_per_block {
             Some(_) => self.block_of(run),
@@ -98,8 +139,10 @@ impl BootGroup {
     }
 
     /// Whether a cell's stopping rule may end it before run `run`: anywhere in a group of its
-    /// level's only boot, only at a block's end in a blocked group (a block stays whole, so it
-    /// keeps its pair in the other groups), and always at the cell's most runs.
+    /// level's only boot (its blocks are all begun within the rounds always made, before any
+    /// rule may stop, and its variants pair by round, not by block), only at a block's end in a
+    /// blocked group (a block stays whole, so it keeps its pair in the other groups), and
+    /// always at the cell's most runs.
     pub fn may_stop_before(&self, run: u32, max_runs: u32) -> bool {
         match self.runs_per_block {
             Some(b) => run.is_multiple_of(b) || run >= max_runs,
@@ -149,6 +192,8 @@ pub struct Schedule {
     pub seed: Option<u64>,
     /// Measured runs per bring-up at a level with more than one boot group.
     pub runs_per_bring_up: u32,
+    /// Bring-ups of a level of one boot group ([`BootGroup::bring_ups_per_level`]).
+    pub bring_ups_per_level: u32,
     /// Warm-up rounds every freshly brought-up guest set gets before its first measured round
     /// (the scenario's `warmup_runs`, by default one): each a run of every cell of the group
     /// with a measured run left on this host, never counted, in the order of the design's rounds
@@ -213,6 +258,8 @@ impl Plan {
         let workloads = expand::workloads(s);
         let host = s.host.backend == BackendKind::Host;
         let (runs, max_runs, target_cv) = s.runs.bounds();
+        // Validation bounds a given count by the rounds always made; a default is bounded so.
+        let bring_ups_per_level = s.bring_ups_per_level().clamp(1, runs.max(1));
         let mut boots: Vec<BootGroup> = Vec::new();
         let mut level_boots = Vec::new();
         for &level in &s.levels {
@@ -238,6 +285,7 @@ impl Plan {
                             variants: Vec::new(),
                             cells: Vec::new(),
                             runs_per_block: None,
+                            bring_ups_per_level: 1,
                         });
                         boots.last_mut().expect("just pushed")
                     }
@@ -245,9 +293,11 @@ impl Plan {
                 group.variants.push(v.name.clone());
             }
             // Guests of their own at the level: each group's runs in blocks, a bring-up each.
+            // Else the level's one group splits its rounds over its bring-ups.
             let blocked = boots.len() - first_of_level > 1;
             for b in &mut boots[first_of_level..] {
                 b.runs_per_block = blocked.then_some(s.schedule.runs_per_bring_up.max(1));
+                b.bring_ups_per_level = if blocked { 1 } else { bring_ups_per_level };
                 for w in &workloads {
                     for v in variants.iter().filter(|v| b.variants.contains(&v.name)) {
                         let mut argv = expand::payload_argv(w, v);
@@ -314,6 +364,7 @@ impl Plan {
                 order,
                 seed: (order == RunOrder::Shuffle).then(|| s.schedule.seed.unwrap_or(seed)),
                 runs_per_bring_up: s.schedule.runs_per_bring_up.max(1),
+                bring_ups_per_level,
                 warm_up_rounds: s
                     .warmup_runs
                     .unwrap_or(crate::scenario::model::DEFAULT_WARMUP_RUNS),
@@ -478,6 +529,92 @@ mod tests {
         );
         assert!(b.cells[1].argv.contains(&"tas".to_string()));
         assert_eq!(p.boots[1].variants, ["nopv"]);
+    }
+
+    const SHARED: &str = "name: p\nvariants:\n  - {name: ticket, args: {algo: ticket}}\n  - {name: tas, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n";
+
+    /// Each boot group's blocks, as (first run, end) of each.
+    fn blocks(p: &Plan) -> Vec<Vec<(u32, u32)>> {
+        p.boots
+            .iter()
+            .map(|g| {
+                (0..g.blocks())
+                    .map(|b| g.block_runs(b))
+                    .map(|r| (r.start, r.end))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shared_level_splits_its_rounds_over_two_bring_ups_where_retention_exists() {
+        // Two levels: two bring-ups a level by default, the rounds split evenly.
+        let p = plan(&format!("{SHARED}levels: [1.0, 2.0]\nruns: 8\n"));
+        assert_eq!(p.schedule.bring_ups_per_level, 2);
+        assert!(p.boots.iter().all(|g| g.runs_per_block.is_none()));
+        assert_eq!(blocks(&p), [[(0, 4), (4, 8)], [(0, 4), (4, 8)]]);
+        assert_eq!(
+            (0..8).map(|r| p.boots[0].block_of(r)).collect::<Vec<_>>(),
+            [0, 0, 0, 0, 1, 1, 1, 1]
+        );
+        // Every round is dealt to the hosts of a sweep over several on its own, as before.
+        assert_eq!(p.boots[0].share_unit(5), 5);
+        assert_eq!(
+            p.total_runs(),
+            2 * 2 * 8 + 2 * 2 * 2,
+            "a warm-up round per bring-up"
+        );
+        // One level: no retention, one bring-up.
+        let p = plan(&format!("{SHARED}levels: [1.0]\nruns: 8\n"));
+        assert_eq!(blocks(&p), [[(0, 8)]]);
+        // Two levels but one run: one bring-up (each makes one run at least).
+        let p = plan(&format!("{SHARED}levels: [1.0, 2.0]\nruns: 1\n"));
+        assert_eq!(blocks(&p), [[(0, 1)], [(0, 1)]]);
+        // The host backend brings nothing up.
+        let p = plan(&format!(
+            "{SHARED}levels: [1.0, 2.0]\nruns: 8\nhost: {{backend: host}}\n"
+        ));
+        assert_eq!(p.schedule.bring_ups_per_level, 1);
+        assert_eq!(blocks(&p), [[(0, 8)], [(0, 8)]]);
+        // Given: 12 rounds in 3 blocks of 4; 7 in 3 nearly equal ones; 1 keeps every round
+        // of a level on one bring-up.
+        let given = |n: u32, runs: u32| {
+            plan(&format!(
+                "{SHARED}levels: [1.0, 2.0]\nruns: {runs}\nschedule: {{bring_ups_per_level: {n}}}\n"
+            ))
+        };
+        assert_eq!(blocks(&given(3, 12))[0], [(0, 4), (4, 8), (8, 12)]);
+        assert_eq!(blocks(&given(3, 7))[0], [(0, 3), (3, 5), (5, 7)]);
+        assert_eq!(blocks(&given(1, 8))[0], [(0, 8)]);
+        // A level of several boot groups keeps its blocks of runs_per_bring_up.
+        let p = plan(
+            "name: p\nvariants:\n  - {name: ticket}\n  - {name: nopv, cmdline: nopvspin}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\nlevels: [1.0, 2.0]\nruns: 4\nschedule: {runs_per_bring_up: 2, bring_ups_per_level: 4}\n",
+        );
+        assert_eq!(p.boots.len(), 4);
+        assert!(p.boots.iter().all(|g| g.runs_per_block == Some(2)));
+        assert_eq!(blocks(&p)[0], [(0, 2), (2, 4)]);
+    }
+
+    /// Under a stopping rule the rounds always made (`min`) are split, and the rounds past
+    /// them run on the last bring-up: every bring-up is begun before any cell may stop, so a
+    /// cell stopped anywhere has had all of them, and the rule may stop it anywhere (its
+    /// variants pair by round; no look waits for a block's end).
+    #[test]
+    fn under_a_stopping_rule_every_bring_up_is_begun_within_the_runs_always_made() {
+        let p = plan(&format!(
+            "{SHARED}levels: [1.0, 2.0]\nruns: {{until: concluded, min: 3, max: 12}}\n"
+        ));
+        let g = &p.boots[0];
+        assert_eq!(blocks(&p)[0], [(0, 2), (2, 12)]);
+        assert!((0..=12).all(|r| g.may_stop_before(r, 12)));
+        // The looks the plan corrects α for are those of one group with no block to wait for:
+        // 4, 6, 10, 12 for two variants balanced every 2 rounds.
+        assert_eq!(super::super::stopping::look_points(3, 12, 2), [4, 6, 10, 12]);
+        assert_eq!(p.looks, Some(4));
+        let p = plan(&format!(
+            "{SHARED}levels: [1.0, 2.0]\nruns: {{min: 6, max: 20, target_cv: 0.05}}\nschedule: {{bring_ups_per_level: 3}}\n"
+        ));
+        assert_eq!(blocks(&p)[0], [(0, 2), (2, 4), (4, 20)]);
     }
 
     #[test]

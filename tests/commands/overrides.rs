@@ -97,16 +97,19 @@ fn a_good_override_changes_what_validate_plans() {
         v[0]["plan"].clone()
     };
     let before = plan(&[]);
-    // 2 measured runs and 1 warm-up at each of 2 levels.
+    // At each of 2 levels, 2 measured runs on 2 bring-ups (the default at two levels or
+    // more), each warmed by 1 warm-up.
     assert_eq!(
         (before["levels"].as_u64(), before["runs"].as_u64()),
-        (Some(2), Some(6))
+        (Some(2), Some(8))
     );
     let after = plan(&["runs=3", "levels=[1.0, 2.0, 3.0]"]);
     assert_eq!(
         (after["levels"].as_u64(), after["runs"].as_u64()),
-        (Some(3), Some(12))
+        (Some(3), Some(15))
     );
+    let after = plan(&["schedule.bring_ups_per_level=1"]);
+    assert_eq!(after["runs"].as_u64(), Some(6));
     let after = plan(&["workloads.0.args.algo=[tas, ticket]"]);
     assert_eq!(after["workloads"].as_u64(), Some(2), "{after}");
 }

@@ -489,6 +489,20 @@ fn malformed_scenarios_are_refused_with_file_line_and_field() {
             "must be at least 1",
         ),
         case(
+            "bring-ups-per-level-zero",
+            &with_tail("schedule: {bring_ups_per_level: 0}\n"),
+            9,
+            Some("schedule.bring_ups_per_level"),
+            "must be at least 1",
+        ),
+        case(
+            "bring-ups-per-level-above-the-runs",
+            &with_tail("runs: 2\nschedule: {bring_ups_per_level: 3}\n"),
+            10,
+            Some("schedule.bring_ups_per_level"),
+            "each bring-up makes one round at least",
+        ),
+        case(
             "own-guests-one-bring-up-a-side",
             &with_tail(
                 "variants:\n  - {name: base, baseline: true}\n  - {name: own, cmdline: mitigations=off}\nruns: 1\n",

@@ -159,6 +159,61 @@ fn check_runs_and_timeouts(l: &Loaded, err: &mut impl FnMut(&[Seg], String)) {
             }
         }
     }
+    check_bring_ups_per_level(s, err);
+}
+
+/// `schedule.bring_ups_per_level`, where given: at least 1; more than 1 only where guests are
+/// brought up; and, at levels of one boot group (where it applies), at most the runs always
+/// made, so every bring-up makes one of them at least.
+fn check_bring_ups_per_level(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
+    let Some(given) = s.schedule.bring_ups_per_level else {
+        return;
+    };
+    let at = [key("schedule"), key("bring_ups_per_level")];
+    if given == 0 {
+        err(
+            &at,
+            "must be at least 1 (the bring-ups each level's shared guests make its rounds on; 1: one bring-up \
+             a level, and retention is then within one boot a level)"
+                .into(),
+        );
+        return;
+    }
+    if given > 1 && s.host.backend == BackendKind::Host {
+        err(
+            &at,
+            format!(
+                "{given} bring-ups a level, but the host backend brings up no guests (its runs are the host's own \
+                 threads): leave it out or give 1"
+            ),
+        );
+        return;
+    }
+    if !expand::one_boot_group_per_level(s) {
+        return; // such levels are blocked by schedule.runs_per_bring_up
+    }
+    for (field, runs) in [("runs", Some(s.runs)), ("kvm_runs", s.kvm_runs)] {
+        let Some(runs) = runs else { continue };
+        let (min, max, _) = runs.bounds();
+        let always = match runs {
+            crate::scenario::RunCount::Fixed(_) => format!("{field}: {min}"),
+            crate::scenario::RunCount::Dynamic(_) => format!("{field}.min: {min}"),
+        };
+        if min > 0 && given > min {
+            err(
+                &at,
+                format!(
+                    "{given} bring-ups a level for the {min} round(s) a level always makes ({always}{}): each \
+                     bring-up makes one round at least; lower bring_ups_per_level to at most {min} or raise {field}",
+                    if max > min {
+                        ", the rounds past it run on the last bring-up"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+    }
 }
 
 /// The host's CPUs (given, or counted in the topology's order), its libvirt URI and the hosts

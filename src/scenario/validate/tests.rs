@@ -292,6 +292,62 @@ fn runs_per_bring_up_and_self_check_retries_are_bounded() {
     );
 }
 
+#[test]
+fn bring_ups_per_level_is_bounded_by_the_rounds_a_level_always_makes() {
+    let text = |tail: &str| {
+        format!(
+            "name: x\nlevels: [1.0, 2.0]\n{WORK}variants:\n  - {{name: base}}\n  - {{name: tas, args: {{algo: tas}}}}\n{tail}"
+        )
+    };
+    let error = |tail: &str| {
+        let (_d, l) = loaded(&text(tail));
+        let e = validate(&l, &facts()).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        e.0.into_iter().next().unwrap()
+    };
+    // 0: refused, located at the field (line 11).
+    let e = error("runs: 4\nschedule:\n  bring_ups_per_level: 0\n");
+    assert_eq!(
+        (e.field.as_str(), e.line),
+        ("schedule.bring_ups_per_level", Some(11)),
+        "{e}"
+    );
+    assert!(e.message.contains("must be at least 1"), "{e}");
+    // More bring-ups than the rounds always made: a bring-up would make none.
+    let e = error("runs: 2\nschedule: {bring_ups_per_level: 3}\n");
+    assert_eq!(e.field, "schedule.bring_ups_per_level", "{e}");
+    for words in [
+        "3 bring-ups a level for the 2 round(s) a level always makes (runs: 2)",
+        "lower bring_ups_per_level to at most 2 or raise runs",
+    ] {
+        assert!(e.message.contains(words), "{words}: {e}");
+    }
+    let e = error("runs: {min: 2, max: 9, target_cv: 0.05}\nschedule: {bring_ups_per_level: 3}\n");
+    assert!(
+        e.message
+            .contains("(runs.min: 2, the rounds past it run on the last bring-up)"),
+        "{e}"
+    );
+    let e = error("runs: 4\nkvm_runs: 2\nschedule: {bring_ups_per_level: 3}\n");
+    assert!(e.message.contains("(kvm_runs: 2)"), "{e}");
+    // The host backend brings nothing up.
+    let e = error("host: {backend: host}\nruns: 4\nschedule: {bring_ups_per_level: 2}\n");
+    assert!(e.message.contains("the host backend brings up no guests"), "{e}");
+    // One bring-up a level (retention then within one boot a level), as many as the rounds,
+    // the default where runs are few, or a level of several boot groups (runs_per_bring_up
+    // blocks it): valid.
+    for tail in [
+        "runs: 4\nschedule: {bring_ups_per_level: 1}\n",
+        "runs: 4\nschedule: {bring_ups_per_level: 4}\n",
+        "runs: 1\n",
+        "",
+        "runs: 2\nschedule: {guests: per-variant, bring_ups_per_level: 3}\n",
+    ] {
+        let (_d, l) = loaded(&text(tail));
+        validate(&l, &facts()).unwrap_or_else(|e| panic!("{tail}: {e}"));
+    }
+}
+
 fn kvm_host() -> crate::host::VirtEvidence {
     crate::host::VirtEvidence {
         cpu_has_vmx_or_svm: true,

@@ -338,23 +338,21 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
     };
     let o = sweep(&p, script, vec![], dir.path()).await;
     // The warm-up that needed the guests says why they failed; each measured run is then
-    // recorded failed once, attempt 1; the second warm-up is not made.
-    let at_half: Vec<(bool, u32, u32, bool)> = o
-        .records
-        .iter()
-        .filter(|r| r.level == 0.5)
-        .map(|r| (r.warmup, r.run, r.attempt, r.ok))
-        .collect();
+    // recorded failed once, attempt 1 (run 1 too, in the level's second block, which tries
+    // no bring-up of a group that could not be brought up); the second warm-up is not made.
+    let at_half: Vec<&RunRecord> = o.records.iter().filter(|r| r.level == 0.5).collect();
     assert_eq!(
-        at_half,
+        at_half
+            .iter()
+            .map(|r| (r.warmup, r.run, r.attempt, r.ok))
+            .collect::<Vec<_>>(),
         [(true, 0, 1, false), (false, 0, 1, false), (false, 1, 1, false)],
         "{}",
         brief(&o.records)
     );
     assert!(
-        o.records
+        at_half
             .iter()
-            .take(3)
             .all(|r| r.error.as_deref().unwrap().contains("bring-up 1 fails"))
     );
     // Level 1.0 booted and ran normally.
@@ -366,8 +364,9 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
     };
     assert_eq!(s.samples(&o.records, &cell, METRIC, 0..2).len(), 2);
     assert_eq!(o.progress, o.total);
-    // Measured runs given up: 2 (warm-ups are never counted as runs).
-    assert_eq!((o.totals.runs_failed, o.totals.boots), (2, 2));
+    // Measured runs given up: 2 (warm-ups are never counted as runs). Bring-ups: the failed
+    // one, and level 1.0's two (one a block, by default at two levels).
+    assert_eq!((o.totals.runs_failed, o.totals.boots), (2, 3));
 }
 
 #[tokio::test]
@@ -1219,7 +1218,7 @@ async fn own_guest_variants_alternate_fresh_bring_ups_block_by_block() {
 }
 
 #[tokio::test]
-async fn a_level_with_one_boot_group_is_one_block_and_mixed_levels_take_turns_block_by_block() {
+async fn a_mixed_level_is_blocked_and_the_levels_take_turns_block_by_block() {
     // Variants a and b share guests, c has its own: both groups are blocked; b and a pair by
     // round inside their group, c pairs with a block by block.
     let s: Scenario = yaml_serde::from_str(&format!(
@@ -1235,20 +1234,7 @@ async fn a_level_with_one_boot_group_is_one_block_and_mixed_levels_take_turns_bl
     // level order (1x: c a+b, 0.5x: c a+b), the groups rotating within each level's block.
     let order: Vec<String> = o.calls.bring_ups.iter().map(|b| b.join("+")).collect();
     assert_eq!(order, ["a+b", "c", "a+b", "c", "c", "a+b", "c", "a+b"]);
-    let levels: Vec<f64> = o
-        .records
-        .iter()
-        .filter(|r| r.guest == 0)
-        .fold(Vec::<(u32, u32, f64)>::new(), |mut sets, r| {
-            let set = (r.slot.boot, r.slot.bring_up, r.level);
-            if !sets.contains(&set) {
-                sets.push(set);
-            }
-            sets
-        })
-        .iter()
-        .map(|s| s.2)
-        .collect();
+    let levels: Vec<f64> = bring_ups_in_order(&o.records).iter().map(|s| s.level).collect();
     assert_eq!(levels, [0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5]);
     // Inside the shared group each block is one round, in the design's order: b a (round 0
     // starts at the variant after the baseline), then a b.
@@ -1263,21 +1249,229 @@ async fn a_level_with_one_boot_group_is_one_block_and_mixed_levels_take_turns_bl
         [("b", 0), ("a", 0), ("a", 1), ("b", 1)].map(|(v, r)| (v.to_string(), r))
     );
     assert!(o.records.iter().all(|r| r.slot.block == r.run));
-    // Without c, each level has one boot group: one block, all runs on one bring-up.
+    each_run_counted_once_at(&o.records, &["a", "b", "c"], &[0.5, 1.0], 2);
+}
+
+/// One guest set of a sweep and what it made.
+struct BringUp {
+    level: f64,
+    boot: u32,
+    bring_up: u32,
+    block: u32,
+    /// Its guest-0 records: (variant, run, warm-up).
+    runs: Vec<(String, u32, bool)>,
+}
+
+impl BringUp {
+    /// (level, bring-up of its group, block).
+    fn placed(&self) -> (f64, u32, u32) {
+        (self.level, self.bring_up, self.block)
+    }
+
+    /// (warm-ups, measured runs) made on it.
+    fn made(&self) -> (usize, usize) {
+        let warm = self.runs.iter().filter(|r| r.2).count();
+        (warm, self.runs.len() - warm)
+    }
+}
+
+/// Each guest set of `records` in the order the sets first appear.
+fn bring_ups_in_order(records: &[RunRecord]) -> Vec<BringUp> {
+    let mut sets: Vec<BringUp> = Vec::new();
+    for r in records.iter().filter(|r| r.guest == 0) {
+        let s = r.slot;
+        let run = (r.variant.clone(), r.run, r.warmup);
+        match sets
+            .iter_mut()
+            .find(|x| (x.boot, x.bring_up) == (s.boot, s.bring_up))
+        {
+            Some(set) => {
+                assert_eq!(set.block, s.block, "a guest set makes one block");
+                set.runs.push(run);
+            }
+            None => sets.push(BringUp {
+                level: r.level,
+                boot: s.boot,
+                bring_up: s.bring_up,
+                block: s.block,
+                runs: vec![run],
+            }),
+        }
+    }
+    sets
+}
+
+/// Every measured run of `variants` at `levels` counted exactly once (guest 0).
+fn each_run_counted_once_at(records: &[RunRecord], variants: &[&str], levels: &[f64], runs: u32) {
+    let s = settle(records);
+    for &level in levels {
+        for &variant in variants {
+            let cell = crate::journal::accounting::CellKey {
+                variant,
+                level,
+                workload: "lock",
+            };
+            let n = s.samples(records, &cell, METRIC, 0..runs).len();
+            assert_eq!(n, runs as usize, "{variant} at {level}x: {}", brief(records));
+        }
+    }
+}
+
+/// The reports' model of a journal holding `records` of a sweep of `plan`.
+fn report_model(records: &[RunRecord], plan: &Plan) -> crate::stats::cells::Model {
+    let workloads: serde_json::Map<String, serde_json::Value> = plan
+        .workloads
+        .iter()
+        .map(|w| {
+            let info = serde_json::json!({"command": w.command, "metric": w.metric, "better": "higher"});
+            (w.id.clone(), info)
+        })
+        .collect();
+    let header: crate::journal::SweepHeader = crate::testing::header_with(serde_json::json!({
+        "scenario": "t", "scenario_sha256": "00", "baseline": plan.baseline, "variants": plan.variants,
+        "levels": plan.levels, "workloads": workloads, "backend": "mock", "accel": "tcg",
+        "host_cpus": [0, 1], "guest_vcpus": 1, "started_at": "t", "ocrig_version": "0",
+    }));
+    let journal = crate::journal::Journal {
+        header,
+        runs: records.to_vec(),
+    };
+    crate::testing::build(&journal, 0.05, None)
+}
+
+/// Variants a and b sharing guests at 1x and 2x, 4 runs, the default warm-up round.
+fn shared_levels(extra: &str) -> Plan {
     let s: Scenario = yaml_serde::from_str(&format!(
-        "name: t\nhost: {{cpus: 2}}\nlevels: [0.5, 1.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\nruns: 2\n"
+        "name: t\nhost: {{cpus: 2}}\nlevels: [1.0, 2.0]\nvariants:\n  - {{name: a, args: {{algo: tas}}}}\n  - {{name: b, args: {{algo: ticket}}}}\nworkloads:\n  - command: lock\n    metric: {METRIC}\n    slice_ms: 0\n    args: {{threads: 1}}\nruns: 4\n{extra}"
     ))
     .unwrap();
-    let p = Plan::build(&s, &[0, 1], 1).unwrap();
+    Plan::build(&s, &[0, 1], 1).unwrap()
+}
+
+/// Two levels of one shared boot group each: by default two bring-ups a level, the rounds
+/// split between them, each block on freshly brought-up (and warmed) guests torn down after
+/// it, the levels taking turns in a mirrored order (1x 2x 2x 1x) so retention is replicated
+/// over bring-ups and an even drift of the host weighs both levels alike.
+#[tokio::test]
+async fn a_shared_level_makes_its_rounds_on_two_bring_ups_the_levels_mirrored() {
+    let shared = shared_levels;
+    // Values that vary from run to run, so every ratio has an interval.
+    let varying = || Script {
+        value: Some(Box::new(|call, _| 100.0 + f64::from(call % 5))),
+        ..Default::default()
+    };
+    let p = shared("");
     assert!(
         p.boots
             .iter()
-            .all(|g| g.runs_per_block.is_none() && g.blocks() == 1)
+            .all(|g| g.runs_per_block.is_none() && g.blocks() == 2)
     );
     let dir = tempfile::tempdir().unwrap();
-    let o = sweep(&p, Script::default(), vec![], dir.path()).await;
-    assert_eq!(o.calls.bring_ups.len(), 2, "one bring-up per level");
-    assert!(o.records.iter().all(|r| r.slot.block == 0));
+    let o = sweep(&p, varying(), vec![], dir.path()).await;
+    let sets = bring_ups_in_order(&o.records);
+    let placed: Vec<(f64, u32, u32)> = sets.iter().map(BringUp::placed).collect();
+    // (level, bring-up of its group, block): 1x 2x, then 2x 1x, each block a fresh bring-up.
+    assert_eq!(placed, [(1.0, 1, 0), (2.0, 1, 0), (2.0, 2, 1), (1.0, 2, 1)]);
+    // Each bring-up: its warm-up round (both cells), then its block's two rounds.
+    for BringUp {
+        level, block, runs, ..
+    } in &sets
+    {
+        let (warm, measured): (Vec<_>, Vec<_>) = runs.iter().partition(|r| r.2);
+        assert_eq!(warm.len(), 2, "{level}x block {block}: a warm-up round");
+        let rounds: BTreeSet<u32> = measured.iter().map(|r| r.1).collect();
+        let want: BTreeSet<u32> = (2 * block..2 * block + 2).collect();
+        assert_eq!((measured.len(), rounds), (4, want), "{level}x block {block}");
+    }
+    each_run_counted_once_at(&o.records, &["a", "b"], &[1.0, 2.0], 4);
+    // Four bring-ups, torn down after each block and once more at the end.
+    assert_eq!((o.totals.groups, o.totals.boots, o.totals.warm_ups), (2, 4, 8));
+    assert_eq!(o.calls.bring_ups.len(), 4);
+    assert_eq!(o.calls.shut_downs, 5);
+    assert_eq!(o.progress, o.total);
+    assert_eq!(p.total_runs(), 16 + 8, "a warm-up round per bring-up");
+    // The report's retention is over those bring-ups: 2+2 a level, not within one boot.
+    let model = report_model(&o.records, &p);
+    let retention = &model.workloads[0].retention;
+    assert_eq!(retention.len(), 2, "a and b");
+    for r in retention {
+        let e = r.rows[0].effect.as_ref().unwrap();
+        assert_eq!(e.units_words(), "2+2 bring-ups", "{}", r.variant);
+        assert!(!r.rows[0].within_one_boot);
+    }
+    let verdict = crate::report::verdict::text(&model);
+    assert!(
+        verdict.contains("retention (ops_per_sec at each level / at 1x): "),
+        "{verdict}"
+    );
+
+    // Pinned to one bring-up a level: every level to its end in turn, on one bring-up.
+    let p = shared("schedule: {bring_ups_per_level: 1}\n");
+    assert!(p.boots.iter().all(|g| g.blocks() == 1));
+    let dir = tempfile::tempdir().unwrap();
+    let o = sweep(&p, varying(), vec![], dir.path()).await;
+    let placed: Vec<(f64, u32, u32)> = bring_ups_in_order(&o.records)
+        .iter()
+        .map(BringUp::placed)
+        .collect();
+    assert_eq!(placed, [(1.0, 1, 0), (2.0, 1, 0)], "one bring-up per level");
+    let model = report_model(&o.records, &p);
+    for r in &model.workloads[0].retention {
+        let e = r.rows[0].effect.as_ref().unwrap();
+        assert_eq!(e.units_words(), "4+4 runs", "{}", r.variant);
+        assert!(r.rows[0].within_one_boot);
+    }
+    let verdict = crate::report::verdict::text(&model);
+    assert!(
+        verdict.contains("retention (ops_per_sec at each level / at 1x, within one boot a level): "),
+        "{verdict}"
+    );
+}
+
+/// A sweep of shared levels interrupted in a level's second block resumes there: the blocks
+/// already made are not brought up again, the interrupted one is made on a fresh bring-up
+/// numbered on from the journal's (so its guest set is told from the interrupted one's, and
+/// warmed anew), then the other level's second block, each making only its missing runs.
+#[tokio::test]
+async fn an_interrupted_sweep_of_shared_levels_resumes_in_its_block_on_a_fresh_bring_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = shared_levels("");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // 1x block 0: calls 1-6 (a warm-up round of 2, rounds 0 and 1); 2x block 0: 7-12; 2x
+    // block 1: warm-ups 13-14, round 2's first run 15, its second (16) hangs.
+    let script = Script {
+        hang_at: Some((16, tx)),
+        ..Default::default()
+    };
+    {
+        let exec = MockExecutor::new(METRIC, script);
+        let progress = Progress::new(p.measured_runs(), true);
+        let journal = JournalWriter::open(dir.path()).unwrap();
+        tokio::select! {
+            _ = run(&p, exec, journal, vec![], &progress) => panic!("the sweep should hang"),
+            _ = rx.recv() => {}
+        }
+    }
+    let before = read_records(dir.path());
+    assert_eq!(work_left(&p, &before), 7, "{}", brief(&before));
+
+    let again = tempfile::tempdir().unwrap();
+    let o = sweep(&p, Script::default(), before.clone(), again.path()).await;
+    let sets = bring_ups_in_order(&o.records);
+    let placed: Vec<(f64, u32, u32)> = sets.iter().map(BringUp::placed).collect();
+    assert_eq!(placed, [(2.0, 3, 1), (1.0, 2, 1)], "{}", brief(&o.records));
+    assert_eq!(
+        sets[0].made(),
+        (2, 3),
+        "warmed, round 2's missing run and round 3"
+    );
+    assert_eq!(sets[1].made(), (2, 4), "warmed, rounds 2 and 3");
+    assert!(o.records.iter().all(|r| r.attempt == 1));
+    let mut all = before;
+    all.extend(o.records);
+    each_run_counted_once_at(&all, &["a", "b"], &[1.0, 2.0], 4);
+    assert_eq!(work_left(&p, &all), 0);
+    assert_eq!(o.progress, o.total, "resumed runs counted once in the progress");
 }
 
 /// Guest 0's records of `o` in journal order, each as `[w]<variant><threads>` (`w`: a warm-up).
@@ -1629,6 +1823,45 @@ async fn two_hosts_are_dealt_whole_blocks_so_each_pair_is_made_on_one_host() {
     assert_eq!(calls0.lock().unwrap().bring_ups.len(), 2);
     assert_eq!(calls1.lock().unwrap().bring_ups.len(), 2);
     each_run_counted_once(&records, 4, 2);
+    assert_eq!(progress.position(), p.measured_runs());
+}
+
+/// Over two hosts a level's shared group is dealt by round, as with one bring-up a level:
+/// each host makes its rounds of each block on a bring-up of its own, so every host's rounds
+/// of a level are spread over two bring-ups and each round's pair is made on one host.
+#[tokio::test]
+async fn two_hosts_make_their_rounds_of_each_shared_block_on_bring_ups_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = shared_levels("warmup_runs: 0\n");
+    let pool = SharedJournal::new(JournalWriter::open(dir.path()).unwrap(), Vec::new());
+    let progress = Progress::new(p.measured_runs(), true);
+    let host = |index: usize| {
+        let script = Script {
+            interleave: true,
+            ..Default::default()
+        };
+        let exec = MockExecutor::new(METRIC, script);
+        let calls = exec.calls.clone();
+        let share = HostShare {
+            label: Some(format!("h{index}")),
+            index,
+            of: 2,
+        };
+        (run_with(&p, exec, &pool, &progress, share), calls)
+    };
+    let ((h0, calls0), (h1, calls1)) = (host(0), host(1));
+    let (a, b) = futures::join!(h0, h1);
+    a.unwrap();
+    b.unwrap();
+    let records = pool.into_inner().unwrap().records;
+    for r in &records {
+        assert_eq!(r.host, Some(format!("h{}", r.run % 2)), "{r:?}");
+        assert_eq!(r.slot.block, r.run / 2, "{r:?}");
+    }
+    // Each host: two bring-ups a level, one a block.
+    assert_eq!(calls0.lock().unwrap().bring_ups.len(), 4);
+    assert_eq!(calls1.lock().unwrap().bring_ups.len(), 4);
+    each_run_counted_once_at(&records, &["a", "b"], &[1.0, 2.0], 4);
     assert_eq!(progress.position(), p.measured_runs());
 }
 
