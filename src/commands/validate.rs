@@ -36,6 +36,10 @@ struct PlanSummary {
     workloads: usize,
     runs: u64,
     boot_groups: usize,
+    /// Fresh guest sets the boot groups are brought up as on one host with no failures: one
+    /// a block (a level's `schedule.bring_ups_per_level`, or its blocks of
+    /// `runs_per_bring_up`), each with its warm-ups among `runs`.
+    bring_ups: u64,
     max_guests: u32,
 }
 
@@ -93,6 +97,7 @@ pub fn validate(files: &[PathBuf], json: bool, sets: &[Override]) -> anyhow::Res
                     workloads: plan.workloads.len(),
                     runs: plan.total_runs(),
                     boot_groups: plan.boots.len(),
+                    bring_ups: plan.bring_ups(),
                     max_guests: plan.boots.iter().map(|g| g.guests).max().unwrap_or(0),
                 };
                 // The runs as this host's accelerator would make them (a KVM block applies
@@ -113,13 +118,14 @@ pub fn validate(files: &[PathBuf], json: bool, sets: &[Override]) -> anyhow::Res
                     });
                 } else {
                     println!(
-                        "{}: ok{sized} — {} levels × {} variants × {} workloads, {} runs in {} boot group(s), up to {} guests",
+                        "{}: ok{sized} — {} levels × {} variants × {} workloads, {} runs in {} boot group(s) on {} bring-up(s), up to {} guests",
                         f.display(),
                         summary.levels,
                         summary.variants,
                         summary.workloads,
                         summary.runs,
                         summary.boot_groups,
+                        summary.bring_ups,
                         summary.max_guests
                     );
                 }

@@ -392,6 +392,12 @@ impl Plan {
         self.measured_runs() + warm_ups
     }
 
+    /// Guest sets brought up in the whole sweep on one host with no failures: one a block of
+    /// every boot group.
+    pub fn bring_ups(&self) -> u64 {
+        self.boots.iter().map(|g| u64::from(g.blocks())).sum()
+    }
+
     /// Measured run slots of the plan: what the progress bar counts (warm-ups are made once per
     /// fresh guest set on every host, so their number is not known beforehand).
     pub fn measured_runs(&self) -> u64 {

@@ -100,8 +100,12 @@ fn a_good_override_changes_what_validate_plans() {
     // At each of 2 levels, 2 measured runs on 2 bring-ups (the default at two levels or
     // more), each warmed by 1 warm-up.
     assert_eq!(
-        (before["levels"].as_u64(), before["runs"].as_u64()),
-        (Some(2), Some(8))
+        (
+            before["levels"].as_u64(),
+            before["runs"].as_u64(),
+            before["bring_ups"].as_u64()
+        ),
+        (Some(2), Some(8), Some(4))
     );
     let after = plan(&["runs=3", "levels=[1.0, 2.0, 3.0]"]);
     assert_eq!(
@@ -109,7 +113,10 @@ fn a_good_override_changes_what_validate_plans() {
         (Some(3), Some(15))
     );
     let after = plan(&["schedule.bring_ups_per_level=1"]);
-    assert_eq!(after["runs"].as_u64(), Some(6));
+    assert_eq!(
+        (after["runs"].as_u64(), after["bring_ups"].as_u64()),
+        (Some(6), Some(2))
+    );
     let after = plan(&["workloads.0.args.algo=[tas, ticket]"]);
     assert_eq!(after["workloads"].as_u64(), Some(2), "{after}");
 }
