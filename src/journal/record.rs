@@ -178,8 +178,18 @@ pub struct ScheduleInfo {
     pub seed: Option<u64>,
     /// Measured runs per bring-up at a level of more than one boot group (variants with
     /// guests of their own): each such group's runs are made in blocks of this many, one
-    /// fresh bring-up each ([`Slot::block`]); a level of one boot group is one block.
+    /// fresh bring-up each ([`Slot::block`]).
     pub runs_per_bring_up: u32,
+    /// Bring-ups of a level of one boot group (variants sharing guests,
+    /// `schedule.bring_ups_per_level`): its rounds always made split into this many blocks,
+    /// each on a fresh bring-up ([`Slot::block`]). 1 where a journal written before the field
+    /// says nothing: its levels of one group were one block.
+    #[serde(default = "one")]
+    pub bring_ups_per_level: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One boot group: guests booted at a level, shared by these variants.
@@ -200,13 +210,15 @@ pub struct Slot {
     pub bring_up: u32,
     /// Position of this attempt among the group's attempts in this `ocrig run`, from 0.
     pub seq: u32,
-    /// The block of the design this run belongs to: the unit a comparison pairs. At a level
-    /// of more than one boot group (variants with guests of their own) every group makes its
-    /// measured runs in blocks of [`ScheduleInfo::runs_per_bring_up`] (runs `k·B .. (k+1)·B`
-    /// are block k), each on a fresh bring-up, block k of every group before block k+1 of any
-    /// (block k of a variant pairs with block k of the baseline); a level of one boot group is
-    /// one block (0). Variants sharing a boot group pair by run (round) inside it. Every
-    /// record of a block has it: warm-ups, failed and unattempted attempts too.
+    /// The block of the design this run belongs to. At a level of more than one boot group
+    /// (variants with guests of their own) every group makes its measured runs in blocks of
+    /// [`ScheduleInfo::runs_per_bring_up`] (runs `k·B .. (k+1)·B` are block k), each on a fresh
+    /// bring-up, block k of every group before block k+1 of any: the unit a comparison pairs
+    /// (block k of a variant with block k of the baseline). A level of one boot group makes
+    /// its rounds in [`ScheduleInfo::bring_ups_per_level`] blocks, each on a fresh bring-up;
+    /// its variants pair by run (round) inside them, and a level's retention is replicated
+    /// over them. Block k of every level is made before block k+1 of any. Every record of a
+    /// block has it: warm-ups, failed and unattempted attempts too.
     pub block: u32,
 }
 

@@ -157,6 +157,7 @@ pub(crate) fn header(plan: &Plan, runs_on: RunsOn) -> SweepHeader {
             order: plan.schedule.order,
             seed: plan.schedule.seed,
             runs_per_bring_up: plan.schedule.runs_per_bring_up,
+            bring_ups_per_level: plan.schedule.bring_ups_per_level,
         },
         started_at: jiff::Timestamp::now().to_string(),
         ocrig_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -40,6 +40,7 @@ pub(crate) fn header() -> SweepHeader {
             order: crate::vocabulary::RunOrder::RoundRobin,
             seed: None,
             runs_per_bring_up: 1,
+            bring_ups_per_level: 1,
         },
         started_at: "now".into(),
         ocrig_version: "0".into(),
