@@ -328,7 +328,9 @@ fn smoke_sweep_on_a_remote_host_through_qemu_ssh() {
         "  memory_mib: 256\n  scratch_disk_mib: 32\n",
     );
     assert_ne!(text, with_disk);
-    std::fs::write(&s, with_disk).unwrap();
+    // One bring-up a level: the test is about the remote host; a level's second bring-up (the
+    // smoke scenario's default, for retention) would only cost two more remote boots.
+    std::fs::write(&s, format!("{with_disk}schedule: {{bring_ups_per_level: 1}}\n")).unwrap();
     let out = ocrig(
         &["run", &s.to_string_lossy(), "--quiet", "--wait-for-cpus"],
         &results,
@@ -514,7 +516,8 @@ fn two_host_sweep_survives_losing_the_ssh_host_mid_sweep() {
         "name: two-hosts\nhost:\n  backend: libvirt\n  hosts:\n    - uri: \"qemu:///system\"\n      cpus: [0]\n    \
          - uri: \"{}\"\n      cpus: [1]\nguest:\n  vcpus: 1\n  memory_mib: 256\n  start: boot\nlevels: [1.0, 2.0]\n\
          workloads:\n  - name: lock-tas\n    command: lock\n    args: {{algo: tas, threads: 2, duration-ms: 1000, hold-ns: 200, gap-ns: 200}}\n    \
-         metric: ops_per_sec\n    better: higher\nruns: 4\n",
+         metric: ops_per_sec\n    better: higher\nruns: 4\n\
+         schedule: {{bring_ups_per_level: 1}}\n",
         sshd.libssh2_uri(&sshd.path("known_hosts"))
     );
     let s = tmp.path().join("two-hosts.yaml");

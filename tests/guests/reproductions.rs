@@ -28,6 +28,11 @@ use serde_json::Value;
 
 use crate::common;
 
+/// The small reproductions whose variants share guests make each level's runs on one bring-up:
+/// they are about a mechanism within a run, not retention, and a level's second bring-up (the
+/// default at two levels) would only cost time.
+const ONE_BRING_UP: &str = "schedule: {bring_ups_per_level: 1}\n";
+
 /// A sweep's report (`report.json`) and counted runs (ok, not warm-ups), and its text report.
 struct Sweep {
     report: Value,
@@ -141,13 +146,17 @@ fn the_mutex_paradoxs_slower_contended_path_cuts_contended_acquisitions() {
     let _one = common::one_sweep();
     let s = sweep(
         "seed000-small.yaml",
-        "name: seed000-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
+        &[
+            "name: seed000-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
          levels: [1.0, 2.0]\nvariants:\n  - {name: base, baseline: true}\n\
          \x20 - {name: slow-contended, args: {contended-sleep-ns: 1000}}\n\
          \x20 - {name: lock-traced, trace_events: [lock:contention_begin, lock:contention_end]}\n\
          workloads:\n  - name: mutex\n    command: mutex\n\
          \x20   args: {algo: pthread, acquire: trylock-first, threads: 4, num: 1, locks: 100000, loops: 100}\n\
          \x20   metric: time_s\n    better: lower\nruns: 4\n",
+            ONE_BRING_UP,
+        ]
+        .concat(),
     );
     for level in [1.0, 2.0] {
         let base = s.cell("mutex", "base", level, "contention_rate");
@@ -172,11 +181,15 @@ fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcom
     let _one = common::one_sweep();
     let s = sweep(
         "seed001-small.yaml",
-        "name: seed001-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
+        &[
+            "name: seed001-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
          levels: [1.0, 2.0]\nvariants:\n  - {name: plain, baseline: true, args: {mode: plain}}\n\
          \x20 - {name: adaptive, args: {mode: adaptive}}\nworkloads:\n\
          \x20 - {name: work, command: futexlock, args: {threads: 8, iterations: 5000, hold: 1000, gap: 10000}, metric: kiter_per_sec, better: higher}\n\
          runs: 6\n",
+            ONE_BRING_UP,
+        ]
+        .concat(),
     );
     let mut edge = Vec::new();
     for level in [1.0, 2.0] {
@@ -226,10 +239,14 @@ fn waiting_for_kernel_locks_from_sysfs_walks_grows_in_the_guest_profile_under_ov
     let _one = common::one_sweep();
     let s = sweep(
         "seed002-small.yaml",
-        "name: seed002-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
+        &[
+            "name: seed002-small\nhost: {cpus: 2, backend: qemu}\nguest: {vcpus: 2, memory_mib: 384}\n\
          levels: [1.0, 2.0]\nvariants:\n  - {name: base, baseline: true, profile: {rate_hz: 999}}\n\
          workloads:\n  - name: sysfs-mutex\n    command: sysfs-mutex\n\
          \x20   args: {cpus: 2, tasks-per-cpu: 4, seconds: 3}\n    metric: files_per_sec\n    better: higher\nruns: 3\n",
+            ONE_BRING_UP,
+        ]
+        .concat(),
     );
     let cells = s.report["kernel_symbols"].as_array().unwrap();
     let share = |level: f64| {

@@ -58,10 +58,12 @@ fn smoke(backend: &str) {
     assert_eq!(header["type"], "sweep");
     assert_eq!(header["scenario"], "smoke");
     assert_eq!(header["backend"], backend);
-    // One boot group per level, as planned and recorded.
+    // One boot group per level, as planned and recorded, brought up twice a level (the
+    // default at two levels: retention is replicated over bring-ups).
     let boots = header["boots"].as_array().expect("boots in header");
     assert_eq!(boots.len(), 2, "{header}");
     assert_eq!(header["schedule"]["order"], "round-robin");
+    assert_eq!(header["schedule"]["bring_ups_per_level"], 2, "{header}");
     // The host probed on the sweep's CPUs before anything booted: its speed and, from the same
     // samples in 0.1 s blocks, its noise floor.
     let speed = &header["host_speed"];
@@ -109,20 +111,39 @@ fn smoke(backend: &str) {
         assert!(self_check(r), "a failed attempt that no self-check rejected: {r}");
         eprintln!("retried after a self-check: {} {}", r["error"], r["superseded"]);
     }
-    // Each level's one guest set was warmed once, before its first measured run. A warm-up the
-    // checks rejected is made again on the same guests, up to `self_check_retries` (3 by
-    // default) times, so fresh guests still speeding up do not refuse the first measured run.
+    // Each of a level's two guest sets (one a block, each making one of its 2 runs) was warmed
+    // once, before its first measured run. A warm-up the checks rejected is made again on the
+    // same guests, up to `self_check_retries` (3 by default) times, so fresh guests still
+    // speeding up do not refuse the first measured run.
     for level in [0.5, 1.0] {
-        let warm_up =
-            |r: &&Value| r["level"].as_f64() == Some(level) && r["warmup"] == true && r["guest"] == 0;
-        let counted = runs.iter().filter(warm_up).count();
-        let refused = rejected.iter().filter(warm_up).count();
-        assert!(
-            counted + refused >= 1 && counted <= 1 && counted + refused <= 1 + 3,
-            "{level}x: one warm-up of its one guest set, made again only after a self-check: \
-             {counted} counted, {refused} refused"
-        );
+        for bring_up in [1, 2] {
+            let warm_up = |r: &&Value| {
+                r["level"].as_f64() == Some(level)
+                    && r["slot"]["bring_up"] == bring_up
+                    && r["warmup"] == true
+                    && r["guest"] == 0
+            };
+            let counted = runs.iter().filter(warm_up).count();
+            let refused = rejected.iter().filter(warm_up).count();
+            assert!(
+                counted + refused >= 1 && counted <= 1 && counted + refused <= 1 + 3,
+                "{level}x bring-up {bring_up}: one warm-up of the guest set, made again only after a \
+                 self-check: {counted} counted, {refused} refused"
+            );
+        }
     }
+    // The levels took turns: 0.5x's first block, 1x's first, 1x's second, 0.5x's second.
+    let mut sets: Vec<(f64, u64)> = Vec::new();
+    for r in &runs {
+        let set = (
+            r["level"].as_f64().unwrap(),
+            r["slot"]["bring_up"].as_u64().unwrap(),
+        );
+        if !sets.contains(&set) {
+            sets.push(set);
+        }
+    }
+    assert_eq!(sets, [(0.5, 1), (1.0, 1), (1.0, 2), (0.5, 2)]);
     // 0.5x = 1 guest, 1.0x = 2 guests (2 host CPUs, 1-vCPU guests); 2 measured runs each.
     let at = |level: f64| {
         runs.iter()
@@ -199,8 +220,8 @@ fn smoke(backend: &str) {
     // (An attempt the self-checks rejected is retried on the same guests.)
     assert_eq!(
         names.len(),
-        3,
-        "1 guest at 0.5x + 2 at 1x, each booted once: {names:?}"
+        6,
+        "1 guest at 0.5x + 2 at 1x, each booted once a block: {names:?}"
     );
     let alive = processes_naming(&names);
     assert!(alive.is_empty(), "guests left running: {alive:?}");
