@@ -196,15 +196,15 @@ fn check_bring_ups_per_level(s: &Scenario, err: &mut impl FnMut(&[Seg], String))
         let Some(runs) = runs else { continue };
         let (min, max, _) = runs.bounds();
         let always = match runs {
-            crate::scenario::RunCount::Fixed(_) => format!("{field}: {min}"),
-            crate::scenario::RunCount::Dynamic(_) => format!("{field}.min: {min}"),
+            crate::scenario::RunCount::Fixed(_) => field.to_string(),
+            crate::scenario::RunCount::Dynamic(_) => format!("{field}.min"),
         };
         if min > 0 && given > min {
             err(
                 &at,
                 format!(
-                    "{given} bring-ups a level for the {min} round(s) a level always makes ({always}{}): each \
-                     bring-up makes one round at least; lower bring_ups_per_level to at most {min} or raise {field}",
+                    "{given} bring-ups a level for the {min} round(s) a level always makes ({always}: {min}{}): each \
+                     bring-up makes one round at least; lower bring_ups_per_level to at most {min} or raise {always}",
                     if max > min {
                         ", the rounds past it run on the last bring-up"
                     } else {

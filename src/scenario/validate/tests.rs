@@ -328,6 +328,7 @@ fn bring_ups_per_level_is_bounded_by_the_rounds_a_level_always_makes() {
             .contains("(runs.min: 2, the rounds past it run on the last bring-up)"),
         "{e}"
     );
+    assert!(e.message.ends_with("or raise runs.min"), "{e}");
     let e = error("runs: 4\nkvm_runs: 2\nschedule: {bring_ups_per_level: 3}\n");
     assert!(e.message.contains("(kvm_runs: 2)"), "{e}");
     // The host backend brings nothing up.
