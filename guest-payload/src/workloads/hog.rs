@@ -43,13 +43,17 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         .map(|_| {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
+                // At least one chunk: a thread the scheduler starts only after the stop (a busy
+                // machine) still burns, and says so, rather than counting 0.
                 let mut n = 0u64;
-                // Relaxed: the flag carries no data; join() synchronises the counts.
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     crate::busywork::spin_iters(1000);
                     n += 1;
+                    // Relaxed: the flag carries no data; join() synchronises the counts.
+                    if stop.load(Ordering::Relaxed) {
+                        break n;
+                    }
                 }
-                n
             })
         })
         .collect();
