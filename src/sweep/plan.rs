@@ -623,6 +623,27 @@ mod tests {
         assert_eq!(blocks(&p)[0], [(0, 2), (2, 4), (4, 20)]);
     }
 
+    /// Validation judges where `bring_ups_per_level` applies by the scenario alone
+    /// ([`expand::one_boot_group_per_level`]); it must agree with the plan's grouping.
+    #[test]
+    fn validation_knows_which_levels_are_one_boot_group() {
+        for yaml in [
+            format!("{SHARED}levels: [1.0, 2.0]\n"),
+            format!("{SHARED}levels: [1.0, 2.0]\nschedule: {{guests: per-variant}}\n"),
+            format!("{SHARED}levels: [1.0, 2.0]\nhost: {{backend: host}}\nschedule: {{guests: per-variant}}\n"),
+            ARGS_ONLY.to_string(),
+            "name: p\nlevels: [1.0]\nschedule: {guests: per-variant}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n".to_string(),
+        ] {
+            let s: Scenario = yaml_serde::from_str(&yaml).unwrap();
+            let p = Plan::build(&s, &[0, 1], 7).unwrap();
+            assert_eq!(
+                expand::one_boot_group_per_level(&s),
+                p.level_boots.iter().all(|b| b.len() == 1),
+                "{yaml}"
+            );
+        }
+    }
+
     #[test]
     fn per_variant_guests_and_a_shuffle_seed_are_kept() {
         let p = plan(&format!(
