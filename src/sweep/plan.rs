@@ -537,7 +537,8 @@ mod tests {
         assert_eq!(p.boots[1].variants, ["nopv"]);
     }
 
-    const SHARED: &str = "name: p\nvariants:\n  - {name: ticket, args: {algo: ticket}}\n  - {name: tas, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n";
+    /// Two variants sharing guests, run whole (so balanced every 2 rounds, not sliced).
+    const SHARED: &str = "name: p\nvariants:\n  - {name: ticket, args: {algo: ticket}}\n  - {name: tas, args: {algo: tas}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    slice_ms: 0\n";
 
     /// Each boot group's blocks, as (first run, end) of each.
     fn blocks(p: &Plan) -> Vec<Vec<(u32, u32)>> {
