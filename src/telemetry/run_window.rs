@@ -149,6 +149,8 @@ pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<Run
                 Ok(w) => {
                     let spans = spans_us(&index, &w);
                     let mut out = over(&index, &kept.waits, g.guest, g.vcpus, &w, &spans);
+                    // Over the parts the figure was read over.
+                    let spans = traced_parts(&kept.timeline, &kept.waits, &spans);
                     if out.unavailable.is_none() {
                         out.level_held = *held
                             .entry(spans.clone())
@@ -274,6 +276,17 @@ fn level_held(index: &Index<'_>, spans: &[(i64, i64)]) -> Option<f64> {
     Some(runnable as f64 / (span as f64 * cpus as f64))
 }
 
+/// The spans the trace kept whole (it is bounded: a long sliced run's later slices may lie
+/// past its end).
+fn traced_parts(tl: &Timeline, waits: &VcpuWaits, spans: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let known_to = waits.known_to_us.min(tl.traced_to_us);
+    spans
+        .iter()
+        .copied()
+        .filter(|&(a, b)| a >= tl.traced_from_us && b <= known_to)
+        .collect()
+}
+
 /// The window's spans on the timeline, µs after the run's start.
 fn spans_us(index: &Index<'_>, w: &Window) -> Vec<(i64, i64)> {
     let to_us = |ns: f64| ((ns - index.tl.run_start_mono_ns as f64) / 1e3).round() as i64;
@@ -302,18 +315,20 @@ fn over(
 ) -> RunWindow {
     let tl = index.tl;
     let (from, to) = (spans.first().map_or(0, |s| s.0), spans.last().map_or(0, |s| s.1));
-    let span: i64 = spans.iter().map(|(a, b)| b - a).sum();
+    let known_to = waits.known_to_us.min(tl.traced_to_us);
+    // A window of several parts is read over the parts the trace kept whole; one of a single
+    // part, or none of whose parts the trace kept, is not read.
+    let traced = traced_parts(tl, waits, spans);
     let mut out = RunWindow {
         window: Some(w.from.to_string()),
         start_s: Some(from as f64 / 1e6),
         end_s: Some(to as f64 / 1e6),
-        wall_s: Some(span as f64 / 1e6),
+        wall_s: Some(spans.iter().map(|(a, b)| b - a).sum::<i64>() as f64 / 1e6),
         parts: (spans.len() > 1).then_some(spans.len() as u32),
         clock_error_ns: w.error_ns,
         ..Default::default()
     };
-    let known_to = waits.known_to_us.min(tl.traced_to_us);
-    if from < tl.traced_from_us || to > known_to {
+    if traced.is_empty() || (spans.len() == 1 && traced.len() < spans.len()) {
         out.unavailable = Some(format!(
             "the window ({:.3}–{:.3} s after the go signal) reaches outside what the trace kept ({:.3}–{:.3} s)",
             from as f64 / 1e6,
@@ -323,6 +338,16 @@ fn over(
         ));
         return out;
     }
+    let spans = &traced[..];
+    if spans.len() < out.parts.unwrap_or(1) as usize {
+        out.parts_untraced = out.parts.map(|n| n - spans.len() as u32);
+        out.parts = Some(spans.len() as u32);
+        out.start_s = Some(spans[0].0 as f64 / 1e6);
+        out.end_s = Some(spans[spans.len() - 1].1 as f64 / 1e6);
+        out.wall_s = Some(spans.iter().map(|(a, b)| b - a).sum::<i64>() as f64 / 1e6);
+    }
+    let (from, to) = (spans[0].0, spans[spans.len() - 1].1);
+    let span: i64 = spans.iter().map(|(a, b)| b - a).sum();
     if vcpus == 0 {
         out.unavailable = Some("no vCPU thread of this guest was traced".into());
         return out;
@@ -521,6 +546,18 @@ mod tests {
             (hog.window.as_deref(), hog.parts),
             (Some(WINDOW_MEASURED), Some(2))
         );
+        // A part past what the trace kept (it ends at 2 s) is left out, and said so.
+        let p0 = json!({
+            "window_parts": [part(0, 200_000_000), part(1_500_000_000, 1_700_000_000), part(1_900_000_000, 2_100_000_000)],
+        });
+        let a = &of_run(&[guest(0, Some(&p0), Some(&c))], &k, 0)[0];
+        assert_eq!(
+            (a.parts, a.parts_untraced, a.end_s),
+            (Some(2), Some(1), Some(1.9)),
+            "{a:?}"
+        );
+        assert!((a.mean_wait_share.unwrap() - 0.25).abs() < 1e-12, "{a:?}");
+        assert!((a.level_held.unwrap() - 1.0).abs() < 1e-12, "{a:?}");
         // Overlapping parts are a payload's error, not a figure.
         let bad = json!({"window_parts": [part(0, 300_000_000), part(200_000_000, 400_000_000)]});
         let w = &of_run(&[guest(0, Some(&bad), Some(&c))], &k, 0)[0];

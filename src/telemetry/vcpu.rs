@@ -216,6 +216,10 @@ pub struct RunWindow {
     /// last one's end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<u32>,
+    /// Parts left out because the trace did not keep them whole (it is bounded: a long sliced
+    /// run's later slices may lie past its end); `parts` and the figures are then those read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts_untraced: Option<u32>,
     /// How far the window's place on the host's clock can be off (half the round trip of the
     /// exchange that tied the guest's TSC to it), ns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
