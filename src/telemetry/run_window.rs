@@ -346,7 +346,7 @@ fn over(
         out.end_s = Some(spans[spans.len() - 1].1 as f64 / 1e6);
         out.wall_s = Some(spans.iter().map(|(a, b)| b - a).sum::<i64>() as f64 / 1e6);
     }
-    let (from, to) = (spans[0].0, spans[spans.len() - 1].1);
+    let from = spans[0].0;
     let span: i64 = spans.iter().map(|(a, b)| b - a).sum();
     if vcpus == 0 {
         out.unavailable = Some("no vCPU thread of this guest was traced".into());
