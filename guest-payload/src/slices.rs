@@ -11,8 +11,9 @@
 //! signal, so the guests' slices of one arm overlap (their go signals are released together);
 //! a slice whose start has passed (its predecessor's set-up or teardown overran) starts at
 //! once and says how late it was. Each slice is an ordinary run of the arm's workload, with its
-//! own set-up, window and self-checks; an arm's report is the mean of its slices' metrics (the
-//! slices are of equal length, so a mean of rates is the rate over the arm's whole time), its
+//! own set-up, window and self-checks; an arm's report has its slices' metrics merged
+//! ([`merged_metrics`]: totals summed, rates averaged — the slices are of equal length, so a
+//! mean of rates is the rate over the arm's whole time — ratios made again from the totals), its
 //! slices' checks ([`merged_checks`]: the work as run judged over all its slices, as one run's
 //! samples are; any other check failed in a slice fails the arm), a lock's `preemption` merged
 //! from its slices' ([`PreemptionReport::merge_slices`]: the stretched holds and hand-overs
@@ -198,19 +199,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
 /// averaged, every slice's checks named by slice, the slices' `preemption` reports merged
 /// ([`merged_preemption`]), the slices' own figures under `sliced`.
 fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
-    let n = slices.len() as f64;
     let first = &slices[0].1;
-    let mut metrics = BTreeMap::new();
-    for name in first.metrics.keys() {
-        let values: Vec<f64> = slices
-            .iter()
-            .filter_map(|(_, r)| r.metrics.get(name).copied())
-            .collect();
-        // A metric some slice did not measure is left out rather than averaged over a subset.
-        if values.len() == slices.len() {
-            metrics.insert(name.clone(), values.iter().sum::<f64>() / n);
-        }
-    }
     let checks = merged_checks(&slices);
     let elapsed_ns = slices.iter().map(|(f, _)| f.elapsed_ns).sum();
     let figures: Vec<&SliceFigures> = slices.iter().map(|(f, _)| f).collect();
@@ -238,6 +227,7 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
             detail.insert("preemption_unavailable".into(), serde_json::json!(why));
         }
     }
+    let metrics = merged_metrics(&slices, &mut detail);
     detail.insert(
         "sliced".into(),
         serde_json::json!({
@@ -255,6 +245,106 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
         checks,
         detail,
     }
+}
+
+/// Whether an arm's metric is the sum of its slices' (a total over the run: a count, CPU
+/// time); any other is their mean (a rate, a percentile: the slices are of equal length) or is
+/// made again from the merged totals ([`merged_metrics`]).
+fn summed(name: &str) -> bool {
+    matches!(
+        name,
+        "ops_total" | "contended" | "futex_waits" | "futex_wakes" | "records_total" | "user_s" | "sys_s"
+    ) || name.starts_with("ctxsw_")
+}
+
+/// Per-thread counts of a workload's report (`detail`) and the name its fairness metrics end
+/// in: summed thread by thread over the slices, the arm's fairness is theirs.
+const PER_THREAD: [(&str, &str); 2] = [
+    ("ops_per_thread", "thread_ops"),
+    ("records_per_thread", "thread_records"),
+];
+
+/// An arm's metrics from its slices' (totals summed, rates averaged, a metric some slice did
+/// not measure left out rather than averaged over a subset); those that are ratios of totals
+/// (contention, fairness, the stretched shares) made again from the arm's totals. The figures
+/// of `detail` (the first slice's) that are also metrics, and its per-thread counts, become the
+/// arm's, so the report never mixes one slice's counts with the arm's.
+fn merged_metrics(
+    slices: &[(SliceFigures, Report)],
+    detail: &mut serde_json::Map<String, serde_json::Value>,
+) -> BTreeMap<String, f64> {
+    use serde_json::{Value, json};
+    let n = slices.len() as f64;
+    let mut metrics = BTreeMap::new();
+    for name in slices[0].1.metrics.keys() {
+        let values: Vec<f64> = slices
+            .iter()
+            .filter_map(|(_, r)| r.metrics.get(name).copied())
+            .collect();
+        if values.len() == slices.len() {
+            let sum: f64 = values.iter().sum();
+            metrics.insert(name.clone(), if summed(name) { sum } else { sum / n });
+        }
+    }
+    if let (Some(&c), Some(&o)) = (metrics.get("contended"), metrics.get("ops_total"))
+        && metrics.contains_key("contention_rate")
+        && o > 0.0
+    {
+        metrics.insert("contention_rate".into(), c / o);
+    }
+    for (list, suffix) in PER_THREAD {
+        let each: Vec<Vec<u64>> = slices
+            .iter()
+            .filter_map(|(_, r)| serde_json::from_value(r.detail.get(list)?.clone()).ok())
+            .collect();
+        if each.len() != slices.len() || each.iter().any(|t| t.len() != each[0].len()) {
+            continue;
+        }
+        let per_thread: Vec<u64> = (0..each[0].len())
+            .map(|t| each.iter().map(|s| s[t]).sum())
+            .collect();
+        let fairness = crate::metrics::Fairness::of(&per_thread);
+        for (name, value) in [
+            ("jain".to_string(), fairness.jain),
+            (format!("min_{suffix}"), fairness.min as f64),
+            (format!("max_{suffix}"), fairness.max as f64),
+        ] {
+            if metrics.contains_key(&name) {
+                metrics.insert(name, value);
+            }
+        }
+        detail.insert(list.into(), json!(per_thread));
+        if detail.contains_key("fairness") {
+            detail.insert("fairness".into(), json!(fairness));
+        }
+    }
+    // The stretched shares from the merged timing (its shares are over the arm's sums).
+    for (side, name) in [("holds", "hold"), ("handovers", "handover")] {
+        let merged = detail.get("preemption").map(|p| &p[side]);
+        for (key, metric) in [
+            ("stretched_share", format!("stretched_{name}_share")),
+            ("lost_share", format!("stretched_{name}_lost_share")),
+        ] {
+            if let (true, Some(v)) = (
+                metrics.contains_key(&metric),
+                merged.and_then(|s| s[key].as_f64()),
+            ) {
+                metrics.insert(metric, v);
+            }
+        }
+    }
+    for (name, &value) in &metrics {
+        match detail.get(name) {
+            Some(Value::Number(old)) if old.is_u64() => {
+                detail.insert(name.clone(), json!(value.round() as u64));
+            }
+            Some(Value::Number(_)) => {
+                detail.insert(name.clone(), json!(value));
+            }
+            _ => {}
+        }
+    }
+    metrics
 }
 
 /// An arm's `preemption` from its slices' ([`PreemptionReport::merge_slices`], each with its
@@ -541,8 +631,21 @@ mod tests {
                 (parts[0].start_tick, parts[1].end_tick)
             );
             assert!(parts[0].end_tick < parts[1].start_tick, "{parts:?}");
+            // Totals are the arm's (both slices'), in the metrics and in the detail alike, and
+            // the ratios are made from them.
+            let total: f64 = slices.iter().map(|s| s.metrics["ops_total"]).sum();
+            assert_eq!(arm.metrics["ops_total"], total);
+            assert_eq!(arm.detail["ops_total"], total as u64);
+            assert_eq!(arm.detail["ops_per_thread"], serde_json::json!([total as u64]));
+            let contended: f64 = slices.iter().map(|s| s.metrics["contended"]).sum();
+            assert_eq!(arm.metrics["contention_rate"], contended / total);
+            assert_eq!((arm.metrics["jain"], arm.metrics["min_thread_ops"]), (1.0, total));
             // Every acquisition of both slices timed; one thread: no hand-over, and why.
-            assert!(p.holds.is_some_and(|h| h.timed > 0));
+            assert_eq!(p.holds.as_ref().map(|h| h.timed as f64), Some(total));
+            assert_eq!(
+                arm.metrics["stretched_hold_share"],
+                p.holds.as_ref().unwrap().stretched_share
+            );
             let why = p.handovers_unavailable.unwrap();
             assert!(why.contains("no acquisition waited"), "{why}");
         }
