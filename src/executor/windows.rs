@@ -72,16 +72,31 @@ pub fn read(
     let mut preemption: Vec<Option<Value>> = vec![None; workers];
     let mut arms: Vec<Option<Vec<Option<Value>>>> = vec![None; workers];
     for g in finished {
-        arms[g.index] = arm_preemptions(g.stdout);
-        preemption[g.index] = match &arms[g.index] {
-            Some(a) => all_arms(a),
-            None => payload_preemption(g.stdout),
-        };
+        match preemptions(g.stdout) {
+            Preemptions::Whole(p) => preemption[g.index] = p,
+            Preemptions::Arms(a) => {
+                preemption[g.index] = all_arms(&a);
+                arms[g.index] = Some(a);
+            }
+        }
     }
     let on_host =
         |p: &[Option<&Value>], index: usize| stretched_on_host(p[index], clocks[index].as_ref(), kept, index);
-    let whole: Vec<Option<&Value>> = preemption.iter().map(Option::as_ref).collect();
-    let mut out: Vec<GuestWindows> = run_windows(finished, &whole, clocks, kept, traced, workers)
+    // The whole run's windows, then each arm's: arm i's slices where the guest ran a sliced
+    // run; a guest that ran something else (a background load) is read over the measured
+    // guest's arm, as in a plain run.
+    let arm_count = arms.iter().flatten().map(Vec::len).max().unwrap_or(0);
+    let sets: Vec<Vec<Option<&Value>>> = std::iter::once(preemption.iter().map(Option::as_ref).collect())
+        .chain((0..arm_count).map(|i| {
+            arms.iter()
+                .map(|a| a.as_ref().and_then(|a| a.get(i)).and_then(Option::as_ref))
+                .collect()
+        }))
+        .collect();
+    let mut windows = run_windows(finished, &sets, clocks, kept, traced, workers).into_iter();
+    let mut out: Vec<GuestWindows> = windows
+        .next()
+        .unwrap_or_else(|| vec![None; workers])
         .into_iter()
         .map(|run_window| GuestWindows {
             run_window,
@@ -89,57 +104,49 @@ pub fn read(
         })
         .collect();
     for g in finished.iter().filter(|g| arms[g.index].is_none()) {
-        out[g.index].on_host = on_host(&whole, g.index);
+        out[g.index].on_host = on_host(&sets[0], g.index);
     }
-    let arm_count = arms.iter().flatten().map(Vec::len).max().unwrap_or(0);
-    for i in 0..arm_count {
-        // Arm i's slices where the guest ran a sliced run; a guest that ran something else
-        // (a background load) is read over the measured guest's arm, as in a plain run.
-        let p: Vec<Option<&Value>> = arms
-            .iter()
-            .map(|a| a.as_ref().and_then(|a| a.get(i)).and_then(Option::as_ref))
-            .collect();
-        let windows = run_windows(finished, &p, clocks, kept, traced, workers);
+    for (p, arm_windows) in sets[1..].iter().zip(windows) {
         for g in finished.iter().filter(|g| arms[g.index].is_some()) {
-            let figures = (windows[g.index].clone(), on_host(&p, g.index));
+            let figures = (arm_windows[g.index].clone(), on_host(p, g.index));
             out[g.index].arms.get_or_insert_with(Vec::new).push(figures);
         }
     }
     out
 }
 
-/// The payload report's `preemption` object (only that field is built: the rest is skipped,
-/// not made a tree); None where it has none.
-fn payload_preemption(stdout: &str) -> Option<Value> {
-    #[derive(serde::Deserialize)]
-    struct Report {
-        preemption: Option<Value>,
-    }
-    let report: Report = serde_json::from_str(stdout.trim()).ok()?;
-    report.preemption.filter(|p| p.is_object())
+/// A payload report's `preemption`: an ordinary run's, or each arm's of a sliced run.
+#[derive(Debug, PartialEq)]
+enum Preemptions {
+    Whole(Option<Value>),
+    Arms(Vec<Option<Value>>),
 }
 
-/// A sliced run's arms' `preemption` objects (each its slices merged, with every slice's window
-/// in `window_parts`), in arm order; None for an ordinary run's report.
-fn arm_preemptions(stdout: &str) -> Option<Vec<Option<Value>>> {
+/// The `preemption` objects of a payload's report, read once (only those fields are built: the
+/// rest is skipped, not made a tree): an ordinary run's, None where it has none; or a sliced
+/// run's arms' (each its slices merged, with every slice's window in `window_parts`), in arm
+/// order.
+fn preemptions(stdout: &str) -> Preemptions {
     #[derive(serde::Deserialize)]
     struct Arm {
         preemption: Option<Value>,
     }
     #[derive(serde::Deserialize)]
     struct Report {
+        #[serde(default)]
         workload: String,
+        preemption: Option<Value>,
         #[serde(default)]
         arms: Vec<Arm>,
     }
-    let report: Report = serde_json::from_str(stdout.trim()).ok()?;
-    (report.workload == SLICED_WORKLOAD).then(|| {
-        report
-            .arms
-            .into_iter()
-            .map(|a| a.preemption.filter(|p| p.is_object()))
-            .collect()
-    })
+    let object = |p: Option<Value>| p.filter(Value::is_object);
+    match serde_json::from_str::<Report>(stdout.trim()) {
+        Ok(r) if r.workload == SLICED_WORKLOAD => {
+            Preemptions::Arms(r.arms.into_iter().map(|a| object(a.preemption)).collect())
+        }
+        Ok(r) => Preemptions::Whole(object(r.preemption)),
+        Err(_) => Preemptions::Whole(None),
+    }
 }
 
 /// The window of all of a sliced run's arms together: every slice's, in time order (where any
@@ -176,46 +183,57 @@ fn stretched_on_host(
 }
 
 /// Each finished guest's vCPU wait over the run's own window
-/// ([`crate::telemetry::run_window`]), by worker index; or why there is none. `traced`: the
-/// run asked for a timeline (else there is nothing to say why about).
+/// ([`crate::telemetry::run_window`]), by worker index, for each set of payload windows
+/// (`preemption` objects by worker index); or why there is none. `traced`: the run asked for
+/// a timeline (else there is nothing to say why about).
 fn run_windows(
     finished: &[FinishedGuest<'_>],
-    preemption: &[Option<&Value>],
+    sets: &[Vec<Option<&Value>>],
     clocks: &[Option<Value>],
     kept: Option<&sched_trace::Kept>,
     traced: bool,
     workers: usize,
-) -> Vec<Option<RunWindow>> {
-    let mut out: Vec<Option<RunWindow>> = vec![None; workers];
+) -> Vec<Vec<Option<RunWindow>>> {
     let Some(kept) = kept else {
         let why = if traced {
             "the run has no vCPU timeline (see extra.timeline)"
         } else {
             "no vCPU timeline was recorded (host.timeline)"
         };
+        let mut out: Vec<Option<RunWindow>> = vec![None; workers];
         for g in finished {
             out[g.index] = Some(RunWindow {
                 unavailable: Some(why.into()),
                 ..Default::default()
             });
         }
-        return out;
+        return vec![out; sets.len()];
     };
-    let guests: Vec<GuestWindow<'_>> = finished
+    let guests: Vec<Vec<GuestWindow<'_>>> = sets
         .iter()
-        .map(|g| GuestWindow {
-            guest: g.index as u32,
-            vcpus: g.vcpus,
-            preemption: preemption[g.index],
-            clock: clocks[g.index].as_ref(),
-            command: g.command,
+        .map(|preemption| {
+            finished
+                .iter()
+                .map(|g| GuestWindow {
+                    guest: g.index as u32,
+                    vcpus: g.vcpus,
+                    preemption: preemption[g.index],
+                    clock: clocks[g.index].as_ref(),
+                    command: g.command,
+                })
+                .collect()
         })
         .collect();
-    let measured = crate::telemetry::run_window::of_run(&guests, kept, MEASURED_GUEST);
-    for (g, w) in guests.iter().zip(measured) {
-        out[g.guest as usize] = Some(w);
-    }
-    out
+    crate::telemetry::run_window::of_runs(&guests, kept, MEASURED_GUEST)
+        .into_iter()
+        .map(|measured| {
+            let mut out: Vec<Option<RunWindow>> = vec![None; workers];
+            for (g, w) in finished.iter().zip(measured) {
+                out[g.index] = Some(w);
+            }
+            out
+        })
+        .collect()
 }
 
 /// The guest whose records are a cell's samples (`stats::digest::is_primary_guest`): its
@@ -238,7 +256,9 @@ mod tests {
             "arms": [arm(vec![part(0, 10), part(30, 40)]), arm(vec![part(15, 25), part(45, 55)])],
         })
         .to_string();
-        let arms = arm_preemptions(&stdout).unwrap();
+        let Preemptions::Arms(arms) = preemptions(&stdout) else {
+            panic!("a sliced report")
+        };
         assert_eq!(arms.len(), 2);
         assert_eq!(arms[1].as_ref().unwrap()["window_parts"][0], part(15, 25));
         // Together: every slice in time order.
@@ -255,8 +275,10 @@ mod tests {
         assert_eq!(all_arms(&partial), None);
         // An ordinary report is not sliced.
         let plain = json!({"workload": "lock", "preemption": {"window": part(0, 1)}}).to_string();
-        assert_eq!(arm_preemptions(&plain), None);
-        assert_eq!(payload_preemption(&plain).unwrap()["window"], part(0, 1));
+        assert_eq!(
+            preemptions(&plain),
+            Preemptions::Whole(Some(json!({"window": part(0, 1)})))
+        );
     }
 
     #[test]

@@ -107,9 +107,23 @@ fn payload_window(
     })
 }
 
-/// Every guest's figure over its window, in the order of `guests`. `measured`: the guest whose
-/// records are the cell's samples (its window serves the guests whose payload gives none).
-pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<RunWindow> {
+/// For each set of windows over one run (a sliced run: all its slices, then each arm's),
+/// every guest's figure over its window, in the order of the set; the timeline indexed once.
+/// `measured`: the guest whose records are the cell's samples (its window serves the guests
+/// whose payload gives none).
+pub fn of_runs(sets: &[Vec<GuestWindow<'_>>], kept: &Kept, measured: u32) -> Vec<Vec<RunWindow>> {
+    let index = Index::of(&kept.timeline, &kept.waits);
+    sets.iter()
+        .map(|guests| of_run_indexed(guests, kept, &index, measured))
+        .collect()
+}
+
+fn of_run_indexed(
+    guests: &[GuestWindow<'_>],
+    kept: &Kept,
+    index: &Index<'_>,
+    measured: u32,
+) -> Vec<RunWindow> {
     let own: Vec<Result<Window, String>> = guests
         .iter()
         .map(|g| payload_window(g.preemption, g.clock, kept.offset_ns))
@@ -119,7 +133,6 @@ pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<Run
         .zip(&own)
         .find(|(g, _)| g.guest == measured)
         .and_then(|(_, w)| w.as_ref().ok().cloned());
-    let index = Index::of(&kept.timeline, &kept.waits);
     // The level held, once per distinct window (most guests share the measured guest's).
     let mut held: BTreeMap<Vec<(i64, i64)>, Option<f64>> = BTreeMap::new();
     guests
@@ -147,14 +160,13 @@ pub fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<Run
             });
             match window {
                 Ok(w) => {
-                    let spans = spans_us(&index, &w);
-                    let mut out = over(&index, &kept.waits, g.guest, g.vcpus, &w, &spans);
-                    // Over the parts the figure was read over.
-                    let spans = traced_parts(&kept.timeline, &kept.waits, &spans);
+                    let spans = spans_us(index, &w);
+                    let traced = traced_parts(&kept.timeline, &kept.waits, &spans);
+                    let mut out = over(index, &kept.waits, g.guest, g.vcpus, &w, &spans, &traced);
                     if out.unavailable.is_none() {
                         out.level_held = *held
-                            .entry(spans.clone())
-                            .or_insert_with(|| level_held(&index, &spans));
+                            .entry(traced.clone())
+                            .or_insert_with(|| level_held(index, &traced));
                     }
                     out
                 }
@@ -304,7 +316,10 @@ fn covered_us(segments: &[(i64, i64)], from: i64, to: i64) -> i64 {
 }
 
 /// One guest's figure over window `w` (the trace's clock), whose spans on the timeline are
-/// `spans` (µs): every figure summed over the spans, shares over their total length.
+/// `spans` (µs), of which the trace kept `traced` whole ([`traced_parts`]): every figure summed
+/// over those, shares over their total length. A window of several parts is read over the
+/// parts the trace kept whole; one of a single part, or none of whose parts the trace kept, is
+/// not read.
 fn over(
     index: &Index<'_>,
     waits: &VcpuWaits,
@@ -312,13 +327,11 @@ fn over(
     vcpus: usize,
     w: &Window,
     spans: &[(i64, i64)],
+    traced: &[(i64, i64)],
 ) -> RunWindow {
     let tl = index.tl;
     let (from, to) = (spans.first().map_or(0, |s| s.0), spans.last().map_or(0, |s| s.1));
     let known_to = waits.known_to_us.min(tl.traced_to_us);
-    // A window of several parts is read over the parts the trace kept whole; one of a single
-    // part, or none of whose parts the trace kept, is not read.
-    let traced = traced_parts(tl, waits, spans);
     let mut out = RunWindow {
         window: Some(w.from.to_string()),
         start_s: Some(from as f64 / 1e6),
@@ -338,7 +351,7 @@ fn over(
         ));
         return out;
     }
-    let spans = &traced[..];
+    let spans = traced;
     if spans.len() < out.parts.unwrap_or(1) as usize {
         out.parts_untraced = out.parts.map(|n| n - spans.len() as u32);
         out.parts = Some(spans.len() as u32);
@@ -420,6 +433,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// One set's figures.
+    fn of_run(guests: &[GuestWindow<'_>], kept: &Kept, measured: u32) -> Vec<RunWindow> {
+        of_runs(&[guests.to_vec()], kept, measured).remove(0)
+    }
 
     /// 2 s traced on 2 CPUs, the run starting at host time 10 s. CPU 0: guests 0 and 1 take
     /// turns of 100 ms from 0 to 1.5 s, then guest 0 alone; CPU 1: guest 2 alone but for a
