@@ -9,6 +9,27 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::start::StartGate;
+use crate::preempt_sample::TscWindow;
+
+/// A gate's moment on both clocks, read together while every worker is parked at it: the run's
+/// elapsed time and its window on the TSC then cover the same interval (read apart, a
+/// preemption of the main thread between them — one guest tick, or the vCPU's wait for a host
+/// CPU under overcommit — made them differ by milliseconds).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    pub at: Instant,
+    /// `(TSC, CLOCK_MONOTONIC ns)`, [`TscWindow::read_pair`].
+    pub tsc: (u64, u64),
+}
+
+impl Stamp {
+    fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            tsc: TscWindow::read_pair(),
+        }
+    }
+}
 
 /// Workers started behind the two gates; see the module.
 pub struct GatedWorkers<O> {
@@ -54,13 +75,13 @@ impl<O: Send + 'static> GatedWorkers<O> {
     }
 
     /// Once every worker is parked at the start gate: the start stamped and the workers released.
-    pub fn start(&self) -> Instant {
-        self.gate.open()
+    pub fn start(&self) -> Stamp {
+        self.gate.open_stamped(Stamp::now)
     }
 
     /// Once every worker is parked at the stop gate: the end stamped, and the workers released.
-    pub fn stop(&self) -> Instant {
-        self.stop_gate.open()
+    pub fn stop(&self) -> Stamp {
+        self.stop_gate.open_stamped(Stamp::now)
     }
 
     /// Every worker's outcome, in thread order.

@@ -368,10 +368,12 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             }
         },
     )?;
-    let start = workers.start();
-    // The window's start on the TSC, for the stretched intervals' times (microseconds after
-    // `start`: nothing against intervals of tens of µs and more) and the rate over the run.
-    let window_start = TscWindow::read_pair();
+    // The window's start on the TSC (stamped with `start`), for the stretched intervals' times
+    // and the rate over the run.
+    let (start, window_start) = {
+        let s = workers.start();
+        (s.at, s.tsc)
+    };
     let origin_tick = window_start.0;
     let stall = match (args.debug_guest_stall, args.no_hold_sampling) {
         (Some(spec), false) => Some(Stall::start(spec, origin_tick)),
@@ -385,8 +387,10 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     }
     // Relaxed suffices: the flag carries no data, and the stop gate synchronises the results.
     shared.stop.0.store(true, Ordering::Relaxed);
-    let end = workers.stop();
-    let window_end = TscWindow::read_pair();
+    let (end, window_end) = {
+        let s = workers.stop();
+        (s.at, s.tsc)
+    };
     let window = TscWindow::of(window_start, window_end);
     // The stall ends with the window, before anything after it is timed.
     let stall = stall.map(|s| s.and_then(|s| s.stop(window.hz)));
@@ -787,6 +791,15 @@ mod tests {
             assert!(r.contended <= r.ops_total);
             assert!(r.fairness.jain > 0.0 && r.fairness.jain <= 1.0 + 1e-9);
             assert!(report.elapsed_ns >= 150_000_000);
+            // The window on the TSC is stamped with the start and the end: the host reads the
+            // run over it, so it is as long as the run reported.
+            let w = r.preemption.as_ref().and_then(|p| p.window).expect("a window");
+            let span = (w.end_mono_ns - w.start_mono_ns) as i64;
+            assert!(
+                (span - report.elapsed_ns as i64).abs() < 1_000_000,
+                "{algo}: window {span} ns vs elapsed {} ns",
+                report.elapsed_ns
+            );
             assert_eq!(report.metrics["ops_total"], r.ops_total as f64);
             assert_eq!(r.owner_violations, 0);
             assert_eq!(r.threads_ctxsw.len(), 3);

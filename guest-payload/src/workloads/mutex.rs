@@ -396,10 +396,9 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
             move |t, (spinners, work)| worker(&shared, p, spinners, work, t as OwnerId + 1)
         },
     )?;
-    let start = workers.start();
-    let window_start = TscWindow::read_pair();
-    workers.stop();
-    let window = TscWindow::of(window_start, TscWindow::read_pair());
+    let stamp = workers.start();
+    let start = stamp.at;
+    let window = TscWindow::of(stamp.tsc, workers.stop().tsc);
     crate::probe::window_close();
     let outcomes: Vec<Outcome> = workers.join("mutex")?;
     let (futex, futex_unavailable) = super::futex_counts(info);

@@ -53,12 +53,18 @@ impl StartGate {
     /// Main thread: waits until every worker has arrived, stamps the start and releases them.
     /// The returned instant precedes the first instruction any worker runs after the gate.
     pub fn open(&self) -> Instant {
+        self.open_stamped(Instant::now)
+    }
+
+    /// [`Self::open`] with the start stamped by `stamp` (run while no worker can leave the gate,
+    /// so every clock it reads is read at the same point of the run).
+    pub fn open_stamped<T>(&self, stamp: impl FnOnce() -> T) -> T {
         let mut s = self.lock();
         while s.arrived < self.workers {
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         crate::probe::window_open();
-        let start = Instant::now();
+        let start = stamp();
         s.open = true;
         self.changed.notify_all();
         start
