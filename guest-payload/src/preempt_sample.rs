@@ -50,7 +50,8 @@
 //!   to the last one's end, and each slice's own window kept (`window_parts`) so the host can
 //!   measure over the arm's own time alone.
 
-use std::time::Duration;
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -89,6 +90,10 @@ pub const MAX_TSC_RATE_CHANGE: f64 = 0.02;
 
 /// How long each TSC calibration sleeps between its two readings.
 pub const TSC_CALIBRATION_WINDOW: Duration = Duration::from_millis(20);
+
+/// A lock run opens with the calibration its thread made last if it is this recent (a sliced
+/// run's previous slice's closing one: [`TscCalibration::recent_or_measure`]).
+pub const TSC_CALIBRATION_REUSED_WITHIN: Duration = Duration::from_secs(1);
 
 /// The clock's current tick count.
 #[inline(always)]
@@ -262,6 +267,11 @@ pub struct TscCalibration {
     pub read_spread_ns: u64,
 }
 
+thread_local! {
+    /// This thread's last calibration and when it ended ([`TscCalibration::recent_or_measure`]).
+    static LAST_CALIBRATION: RefCell<Option<(Instant, TscCalibration)>> = const { RefCell::new(None) };
+}
+
 impl TscCalibration {
     /// Reads the TSC against CLOCK_MONOTONIC ([`tightest_pair`]), sleeps `window`, reads again.
     pub fn measure(window: Duration) -> Self {
@@ -269,11 +279,27 @@ impl TscCalibration {
         std::thread::sleep(window);
         let (t1, m1, spread1) = tightest_pair();
         let window_ns = m1.saturating_sub(m0).max(1);
-        Self {
+        let c = Self {
             hz: t1.wrapping_sub(t0) as f64 * 1e9 / window_ns as f64,
             window_ns,
             read_spread_ns: spread0 + spread1,
-        }
+        };
+        LAST_CALIBRATION.set(Some((Instant::now(), c.clone())));
+        c
+    }
+
+    /// The calibration this thread made last if it ended within `max_age` (the slices of a
+    /// sliced run follow each other: a slice's closing calibration opens the next, saving its
+    /// set-up `window` — the TSC's rate does not change in between, and the run's own check
+    /// still compares its window's rate with both), else a new one.
+    pub fn recent_or_measure(window: Duration, max_age: Duration) -> Self {
+        LAST_CALIBRATION
+            .with_borrow(|last| {
+                last.as_ref()
+                    .filter(|(at, _)| at.elapsed() <= max_age)
+                    .map(|(_, c)| c.clone())
+            })
+            .unwrap_or_else(|| Self::measure(window))
     }
 }
 
@@ -772,6 +798,14 @@ fn over(h: &Histogram<u64>, limit_ns: u64) -> Histogram<u64> {
     out
 }
 
+/// How many values of `h` lie over `limit_ns`, judged as [`over`] does.
+fn count_over(h: &Histogram<u64>, limit_ns: u64) -> u64 {
+    h.iter_recorded()
+        .filter(|v| h.median_equivalent(v.value_iterated_to()) > limit_ns)
+        .map(|v| v.count_at_value())
+        .sum()
+}
+
 /// The sum of the values in `h`, each its bucket's middle.
 fn total_ns(h: &Histogram<u64>) -> f64 {
     h.iter_recorded()
@@ -819,7 +853,7 @@ impl Stretch {
         }
         let stretched_len = over(&t.over_len, limit.limit_ns);
         let stretched = stretched_len.len();
-        let stretched_guest = over(&t.over_guest_len, limit.limit_ns).len().min(stretched);
+        let stretched_guest = count_over(&t.over_guest_len, limit.limit_ns).min(stretched);
         let lost_ns = (total_ns(&stretched_len) - stretched as f64 * limit.base_ns).max(0.0);
         longest.retain(|s| s.len_ns > limit.limit_ns);
         Some(Self {
@@ -949,19 +983,13 @@ pub fn tsc_rate_moved(before: &TscCalibration, after: &TscCalibration) -> Option
 pub fn report(
     settings: &Settings,
     rate: f64,
-    threads: &[ThreadSamples],
+    threads: Vec<ThreadSamples>,
     elapsed_ns: u64,
     window: TscWindow,
     tsc_before: TscCalibration,
     tsc_after: TscCalibration,
 ) -> PreemptionReport {
-    let mut all = ThreadSamples::default();
-    for t in threads {
-        all.holds.add(&t.holds);
-        all.handovers.add(&t.handovers);
-        all.not_handed_over += t.not_handed_over;
-        all.clock_behind += t.clock_behind;
-    }
+    let threads_read_runqueue_wait = threads.iter().all(|t| t.runqueue_wait_read);
     let clock_bad = tsc_rate_moved(&tsc_before, &tsc_after);
     let every = settings.every;
     let hz = if window.hz.is_finite() && window.hz > 0.0 {
@@ -970,8 +998,9 @@ pub fn report(
         settings.tsc_hz
     };
     let origin_tick = window.start_tick;
-    let longest_holds = longest_of(threads, |t| &t.holds, origin_tick, 1e9 / hz);
-    let longest_handovers = longest_of(threads, |t| &t.handovers, origin_tick, 1e9 / hz);
+    let longest_holds = longest_of(&threads, |t| &t.holds, origin_tick, 1e9 / hz);
+    let longest_handovers = longest_of(&threads, |t| &t.handovers, origin_tick, 1e9 / hz);
+    let all = merged(threads);
     let threshold = settings.threshold_ns;
     let hold_limit = StretchLimit::of(
         median(&all.holds.sampled_len),
@@ -1026,13 +1055,28 @@ pub fn report(
         clock_behind: all.clock_behind,
         window: Some(window),
         window_parts: Vec::new(),
-        split: if threads.iter().all(|t| t.runqueue_wait_read) {
+        split: if threads_read_runqueue_wait {
             SPLIT_METHOD
         } else {
             SPLIT_WITHOUT_SCHEDSTAT
         }
         .into(),
     }
+}
+
+/// Every thread's tallies added into the first thread's (a new histogram is about 220 KB
+/// written, slow under emulation, and a sliced run's slices follow each other closely: the
+/// merge makes none); an empty tally where there is no thread.
+fn merged(threads: Vec<ThreadSamples>) -> ThreadSamples {
+    let mut threads = threads.into_iter();
+    let mut all = threads.next().unwrap_or_default();
+    for t in threads {
+        all.holds.add(&t.holds);
+        all.handovers.add(&t.handovers);
+        all.not_handed_over += t.not_handed_over;
+        all.clock_behind += t.clock_behind;
+    }
+    all
 }
 
 impl PreemptionReport {
@@ -1248,6 +1292,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_recent_calibration_is_reused_and_an_old_one_measured_again() {
+        let window = Duration::from_millis(5);
+        let first = TscCalibration::measure(window);
+        let t = Instant::now();
+        assert_eq!(
+            TscCalibration::recent_or_measure(window, Duration::from_secs(60)),
+            first
+        );
+        assert!(t.elapsed() < window, "reused without sleeping");
+        std::thread::sleep(Duration::from_millis(2));
+        let t = Instant::now();
+        let again = TscCalibration::recent_or_measure(window, Duration::from_millis(1));
+        assert!(t.elapsed() >= window && again.window_ns >= 5_000_000, "{again:?}");
+    }
+
+    #[test]
     fn tsc_rate_agrees_with_the_monotonic_clock() {
         let a = TscCalibration::measure(Duration::from_millis(20));
         let b = TscCalibration::measure(Duration::from_millis(20));
@@ -1363,7 +1423,7 @@ mod tests {
         let r = report(
             &settings(),
             0.25,
-            &[o.clone(), o.clone()],
+            vec![o.clone(), o.clone()],
             10_000_000,
             TscWindow::of((1_000, 0), (10_001_000, 10_000_000)),
             tsc.clone(),
@@ -1427,7 +1487,7 @@ mod tests {
         let r = report(
             &settings(),
             0.25,
-            &[s.out.clone()],
+            vec![s.out.clone()],
             10_000_000,
             TscWindow::of((0, 0), (10_000_000, 10_000_000)),
             tsc.clone(),
@@ -1441,7 +1501,7 @@ mod tests {
         let r = report(
             &settings(),
             0.25,
-            &[one.out],
+            vec![one.out],
             10_000_000,
             TscWindow::of((0, 0), (10_000_000, 10_000_000)),
             tsc.clone(),
@@ -1549,7 +1609,7 @@ mod tests {
         let r = report(
             &slow,
             1.0,
-            &[s.out.clone()],
+            vec![s.out.clone()],
             10_000_000,
             window,
             tsc.clone(),
@@ -1570,7 +1630,7 @@ mod tests {
             s.record(&cycle(None, 0, at, at + len));
             at += 1_000_000;
         }
-        let r = report(&slow, 1.0, &[s.out], 10_000_000, window, tsc.clone(), tsc);
+        let r = report(&slow, 1.0, vec![s.out], 10_000_000, window, tsc.clone(), tsc);
         let h = r.holds.unwrap();
         assert_eq!((h.stretched, h.limit_ns), (1, Some(86_667)));
         assert_eq!(h.limit_from.as_deref(), Some(LIMIT_FROM_FLOOR));

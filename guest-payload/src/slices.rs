@@ -31,6 +31,7 @@ use crate::checks::Check;
 use crate::cli::Command;
 use crate::preempt_sample::PreemptionReport;
 use crate::report::{Report, SCHEMA_VERSION};
+use crate::workloads::start;
 
 /// The word between two arms' argument lists.
 pub const ARM_SEPARATOR: &str = "::";
@@ -47,6 +48,11 @@ pub struct Args {
     /// set-up and teardown. The same on every guest of a run, so their slices line up.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub period_ms: u64,
+    /// From a slice's start on the schedule to its window's opening, in milliseconds: room for
+    /// the workload's set-up. Every guest's window then opens at the same instant, whatever its
+    /// own set-up took (a set-up that overruns it opens the window late, and says so).
+    #[arg(long, value_parser = clap::value_parser!(u64))]
+    pub open_after_ms: u64,
     /// Slices of every arm.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub slices_per_arm: u32,
@@ -59,10 +65,10 @@ pub struct Args {
 impl Args {
     /// Each arm's workload command, with its duration set to one slice.
     pub fn commands(&self) -> Result<Vec<Command>, String> {
-        if self.period_ms < self.slice_ms {
+        if self.period_ms < self.slice_ms + self.open_after_ms {
             return Err(format!(
-                "--period-ms {} is shorter than --slice-ms {}",
-                self.period_ms, self.slice_ms
+                "--period-ms {} is shorter than --open-after-ms {} + --slice-ms {}",
+                self.period_ms, self.open_after_ms, self.slice_ms
             ));
         }
         let arms: Vec<&[String]> = self.arms.split(|a| a == ARM_SEPARATOR).collect();
@@ -135,6 +141,13 @@ pub struct SliceFigures {
     /// When the slice was due, and how late it started, ms after the go signal.
     pub due_ms: f64,
     pub late_ms: f64,
+    /// When its set-up ended (every worker at the start gate) and when its window opened,
+    /// ms after the go signal: the window opens at `due_ms` + `--open-after-ms`, or at
+    /// `ready_ms` where the set-up overran that. None for a workload without a start gate.
+    #[serde(default)]
+    pub ready_ms: Option<f64>,
+    #[serde(default)]
+    pub opened_ms: Option<f64>,
     /// The slice's measured window, ns.
     pub elapsed_ns: u64,
     pub metrics: BTreeMap<String, f64>,
@@ -148,6 +161,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
         .map_err(|e| anyhow::anyhow!(crate::workloads::BadInput(e)))?;
     let go = Instant::now();
     let period = Duration::from_millis(args.period_ms);
+    let open_after = Duration::from_millis(args.open_after_ms);
     let order = order(commands.len(), args.slices_per_arm);
     let mut slices: Vec<Vec<(SliceFigures, Report)>> = vec![Vec::new(); commands.len()];
     for (j, &arm) in order.iter().enumerate() {
@@ -157,11 +171,16 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
             std::thread::sleep(due - now);
         }
         let late = go.elapsed().saturating_sub(due);
+        start::schedule_next_opening(go + due + open_after);
         let report = crate::cli::run(&commands[arm])?.expect("a workload command reports");
+        let opening = start::take_opening();
+        let after_go = |at: Option<Instant>| at.map(|t| t.duration_since(go).as_secs_f64() * 1e3);
         let figures = SliceFigures {
             index: j as u32,
             due_ms: due.as_secs_f64() * 1e3,
             late_ms: late.as_secs_f64() * 1e3,
+            ready_ms: after_go(opening.and_then(|o| o.ready)),
+            opened_ms: after_go(opening.and_then(|o| o.opened)),
             elapsed_ns: report.elapsed_ns,
             metrics: report.metrics.clone(),
         };
@@ -181,6 +200,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     let detail = serde_json::json!({
         "slice_ms": args.slice_ms,
         "period_ms": args.period_ms,
+        "open_after_ms": args.open_after_ms,
         "order": order,
         "arms": arms,
     });
@@ -233,6 +253,7 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
         serde_json::json!({
             "slice_ms": args.slice_ms,
             "period_ms": args.period_ms,
+        "open_after_ms": args.open_after_ms,
             "slices": figures,
         }),
     );
@@ -489,7 +510,8 @@ mod tests {
     fn args(arms: &[&str]) -> Args {
         Args {
             slice_ms: 50,
-            period_ms: 120,
+            period_ms: 150,
+            open_after_ms: 60,
             slices_per_arm: 2,
             arms: arms.iter().map(|s| s.to_string()).collect(),
         }
@@ -521,7 +543,14 @@ mod tests {
         assert!(e.contains("unknown lock algorithm"), "{e}");
         let mut a = args(&["lock", "::", "lock"]);
         a.period_ms = 10;
-        assert!(a.commands().unwrap_err().contains("shorter than --slice-ms"));
+        assert!(a.commands().unwrap_err().contains("shorter than --open-after-ms"));
+        // Room for the set-up and the slice, but not both.
+        a.period_ms = 100;
+        let e = a.commands().unwrap_err();
+        assert!(
+            e.contains("--period-ms 100") && e.contains("60 + --slice-ms 50"),
+            "{e}"
+        );
     }
 
     fn slice(index: u32, checks: Vec<Check>) -> (SliceFigures, Report) {
@@ -538,6 +567,8 @@ mod tests {
             index,
             due_ms: 0.0,
             late_ms: 0.0,
+            ready_ms: None,
+            opened_ms: None,
             elapsed_ns: 1,
             metrics: BTreeMap::new(),
         };
@@ -614,7 +645,13 @@ mod tests {
             let mean = slices.iter().map(|s| s.metrics["ops_per_sec"]).sum::<f64>() / 2.0;
             assert!((arm.metrics["ops_per_sec"] - mean).abs() < 1e-6 * mean);
             for s in &slices {
-                assert_eq!(s.due_ms, 120.0 * f64::from(s.index));
+                assert_eq!(s.due_ms, 150.0 * f64::from(s.index));
+                // The window opened on the schedule (60 ms after the slice's start), or at
+                // once where the set-up took longer.
+                let (ready, opened) = (s.ready_ms.unwrap(), s.opened_ms.unwrap());
+                let at = s.due_ms + 60.0;
+                assert!(opened >= at && opened >= ready, "{s:?}");
+                assert!(ready > at || opened - at < 20.0, "{s:?}");
             }
             // One preemption report over both slices: on one window from the first slice's
             // start to the second's end, each slice's own window listed, in order.
@@ -681,7 +718,7 @@ mod tests {
         let timed = report(
             &settings,
             1.0 / 64.0,
-            &[ThreadSamples::default()],
+            vec![ThreadSamples::default()],
             1_000,
             window,
             tsc.clone(),

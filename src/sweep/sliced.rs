@@ -21,6 +21,8 @@ use ocrig_payload::slices::{ARM_SEPARATOR, SLICED_WORKLOAD};
 pub struct SliceSpec {
     pub slice_ms: u64,
     pub period_ms: u64,
+    /// From a slice's start on the schedule to its window's opening (every guest's at once).
+    pub open_after_ms: u64,
     pub slices_per_arm: u32,
 }
 
@@ -36,6 +38,12 @@ impl SliceSpec {
 /// late, and says by how much (`late_ms`).
 pub const SLICE_SETUP_MS: u64 = 200;
 
+/// Of that, the room before the window: every guest's window opens this long after the
+/// slice's start on the schedule, so the guests' slices of one arm cover the same time (each
+/// guest's set-up takes its own time); a set-up that overruns it opens its window late
+/// (`ready_ms` past `opened`'s time).
+pub const SLICE_OPEN_AFTER_MS: u64 = 120;
+
 /// How `w` is sliced under variant `v` (whose payload command line is `argv`), or None where
 /// it runs whole: the workload is not sliced, or the variant asks the guest kernel for its
 /// view of the run (a probe covers one payload run, which would be every arm's).
@@ -50,6 +58,7 @@ pub fn spec_for(w: &WorkloadInstance, v: &Variant, argv: &[String]) -> Option<Sl
     Some(SliceSpec {
         slice_ms,
         period_ms: slice_ms + SLICE_SETUP_MS,
+        open_after_ms: SLICE_OPEN_AFTER_MS,
         slices_per_arm: (run_ms / slice_ms as f64).ceil().max(1.0) as u32,
     })
 }
@@ -66,6 +75,8 @@ pub fn argv(spec: SliceSpec, arms: &[&[String]]) -> Vec<String> {
         spec.slice_ms.to_string(),
         "--period-ms".into(),
         spec.period_ms.to_string(),
+        "--open-after-ms".into(),
+        spec.open_after_ms.to_string(),
         "--slices-per-arm".into(),
         spec.slices_per_arm.to_string(),
         "--".into(),
@@ -276,12 +287,13 @@ mod tests {
         let spec = SliceSpec {
             slice_ms: 300,
             period_ms: 450,
+            open_after_ms: 100,
             slices_per_arm: 10,
         };
         let argv = argv(spec, &[&a, &b]);
         assert_eq!(
             argv.join(" "),
-            "slices --slice-ms 300 --period-ms 450 --slices-per-arm 10 -- lock --algo ticket :: lock --algo tas"
+            "slices --slice-ms 300 --period-ms 450 --open-after-ms 100 --slices-per-arm 10 -- lock --algo ticket :: lock --algo tas"
         );
         // The payload's own parser reads it back.
         assert!(ocrig_payload::cli::validate(&argv).is_ok());
@@ -295,6 +307,7 @@ mod tests {
             SliceSpec {
                 slice_ms: 300,
                 period_ms: 450,
+                open_after_ms: 100,
                 slices_per_arm: 2,
             },
             &arms,

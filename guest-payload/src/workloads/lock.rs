@@ -331,7 +331,10 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     });
     // Measured before any worker starts (they would load the CPU it measures on): the rate the
     // work is spun at, and what a chunk of it costs here (the shortest that can be made).
-    let tsc_before = TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW);
+    let tsc_before = TscCalibration::recent_or_measure(
+        preempt_sample::TSC_CALIBRATION_WINDOW,
+        preempt_sample::TSC_CALIBRATION_REUSED_WITHIN,
+    );
     let probe = Spinner::new(tsc_before.hz);
     busywork::makeable("--hold-ns", args.hold_ns, probe.overhead_ns())?;
     busywork::makeable("--gap-ns", args.gap_ns, probe.overhead_ns())?;
@@ -395,7 +398,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     // The stall ends with the window, before anything after it is timed.
     let stall = stall.map(|s| s.and_then(|s| s.stop(window.hz)));
     crate::probe::window_close();
-    let outcomes: Vec<ThreadOutcome> = workers.join("lock")?;
+    let mut outcomes: Vec<ThreadOutcome> = workers.join("lock")?;
     let debug_guest_stall = stall.transpose()?;
     let tsc_after = TscCalibration::measure(preempt_sample::TSC_CALIBRATION_WINDOW);
     // Every counted operation lies inside the window: each worker was parked at the stop gate.
@@ -406,23 +409,28 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let ops_per_thread: Vec<u64> = outcomes.iter().map(|o| o.ops).collect();
     let ops_total: u64 = ops_per_thread.iter().sum();
     let contended: u64 = outcomes.iter().map(|o| o.contended).sum();
-    let mut cycle = new_latency_histogram();
-    for o in &outcomes {
-        cycle.add(&o.cycle)?;
+    // The threads' histograms are added into the first thread's, and their samples moved out:
+    // the teardown makes no new histogram (each is about 220 KB written, slow under emulation,
+    // and a sliced run's next slice is due soon).
+    if let Some((first, rest)) = outcomes.split_first_mut() {
+        for o in rest.iter() {
+            first.cycle.add(&o.cycle)?;
+        }
     }
     // SAFETY: every worker has been joined; no one else touches the data now.
     let counted = unsafe { (*shared.protected.0.data.get())[0] };
     let secs = elapsed.as_secs_f64();
     // What the sampled interval includes besides the wait: the hold as made.
-    let acquire_latency = (!cycle.is_empty()).then(|| Latency::of(&cycle).minus(hold_made.round() as u64));
-    let acquire_latency_samples = cycle.len();
+    let cycle = outcomes.first().map(|o| &o.cycle).filter(|c| !c.is_empty());
+    let acquire_latency = cycle.map(|c| Latency::of(c).minus(hold_made.round() as u64));
+    let acquire_latency_samples = cycle.map_or(0, |c| c.len());
     let thread_samples: Vec<preempt_sample::ThreadSamples> =
-        outcomes.iter().filter_map(|o| o.samples.clone()).collect();
+        outcomes.iter_mut().filter_map(|o| o.samples.take()).collect();
     let preemption = sampling.map(|s| {
         preempt_sample::report(
             &s,
             args.hold_sample_rate,
-            &thread_samples,
+            thread_samples,
             elapsed.as_nanos() as u64,
             window,
             tsc_before,
@@ -432,7 +440,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
     let preemption_unavailable = preemption
         .is_none()
         .then(|| "hold/hand-over timing switched off (--no-hold-sampling)".to_string());
-    let (work_as_run, work) = work_of(args, &outcomes, preemption_unavailable.as_deref(), tsc_hz);
+    let (work_as_run, work) = work_of(args, &mut outcomes, preemption_unavailable.as_deref(), tsc_hz);
     let result = LockResult {
         algo: args.algo.clone(),
         threads: args.threads,
@@ -505,16 +513,18 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
 /// The hold and gap as they ran, from every thread's timed cycles, and how they were made.
 fn work_of(
     args: &Args,
-    outcomes: &[ThreadOutcome],
+    outcomes: &mut [ThreadOutcome],
     timing_off: Option<&str>,
     tsc_hz: f64,
 ) -> (WorkAsRun, WorkMade) {
-    let mut work = WorkSamples::default();
+    // Added into the first thread's samples (no new histograms: see `run`'s teardown).
     let mut counts = SpinCounts::default();
-    for o in outcomes {
-        if let Some(w) = &o.work {
-            work.add(w);
-        }
+    let mut works = outcomes.iter_mut().filter_map(|o| o.work.take());
+    let mut work = works.next().unwrap_or_default();
+    for w in works {
+        work.add(&w);
+    }
+    for o in outcomes.iter() {
         counts.add(&o.spins);
     }
     let as_run = WorkAsRun {

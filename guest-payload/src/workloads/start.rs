@@ -8,9 +8,58 @@
 //! it — no worker can leave [`StartGate::arrive`] before the stamp (as sysbench's barrier, whose
 //! callback starts the timer under the barrier's mutex).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// The next start gate's opening time, set by a sliced run for each slice (so that the
+/// slices of every guest open their windows at one instant whatever each guest's set-up
+/// took), and what that gate did with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Opening {
+    /// The gate opens no earlier than this.
+    pub at: Instant,
+    /// When every worker had arrived at the gate (the set-up's end).
+    pub ready: Option<Instant>,
+    /// When the gate opened: `at`, or later where the set-up overran it.
+    pub opened: Option<Instant>,
+}
+
+thread_local! {
+    // Per thread: the gate is opened by the thread that runs the workload (the one the sliced
+    // run calls it on), and tests running side by side keep their schedules apart.
+    static OPENING: Cell<Option<Opening>> = const { Cell::new(None) };
+}
+
+/// The next start gate this thread opens opens no earlier than `at` (the first
+/// [`StartGate::open`] after this call; a workload's later gates — its stop gate — are not
+/// held).
+pub fn schedule_next_opening(at: Instant) {
+    OPENING.set(Some(Opening {
+        at,
+        ready: None,
+        opened: None,
+    }));
+}
+
+/// The scheduled opening set last on this thread, with what the gate did with it (cleared).
+pub fn take_opening() -> Option<Opening> {
+    OPENING.take()
+}
+
+/// Waits for a scheduled opening not yet used, and notes it used.
+fn keep_schedule() {
+    if let Some(mut o) = OPENING.get().filter(|o| o.opened.is_none()) {
+        let now = Instant::now();
+        o.ready = Some(now);
+        if let Some(wait) = o.at.checked_duration_since(now) {
+            std::thread::sleep(wait);
+        }
+        o.opened = Some(Instant::now());
+        OPENING.set(Some(o));
+    }
+}
 
 #[derive(Debug, Default)]
 struct State {
@@ -63,6 +112,8 @@ impl StartGate {
         while s.arrived < self.workers {
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+        // Every worker is parked: holding the gate's mutex while waiting lets none out early.
+        keep_schedule();
         crate::probe::window_open();
         let start = stamp();
         s.open = true;
@@ -221,6 +272,27 @@ mod tests {
         for w in workers {
             assert!(w.join().unwrap() >= start);
         }
+    }
+
+    #[test]
+    fn a_scheduled_opening_holds_the_first_gate_only_and_says_when_it_opened() {
+        let gate = StartGate::new(0);
+        let at = Instant::now() + Duration::from_millis(30);
+        schedule_next_opening(at);
+        assert!(gate.open() >= at);
+        let later = StartGate::new(0);
+        let again = Instant::now();
+        // A second gate (the workload's stop gate) is not held.
+        assert!(later.open().duration_since(again) < Duration::from_millis(25));
+        let o = take_opening().unwrap();
+        assert!(o.ready.unwrap() < at && o.opened.unwrap() >= at, "{o:?}");
+        assert!(take_opening().is_none());
+        // A gate whose set-up overran its time opens at once, and says so.
+        schedule_next_opening(Instant::now());
+        std::thread::sleep(Duration::from_millis(5));
+        gate.open();
+        let o = take_opening().unwrap();
+        assert!(o.opened.unwrap().duration_since(o.at) >= Duration::from_millis(5));
     }
 
     #[test]

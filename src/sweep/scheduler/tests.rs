@@ -2242,7 +2242,9 @@ async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
     for (_, argv) in &o.calls.runs {
         let argv = argv[0].as_ref().unwrap().join(" ");
         assert!(
-            argv.starts_with("slices --slice-ms 300 --period-ms 500 --slices-per-arm 4 -- lock"),
+            argv.starts_with(
+                "slices --slice-ms 300 --period-ms 500 --open-after-ms 120 --slices-per-arm 4 -- lock"
+            ),
             "{argv}"
         );
         assert_eq!(argv.matches(" :: ").count(), 2, "{argv}");
@@ -2252,7 +2254,7 @@ async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
         .calls
         .runs
         .iter()
-        .map(|(_, a)| a[0].as_ref().unwrap()[10].clone())
+        .map(|(_, a)| a[0].as_ref().unwrap()[12].clone())
         .collect();
     assert!(firsts.len() > 1, "{firsts:?}");
     let c = counted(&o.records);
