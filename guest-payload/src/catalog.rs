@@ -21,6 +21,22 @@ pub struct MetricSpec {
     /// workload's `better:`.
     pub better: Better,
     pub about: &'static str,
+    /// How a sliced run's arm reports it from its slices' values.
+    pub across_slices: AcrossSlices,
+}
+
+/// How an arm of a sliced run ([`crate::slices`]) reports a metric from its slices.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AcrossSlices {
+    /// A total over the run (a count, CPU time): the slices' sum.
+    Sum,
+    /// A rate or a percentile: the slices' mean (the slices are of equal length, so the mean
+    /// of rates is the rate over the arm's time).
+    Mean,
+    /// A ratio of totals or a per-thread figure (contention, fairness, the stretched shares):
+    /// made again from the arm's merged totals, never averaged.
+    Remade,
 }
 
 /// Which direction of a metric is an improvement.
@@ -72,27 +88,52 @@ impl WorkloadSpec {
         self.metrics.iter().any(|m| glob_match(m.name, metric))
     }
 
+    /// The declaration `metric` falls under (its name or a pattern matching it).
+    pub fn metric(&self, metric: &str) -> Option<&'static MetricSpec> {
+        self.metrics.iter().find(|m| glob_match(m.name, metric))
+    }
+
     /// The declared names, for error messages.
     pub fn metric_names(&self) -> Vec<&'static str> {
         self.metrics.iter().map(|m| m.name).collect()
     }
 }
 
+/// A metric always reported, averaged over a sliced run's slices (see [`MetricSpec::total`],
+/// [`MetricSpec::remade`]).
 const fn m(name: &'static str, better: Better, about: &'static str) -> MetricSpec {
     MetricSpec {
         name,
         conditional: false,
         better,
         about,
+        across_slices: AcrossSlices::Mean,
     }
 }
 
+/// A metric reported under some arguments only.
 const fn cond(name: &'static str, better: Better, about: &'static str) -> MetricSpec {
     MetricSpec {
-        name,
         conditional: true,
-        better,
-        about,
+        ..m(name, better, about)
+    }
+}
+
+impl MetricSpec {
+    /// A total over the run: summed over a sliced run's slices.
+    const fn total(self) -> Self {
+        Self {
+            across_slices: AcrossSlices::Sum,
+            ..self
+        }
+    }
+
+    /// A ratio of totals or a per-thread figure: made again from a sliced arm's totals.
+    const fn remade(self) -> Self {
+        Self {
+            across_slices: AcrossSlices::Remade,
+            ..self
+        }
     }
 }
 
@@ -106,24 +147,24 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
                 Better::Higher,
                 "lock+unlock operations per second, all threads",
             ),
-            m("ops_total", Better::Higher, "operations in the run"),
-            m("contended", Better::Lower, "acquisitions whose first try failed"),
-            m("contention_rate", Better::Lower, "contended / ops_total"),
+            m("ops_total", Better::Higher, "operations in the run").total(),
+            m("contended", Better::Lower, "acquisitions whose first try failed").total(),
+            m("contention_rate", Better::Lower, "contended / ops_total").remade(),
             m(
                 "jain",
                 Better::Higher,
                 "Jain's fairness index of per-thread operations",
-            ),
+            ).remade(),
             m(
                 "min_thread_ops",
                 Better::Higher,
                 "operations of the slowest thread",
-            ),
+            ).remade(),
             m(
                 "max_thread_ops",
                 Better::Neither,
                 "operations of the fastest thread",
-            ),
+            ).remade(),
             cond(
                 "acquire_p99_ns",
                 Better::Lower,
@@ -133,42 +174,42 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
                 "futex_waits",
                 Better::Lower,
                 "FUTEX_WAIT calls (algorithms whose futex calls the payload counts)",
-            ),
+            ).total(),
             cond(
                 "futex_wakes",
                 Better::Lower,
                 "FUTEX_WAKE calls (algorithms whose futex calls the payload counts)",
-            ),
+            ).total(),
             m(
                 "ctxsw_voluntary",
                 Better::Lower,
                 "voluntary context switches (sleeps) of the workers",
-            ),
+            ).total(),
             m(
                 "ctxsw_involuntary",
                 Better::Lower,
                 "involuntary context switches (preemptions) of the workers",
-            ),
+            ).total(),
             cond(
                 "stretched_hold_share",
                 Better::Lower,
                 "holds longer than the run's median hold by more than --stretch-threshold-ns / holds (absent with --no-hold-sampling)",
-            ),
+            ).remade(),
             cond(
                 "stretched_hold_lost_share",
                 Better::Lower,
                 "time lost in stretched holds (beyond the run's median hold) / the run's time",
-            ),
+            ).remade(),
             cond(
                 "stretched_handover_share",
                 Better::Lower,
                 "hand-overs (release to the waiting next owner's entry) longer than the run's median hand-over by more than --stretch-threshold-ns / hand-overs",
-            ),
+            ).remade(),
             cond(
                 "stretched_handover_lost_share",
                 Better::Lower,
                 "time lost in stretched hand-overs (beyond the run's median hand-over) / the run's time",
-            ),
+            ).remade(),
         ],
         inputs: &[],
         kernel_options: &[],
@@ -202,20 +243,20 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
         name: "ebizzy",
         metrics: &[
             m("records_per_sec", Better::Higher, "records searched per second"),
-            m("records_total", Better::Higher, "records searched"),
-            m("jain", Better::Higher, "Jain's index of per-thread records"),
+            m("records_total", Better::Higher, "records searched").total(),
+            m("jain", Better::Higher, "Jain's index of per-thread records").remade(),
             m(
                 "min_thread_records",
                 Better::Higher,
                 "records of the slowest thread",
-            ),
+            ).remade(),
             m(
                 "max_thread_records",
                 Better::Neither,
                 "records of the fastest thread",
-            ),
-            m("user_s", Better::Neither, "user CPU time"),
-            m("sys_s", Better::Lower, "system CPU time"),
+            ).remade(),
+            m("user_s", Better::Neither, "user CPU time").total(),
+            m("sys_s", Better::Lower, "system CPU time").total(),
         ],
         inputs: &[],
         kernel_options: &[],

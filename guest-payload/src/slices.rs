@@ -12,8 +12,9 @@
 //! a slice whose start has passed (its predecessor's set-up or teardown overran) starts at
 //! once and says how late it was. Each slice is an ordinary run of the arm's workload, with its
 //! own set-up, window and self-checks; an arm's report has its slices' metrics merged
-//! ([`merged_metrics`]: totals summed, rates averaged — the slices are of equal length, so a
-//! mean of rates is the rate over the arm's whole time — ratios made again from the totals), its
+//! ([`merged_metrics`], as the catalogue declares each metric, [`AcrossSlices`]: totals summed,
+//! rates averaged — the slices are of equal length, so a mean of rates is the rate over the
+//! arm's whole time — ratios made again from the totals), its
 //! slices' checks ([`merged_checks`]: the work as run judged over all its slices, as one run's
 //! samples are; any other check failed in a slice fails the arm), a lock's `preemption` merged
 //! from its slices' ([`PreemptionReport::merge_slices`]: the stretched holds and hand-overs
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::AcrossSlices;
 use crate::checks::Check;
 use crate::cli::Command;
 use crate::preempt_sample::PreemptionReport;
@@ -253,7 +255,7 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
         serde_json::json!({
             "slice_ms": args.slice_ms,
             "period_ms": args.period_ms,
-        "open_after_ms": args.open_after_ms,
+            "open_after_ms": args.open_after_ms,
             "slices": figures,
         }),
     );
@@ -268,14 +270,12 @@ fn merge(slices: Vec<(SliceFigures, Report)>, args: &Args) -> Report {
     }
 }
 
-/// Whether an arm's metric is the sum of its slices' (a total over the run: a count, CPU
-/// time); any other is their mean (a rate, a percentile: the slices are of equal length) or is
-/// made again from the merged totals ([`merged_metrics`]).
-fn summed(name: &str) -> bool {
-    matches!(
-        name,
-        "ops_total" | "contended" | "futex_waits" | "futex_wakes" | "records_total" | "user_s" | "sys_s"
-    ) || name.starts_with("ctxsw_")
+/// How an arm of `workload` reports `metric` from its slices, as the catalogue declares it (a
+/// metric it does not declare, which its test forbids, is averaged).
+fn across_slices(workload: &str, metric: &str) -> AcrossSlices {
+    crate::catalog::workload(workload)
+        .and_then(|w| w.metric(metric))
+        .map_or(AcrossSlices::Mean, |m| m.across_slices)
 }
 
 /// Per-thread counts of a workload's report (`detail`) and the name its fairness metrics end
@@ -297,6 +297,7 @@ fn merged_metrics(
     use serde_json::{Value, json};
     let n = slices.len() as f64;
     let mut metrics = BTreeMap::new();
+    let workload = slices[0].1.workload.as_str();
     for name in slices[0].1.metrics.keys() {
         let values: Vec<f64> = slices
             .iter()
@@ -304,7 +305,13 @@ fn merged_metrics(
             .collect();
         if values.len() == slices.len() {
             let sum: f64 = values.iter().sum();
-            metrics.insert(name.clone(), if summed(name) { sum } else { sum / n });
+            // A remade metric's mean stands until it is made again below (where its totals
+            // are missing, it is the best there is).
+            let value = match across_slices(workload, name) {
+                AcrossSlices::Sum => sum,
+                AcrossSlices::Mean | AcrossSlices::Remade => sum / n,
+            };
+            metrics.insert(name.clone(), value);
         }
     }
     if let (Some(&c), Some(&o)) = (metrics.get("contended"), metrics.get("ops_total"))
@@ -484,6 +491,44 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metrics `merged_metrics` makes again from an arm's totals (the catalogue's
+    /// [`AcrossSlices::Remade`] ones of the workloads that can be sliced, as its test checks).
+    const REMADE: [&str; 10] = [
+        "contention_rate",
+        "jain",
+        "min_thread_ops",
+        "max_thread_ops",
+        "min_thread_records",
+        "max_thread_records",
+        "stretched_hold_share",
+        "stretched_hold_lost_share",
+        "stretched_handover_share",
+        "stretched_handover_lost_share",
+    ];
+
+    /// The catalogue's word on every metric of a workload that can be sliced is what the merge
+    /// does: the remade metrics are the ones it makes again.
+    #[test]
+    fn the_catalogue_says_how_each_sliced_metric_is_merged() {
+        for spec in crate::catalog::WORKLOADS {
+            if duration_flag(spec.name).is_none() {
+                continue;
+            }
+            for m in spec.metrics {
+                assert_eq!(
+                    m.across_slices == AcrossSlices::Remade,
+                    REMADE.contains(&m.name),
+                    "{}: {}",
+                    spec.name,
+                    m.name
+                );
+            }
+        }
+        assert_eq!(across_slices("lock", "ops_total"), AcrossSlices::Sum);
+        assert_eq!(across_slices("lock", "ops_per_sec"), AcrossSlices::Mean);
+        assert_eq!(across_slices("ebizzy", "sys_s"), AcrossSlices::Sum);
+    }
 
     #[test]
     fn the_order_mirrors_every_other_pass() {
