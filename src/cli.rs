@@ -22,8 +22,9 @@ Examples:
   ocrig report results/ticket-vs-tas-20261206T120000Z --format md
   ocrig compare results/base-20261206T120000Z results/patched-20261207T090000Z
 
-Exit status: 0 success; 1 failure (a sweep, a report or a measurement went wrong);
-2 bad input (a scenario, a flag or a directory refused; nothing was booted).";
+Exit status: 0 success; 1 failure (a sweep, a report or a measurement went wrong, or the
+gate of `--fail-on` failed); 2 bad input (a scenario, a flag or a directory refused; nothing
+was booted).";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -45,12 +46,15 @@ Examples:
   ocrig report results/ticket-vs-tas-20261206T120000Z
   ocrig report results/ticket-vs-tas-20261206T120000Z --format md > report.md
   ocrig report results/ticket-vs-tas-20261206T120000Z --format json --margin 0.02
-  ocrig report results/two-hosts-20261206T120000Z --by-host";
+  ocrig report results/two-hosts-20261206T120000Z --by-host
+  ocrig report results/ticket-vs-tas-20261206T120000Z --fail-on worse   # CI gate: exit 1 if shown worse";
 
 const COMPARE_EXAMPLES: &str = "\
 Examples:
   ocrig compare results/base-20261206T120000Z results/patched-20261207T090000Z
-  ocrig compare A B --format html > compare.html";
+  ocrig compare base patch1 patch2 patch3
+  ocrig compare A B --format html > compare.html
+  ocrig compare base patched --fail-on worse:5%   # CI: exit 1 if shown >5 % worse";
 
 const IMAGE_EXAMPLES: &str = "\
 Examples:
@@ -185,22 +189,31 @@ pub enum Command {
         /// `until: concluded` sweep stopped at) marks every conclusion post hoc.
         #[arg(long, value_parser = margin_fraction)]
         margin: Option<f64>,
+        /// A CI gate: exit 1 when a comparison is shown worse than the baseline (its conclusion
+        /// `differs`, its interval wholly on the worse side), by more than MARGIN where given
+        /// (`worse:5%` or `worse:0.05`: under 95 % of the baseline's figure where higher is
+        /// better, over 105 % where lower is); else 0. A row not concluded passes, and the gate
+        /// says how many there were.
+        #[arg(long, value_name = "worse[:MARGIN]")]
+        fail_on: Option<crate::report::gate::FailOn>,
     },
-    /// Compare two results directories of the same matrix: A as base, B as patched.
+    /// Compare results directories of the same matrix: the first as base, each other's
+    /// variants against it, in one table.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare {
-        /// The base: a results directory (e.g. a sweep on the unpatched kernel).
-        #[arg(value_name = "A")]
-        a: PathBuf,
-        /// The patched: a results directory of the same levels, variants and workloads.
-        #[arg(value_name = "B")]
-        b: PathBuf,
+        /// The base first (e.g. a sweep on the unpatched kernel), then one or more results
+        /// directories of the same levels and workloads (e.g. one per patch of a series).
+        #[arg(value_name = "DIR", num_args = 2.., required = true)]
+        dirs: Vec<PathBuf>,
         /// Output format, printed on stdout.
         #[arg(long, value_enum, default_value = "table")]
         format: crate::report::Format,
         /// Equivalence margin, as for `report`.
         #[arg(long, value_parser = margin_fraction)]
         margin: Option<f64>,
+        /// A CI gate, as for `report`: exit 1 when a comparison is shown worse than the base.
+        #[arg(long, value_name = "worse[:MARGIN]")]
+        fail_on: Option<crate::report::gate::FailOn>,
     },
     /// Guest image management.
     #[command(after_help = IMAGE_EXAMPLES)]
@@ -235,7 +248,8 @@ pub enum Command {
         name: Option<String>,
         /// Print one JSON array on stdout, an object per workload: {"name", "about", "args":
         /// [{"name", "default", "unit", "flag", "values", "about"}], "metrics": [{"name",
-        /// "conditional", "better", "about"}], "inputs", "kernel_options"}.
+        /// "conditional", "better", "about", "across_slices" (sum, mean or remade: how a
+        /// sliced run's variant reports it from its slices)}], "inputs", "kernel_options"}.
         #[arg(long)]
         json: bool,
     },

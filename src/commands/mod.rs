@@ -68,6 +68,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             format,
             by_host,
             margin,
+            fail_on,
         } => {
             // Streamed: each record is digested as it is parsed, never held whole.
             let mut journal = crate::stats::digest::Digested::read(&dir, true)?;
@@ -78,37 +79,53 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
                 margin,
                 ..Default::default()
             };
-            out(&crate::report::render_digested(&journal, format, &opts)?)?;
+            let (text, gate) = crate::report::render_gated(&journal, format, &opts, fail_on)?;
+            out(&text)?;
             // The table ends on its verdict; then where the same with plots is.
             let html = dir.join("report.html");
             if format == crate::report::Format::Table && html.is_file() {
                 out(&format!("report: {}\n", html.display()))?;
             }
-            Ok(())
+            gate_outcome(gate)
         }
-        Command::Compare { a, b, format, margin } => {
-            let ja = crate::stats::digest::Digested::read(&a, true)?;
-            let jb = crate::stats::digest::Digested::read(&b, true)?;
+        Command::Compare {
+            dirs,
+            format,
+            margin,
+            fail_on,
+        } => {
+            let sides = dirs
+                .iter()
+                .map(|d| crate::stats::digest::Digested::read(d, true))
+                .collect::<anyhow::Result<Vec<_>>>()?;
             let name = |p: &std::path::Path| {
                 p.file_name()
                     .map_or("?".into(), |n| n.to_string_lossy().into_owned())
             };
             let opts = crate::report::ReportOptions {
-                compare_names: Some((name(&a), name(&b))),
+                compare_names: Some(dirs.iter().map(|d| name(d)).collect()),
                 margin,
                 ..Default::default()
             };
-            // The kernel note reads the headers only.
+            // The kernel note reads the headers only: the base against each other side.
             let header_only = |d: &crate::stats::digest::Digested| crate::journal::Journal {
                 header: d.header.clone(),
                 runs: Vec::new(),
             };
-            eprint!(
-                "{}",
-                crate::report::kernels::compare_note(&a, &header_only(&ja), &b, &header_only(&jb))
-            );
-            out(&crate::report::compare(ja, jb, format, &opts)?)?;
-            Ok(())
+            for (dir, side) in dirs.iter().zip(&sides).skip(1) {
+                eprint!(
+                    "{}",
+                    crate::report::kernels::compare_note(
+                        &dirs[0],
+                        &header_only(&sides[0]),
+                        dir,
+                        &header_only(side)
+                    )
+                );
+            }
+            let (text, gate) = crate::report::compare_all(sides, format, &opts, fail_on)?;
+            out(&text)?;
+            gate_outcome(gate)
         }
         Command::Image {
             command: ImageCommand::Build { kernel },
@@ -131,4 +148,15 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { dir } => completions::man(&dir),
     }
+}
+
+/// Prints a report's gate (where `--fail-on` asked for one) on stderr; an error that exits 1
+/// when it failed.
+fn gate_outcome(gate: Option<crate::report::gate::Gate>) -> anyhow::Result<()> {
+    let Some(gate) = gate else { return Ok(()) };
+    eprint!("{}", gate.text());
+    if gate.failed() {
+        return Err(crate::report::gate::GateFailed(gate.worse.len()).into());
+    }
+    Ok(())
 }

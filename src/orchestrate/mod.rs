@@ -96,6 +96,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<crate::scenario::ScenarioError>()
             || c.is::<crate::scenario::ScenarioErrors>()
             || c.is::<crate::sweep::scheduler::PayloadRefusedArgs>()
+            || c.is::<crate::report::NotOneMatrix>()
     });
     if bad { exit::BAD_INPUT } else { exit::ERROR }
 }

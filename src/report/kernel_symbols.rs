@@ -609,7 +609,7 @@ mod tests {
             ]);
         }
         let opts = ReportOptions {
-            compare_names: Some(("old".into(), "new".into())),
+            compare_names: Some(vec!["old".into(), "new".into()]),
             ..Default::default()
         };
         let merged = crate::report::merge(Digested::of(&a), Digested::of(&b), "old", "new").unwrap();

@@ -6,6 +6,7 @@
 
 pub mod csv;
 pub mod flame;
+pub mod gate;
 pub mod hosts;
 pub mod html;
 pub mod input;
@@ -89,8 +90,8 @@ pub struct ReportOptions {
     pub alpha: f64,
     /// Compare this metric instead of each workload's headline metric.
     pub metric: Option<String>,
-    /// Names of the two sides of [`compare`] (A, B), e.g. the result directories' names.
-    pub compare_names: Option<(String, String)>,
+    /// Names of the sides of [`compare_all`] (A, B, …), e.g. the result directories' names.
+    pub compare_names: Option<Vec<String>>,
     /// Equivalence margin (None: the scenario's, else [`crate::stats::effect::DEFAULT_MARGIN`]).
     pub margin: Option<f64>,
 }
@@ -119,7 +120,19 @@ pub fn model_digested(journal: &Digested, opts: &ReportOptions) -> Model {
 /// A journal's digests ([`Digested::read`] streams a journal file into them) rendered in
 /// `format`.
 pub fn render_digested(journal: &Digested, format: Format, opts: &ReportOptions) -> anyhow::Result<String> {
-    format.exporter().render(&ReportInput::build(journal, opts))
+    Ok(render_gated(journal, format, opts, None)?.0)
+}
+
+/// [`render_digested`], with the gate's verdict on the same model where `fail_on` asks for it.
+pub fn render_gated(
+    journal: &Digested,
+    format: Format,
+    opts: &ReportOptions,
+    fail_on: Option<gate::FailOn>,
+) -> anyhow::Result<(String, Option<gate::Gate>)> {
+    let input = ReportInput::build(journal, opts);
+    let gate = fail_on.map(|f| gate::Gate::of(&input.model, f));
+    Ok((format.exporter().render(&input)?, gate))
 }
 
 /// What each variant's guest kernels said about their PV features (`PV spinlocks …`,

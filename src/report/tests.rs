@@ -104,7 +104,7 @@ fn merge_names_sides_and_refuses_other_matrices() {
         ("old", vec!["old".into(), "new".into()])
     );
     let opts = ReportOptions {
-        compare_names: Some(("old".into(), "new".into())),
+        compare_names: Some(vec!["old".into(), "new".into()]),
         ..Default::default()
     };
     let text = compare(single.clone(), single.clone(), Format::Table, &opts).unwrap();

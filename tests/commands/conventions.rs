@@ -31,7 +31,7 @@ fn every_subcommands_help_documents_its_positionals_and_shows_examples() {
         (&["run"], &["[SCENARIO]", "Scenario YAML file"]),
         (&["validate"], &["<FILE>...", "Scenario YAML files", "--json"]),
         (&["report"], &["<DIR>", "A results directory"]),
-        (&["compare"], &["<A>", "<B>", "The base", "The patched"]),
+        (&["compare"], &["<DIR> <DIR>...", "The base first", "--fail-on"]),
         (&["image", "build"], &["--kernel"]),
         (
             &["doctor"],
@@ -268,24 +268,29 @@ fn doctor_json_is_one_object_of_the_hosts_facts() {
 
 /// A two-variant journal (base and tas at 1x, three runs each), as the runner writes it.
 fn journal(dir: &Path) {
+    journal_scaled(dir, 1.5, 1.0);
+}
+
+/// [`journal`] with tas's operations `scale` times base's, at `level`.
+pub(crate) fn journal_scaled(dir: &Path, scale: f64, level: f64) {
     let header = json!({
         "type": "sweep", "scenario": "ticket-vs-tas", "scenario_sha256": "00", "baseline": "base",
-        "variants": ["base", "tas"], "levels": [1.0],
+        "variants": ["base", "tas"], "levels": [level],
         "workloads": {"lock": {"command": "lock", "metric": "ops_per_sec", "better": "higher"}},
         "backend": "qemu", "accel": "tcg", "host_cpus": [0, 1], "guest_vcpus": 1,
         "started_at": "2026-12-06T12:00:00Z", "ocrig_version": "0.1.0",
         "journal_format": 3, "guest_start": "boot", "kernels": {},
-        "boots": [{"level": 1.0, "guests": 2, "variants": ["base"]}, {"level": 1.0, "guests": 2, "variants": ["tas"]}],
+        "boots": [{"level": level, "guests": 2, "variants": ["base"]}, {"level": level, "guests": 2, "variants": ["tas"]}],
         "schedule": {"guests": "per-variant", "order": "round-robin", "runs_per_bring_up": 3},
     });
     let mut lines = vec![header.to_string()];
     for (v, variant) in ["base", "tas"].iter().enumerate() {
         for run in 0..3u32 {
             for guest in 0..2u32 {
-                let ops = 900_000.0 * (1.0 + 0.5 * v as f64) * (1.0 + 0.02 * run as f64);
+                let ops = 900_000.0 * scale.powi(v as i32) * (1.0 + 0.02 * run as f64);
                 lines.push(
                     json!({
-                        "type": "run", "variant": variant, "level": 1.0, "workload": "lock",
+                        "type": "run", "variant": variant, "level": level, "workload": "lock",
                         "run": run, "warmup": false, "guest": guest, "guests": 2, "ok": true,
                         "attempt": 1, "attempt_records": 2, "argv": ["lock"], "timings": {"run_s": 3.1},
                         "slot": {"boot": v, "bring_up": run + 1, "seq": 0, "block": 0},
@@ -316,4 +321,92 @@ fn report_json_carries_its_format_version() {
     );
     // And the report itself is there.
     assert_eq!(v["workloads"][0]["workload"], "lock", "{text}");
+}
+
+/// `--fail-on worse[:MARGIN]` as a CI gate, and `compare` over N directories: a variant with
+/// half the baseline's operations fails the gate (exit 1, the row named), one 1.5 times as fast
+/// passes it (exit 0), a margin wider than the loss passes it too, and directories of other
+/// levels are refused as bad input (exit 2) with the difference named.
+#[test]
+fn the_gate_fails_on_a_variant_shown_worse_and_compare_takes_n_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |name: &str| tmp.path().join(name);
+    for (name, scale, level) in [
+        ("fast", 1.5, 1.0),
+        ("slow", 0.5, 1.0),
+        ("again", 1.5, 1.0),
+        ("2x", 1.5, 2.0),
+    ] {
+        std::fs::create_dir_all(dir(name)).unwrap();
+        journal_scaled(&dir(name), scale, level);
+    }
+    let path = |name: &str| dir(name).to_str().unwrap().to_string();
+
+    let out = ocrig(&["report", &path("slow"), "--fail-on", "worse"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("gate: lock ops_per_sec 1x tas: 0.500"), "{err}");
+    assert!(
+        err.contains("gate: FAILED — 1 of 1 rows shown worse than base"),
+        "{err}"
+    );
+    assert!(
+        stdout(&out).contains("verdict"),
+        "the report is printed all the same"
+    );
+    let out = ocrig(&["report", &path("slow"), "--fail-on", "worse:55%"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("gate: passed — no row of 1 shown worse than base by more than"));
+    let out = ocrig(&["report", &path("fast"), "--fail-on", "worse"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // Three directories in one table, the first one's baseline against every other variant.
+    let out = ocrig(&[
+        "compare",
+        &path("fast"),
+        &path("again"),
+        &path("slow"),
+        "--format",
+        "json",
+    ]);
+    let model: Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(
+        model["variants"],
+        json!([
+            "fast/base",
+            "fast/tas",
+            "again/base",
+            "again/tas",
+            "slow/base",
+            "slow/tas"
+        ])
+    );
+    let out = ocrig(&[
+        "compare",
+        &path("fast"),
+        &path("again"),
+        &path("slow"),
+        "--fail-on",
+        "worse:10%",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("1x slow/tas: 0.500"), "{err}");
+    assert!(
+        !err.contains("again/base:") && !err.contains("fast/tas:"),
+        "{err}"
+    );
+
+    let out = ocrig(&["compare", &path("fast"), &path("again"), &path("2x")]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("fast and 2x ran different overcommit levels: only in fast: [1x]; only in 2x: [2x]"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ocrig(&["report", &path("fast"), "--fail-on", "better"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not worse[:MARGIN]"), "{}", stderr(&out));
 }

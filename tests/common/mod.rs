@@ -158,3 +158,30 @@ pub fn checked_effect(row: &serde_json::Value) -> (f64, f64, f64) {
     assert!(low < ratio && ratio < high, "{row}");
     (ratio, low, high)
 }
+
+/// The records of one `variant` of the results directory `src` as a results directory of their
+/// own in `dest` (a sweep of that variant alone: its header names it as the only variant and
+/// the baseline, its kernels' facts and configurations kept), for `ocrig compare`.
+pub fn split_variant(src: &Path, variant: &str, dest: &Path) {
+    std::fs::create_dir_all(dest).unwrap();
+    let (mut header, runs) = journal(src);
+    header["variants"] = serde_json::json!([variant]);
+    header["baseline"] = serde_json::json!(variant);
+    for key in ["kernels", "kernel_identity"] {
+        if let Some(keep) = header[key].get(variant).cloned() {
+            header[key] = serde_json::json!({ variant: keep });
+        }
+    }
+    let mut text = format!("{header}\n");
+    for r in runs.iter().filter(|r| r["variant"] == variant) {
+        text.push_str(&format!("{r}\n"));
+    }
+    std::fs::write(dest.join("journal.jsonl"), text).unwrap();
+    let configs = src.join("kernel-configs");
+    if configs.is_dir() {
+        std::fs::create_dir_all(dest.join("kernel-configs")).unwrap();
+        for e in std::fs::read_dir(&configs).unwrap().flatten() {
+            std::fs::copy(e.path(), dest.join("kernel-configs").join(e.file_name())).unwrap();
+        }
+    }
+}

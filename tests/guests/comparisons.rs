@@ -21,8 +21,10 @@
 //! 18 % when the work was a calibrated loop count, when only a 48 % effect, hold 4000, was
 //! asserted). The lock's own cost c still moves with the speed state (one run of `a` in its
 //! slow state read 7 % slower), so the effect is 27 %, found at six pairs even at a CV of 8 %.
-//! Each row's figures are printed for the record. About a minute and a half here (twelve
-//! bring-ups, clones).
+//! Each row's figures are printed for the record. Then the same records as a series of
+//! sweeps, one per variant, through `ocrig compare a … --fail-on worse:10%`: the gate fails on
+//! the known loss alone (exit 1) and passes the A/A sides (exit 0). About a minute and a half
+//! here (twelve bring-ups, clones).
 
 use std::process::Command;
 
@@ -64,7 +66,7 @@ schedule: {runs_per_bring_up: 1}
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~89 s)")]
 fn an_a_a_pair_never_differs_and_a_known_effect_is_found() {
     let _one = common::one_sweep();
-    let (_tmp, results) = common::run_scenario("comparisons.yaml", SCENARIO);
+    let (tmp, results) = common::run_scenario("comparisons.yaml", SCENARIO);
     let dir = common::results_dir(&results);
     let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
         .args(["report", "--format", "json"])
@@ -117,5 +119,40 @@ fn an_a_a_pair_never_differs_and_a_known_effect_is_found() {
     assert!(
         (0.65..=0.85).contains(&ratio),
         "hold 2000 -> 3000 ns at gap 200 should keep about (2200 + c) / (3200 + c) of the throughput: {ratio}"
+    );
+
+    // As a CI gate over a series: each variant as a sweep of its own, `a` the base. The known
+    // loss (about 27 %) fails a 10 % gate, the A/A sides pass it (a 10 % loss of an A/A pair
+    // is far outside what chance gives at this spread).
+    let series = tmp.path().join("series");
+    let sides = ["a", "a-again", "a-own", "hold-3000"];
+    for v in sides {
+        common::split_variant(&dir, v, &series.join(v));
+    }
+    let gate = |names: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ocrig"))
+            .arg("compare")
+            .args(names.iter().map(|n| series.join(n)))
+            .args(["--fail-on", "worse:10%"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!(
+            "compare {names:?} --fail-on worse:10%: exit {:?}\n{err}",
+            out.status.code()
+        );
+        (out.status.code(), err)
+    };
+    let (code, err) = gate(&sides);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("0.5x hold-3000: ") && err.contains("gate: FAILED — 1 of"),
+        "{err}"
+    );
+    let (code, err) = gate(&sides[..3]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("gate: passed — no row of 2 shown worse than a by more than 10 %"),
+        "{err}"
     );
 }

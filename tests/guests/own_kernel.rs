@@ -51,28 +51,6 @@ fn consoles(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// A results directory holding only `variant`'s part of `src` (its header narrowed to it).
-fn split(src: &Path, variant: &str, dest: &Path) {
-    std::fs::create_dir_all(dest).unwrap();
-    let (mut header, runs) = common::journal(src);
-    header["variants"] = serde_json::json!([variant]);
-    header["baseline"] = serde_json::json!(variant);
-    for key in ["kernels", "kernel_identity"] {
-        let keep = header[key][variant].clone();
-        header[key] = serde_json::json!({ variant: keep });
-    }
-    let mut text = format!("{header}\n");
-    for r in runs.iter().filter(|r| r["variant"] == variant) {
-        text.push_str(&format!("{r}\n"));
-    }
-    std::fs::write(dest.join("journal.jsonl"), text).unwrap();
-    let configs = src.join("kernel-configs");
-    std::fs::create_dir_all(dest.join("kernel-configs")).unwrap();
-    for e in std::fs::read_dir(&configs).unwrap().flatten() {
-        std::fs::copy(e.path(), dest.join("kernel-configs").join(e.file_name())).unwrap();
-    }
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "full-tests"),
@@ -211,8 +189,8 @@ fn own_kernel_trees_boot_and_two_builds_of_one_release_are_told_apart() {
 
     // `ocrig compare` of the base part and the patched part says how the kernels differ.
     let (da, db) = (tmp.path().join("A"), tmp.path().join("B"));
-    split(dir, "base", &da);
-    split(dir, "patched", &db);
+    common::split_variant(dir, "base", &da);
+    common::split_variant(dir, "patched", &db);
     let out = ocrig(&["compare", da.to_str().unwrap(), db.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "compare failed:\n{stderr}");
