@@ -504,6 +504,18 @@ pub static WORKLOADS: &[WorkloadSpec] = &[
             },
         ],
     },
+    WorkloadSpec {
+        name: "exec",
+        // Named by the scenario: each `--metric NAME=RULE` (the host checks a scenario's
+        // `metric:` against its `metrics:` list).
+        metrics: &[cond(
+            "*",
+            Better::Neither,
+            "the metrics the scenario's `metrics:` reads from the command's output",
+        )],
+        inputs: &[],
+        kernel_options: &[],
+    },
 ];
 
 /// One argument of a workload, as the payload's command line (its clap definition) declares
@@ -759,6 +771,7 @@ mod tests {
                 "1",
             ],
             &["hog", "--seconds", "0.1"],
+            &["exec", "--run", "echo ops 12", "--metric", "ops=regex:ops (\\d+)"],
         ];
         for argv in runs {
             let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();

@@ -69,6 +69,9 @@ pub enum Command {
     /// The kernel's lock torture module (locktorture) for a while: writes/s and writer fairness
     /// of a kernel lock (needs a guest kernel with CONFIG_LOCK_TORTURE_TEST=m).
     Locktorture(workloads::locktorture::Args),
+    /// Any command line (`/bin/sh -c`), its metrics read from its output by pattern, JSON path
+    /// or wall time; its exit status checked.
+    Exec(workloads::exec::Args),
     /// Several workload command lines (arms) alternating in short slices on one schedule, for
     /// variants that share guests: `slices --slice-ms 300 --period-ms 400 --slices-per-arm 10
     /// -- lock --algo ticket :: lock --algo tas`. Made by the host, not named in a scenario
@@ -92,6 +95,7 @@ impl Command {
             Command::SysfsMutex(_) => Some("sysfs-mutex"),
             Command::Hog(_) => Some("hog"),
             Command::Locktorture(_) => Some("locktorture"),
+            Command::Exec(_) => Some("exec"),
             Command::Slices(_) => Some(crate::slices::SLICED_WORKLOAD),
             Command::List(_) => None,
         }
@@ -103,6 +107,7 @@ impl Command {
         let conflict = match self {
             Command::Mutex(a) => a.check().err(),
             Command::Locktorture(a) => a.check().err(),
+            Command::Exec(a) => a.check().err(),
             Command::Slices(a) => a.commands().err(),
             _ => None,
         };
@@ -128,6 +133,7 @@ pub fn run(command: &Command) -> anyhow::Result<Option<crate::report::Report>> {
         Command::Futexlock(a) => Some(workloads::futexlock::run(a)?),
         Command::SysfsMutex(a) => Some(workloads::sysfs_mutex::run(a)?),
         Command::Locktorture(a) => Some(workloads::locktorture::run(a)?),
+        Command::Exec(a) => Some(workloads::exec::run(a)?),
         Command::Slices(a) => Some(crate::slices::run(a)?),
         Command::List(_) => None,
     })

@@ -18,6 +18,8 @@ pub struct WorkloadInstance {
     pub args: BTreeMap<String, ArgValue>,
     pub metric: String,
     pub better: Better,
+    /// An `exec` workload's `--metric NAME=RULE` values (empty for the others).
+    pub metric_rules: Vec<String>,
     /// The workload's slice when its variants share guests (None: whole runs), see
     /// [`super::model::Workload::slice_ms`].
     pub slice_ms: Option<u64>,
@@ -92,7 +94,8 @@ fn expand_one(source: usize, w: &Workload) -> Vec<WorkloadInstance> {
                 command: w.command.clone(),
                 args,
                 metric: w.metric.clone(),
-                better: w.better,
+                better: w.better(),
+                metric_rules: w.metrics.iter().filter_map(|m| m.rule().ok()).collect(),
                 slice_ms: match w.slice_ms.or(super::model::DEFAULT_SLICE_MS) {
                     Some(0) => None,
                     ms => ms.filter(|_| ocrig_payload::slices::duration_flag(&w.command).is_some()),
@@ -110,6 +113,9 @@ pub fn payload_argv(w: &WorkloadInstance, variant: &Variant) -> Vec<String> {
         merged.insert(k.clone(), v.clone());
     }
     let mut argv = vec![w.command.clone()];
+    for rule in &w.metric_rules {
+        argv.push(format!("--metric={rule}"));
+    }
     for (key, value) in &merged {
         let flag = format!("--{}", key.replace('_', "-"));
         match value {

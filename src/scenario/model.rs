@@ -505,8 +505,14 @@ pub struct Workload {
     pub kvm_args: BTreeMap<String, ArgValue>,
     /// Headline metric, a key of the payload report's `metrics`.
     pub metric: String,
-    #[serde(default)]
-    pub better: Better,
+    /// Which way the headline metric improves (default: as its `metrics:` entry says for
+    /// `exec`, else `higher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub better: Option<Better>,
+    /// For `command: exec`: the metrics read from the command's output, each by one rule
+    /// (`regex`, `json` or `wall`) and with its direction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<ExecMetric>,
     /// Variants that share guests run this workload as one payload run of alternating slices
     /// of this many milliseconds each (A B B A …, every variant the run's whole duration in
     /// all), so both sides of a comparison meet the same host states (`lock` and `ebizzy`,
@@ -514,6 +520,55 @@ pub struct Workload {
     /// whole, one after the other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slice_ms: Option<u64>,
+}
+
+/// One metric an `exec` workload reads from its command's output (one of `regex`, `json`,
+/// `wall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecMetric {
+    /// Its name in the report (letters, digits, `_`, `-`, `.`).
+    pub name: String,
+    /// A regular expression: the first match in the standard output (then the standard
+    /// error); its group named `value`, else its first group, else the whole match, read as a
+    /// number, e.g. `'events per second:\s*(?P<value>[\d.]+)'`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// A dot-separated path into the standard output read as JSON, e.g. `jobs.0.read.iops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<String>,
+    /// The command's wall time, seconds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wall: bool,
+    /// Which way it improves.
+    pub better: Better,
+}
+
+impl ExecMetric {
+    /// The payload's `--metric NAME=RULE` value; Err where it names no rule or several.
+    pub fn rule(&self) -> Result<String, String> {
+        match (&self.regex, &self.json, self.wall) {
+            (Some(r), None, false) => Ok(format!("{}=regex:{r}", self.name)),
+            (None, Some(p), false) => Ok(format!("{}=json:{p}", self.name)),
+            (None, None, true) => Ok(format!("{}=wall", self.name)),
+            _ => Err("give exactly one of `regex`, `json` or `wall: true`".into()),
+        }
+    }
+}
+
+impl Workload {
+    /// Which way its headline metric improves: as the workload says, else as its `metrics:`
+    /// entry says, else higher.
+    pub fn better(&self) -> Better {
+        self.better
+            .or_else(|| {
+                self.metrics
+                    .iter()
+                    .find(|m| m.name == self.metric)
+                    .map(|m| m.better)
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// The slice of a workload whose variants share guests, unless it sets `slice_ms`. Measured on

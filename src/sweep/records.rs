@@ -578,6 +578,7 @@ mod tests {
                 args: BTreeMap::new(),
                 metric: "ops_per_sec".into(),
                 better: Better::Higher,
+                metric_rules: Vec::new(),
                 slice_ms: None,
             },
             argv: vec!["lock".into()],

@@ -8,6 +8,7 @@
 mod common;
 
 mod comparisons;
+mod exec;
 mod faults;
 mod forced_preemption;
 mod install;

@@ -4,6 +4,7 @@ pub mod dbench;
 mod dbench_client;
 pub mod dbench_loadfile;
 pub mod ebizzy;
+pub mod exec;
 pub mod futexlock;
 mod gated;
 pub mod hackbench;

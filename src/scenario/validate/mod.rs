@@ -4,7 +4,8 @@ use std::collections::BTreeSet;
 
 use crate::scenario::locate::Seg;
 use crate::scenario::{
-    BackendKind, KernelRef, Loaded, MIN_SLICE_MS, Scenario, ScenarioError, ScenarioErrors, Variant, expand,
+    BackendKind, KernelRef, Loaded, MIN_SLICE_MS, Scenario, ScenarioError, ScenarioErrors, Variant, Workload,
+    expand,
 };
 
 mod trace;
@@ -401,6 +402,7 @@ fn check_workloads(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
                 ),
             );
         }
+        check_exec_metrics(i, w, err);
         if let Some(ms) = w.slice_ms.filter(|&ms| ms > 0) {
             let at = [key("workloads"), Seg::Index(i), key("slice_ms")];
             if ocrig_payload::slices::duration_flag(&w.command).is_none() {
@@ -430,6 +432,87 @@ fn check_workloads(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
         check_workload_args(&s.sized_for(true), Some(s), err);
     }
 }
+
+/// An `exec` workload's `metrics:` (each by one rule, named once, its rule as the payload
+/// parses it), its headline among them and its direction theirs; `metrics:` on another workload
+/// is refused (a built-in workload reports what the catalogue says).
+fn check_exec_metrics(i: usize, w: &Workload, err: &mut impl FnMut(&[Seg], String)) {
+    let at = |tail: &[Seg]| [&[key("workloads"), Seg::Index(i)], tail].concat();
+    if w.command != EXEC {
+        if !w.metrics.is_empty() {
+            err(
+                &at(&[key("metrics")]),
+                format!(
+                    "only an `exec` workload reads its metrics from its output; {} reports its own (`ocrig workloads {}`)",
+                    w.command, w.command
+                ),
+            );
+        }
+        return;
+    }
+    if w.metrics.is_empty() {
+        err(
+            &at(&[key("metrics")]),
+            "an exec workload names the metrics it reads from its command's output, e.g.              `metrics: [{name: time_s, wall: true, better: lower}]`"
+                .into(),
+        );
+        return;
+    }
+    let mut seen = BTreeSet::new();
+    for (k, m) in w.metrics.iter().enumerate() {
+        let here = at(&[key("metrics"), Seg::Index(k)]);
+        if !seen.insert(m.name.as_str()) {
+            err(
+                &[here.as_slice(), &[key("name")]].concat(),
+                format!("metric '{}' is named twice", m.name),
+            );
+        }
+        match m.rule() {
+            Err(why) => err(&here, format!("metric '{}': {why}", m.name)),
+            Ok(rule) => {
+                if let Err(why) = ocrig_payload::workloads::exec::parse_metric(&rule) {
+                    let field = match (&m.regex, &m.json) {
+                        (Some(_), _) => "regex",
+                        (_, Some(_)) => "json",
+                        _ => "name",
+                    };
+                    err(&[here.as_slice(), &[key(field)]].concat(), why);
+                }
+            }
+        }
+    }
+    match w.metrics.iter().find(|m| m.name == w.metric) {
+        None => err(
+            &at(&[key("metric")]),
+            format!(
+                "'{}' is not one of this workload's metrics ({})",
+                w.metric,
+                w.metrics
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(m) => {
+            if let Some(b) = w.better.filter(|b| *b != m.better) {
+                let word = |b: crate::vocabulary::Better| format!("{b:?}").to_lowercase();
+                err(
+                    &at(&[key("better")]),
+                    format!(
+                        "says {} is better, but its metric '{}' says {}: leave one out",
+                        word(b),
+                        m.name,
+                        word(m.better)
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The payload subcommand that runs any command line.
+const EXEC: &str = "exec";
 
 /// Each workload's payload arguments under every variant, as the payload itself parses them,
 /// and against the run deadline. `kvm_from`: `s` is that scenario sized for KVM, and a problem

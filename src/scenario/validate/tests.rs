@@ -627,3 +627,81 @@ fn a_slice_too_short_or_of_a_workload_that_does_not_run_for_a_time_is_refused_at
         loaded("name: x\nlevels: [1]\nworkloads:\n  - command: mutex\n    metric: time_s\n    slice_ms: 0\n");
     validate(&l, &facts()).unwrap();
 }
+
+/// An `exec` workload's metrics: each refused at its own field with the reason (no rule or
+/// two, a name given twice, a regex that does not compile, a headline not among them, a
+/// direction that disagrees with its metric's), `metrics:` on a built-in workload refused, and
+/// a good one accepted with its headline's direction.
+#[test]
+fn an_exec_workloads_metrics_are_checked_at_their_fields() {
+    let head = "name: x\nlevels: [1]\nworkloads:\n  - command: exec\n    args: {run: 'echo 1'}\n";
+    for (body, field, needle) in [
+        (
+            "    metric: t\n",
+            "workloads[0].metrics",
+            "names the metrics it reads",
+        ),
+        (
+            "    metric: t\n    metrics:\n      - {name: t, better: lower}\n",
+            "workloads[0].metrics[0]",
+            "exactly one of",
+        ),
+        (
+            "    metric: t\n    metrics:\n      - {name: t, wall: true, regex: 'x', better: lower}\n",
+            "workloads[0].metrics[0]",
+            "exactly one of",
+        ),
+        (
+            "    metric: t\n    metrics:\n      - {name: t, wall: true, better: lower}\n      - {name: t, regex: '(\\d+)', better: higher}\n",
+            "workloads[0].metrics[1].name",
+            "named twice",
+        ),
+        (
+            "    metric: t\n    metrics:\n      - {name: t, wall: true, better: lower}\n      - {name: n, regex: '(', better: higher}\n",
+            "workloads[0].metrics[1].regex",
+            "regex",
+        ),
+        (
+            "    metric: nope\n    metrics:\n      - {name: t, wall: true, better: lower}\n",
+            "workloads[0].metric",
+            "not one of this workload's metrics (t)",
+        ),
+        (
+            "    metric: t\n    better: higher\n    metrics:\n      - {name: t, wall: true, better: lower}\n",
+            "workloads[0].better",
+            "says higher is better, but its metric 't' says lower",
+        ),
+    ] {
+        let (_d, l) = loaded(&format!("{head}{body}"));
+        let e = validate(&l, &facts()).unwrap_err();
+        assert!(
+            e.0.iter()
+                .any(|p| p.field == field && p.to_string().contains(needle)),
+            "{body}: {e}"
+        );
+    }
+    let (_d, l) = loaded(
+        "name: x\nlevels: [1]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    metrics:\n      - {name: t, wall: true, better: lower}\n",
+    );
+    let e = validate(&l, &facts()).unwrap_err();
+    assert_eq!(e.0[0].field, "workloads[0].metrics", "{e}");
+    assert!(e.to_string().contains("only an `exec` workload"), "{e}");
+    let (_d, l) = loaded(&format!(
+        "{head}    metric: t\n    metrics:\n      - {{name: t, wall: true, better: lower}}\n      - {{name: n, regex: 'x (\\d+)', better: higher}}\n"
+    ));
+    validate(&l, &facts()).unwrap();
+    let w = &l.scenario.workloads[0];
+    assert_eq!(w.better(), crate::vocabulary::Better::Lower);
+    let inst = &expand::workloads(&l.scenario)[0];
+    let argv = expand::payload_argv(inst, &expand::variants(&l.scenario)[0]);
+    assert_eq!(
+        argv,
+        [
+            "exec",
+            "--metric=t=wall",
+            "--metric=n=regex:x (\\d+)",
+            "--run",
+            "echo 1"
+        ]
+    );
+}
