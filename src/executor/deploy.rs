@@ -84,6 +84,39 @@ pub fn deploy_plan(
     }
 }
 
+impl DeployPlan {
+    /// The scenario's `guest.files` after the payload and the inputs: each executable in the
+    /// guest where it is executable here. Err names a file this machine lacks (or cannot read
+    /// as a file) or a guest path another upload takes.
+    pub fn add_guest_files(&mut self, files: &[crate::scenario::GuestFile]) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        for f in files {
+            let meta =
+                std::fs::metadata(&f.from).map_err(|e| format!("guest.files: {}: {e}", f.from.display()))?;
+            if !meta.is_file() {
+                return Err(format!("guest.files: {} is not a file", f.from.display()));
+            }
+            if self.uploads.iter().any(|u| u.guest_path == f.to) {
+                return Err(format!(
+                    "guest.files: {} is already where ocrig puts its own file",
+                    f.to
+                ));
+            }
+            self.uploads.push(Upload {
+                host_path: f.from.clone(),
+                guest_path: f.to.clone(),
+                gzip: false,
+                mode: if meta.permissions().mode() & 0o111 != 0 {
+                    "755"
+                } else {
+                    "644"
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
 /// An upload with its bytes read (and compressed) once, shared by every boot.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -118,6 +151,38 @@ fn gzip(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_files_follow_with_their_mode_or_are_refused_with_the_reason() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (script, data) = (tmp.path().join("bench.sh"), tmp.path().join("data.txt"));
+        std::fs::write(&script, "#!/bin/sh\necho 1\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&data, "x").unwrap();
+        let file = |from: &Path, to: &str| crate::scenario::GuestFile {
+            from: from.to_path_buf(),
+            to: to.into(),
+        };
+        let mut p = deploy_plan(Path::new("/p"), &["lock"], |_| true).unwrap();
+        p.add_guest_files(&[file(&script, "/root/bench.sh"), file(&data, "/root/in/data.txt")])
+            .unwrap();
+        let modes: Vec<(&str, &str)> = p.uploads[1..]
+            .iter()
+            .map(|u| (u.guest_path.as_str(), u.mode))
+            .collect();
+        assert_eq!(modes, [("/root/bench.sh", "755"), ("/root/in/data.txt", "644")]);
+        let e = p
+            .add_guest_files(&[file(&tmp.path().join("nope"), "/x")])
+            .unwrap_err();
+        assert!(e.contains("nope") && e.contains("No such file"), "{e}");
+        let e = p.add_guest_files(&[file(tmp.path(), "/x")]).unwrap_err();
+        assert!(e.contains("is not a file"), "{e}");
+        let e = p
+            .add_guest_files(&[file(&data, payload_bin::GUEST_PATH)])
+            .unwrap_err();
+        assert!(e.contains("already where ocrig puts its own file"), "{e}");
+    }
 
     #[test]
     fn the_payload_always_goes_first() {

@@ -120,10 +120,15 @@ impl GuestSsh {
         finish(ch, command)
     }
 
-    /// Copies `data` to `remote` with mode `mode` (octal string like "755").
+    /// Copies `data` to `remote` with mode `mode` (octal string like "755"), making its
+    /// directory. `remote` is a plain path (letters, digits, `/._-`: no quoting needed).
     pub fn upload(&self, data: &[u8], remote: &str, mode: &str, timeout: Duration) -> anyhow::Result<()> {
         let tmp = format!("{remote}.part");
-        let cmd = format!("cat > {tmp} && chmod {mode} {tmp} && mv -f {tmp} {remote}");
+        let dir = match remote.rfind('/') {
+            Some(0) | None => "/",
+            Some(i) => &remote[..i],
+        };
+        let cmd = format!("mkdir -p {dir} && cat > {tmp} && chmod {mode} {tmp} && mv -f {tmp} {remote}");
         let out = self.exec(&cmd, Some(data), timeout)?;
         anyhow::ensure!(
             out.ok(),

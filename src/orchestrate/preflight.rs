@@ -49,13 +49,15 @@ pub(crate) fn remote_facts(b: &LibvirtBackend) -> anyhow::Result<HostFacts> {
     })
 }
 
-/// The payload and every input the plan's workloads read in the guest, read once.
+/// The payload, every input the plan's workloads read in the guest and the scenario's
+/// `guest.files`, read once.
 pub(crate) fn uploads_for(plan: &Plan, payload: &Path) -> anyhow::Result<Vec<Prepared>> {
     let mut commands: Vec<&str> = plan.workloads.iter().map(|w| w.command.as_str()).collect();
     if plan.background == crate::scenario::Background::Hog {
         commands.push("hog");
     }
-    let dp = deploy::deploy_plan(payload, &commands, Path::exists).map_err(BadInput)?;
+    let mut dp = deploy::deploy_plan(payload, &commands, Path::exists).map_err(BadInput)?;
+    dp.add_guest_files(&plan.guest_files).map_err(BadInput)?;
     for w in &dp.warnings {
         crate::terminal::say(&format!("ocrig: warning: {w}"));
     }

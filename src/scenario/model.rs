@@ -399,6 +399,22 @@ pub struct GuestShape {
     /// ("PV spinlocks disabled, single CPU"); `true` says that is the point (a warning then).
     #[serde(default)]
     pub single_vcpu_intended: bool,
+    /// Host files copied into every guest once per boot, before any run (a benchmark's static
+    /// binary or script for an `exec` workload, its input data); executable in the guest where
+    /// executable here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<GuestFile>,
+}
+
+/// One host file copied into the guests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GuestFile {
+    /// The file on this machine (a relative path is taken from the working directory).
+    pub from: PathBuf,
+    /// Where it goes in the guest: an absolute path of letters, digits and `/._-` (its
+    /// directories are made).
+    pub to: String,
 }
 
 fn default_start() -> crate::vocabulary::StartMethod {
@@ -420,6 +436,7 @@ impl Default for GuestShape {
             scratch_disk_mib: 0,
             start: default_start(),
             single_vcpu_intended: false,
+            files: Vec::new(),
         }
     }
 }

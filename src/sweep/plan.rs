@@ -214,6 +214,8 @@ pub struct Plan {
     pub scratch_disk_mib: u32,
     /// How guests start (`guest.start`).
     pub guest_start: crate::vocabulary::StartMethod,
+    /// Host files copied into every guest (`guest.files`).
+    pub guest_files: Vec<crate::scenario::GuestFile>,
     /// Whether runs record the host's vCPU timeline (`host.timeline`, default true).
     pub timeline: bool,
     pub background: Background,
@@ -356,6 +358,7 @@ impl Plan {
             memory_mib: s.guest.memory_mib,
             scratch_disk_mib: s.guest.scratch_disk_mib,
             guest_start: s.guest.start,
+            guest_files: s.guest.files.clone(),
             timeline: s.host.timeline.unwrap_or(true),
             background: s.background,
             timeouts: s.timeouts.clone(),

@@ -1,6 +1,6 @@
-//! A command line as a workload (`command: exec`), on real guests: a busybox shell loop of a
-//! fixed amount of work, run in every guest at the go signal, its metrics read from its output
-//! (a pattern) and its wall time; 1-vCPU guests at 0.5x (one guest, a host CPU free) and 1.5x
+//! A command line as a workload (`command: exec`), on real guests: a shell script of this
+//! machine's (a loop of a fixed amount of work), copied into every guest by `guest.files` and
+//! run there at the go signal, its metrics read from its output (a pattern) and its wall time; 1-vCPU guests at 0.5x (one guest, a host CPU free) and 1.5x
 //! (three guests on two CPUs).
 //!
 //! Checked: every record carries both metrics, the pattern's value is the loop count the
@@ -25,6 +25,8 @@ host:
 guest:
   vcpus: 1
   memory_mib: 256
+  files:
+    - {from: SCRIPT, to: /root/bench/loop.sh}
 levels: [0.5, 1.5]
 variants:
   - {name: base}
@@ -32,7 +34,7 @@ workloads:
   - name: loop
     command: exec
     args:
-      run: 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo "loops done: $i"'
+      run: '/root/bench/loop.sh 50000'
     metrics:
       - {name: time_s, wall: true, better: lower}
       - {name: loops, regex: 'loops done: (\d+)', better: higher}
@@ -45,7 +47,19 @@ background: same
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~40 s)")]
 fn a_command_line_runs_in_every_guest_and_its_metrics_come_from_its_output() {
     let _one = common::one_sweep();
-    let (_tmp, results) = common::run_scenario("exec.yaml", SCENARIO);
+    // The benchmark: a script of this machine's, copied into every guest (`guest.files`),
+    // executable there as it is here.
+    let bench = tempfile::tempdir().unwrap();
+    let script = bench.path().join("loop.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ni=0; while [ $i -lt \"$1\" ]; do i=$((i+1)); done; echo \"loops done: $i\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let scenario = SCENARIO.replace("SCRIPT", script.to_str().unwrap());
+    let (_tmp, results) = common::run_scenario("exec.yaml", &scenario);
     let dir = common::results_dir(&results);
     let (header, runs) = common::journal(&dir);
     assert_eq!(header["workloads"]["loop"]["better"], "lower", "{header}");
@@ -63,7 +77,7 @@ fn a_command_line_runs_in_every_guest_and_its_metrics_come_from_its_output() {
         t.iter().sum::<f64>() / t.len() as f64
     };
     for r in &measured {
-        assert_eq!(r["metrics"]["loops"], 20000.0, "{r}");
+        assert_eq!(r["metrics"]["loops"], 50000.0, "{r}");
         let checks = r["payload"]["checks"].as_array().unwrap();
         assert!(
             checks
@@ -87,8 +101,8 @@ fn a_command_line_runs_in_every_guest_and_its_metrics_come_from_its_output() {
     // A command the guest's shell cannot find: bad input, the sweep stops with the shell's
     // words, nothing retried.
     let tmp = tempfile::tempdir().unwrap();
-    let bad = SCENARIO.replace("levels: [0.5, 1.5]", "levels: [0.5]").replace(
-        r#"run: 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo "loops done: $i"'"#,
+    let bad = scenario.replace("levels: [0.5, 1.5]", "levels: [0.5]").replace(
+        "run: '/root/bench/loop.sh 50000'",
         "run: 'no-such-benchmark --threads 4'",
     );
     let path = tmp.path().join("bad.yaml");

@@ -70,6 +70,7 @@ fn check_shape(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
     if !is_safe_name(&s.name) {
         err(&[key("name")], format!("'{}' {NAME_RULE}", s.name));
     }
+    check_guest_files(&s.guest.files, err);
     if s.guest.vcpus == 0 {
         err(&[key("guest"), key("vcpus")], "must be at least 1".into());
     }
@@ -507,6 +508,40 @@ fn check_exec_metrics(i: usize, w: &Workload, err: &mut impl FnMut(&[Seg], Strin
                     ),
                 );
             }
+        }
+    }
+}
+
+/// `guest.files`: each a file this machine has, going to a plain absolute guest path (no
+/// quoting: the upload's shell takes it as is) that nothing else takes.
+fn check_guest_files(files: &[crate::scenario::GuestFile], err: &mut impl FnMut(&[Seg], String)) {
+    let mut seen = BTreeSet::new();
+    for (i, f) in files.iter().enumerate() {
+        let at = |field: &'static str| [key("guest"), key("files"), Seg::Index(i), key(field)];
+        match std::fs::metadata(&f.from) {
+            Err(e) => err(&at("from"), format!("{}: {e}", f.from.display())),
+            Ok(m) if !m.is_file() => err(&at("from"), format!("{} is not a file", f.from.display())),
+            Ok(_) => {}
+        }
+        let plain = f.to.len() > 1
+            && f.to.starts_with('/')
+            && !f.to.ends_with('/')
+            && !f.to.split('/').any(|p| p == "..")
+            && f.to
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+        if !plain {
+            err(
+                &at("to"),
+                format!(
+                    "'{}' is not a plain absolute path (letters, digits and `/._-`, no `..`)",
+                    f.to
+                ),
+            );
+        } else if f.to == crate::payload_bin::GUEST_PATH {
+            err(&at("to"), format!("{} is where ocrig puts its payload", f.to));
+        } else if !seen.insert(f.to.as_str()) {
+            err(&at("to"), format!("{} is the destination of two files", f.to));
         }
     }
 }

@@ -705,3 +705,32 @@ fn an_exec_workloads_metrics_are_checked_at_their_fields() {
         ]
     );
 }
+
+/// `guest.files`: a file this machine lacks, a directory, a guest path that is not plain or
+/// absolute, the payload's own path and a destination given twice, each refused at its field.
+#[test]
+fn guest_files_are_checked_at_their_fields() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("bench.sh");
+    std::fs::write(&f, "echo 1\n").unwrap();
+    let f = f.display().to_string();
+    let dir = tmp.path().display().to_string();
+    let (_d, l) = loaded(&format!(
+        "name: x\nlevels: [1]\nguest:\n  files:\n    - {{from: {f}, to: /root/b.sh}}\n    - {{from: /nonexistent/x, to: /root/x}}\n    - {{from: {dir}, to: /root/d}}\n    - {{from: {f}, to: 'root/rel; rm -rf /'}}\n    - {{from: {f}, to: {}}}\n    - {{from: {f}, to: /root/b.sh}}\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+        crate::payload_bin::GUEST_PATH
+    ));
+    let e = validate(&l, &facts()).unwrap_err();
+    let at = |field: &str, needle: &str| {
+        assert!(
+            e.0.iter()
+                .any(|p| p.field == field && p.to_string().contains(needle)),
+            "{field}: {needle}: {e}"
+        )
+    };
+    at("guest.files[1].from", "No such file");
+    at("guest.files[2].from", "is not a file");
+    at("guest.files[3].to", "not a plain absolute path");
+    at("guest.files[4].to", "where ocrig puts its payload");
+    at("guest.files[5].to", "the destination of two files");
+    assert_eq!(e.0.len(), 5, "{e}");
+}
