@@ -37,13 +37,15 @@ pub const KEPT_LINES: usize = 20;
 
 #[derive(Debug, Clone, ClapArgs)]
 pub struct Args {
-    /// The command line, run by the guest's `/bin/sh -c`.
+    /// The command line, run by the guest's `/bin/sh -c` (its metrics: the scenario's
+    /// `metrics:` list).
     #[arg(long)]
     pub run: String,
     /// A metric and where it comes from: `NAME=regex:PATTERN` (the first match; its group
     /// `value`, else its first group, else the match), `NAME=json:PATH` (a dot-separated path
     /// into the JSON output) or `NAME=wall` (the command's wall time, s). Repeat for several.
-    #[arg(long = "metric", value_name = "NAME=RULE", value_parser = parse_metric, required = true)]
+    /// Hidden: the host makes these from a scenario's `metrics:`, not from its `args:`.
+    #[arg(long = "metric", value_name = "NAME=RULE", value_parser = parse_metric, required = true, hide = true)]
     pub metrics: Vec<MetricRule>,
 }
 

@@ -451,10 +451,17 @@ fn check_exec_metrics(i: usize, w: &Workload, err: &mut impl FnMut(&[Seg], Strin
         }
         return;
     }
+    if w.args.contains_key("metric") {
+        err(
+            &at(&[key("args"), key("metric")]),
+            "an exec workload's metrics are its `metrics:` list (name, rule, better), not an argument".into(),
+        );
+    }
     if w.metrics.is_empty() {
         err(
             &at(&[key("metrics")]),
-            "an exec workload names the metrics it reads from its command's output, e.g.              `metrics: [{name: time_s, wall: true, better: lower}]`"
+            "an exec workload names the metrics it reads from its command's output, e.g. \
+             `metrics: [{name: time_s, wall: true, better: lower}]`"
                 .into(),
         );
         return;

@@ -681,6 +681,15 @@ fn an_exec_workloads_metrics_are_checked_at_their_fields() {
         );
     }
     let (_d, l) = loaded(
+        "name: x\nlevels: [1]\nworkloads:\n  - command: exec\n    args: {run: 'echo 1', metric: 't=wall'}\n    metric: t\n    metrics:\n      - {name: t, wall: true, better: lower}\n",
+    );
+    let e = validate(&l, &facts()).unwrap_err();
+    assert!(
+        e.0.iter()
+            .any(|p| p.field == "workloads[0].args.metric" && p.to_string().contains("not an argument")),
+        "{e}"
+    );
+    let (_d, l) = loaded(
         "name: x\nlevels: [1]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n    metrics:\n      - {name: t, wall: true, better: lower}\n",
     );
     let e = validate(&l, &facts()).unwrap_err();
