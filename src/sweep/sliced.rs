@@ -42,7 +42,7 @@ pub const SLICE_SETUP_MS: u64 = 200;
 /// slice's start on the schedule, so the guests' slices of one arm cover the same time (each
 /// guest's set-up takes its own time); a set-up that overruns it opens its window late
 /// (`ready_ms` past `opened`'s time).
-pub const SLICE_OPEN_AFTER_MS: u64 = 120;
+pub const SLICE_OPEN_AFTER_MS: u64 = 100;
 
 /// How `w` is sliced under variant `v` (whose payload command line is `argv`), or None where
 /// it runs whole: the workload is not sliced, or the variant asks the guest kernel for its

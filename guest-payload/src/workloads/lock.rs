@@ -256,6 +256,10 @@ unsafe impl<R: RawMutex + Sync> Sync for Shared<R> {}
 /// (under TCG the first runs of the loop's code also include its translation).
 const WARM_UP: Duration = Duration::from_millis(5);
 
+/// How long before a scheduled gate the workers start warming up their spinners (the warm-up
+/// and the spinners' own calibration, with room for the threads' wake-up).
+const WARM_UP_LEAD: Duration = Duration::from_millis(20);
+
 /// What a worker makes itself before the start gate, so the window holds none of it: its
 /// spinners (warmed up), its sampler, and the histograms it records into (their pages in).
 struct Prepared {
@@ -354,14 +358,25 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
 
     // The end is stamped (and so every worker's CPU reading precedes it) while every worker is
     // parked at the stop gate.
+    let opening = super::start::scheduled_opening();
     let workers = GatedWorkers::spawn(
         "lock-worker",
         args.threads,
-        move |_| Prepared {
-            spinners: Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks),
-            sampler: sampling.map(Sampler::new),
-            work: sampling.is_some().then(WorkSamples::default),
-            cycle: new_latency_histogram(),
+        move |_| {
+            let (sampler, work, cycle) = (
+                sampling.map(Sampler::new),
+                sampling.is_some().then(WorkSamples::default),
+                new_latency_histogram(),
+            );
+            // The spinners last, just before the gate: a sliced run's slice waits for its
+            // window's time, and the pace they learn is the pace at the start of the window.
+            super::start::sleep_until_lead(opening, WARM_UP_LEAD);
+            Prepared {
+                spinners: Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks),
+                sampler,
+                work,
+                cycle,
+            }
         },
         {
             let shared = Arc::clone(&shared);

@@ -2243,7 +2243,7 @@ async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
         let argv = argv[0].as_ref().unwrap().join(" ");
         assert!(
             argv.starts_with(
-                "slices --slice-ms 300 --period-ms 500 --open-after-ms 120 --slices-per-arm 4 -- lock"
+                "slices --slice-ms 300 --period-ms 500 --open-after-ms 100 --slices-per-arm 4 -- lock"
             ),
             "{argv}"
         );
