@@ -30,12 +30,18 @@ pub fn timeout_for(seconds: Option<f64>, configured_s: Option<u64>) -> Duration 
     wanted.min(MAX_RUN_DEADLINE)
 }
 
-/// How long a background CPU hog burns: as long as the measured workload is expected to run.
-/// (Not longer: every attempt waits for its last worker, so a longer hog lengthens every run,
-/// and where guest 0 runs a hog too it would idle while the others still burn.)
+/// How long a background CPU hog burns: as long as the measured workload is expected to run,
+/// and [`HOG_SET_UP_S`] more, because the hogs start at the go signal while the measured run's
+/// window opens at its gate, after its set-up (0.1–0.4 s under TCG at 2x–2.5x): a hog of the
+/// run's length alone stopped before the window ended, and the level the run's tail held fell
+/// (2.32 of 2.5). Not longer: every attempt waits for its last worker, so a longer hog
+/// lengthens every run.
 pub fn hog_seconds_for(seconds: Option<f64>) -> f64 {
-    seconds.unwrap_or(30.0)
+    seconds.map_or(30.0, |s| s + HOG_SET_UP_S)
 }
+
+/// What a hog burns beyond the measured run's own length: room for its set-up.
+pub const HOG_SET_UP_S: f64 = 0.5;
 
 #[cfg(test)]
 mod tests {
