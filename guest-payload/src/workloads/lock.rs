@@ -256,9 +256,8 @@ unsafe impl<R: RawMutex + Sync> Sync for Shared<R> {}
 /// (under TCG the first runs of the loop's code also include its translation).
 const WARM_UP: Duration = Duration::from_millis(5);
 
-/// How long before a scheduled gate the workers start warming up their spinners (the warm-up
-/// and the spinners' own calibration, with room for the threads' wake-up).
-const WARM_UP_LEAD: Duration = Duration::from_millis(20);
+/// How long before a scheduled gate the workers stop warming up and go to it.
+const WARM_UP_MARGIN: Duration = Duration::from_millis(2);
 
 /// What a worker makes itself before the start gate, so the window holds none of it: its
 /// spinners (warmed up), its sampler, and the histograms it records into (their pages in).
@@ -276,9 +275,10 @@ struct Spinners {
 }
 
 impl Spinners {
-    fn warmed_up(tsc_hz: f64, hold_ticks: u64, gap_ticks: u64) -> Self {
+    /// Made and warmed up for [`WARM_UP`], or until `until` where that is later.
+    fn warmed_up(tsc_hz: f64, hold_ticks: u64, gap_ticks: u64, until: Option<Instant>) -> Self {
         let (mut hold, mut gap) = (Spinner::new(tsc_hz), Spinner::new(tsc_hz));
-        let until = Instant::now() + WARM_UP;
+        let until = (Instant::now() + WARM_UP).max(until.unwrap_or_else(Instant::now));
         while Instant::now() < until {
             hold.warm_up(hold_ticks, 8);
             gap.warm_up(gap_ticks, 8);
@@ -368,11 +368,12 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
                 sampling.is_some().then(WorkSamples::default),
                 new_latency_histogram(),
             );
-            // The spinners last, just before the gate: a sliced run's slice waits for its
-            // window's time, and the pace they learn is the pace at the start of the window.
-            super::start::sleep_until_lead(opening, WARM_UP_LEAD);
+            // The spinners last, warming up until the gate: a sliced run's slice waits for its
+            // window's time busy, as back-to-back runs are (an idle CPU comes back in another
+            // speed state), and the pace they learn is the pace at the window's start.
+            let until = opening.map(|at| at.checked_sub(WARM_UP_MARGIN).unwrap_or(at));
             Prepared {
-                spinners: Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks),
+                spinners: Spinners::warmed_up(tsc_hz, hold_ticks, gap_ticks, until),
                 sampler,
                 work,
                 cycle,

@@ -44,22 +44,9 @@ pub fn schedule_next_opening(at: Instant) {
 }
 
 /// When the next start gate this thread opens is scheduled to open, if it is (not cleared):
-/// for workers to make their timing-sensitive preparation just before it
-/// ([`sleep_until_lead`]).
+/// for workers to make their timing-sensitive preparation up to it.
 pub fn scheduled_opening() -> Option<Instant> {
     OPENING.get().filter(|o| o.opened.is_none()).map(|o| o.at)
-}
-
-/// Sleeps until `lead` before `at` (at once where that has passed, or without `at`): a
-/// worker's spinners learn their pace just before a scheduled gate, not at the end of a set-up
-/// that left them idle for the rest of the wait (the CPU's speed state may change meanwhile).
-pub fn sleep_until_lead(at: Option<Instant>, lead: Duration) {
-    if let Some(wait) = at
-        .and_then(|at| at.checked_sub(lead))
-        .and_then(|t| t.checked_duration_since(Instant::now()))
-    {
-        std::thread::sleep(wait);
-    }
 }
 
 /// The scheduled opening set last on this thread, with what the gate did with it (cleared).
