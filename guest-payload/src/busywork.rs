@@ -84,6 +84,8 @@ pub struct Spinner {
     /// its one read, and if even that lands past the length at the median, the length cannot
     /// be made here and the work check says so.
     aim: i64,
+    /// The shortest length that can be made, ticks ([`Spinner::resolution_ns`]).
+    resolution_ticks: f64,
     /// [`DISTURBED_SLACK_NS`] in ticks.
     slack_ticks: i64,
     pub counts: SpinCounts,
@@ -167,7 +169,8 @@ impl Spinner {
     /// the first run of a block under TCG includes its translation).
     pub fn new(tsc_hz: f64) -> Self {
         spin_registers(20_000);
-        let fixed = chunk_overhead_ticks() as i64;
+        let (fixed, median) = chunk_overhead_ticks();
+        let fixed = fixed as i64;
         const N: u64 = 4_096;
         let mut took = [0i64; 9];
         for t in &mut took {
@@ -187,6 +190,7 @@ impl Spinner {
                 measured_fixed: fixed << SCALE,
             },
             aim: 0,
+            resolution_ticks: median,
             slack_ticks: (DISTURBED_SLACK_NS * ticks_per_ns) as i64,
             counts: SpinCounts::default(),
         }
@@ -201,6 +205,12 @@ impl Spinner {
     /// the spinner was made: the shortest interval that can be made.
     pub fn overhead_ns(&self) -> f64 {
         unscaled(self.cost.measured_fixed) / self.ticks_per_ns
+    }
+
+    /// The shortest work this spinner can make, ns: what a chunk costs besides its iterations
+    /// at the median.
+    pub fn resolution_ns(&self) -> f64 {
+        self.resolution_ticks / self.ticks_per_ns
     }
 
     /// The loop's pace as this spinner last saw it, ns per iteration.
@@ -286,7 +296,10 @@ fn unscaled(v: i64) -> f64 {
 
 /// The 10th percentile of [`OVERHEAD_READS`] readings of what a chunk costs besides its
 /// iterations: a read, an empty call of the loop, a read.
-fn chunk_overhead_ticks() -> f64 {
+/// Also their median: the resolution of the work. Where reading the clock is itself slow and
+/// jittery (a hypervisor's TSC: back to back, two reads 26 ticks apart at the median and 1 at
+/// the least), the 10th percentile can be a few ticks, far below what a read costs.
+fn chunk_overhead_ticks() -> (f64, f64) {
     let mut v = [0u64; OVERHEAD_READS];
     for s in &mut v {
         let t0 = ticks();
@@ -294,7 +307,8 @@ fn chunk_overhead_ticks() -> f64 {
         *s = ticks().wrapping_sub(t0);
     }
     v.sort_unstable();
-    v[OVERHEAD_READS / 10].max(1) as f64
+    let p10 = v[OVERHEAD_READS / 10].max(1) as f64;
+    (p10, (v[OVERHEAD_READS / 2] as f64).max(p10))
 }
 
 /// An asked length in ns that a spinner with `overhead_ns` can make: 0 (nothing), or at least

@@ -340,8 +340,8 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
         preempt_sample::TSC_CALIBRATION_REUSED_WITHIN,
     );
     let probe = Spinner::new(tsc_before.hz);
-    busywork::makeable("--hold-ns", args.hold_ns, probe.overhead_ns())?;
-    busywork::makeable("--gap-ns", args.gap_ns, probe.overhead_ns())?;
+    busywork::makeable("--hold-ns", args.hold_ns, probe.resolution_ns())?;
+    busywork::makeable("--gap-ns", args.gap_ns, probe.resolution_ns())?;
     let (hold_made, gap_made) = made_ns(args);
     let (hold_ticks, gap_ticks) = (probe.ticks_for(hold_made), probe.ticks_for(gap_made));
     let tsc_hz = tsc_before.hz;

@@ -358,7 +358,7 @@ fn bench<R: RawMutex + Send + Sync + 'static>(args: &Args, info: &LockInfo) -> a
                 ("--work-outside", args.work_outside),
                 ("--contended-delay-ns", args.contended_delay_ns),
             ] {
-                busywork::makeable(arg, ns, probe.overhead_ns())?;
+                busywork::makeable(arg, ns, probe.resolution_ns())?;
             }
             let (inside, outside) = made_ns(args);
             Some(Lengths {
