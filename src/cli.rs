@@ -59,7 +59,8 @@ Examples:
 const IMAGE_EXAMPLES: &str = "\
 Examples:
   ocrig image build
-  ocrig image build --kernel 6.1.0-41-amd64";
+  ocrig image build --kernel 6.1.0-41-amd64
+  ocrig image build --package sysbench --package stress-ng";
 
 const DOCTOR_EXAMPLES: &str = "\
 Examples:
@@ -281,6 +282,10 @@ pub enum ImageCommand {
         /// Debian kernel release (e.g. 6.1.0-41-amd64), or "default".
         #[arg(long, value_name = "RELEASE", default_value = "default")]
         kernel: String,
+        /// A Debian package to put in the guest with its dependencies, as `guest.packages`
+        /// does (repeatable).
+        #[arg(long = "package", value_name = "NAME")]
+        packages: Vec<String>,
     },
 }
 

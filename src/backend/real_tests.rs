@@ -20,9 +20,7 @@ use crate::vocabulary::StartMethod;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn image() -> Image {
-    let spec = ImageSpec {
-        kernel: KernelSource::Debian("default".into()),
-    };
+    let spec = ImageSpec::kernel(KernelSource::Debian("default".into()));
     crate::image::ensure(&spec, &crate::image::cache_dir()).expect("the default guest image")
 }
 

@@ -122,9 +122,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
             json!({"error": format!("{e:#}")}),
         ),
     }
-    let spec = ImageSpec {
-        kernel: KernelSource::Debian("default".into()),
-    };
+    let spec = ImageSpec::kernel(KernelSource::Debian("default".into()));
     let cache = image::cache_dir();
     let img = image::cached(&spec, &cache);
     match &img {

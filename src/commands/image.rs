@@ -2,14 +2,11 @@
 
 use crate::image::{self, ImageSpec, KernelSource};
 
-pub fn build(kernel: &str) -> anyhow::Result<()> {
+pub fn build(kernel: &str, packages: Vec<String>) -> anyhow::Result<()> {
     let cache = image::cache_dir();
-    let img = image::ensure(
-        &ImageSpec {
-            kernel: KernelSource::Debian(kernel.to_string()),
-        },
-        &cache,
-    )?;
+    let mut spec = ImageSpec::kernel(KernelSource::Debian(kernel.to_string()));
+    spec.packages = crate::scenario::normalised_packages(&packages);
+    let img = image::ensure(&spec, &cache)?;
     println!(
         "image {} ({}): kernel {} — {}; initrd {:.1} MiB; {}",
         img.id,
@@ -23,6 +20,14 @@ pub fn build(kernel: &str) -> anyhow::Result<()> {
             "reused".into()
         }
     );
+    if !img.packages.is_empty() {
+        println!(
+            "  packages: {} with their dependencies, {} in all, {:.1} MiB unpacked",
+            spec.packages.join(", "),
+            img.packages.len(),
+            img.packages_bytes as f64 / 1048576.0
+        );
+    }
     println!("  dir: {}", img.dir.display());
     Ok(())
 }

@@ -128,8 +128,8 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             gate_outcome(gate)
         }
         Command::Image {
-            command: ImageCommand::Build { kernel },
-        } => image::build(&kernel),
+            command: ImageCommand::Build { kernel, packages },
+        } => image::build(&kernel, packages),
         Command::Doctor {
             measure,
             results,

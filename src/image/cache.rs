@@ -117,6 +117,18 @@ pub struct Inputs {
     /// (busybox, dropbear, scp and their shared libraries).
     pub host_files_sha256: String,
     pub modules_wanted: Vec<String>,
+    /// The guest packages with their dependencies (absent when none, which keeps the ids of
+    /// images without packages as they were).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<PackageInput>,
+}
+
+/// One Debian package put in the guest, pinned.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PackageInput {
+    pub package: String,
+    pub version: String,
+    pub deb_sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -168,6 +180,9 @@ pub struct Manifest {
     /// What the kernel is (absent in images built before identities were recorded).
     #[serde(default)]
     pub identity: Option<super::identity::KernelIdentity>,
+    /// What the guest packages hold unpacked (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages_bytes: Option<u64>,
 }
 
 impl Manifest {

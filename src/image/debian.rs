@@ -77,6 +77,9 @@ struct Memo {
     fingerprint: String,
     default_release: Option<String>,
     packages: BTreeMap<String, PackageInfo>,
+    /// A package set (names joined by spaces) → the .deb files apt would install for it.
+    #[serde(default)]
+    closures: BTreeMap<String, Vec<String>>,
 }
 
 impl Apt {
@@ -154,6 +157,24 @@ impl Apt {
         self.memo.packages.insert(package.to_string(), info.clone());
         self.save();
         Ok(Some(info))
+    }
+}
+
+impl Apt {
+    /// The .deb files apt would install for `names` (as `resolve` finds them), memoised.
+    pub fn closure(
+        &mut self,
+        names: &[String],
+        resolve: impl FnOnce() -> Result<Vec<String>>,
+    ) -> Result<Vec<String>> {
+        let key = names.join(" ");
+        if let Some(files) = self.memo.closures.get(&key) {
+            return Ok(files.clone());
+        }
+        let files = resolve()?;
+        self.memo.closures.insert(key, files.clone());
+        self.save();
+        Ok(files)
     }
 }
 
@@ -248,7 +269,19 @@ pub fn download(info: &PackageInfo, dir: &Path) -> Result<PathBuf> {
         .arg(format!("{}={}", info.package, info.version))
         .current_dir(dir);
     cmd::run(&mut c)?;
-    let deb = dir.join(name);
+    let mut deb = dir.join(name);
+    if !deb.is_file() {
+        // apt-get names the file with the epoch (`name_2%3a1.0-1_amd64.deb`) where the
+        // archive's Filename has none.
+        let prefix = format!("{}_", info.package);
+        if let Some(found) = fs::read_dir(dir)?.flatten().map(|e| e.path()).find(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy().starts_with(&prefix) && n.to_string_lossy().ends_with(".deb")
+            })
+        }) {
+            deb = found;
+        }
+    }
     if !deb.is_file() {
         bail!(
             "`{}` succeeded but {} is missing",

@@ -90,6 +90,18 @@ impl Archive {
         self.put(path, Kind::CharDev(major, minor), mode);
     }
 
+    /// Bytes of file contents and link targets (what the unpacked archive holds).
+    pub fn data_bytes(&self) -> u64 {
+        self.entries
+            .values()
+            .map(|e| match &e.kind {
+                Kind::File(d) => d.len() as u64,
+                Kind::Symlink(t) => t.len() as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// The newc cpio bytes (with trailer).
     pub fn to_cpio(&self) -> Vec<u8> {
         let mut out = Vec::new();

@@ -10,13 +10,14 @@
 
 mod cache;
 mod cmd;
-mod debian;
+pub mod debian;
 pub mod guest_config;
 mod host_files;
 pub mod identity;
 mod initramfs;
 mod kernel;
 mod keys;
+pub mod packages;
 pub mod trace_events;
 pub mod tree;
 mod vmlinux;
@@ -76,6 +77,18 @@ pub enum KernelSource {
 
 pub struct ImageSpec {
     pub kernel: KernelSource,
+    /// Debian packages put in the guest with their dependencies (`guest.packages`).
+    pub packages: Vec<String>,
+}
+
+impl ImageSpec {
+    /// The image of `kernel` with nothing more in it.
+    pub fn kernel(kernel: KernelSource) -> Self {
+        Self {
+            kernel,
+            packages: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +115,10 @@ pub struct Image {
     pub pvh_unavailable: Option<String>,
     /// What the kernel is: release, `uname -v`, content hash, config digest.
     pub identity: KernelIdentity,
+    /// The guest packages in the image (`name version`), dependencies included.
+    pub packages: Vec<String>,
+    /// What the packages hold once unpacked in the guest's memory (0: none).
+    pub packages_bytes: u64,
 }
 
 impl Image {
@@ -163,6 +180,28 @@ pub fn kernel_unavailable(release: &str) -> Result<Option<String>> {
         .package(&debian::kernel_package(release), false)?
         .is_none()
         .then(|| format!("Debian has no package linux-image-{release} (see `apt-cache search linux-image`)")))
+}
+
+/// What apt knows of package `name` (no `apt-get update`), `None` when nothing.
+pub fn package_known(cache: &Path, name: &str) -> Result<Option<debian::PackageInfo>> {
+    debian::Apt::open(Some(cache)).package(name, false)
+}
+
+/// The version of the Debian package of kernel `release` ("default" too), `None` when apt
+/// does not know it.
+pub fn kernel_package_version(cache: &Path, release: &str) -> Result<Option<String>> {
+    let mut apt = debian::Apt::open(Some(cache));
+    let release = if release.trim() == "default" {
+        match apt.default_release(false)? {
+            Some(r) => r,
+            None => return Ok(None),
+        }
+    } else {
+        release.to_string()
+    };
+    Ok(apt
+        .package(&debian::kernel_package(&release), false)?
+        .map(|i| i.version))
 }
 
 /// [`kernel_unavailable`] of "default", from the host's /etc/os-release and whether apt knows
@@ -265,6 +304,13 @@ fn load(dir: &Path) -> Result<Option<Image>> {
         pvh_kernel,
         pvh_unavailable,
         identity,
+        packages: m
+            .inputs
+            .packages
+            .iter()
+            .map(|p| format!("{} {}", p.package, p.version))
+            .collect(),
+        packages_bytes: m.packages_bytes.unwrap_or(0),
     }))
 }
 
@@ -274,12 +320,30 @@ struct Plan {
     host_files: Vec<HostFile>,
     deb: Option<debian::PackageInfo>,
     tree: Option<tree::Tree>,
+    /// The guest packages with their dependencies, pinned.
+    packages: Vec<debian::PackageInfo>,
 }
 
 /// Resolve every input and hash them. `allow_update`: may run `apt-get update` (else `None`
 /// when apt does not know the kernel package).
 fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Plan>> {
     let mut tree = None;
+    let packages = if spec.packages.is_empty() {
+        Vec::new()
+    } else {
+        if matches!(&spec.kernel, KernelSource::File { initrd: Some(_), .. }) {
+            bail!(
+                "guest packages go into ocrig's own initramfs, and this kernel boots with an initrd of its own: \
+                 drop the kernel's `initrd` or the packages"
+            );
+        }
+        let mut apt = debian::Apt::open(Some(cache));
+        match packages::closure(&mut apt, &spec.packages, allow_update)? {
+            Some(p) => p,
+            None if allow_update => bail!("apt does not know one of the packages {:?}", spec.packages),
+            None => return Ok(None),
+        }
+    };
     let (kernel, deb) = match &spec.kernel {
         KernelSource::Debian(release) => {
             let mut apt = debian::Apt::open(Some(cache));
@@ -355,6 +419,14 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
             .chain(debian::OPTIONAL_MODULES)
             .map(|s| s.to_string())
             .collect(),
+        packages: packages
+            .iter()
+            .map(|p| cache::PackageInput {
+                package: p.package.clone(),
+                version: p.version.clone(),
+                deb_sha256: p.sha256.clone(),
+            })
+            .collect(),
     };
     let mut canon = serde_json::to_value(&inputs)?;
     // The bzImage's or tree's path is informative only: the same files elsewhere are the same image.
@@ -369,6 +441,7 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
         host_files,
         deb,
         tree,
+        packages,
     }))
 }
 
@@ -477,6 +550,12 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
     let dir = tmp.path();
     let client = keys::client_key(dir)?;
     let mut pvh_unavailable = None;
+    let packages = if plan.packages.is_empty() {
+        None
+    } else {
+        Some(packages::member(&plan.packages, cache, dir).context("putting the guest packages in")?)
+    };
+    let member = packages.as_ref().map(|(bytes, _)| bytes.as_slice());
     let (release, modules, initrd_base_sha256, pinned, identity) = match (&spec.kernel, &plan.deb) {
         (KernelSource::Debian(_), Some(info)) => {
             let k = debian_kernel(info, cache)?;
@@ -485,7 +564,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                 Ok(vmlinux) => cache::link_or_copy(&vmlinux, &dir.join("vmlinux"))?,
                 Err(why) => pvh_unavailable = Some(why),
             }
-            let base = write_initrd(plan, &k.modules, &[], &client, dir)?;
+            let base = write_initrd(plan, &k.modules, &[], member, &client, dir)?;
             let (config_sha256, config_from) = match &k.config {
                 Some(c) => (
                     Some(identity::store_config(cache, &KernelConfig::read(c)?)?),
@@ -558,7 +637,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                     Ok(ExtraModule { files, ..m })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let base = write_initrd(plan, &mods, &extra, &client, dir)?;
+            let base = write_initrd(plan, &mods, &extra, member, &client, dir)?;
             let _ = fs::remove_dir_all(&staged);
             let identity = KernelIdentity {
                 release: release.clone(),
@@ -620,7 +699,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
                     (release, Vec::new(), None, false, identity)
                 }
                 None => {
-                    let base = write_initrd(plan, &[], &[], &client, dir)?;
+                    let base = write_initrd(plan, &[], &[], member, &client, dir)?;
                     (release, Vec::new(), Some(base), true, identity)
                 }
             }
@@ -644,6 +723,7 @@ fn build(spec: &ImageSpec, plan: &Plan, cache: &Path, dest: &Path, t0: Instant) 
         built_at: jiff::Timestamp::now().to_string(),
         build_secs: t0.elapsed().as_secs_f64(),
         identity: Some(identity),
+        packages_bytes: packages.as_ref().map(|(_, held)| *held),
     };
     manifest.write(dir)?;
     tmp.commit(dest)
@@ -664,11 +744,14 @@ fn boot_kind(pvh: bool) -> String {
 /// the guest by DMA, so its size costs far less than inflating it would.
 const INITRD_LIMIT: u64 = 16 * 1024 * 1024;
 
-/// Write `initrd.img` (base member + keys member) and `host_key.pub`; returns the base's sha256.
+/// Write `initrd.img` (base member, the guest packages' member if any, keys member) and
+/// `host_key.pub`; returns the base's sha256. The packages come after the base so that their
+/// files (a newer libc with its loader, a real tool over a busybox applet) win.
 fn write_initrd(
     plan: &Plan,
     modules: &[PathBuf],
     extra: &[ExtraModule],
+    packages: Option<&[u8]>,
     client: &keys::ClientKey,
     dir: &Path,
 ) -> Result<String> {
@@ -676,8 +759,6 @@ fn write_initrd(
     fs::write(dir.join("host_key.pub"), format!("{}\n", host.public_line))?;
     let mut bytes = base_archive(&plan.id, &plan.host_files, modules, extra)?.to_cpio();
     let base_sha = cmd::sha256_hex(&bytes);
-    bytes.extend(keys_archive(&host, client).to_cpio());
-    fs::write(dir.join("initrd.img"), &bytes)?;
     if bytes.len() as u64 >= INITRD_LIMIT {
         bail!(
             "initramfs is {} bytes, over the {} MiB budget",
@@ -685,6 +766,11 @@ fn write_initrd(
             INITRD_LIMIT >> 20
         );
     }
+    if let Some(p) = packages {
+        bytes.extend_from_slice(p);
+    }
+    bytes.extend(keys_archive(&host, client).to_cpio());
+    fs::write(dir.join("initrd.img"), &bytes)?;
     Ok(base_sha)
 }
 
@@ -739,9 +825,7 @@ mod tests {
             std::os::unix::fs::symlink(real.join("kernels"), tmp.path().join("kernels")).unwrap();
             let _ = fs::copy(real.join("apt-memo.json"), tmp.path().join("apt-memo.json"));
         }
-        let spec = ImageSpec {
-            kernel: KernelSource::Debian("default".into()),
-        };
+        let spec = ImageSpec::kernel(KernelSource::Debian("default".into()));
         assert!(cached(&spec, tmp.path()).unwrap().is_none());
 
         let img = ensure(&spec, tmp.path()).unwrap();
@@ -825,12 +909,10 @@ mod tests {
         assert_eq!(&fs::read(&img.initrd).unwrap()[..6], b"070701");
 
         // A user-supplied bzImage: no modules, own id, release read from the header.
-        let user = ImageSpec {
-            kernel: KernelSource::File {
-                kernel: img.kernel.clone(),
-                initrd: None,
-            },
-        };
+        let user = ImageSpec::kernel(KernelSource::File {
+            kernel: img.kernel.clone(),
+            initrd: None,
+        });
         let u = ensure(&user, tmp.path()).unwrap();
         assert!(u.built && u.id != img.id);
         assert_eq!(u.kernel_release, img.kernel_release);
@@ -852,12 +934,10 @@ mod tests {
         );
 
         // With a user initrd, it is used as-is and nothing is pinned.
-        let own = ImageSpec {
-            kernel: KernelSource::File {
-                kernel: img.kernel.clone(),
-                initrd: Some(img.initrd.clone()),
-            },
-        };
+        let own = ImageSpec::kernel(KernelSource::File {
+            kernel: img.kernel.clone(),
+            initrd: Some(img.initrd.clone()),
+        });
         let o = ensure(&own, tmp.path()).unwrap();
         assert!(o.built && o.host_key_blob.is_empty() && o.id != u.id);
         assert_eq!(fs::read(&o.initrd).unwrap(), fs::read(&img.initrd).unwrap());

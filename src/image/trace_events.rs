@@ -378,9 +378,7 @@ mod tests {
     )]
     fn the_cached_debian_image_lists_its_lock_and_sched_events() {
         let cache = crate::image::cache_dir();
-        let spec = crate::image::ImageSpec {
-            kernel: crate::image::KernelSource::Debian("default".into()),
-        };
+        let spec = crate::image::ImageSpec::kernel(crate::image::KernelSource::Debian("default".into()));
         // The full tier runs as root after scripts/setup: the image is built if none is cached.
         let img = crate::image::ensure(&spec, &cache).expect("the default Debian image (ocrig image build)");
         let l = read_from_image(&img.dir, &img.identity.sha256, false)

@@ -105,19 +105,106 @@ pub(crate) fn images_for(
     let cache = image::cache_dir();
     let mut by_kernel: BTreeMap<String, image::Image> = BTreeMap::new();
     let mut out = BTreeMap::new();
+    let packages = crate::scenario::normalised_packages(&s.guest.packages);
     for v in crate::scenario::expand::variants(s) {
         let kernel = crate::scenario::expand::guest_for(s, &v).kernel;
         let key = format!("{kernel:?}");
         if !by_kernel.contains_key(&key) {
-            let source = kernel.source();
-            let img = image::ensure(&ImageSpec { kernel: source }, &cache)
+            let spec = ImageSpec {
+                kernel: kernel.source(),
+                packages: packages.clone(),
+            };
+            let img = image::ensure(&spec, &cache)
                 .with_context(|| format!("preparing the guest image for variant {}", v.name))?;
+            check_room_for_packages(&img, s.guest.memory_mib).map_err(BadInput)?;
             by_kernel.insert(key.clone(), img);
         }
         out.insert(v.name.clone(), by_kernel[&key].clone());
     }
     debug_assert_eq!(out.len(), plan.variants.len());
     Ok(out)
+}
+
+/// Guest memory beside the packages' two copies: the kernel, the base image, the payload and a
+/// run's buffers.
+const MIB_BESIDE_PACKAGES: u64 = 160;
+
+/// The guest packages live in the guest's memory twice while it boots (the initrd as loaded,
+/// and its files unpacked), then once: refused when that leaves less than
+/// [`MIB_BESIDE_PACKAGES`].
+fn check_room_for_packages(img: &image::Image, memory_mib: u32) -> Result<(), String> {
+    if img.packages_bytes == 0 {
+        return Ok(());
+    }
+    let held = img.packages_bytes.div_ceil(1 << 20);
+    let need = 2 * held + MIB_BESIDE_PACKAGES;
+    if need <= memory_mib as u64 {
+        return Ok(());
+    }
+    Err(format!(
+        "guest.memory_mib: {memory_mib} MiB is too small for guest.packages, which hold {held} MiB unpacked in \
+         the guest's memory (its initramfs, loaded and then unpacked while it boots): give the guest at least \
+         {need} MiB"
+    ))
+}
+
+/// Every package of `guest.packages` must be known to apt (else its closest names), and
+/// Debian's perf must go with every variant's kernel.
+fn check_packages(l: &Loaded) -> Vec<crate::scenario::ScenarioError> {
+    let s = &l.scenario;
+    let mut errs = Vec::new();
+    if s.guest.packages.is_empty() {
+        return errs;
+    }
+    let cache = image::cache_dir();
+    let mut known: Option<Vec<String>> = None;
+    let mut perf = None;
+    for (i, name) in s.guest.packages.iter().enumerate() {
+        let at = [
+            Seg::Key("guest".into()),
+            Seg::Key("packages".into()),
+            Seg::Index(i),
+        ];
+        match image::package_known(&cache, name) {
+            Ok(Some(info)) => {
+                if name == image::packages::DEBIAN_PERF {
+                    perf = Some((at, info));
+                }
+            }
+            Ok(None) => {
+                let names = known.get_or_insert_with(|| image::packages::known_names().unwrap_or_default());
+                let close = image::packages::closest(name, names.iter().map(String::as_str), 5);
+                let hint = if close.is_empty() {
+                    "(see `apt-cache search`)".to_string()
+                } else {
+                    format!("(closest: {})", close.join(", "))
+                };
+                errs.push(l.error_at(&at, format!("apt has no package {name} {hint}")));
+            }
+            Err(e) => errs.push(l.error_at(&at, format!("cannot ask apt about {name}: {e:#}"))),
+        }
+    }
+    if let Some((at, perf)) = perf {
+        let mut seen = std::collections::BTreeSet::new();
+        for v in crate::scenario::expand::variants(s) {
+            let kernel = crate::scenario::expand::guest_for(s, &v).kernel;
+            if !seen.insert(format!("{kernel:?}")) {
+                continue;
+            }
+            let version = match &kernel {
+                KernelRef::Debian(release) => match image::kernel_package_version(&cache, release) {
+                    Ok(Some(v)) => Some(v),
+                    // An unknown kernel is said at its own field.
+                    _ => continue,
+                },
+                _ => None,
+            };
+            if let Some(why) = image::packages::perf_mismatch(&perf, version.as_deref()) {
+                errs.push(l.error_at(&at, format!("variant {}: {why}", v.name)));
+            }
+        }
+    }
+    errs
 }
 
 /// Every Debian kernel a scenario names must be known to apt (checked here rather than in the
@@ -140,7 +227,7 @@ pub fn check_kernels(l: &Loaded) -> Result<(), ScenarioErrors> {
             ));
         }
     }
-    let mut errs = Vec::new();
+    let mut errs = check_packages(l);
     for (path, k) in refs {
         if let KernelRef::Debian(release) = k {
             match crate::image::kernel_unavailable(release) {

@@ -404,6 +404,19 @@ pub struct GuestShape {
     /// executable here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<GuestFile>,
+    /// Debian packages put in every guest with their dependencies (e.g. `[sysbench,
+    /// stress-ng, linux-perf]`), from this host's apt; the image is cached with the package
+    /// set and its versions in its key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+}
+
+/// A package list as the image builder keys it: sorted, each name once.
+pub fn normalised_packages(names: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = names.iter().map(|n| n.trim().to_string()).collect();
+    v.sort();
+    v.dedup();
+    v
 }
 
 /// One host file copied into the guests.
@@ -437,6 +450,7 @@ impl Default for GuestShape {
             start: default_start(),
             single_vcpu_intended: false,
             files: Vec::new(),
+            packages: Vec::new(),
         }
     }
 }

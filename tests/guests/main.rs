@@ -15,6 +15,7 @@ mod install;
 mod journal;
 mod locktorture;
 mod own_kernel;
+mod packages;
 mod placement;
 mod preemption;
 mod remote;

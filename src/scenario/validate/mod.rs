@@ -71,6 +71,7 @@ fn check_shape(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
         err(&[key("name")], format!("'{}' {NAME_RULE}", s.name));
     }
     check_guest_files(&s.guest.files, err);
+    check_package_names(&s.guest.packages, err);
     if s.guest.vcpus == 0 {
         err(&[key("guest"), key("vcpus")], "must be at least 1".into());
     }
@@ -521,6 +522,27 @@ fn check_exec_metrics(i: usize, w: &Workload, err: &mut impl FnMut(&[Seg], Strin
 
 /// `guest.files`: each a file this machine has, going to a plain absolute guest path (no
 /// quoting: the upload's shell takes it as is) that nothing else takes.
+/// Debian's rule for a package name (policy 5.6.1): lower-case letters, digits and `+-.`,
+/// at least two, starting with a letter or digit. Whether apt has it is asked at preflight.
+fn check_package_names(names: &[String], err: &mut impl FnMut(&[Seg], String)) {
+    let mut seen = BTreeSet::new();
+    for (i, n) in names.iter().enumerate() {
+        let at = [key("guest"), key("packages"), Seg::Index(i)];
+        let valid = n.len() >= 2
+            && n.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+        if !valid {
+            err(
+                &at,
+                format!("'{n}' is not a Debian package name (lower-case letters, digits and `+-.`)"),
+            );
+        } else if !seen.insert(n.as_str()) {
+            err(&at, format!("{n} is listed twice"));
+        }
+    }
+}
+
 fn check_guest_files(files: &[crate::scenario::GuestFile], err: &mut impl FnMut(&[Seg], String)) {
     let mut seen = BTreeSet::new();
     for (i, f) in files.iter().enumerate() {

@@ -743,3 +743,24 @@ fn guest_files_are_checked_at_their_fields() {
     at("guest.files[5].to", "the destination of two files");
     assert_eq!(e.0.len(), 5, "{e}");
 }
+
+/// `guest.packages`: a name Debian's rules forbid and a name listed twice, each at its index;
+/// whether apt has a package is preflight's question (it asks apt).
+#[test]
+fn guest_package_names_are_checked_at_their_index() {
+    let (_d, l) = loaded(
+        "name: x\nlevels: [1]\nguest:\n  packages: [sysbench, Stress_NG, sysbench, 'a; rm -rf /']\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+    );
+    let e = validate(&l, &facts()).unwrap_err();
+    let at = |field: &str, needle: &str| {
+        assert!(
+            e.0.iter()
+                .any(|p| p.field == field && p.to_string().contains(needle)),
+            "{field}: {needle}: {e}"
+        )
+    };
+    at("guest.packages[1]", "not a Debian package name");
+    at("guest.packages[2]", "listed twice");
+    at("guest.packages[3]", "not a Debian package name");
+    assert_eq!(e.0.len(), 3, "{e}");
+}

@@ -46,6 +46,7 @@ pub fn check_trace_events(l: &Loaded) -> Result<Vec<String>, ScenarioErrors> {
         let kernel = v.kernel.as_ref().unwrap_or(&s.guest.kernel);
         let spec = crate::image::ImageSpec {
             kernel: kernel.source(),
+            packages: crate::scenario::normalised_packages(&s.guest.packages),
         };
         let img = match crate::image::cached(&spec, &cache) {
             Ok(Some(img)) => img,
