@@ -260,40 +260,53 @@ pub fn parse_show(package: &str, text: &str) -> Result<PackageInfo> {
 
 /// `apt-get download` the exact candidate into `dir`, check its SHA256, return the .deb path.
 pub fn download(info: &PackageInfo, dir: &Path) -> Result<PathBuf> {
-    let name = Path::new(&info.filename)
-        .file_name()
-        .with_context(|| format!("bad Filename `{}`", info.filename))?;
+    Ok(download_all(std::slice::from_ref(info), dir)?.remove(0))
+}
+
+/// `apt-get download` the exact candidates into `dir` (one call: apt fetches them in parallel
+/// over one connection), check each SHA256, return the .deb paths in the order given.
+pub fn download_all(infos: &[PackageInfo], dir: &Path) -> Result<Vec<PathBuf>> {
     let mut c = Command::new("apt-get");
     // Downloading as root into a directory `_apt` cannot enter only warns; say so explicitly.
     c.args(["download", "-q", "-o", "APT::Sandbox::User=root"])
-        .arg(format!("{}={}", info.package, info.version))
+        .args(infos.iter().map(|i| format!("{}={}", i.package, i.version)))
         .current_dir(dir);
     cmd::run(&mut c)?;
-    let mut deb = dir.join(name);
-    if !deb.is_file() {
-        // apt-get names the file with the epoch (`name_2%3a1.0-1_amd64.deb`) where the
-        // archive's Filename has none.
-        let prefix = format!("{}_", info.package);
-        if let Some(found) = fs::read_dir(dir)?.flatten().map(|e| e.path()).find(|p| {
-            p.file_name().is_some_and(|n| {
-                n.to_string_lossy().starts_with(&prefix) && n.to_string_lossy().ends_with(".deb")
-            })
-        }) {
-            deb = found;
-        }
-    }
-    if !deb.is_file() {
-        bail!(
-            "`{}` succeeded but {} is missing",
-            cmd::describe(&c),
-            deb.display()
-        );
-    }
-    let got = cmd::sha256_file(&deb)?;
-    if got != info.sha256 {
-        bail!("{}: sha256 {got} but apt says {}", deb.display(), info.sha256);
-    }
-    Ok(deb)
+    let present: Vec<PathBuf> = fs::read_dir(dir)?.flatten().map(|e| e.path()).collect();
+    infos
+        .iter()
+        .map(|info| {
+            let name = Path::new(&info.filename)
+                .file_name()
+                .with_context(|| format!("bad Filename `{}`", info.filename))?;
+            // apt-get names the file with the epoch (`name_2%3a1.0-1_amd64.deb`) where the
+            // archive's Filename has none.
+            let prefix = format!("{}_", info.package);
+            let deb = Some(dir.join(name)).filter(|d| d.is_file()).or_else(|| {
+                present
+                    .iter()
+                    .find(|p| {
+                        p.file_name().is_some_and(|n| {
+                            let n = n.to_string_lossy();
+                            n.starts_with(&prefix) && n.ends_with(".deb")
+                        })
+                    })
+                    .cloned()
+            });
+            let Some(deb) = deb else {
+                bail!(
+                    "`{}` succeeded but {} is missing",
+                    cmd::describe(&c),
+                    dir.join(name).display()
+                );
+            };
+            let got = cmd::sha256_file(&deb)?;
+            if got != info.sha256 {
+                bail!("{}: sha256 {got} but apt says {}", deb.display(), info.sha256);
+            }
+            Ok(deb)
+        })
+        .collect()
 }
 
 /// Unpack a kernel .deb into `root`, run depmod, and list the wanted modules in load order.

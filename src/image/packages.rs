@@ -107,24 +107,29 @@ pub fn split_deb_name(file: &str) -> Option<(String, String)> {
 }
 
 /// Every package's .deb, downloaded once into `<cache>/debs/` (kept by file name, checked by
-/// SHA256 when downloaded).
+/// SHA256 when downloaded); the missing ones in one `apt-get download`.
 pub fn fetch(infos: &[PackageInfo], cache: &Path) -> Result<Vec<PathBuf>> {
     let dir = cache.join("debs");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut debs = Vec::new();
-    for info in infos {
+    let kept = |info: &PackageInfo| -> Result<PathBuf> {
         let name = Path::new(&info.filename)
             .file_name()
             .with_context(|| format!("bad Filename `{}`", info.filename))?;
-        let kept = dir.join(name);
-        if !kept.is_file() {
-            let tmp = TempDir::new_in(&dir, &info.package)?;
-            let deb = debian::download(info, tmp.path())?;
-            fs::rename(&deb, &kept).with_context(|| format!("keeping {}", kept.display()))?;
+        Ok(dir.join(name))
+    };
+    let missing: Vec<PackageInfo> = infos
+        .iter()
+        .filter(|i| kept(i).is_ok_and(|k| !k.is_file()))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        let tmp = TempDir::new_in(&dir, "download")?;
+        for (info, deb) in missing.iter().zip(debian::download_all(&missing, tmp.path())?) {
+            let dest = kept(info)?;
+            fs::rename(&deb, &dest).with_context(|| format!("keeping {}", dest.display()))?;
         }
-        debs.push(kept);
     }
-    Ok(debs)
+    infos.iter().map(kept).collect()
 }
 
 /// Unpack every .deb into `root` (no maintainer scripts) and remove what is pruned.

@@ -2,7 +2,8 @@
 //! needs, put into the guest image from this host's apt and run there as an `exec` workload.
 //!
 //! Checked: the image lists sysbench and its dependencies; sysbench's own report is read in
-//! every guest at 1x (one 2-vCPU guest on two CPUs); the guest's root is a ramfs. Then what a
+//! every guest at 1x (one 2-vCPU guest on two CPUs); the guest kernel is profiled over the
+//! command's life; the guest's root is a ramfs. Then what a
 //! user gets wrong, refused before anything boots (exit 2, the field named): a package Debian
 //! does not have (with the closest names), and a guest too small to hold the packages.
 
@@ -24,7 +25,7 @@ guest:
   packages: [sysbench]
 levels: [1.0]
 variants:
-  - {name: base}
+  - {name: base, profile: {rate_hz: 999}}
 workloads:
   - name: cpu
     command: exec
@@ -57,6 +58,14 @@ fn a_debian_package_runs_in_the_guest_with_its_dependencies() {
         assert_eq!(r["metrics"]["events"], 400.0, "{r}");
         let rate = r["metrics"]["events_per_s"].as_f64().unwrap();
         assert!(rate > 1.0, "{r}");
+        // The guest kernel was profiled over the command's life (the exec workload's window).
+        let profile = &r["payload"]["kernel"]["profile"];
+        let samples = profile["samples"].as_u64().unwrap_or(0);
+        assert!(
+            samples > 0,
+            "no kernel profile of the command: {}",
+            r["payload"]["kernel"]
+        );
         let cmdline = r["payload"]["env"]["cmdline"].as_str().unwrap();
         assert!(cmdline.contains("rootfstype=ramfs"), "{cmdline}");
     }

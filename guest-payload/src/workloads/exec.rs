@@ -227,6 +227,9 @@ fn extract(from: &From, stdout: &str, stderr: &str, wall_s: f64) -> Result<f64, 
 /// Runs the command and reports its metrics; see the module.
 pub fn run(args: &Args) -> anyhow::Result<Report> {
     args.check().map_err(|e| anyhow::anyhow!(BadInput(e)))?;
+    // The measured window is the command's life: the kernel profile and the kernel counts
+    // (a variant's `profile`, `kernel_counts`) cover it, system-wide.
+    crate::probe::window_open();
     let start = Instant::now();
     let mut child = Command::new("/bin/sh")
         .arg("-c")
@@ -243,6 +246,7 @@ pub fn run(args: &Args) -> anyhow::Result<Report> {
     let (err, stderr_bytes) = err_reader.join().unwrap_or_default();
     let status = child.wait()?;
     let elapsed = start.elapsed();
+    crate::probe::window_close();
     let wall_s = elapsed.as_secs_f64();
     let (stdout, stderr) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
     use std::os::unix::process::ExitStatusExt;
