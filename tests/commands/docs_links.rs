@@ -328,3 +328,47 @@ ocrig run scenarios/examples/ scenarios/examples/b.yaml
     assert!(got[3].contains("`scripts/nosuch`"), "{}", got[3]);
     assert!(got[4].contains("`scenarios/examples/b.yaml`"), "{}", got[4]);
 }
+
+/// The manual under docs/ builds with mdBook (which `scripts/setup --tests` installs), without a
+/// warning, and every chapter SUMMARY.md lists becomes a page.
+#[test]
+#[cfg_attr(
+    not(feature = "full-tests"),
+    ignore = "full tier: builds the manual with mdBook (scripts/setup --tests installs it; ~1 s)"
+)]
+fn the_manual_builds_with_mdbook() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let mdbook = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cargo/bin/mdbook"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("mdbook"));
+    let out = std::process::Command::new(&mdbook)
+        .arg("build")
+        .arg(root().join("docs"))
+        .arg("--dest-dir")
+        .arg(out_dir.path())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/setup --tests installs mdBook)",
+                mdbook.display()
+            )
+        });
+    let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{log}");
+    assert!(!log.contains("WARN") && !log.contains("ERROR"), "{log}");
+    let summary = std::fs::read_to_string(root().join("docs/src/SUMMARY.md")).unwrap();
+    let chapters: Vec<&str> = summary
+        .split("](")
+        .skip(1)
+        .filter_map(|s| s.split(')').next())
+        .filter(|s| s.ends_with(".md"))
+        .collect();
+    assert!(chapters.len() >= 10, "{chapters:?}");
+    for c in chapters {
+        let page = out_dir
+            .path()
+            .join(c.trim_start_matches("./").replace(".md", ".html"));
+        assert!(page.is_file(), "{} has no page", c);
+    }
+}
