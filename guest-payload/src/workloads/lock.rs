@@ -857,11 +857,24 @@ mod tests {
             assert_eq!(m.counts.spins, 2 * r.ops_total, "{algo}: {m:?}");
             assert!(m.counts.chunks >= m.counts.spins && m.counts.disturbed <= m.counts.chunks);
             assert!(m.tsc_hz > 1e6 && m.chunk_overhead_ns > 0.0, "{algo}: {m:?}");
-            let pace = m.pace_ns_per_iter.expect("timed cycles read the pace");
-            assert!(
-                pace.p10 > 0.0 && pace.p10 <= pace.p50 && pace.p50 <= pace.p90,
-                "{pace:?}"
-            );
+            // One cycle in 64 per thread (halfway between the sampler's) timed its hold and gap
+            // and read the pace: none where no thread got that far (3 threads on 2 CPUs with a
+            // FIFO lock can hand over at the scheduler's tick, a few dozen times in the run).
+            let timed: u64 = r
+                .ops_per_thread
+                .iter()
+                .map(|&o| (o + TIMED_EVERY / 2) / TIMED_EVERY)
+                .sum();
+            let pace_samples = match m.pace_ns_per_iter {
+                Some(pace) => {
+                    assert!(
+                        pace.p10 > 0.0 && pace.p10 <= pace.p50 && pace.p50 <= pace.p90,
+                        "{pace:?}"
+                    );
+                    pace.samples
+                }
+                None => 0,
+            };
             assert!(r.window_cpu_ns > 0);
             let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
             assert_eq!(
@@ -890,16 +903,11 @@ mod tests {
                     assert_eq!(ratio, t.p50_ns.unwrap() / asked as f64);
                 }
             }
-            // One cycle in 64 per thread (halfway between the sampler's) timed its hold and gap
-            // and read the pace.
-            let timed: u64 = r
-                .ops_per_thread
-                .iter()
-                .map(|&o| (o + TIMED_EVERY / 2) / TIMED_EVERY)
-                .sum();
             assert_eq!(
-                (w.hold.samples, w.gap.samples, pace.samples),
-                (timed, timed, timed)
+                (w.hold.samples, w.gap.samples, pace_samples),
+                (timed, timed, timed),
+                "{algo}: ops per thread {:?}",
+                r.ops_per_thread
             );
             // Bookkeeping guards cannot fail, whatever the machine's load (load only slows the
             // run), nor the clock the work was spun to.

@@ -72,6 +72,13 @@ fn check_shape(s: &Scenario, err: &mut impl FnMut(&[Seg], String)) {
     }
     check_guest_files(&s.guest.files, err);
     check_package_names(&s.guest.packages, err);
+    if s.host.backend == BackendKind::Host && !s.guest.packages.is_empty() {
+        err(
+            &[key("guest"), key("packages")],
+            "the host backend boots no guest to put packages in (its workloads run with this host's own)"
+                .into(),
+        );
+    }
     if s.guest.vcpus == 0 {
         err(&[key("guest"), key("vcpus")], "must be at least 1".into());
     }

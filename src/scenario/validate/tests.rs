@@ -763,4 +763,15 @@ fn guest_package_names_are_checked_at_their_index() {
     at("guest.packages[2]", "listed twice");
     at("guest.packages[3]", "not a Debian package name");
     assert_eq!(e.0.len(), 3, "{e}");
+
+    // The host backend has no guest to put them in.
+    let (_d, l) = loaded(
+        "name: x\nlevels: [1]\nhost: {backend: host}\nguest:\n  packages: [sysbench]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
+    );
+    let e = validate(&l, &facts()).unwrap_err();
+    assert!(
+        e.0.iter()
+            .any(|p| p.field == "guest.packages" && p.to_string().contains("boots no guest")),
+        "{e}"
+    );
 }
