@@ -182,9 +182,14 @@ pub fn kernel_unavailable(release: &str) -> Result<Option<String>> {
         .then(|| format!("Debian has no package linux-image-{release} (see `apt-cache search linux-image`)")))
 }
 
-/// What apt knows of package `name` (no `apt-get update`), `None` when nothing.
+/// What apt knows of package `name`, `None` when nothing. apt's lists are updated first only
+/// where the host has none at all (a fresh container), as the image build would.
 pub fn package_known(cache: &Path, name: &str) -> Result<Option<debian::PackageInfo>> {
-    debian::Apt::open(Some(cache)).package(name, false)
+    let no_lists = std::fs::read_dir("/var/lib/apt/lists").map_or(true, |d| {
+        !d.flatten()
+            .any(|e| e.file_name().to_string_lossy().contains("_Packages"))
+    });
+    debian::Apt::open(Some(cache)).package(name, no_lists)
 }
 
 /// The version of the Debian package of kernel `release` ("default" too), `None` when apt
