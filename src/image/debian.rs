@@ -158,9 +158,7 @@ impl Apt {
         self.save();
         Ok(Some(info))
     }
-}
 
-impl Apt {
     /// The .deb files apt would install for `names` (as `resolve` finds them), memoised.
     pub fn closure(
         &mut self,

@@ -182,31 +182,47 @@ pub fn kernel_unavailable(release: &str) -> Result<Option<String>> {
         .then(|| format!("Debian has no package linux-image-{release} (see `apt-cache search linux-image`)")))
 }
 
-/// What apt knows of package `name`, `None` when nothing. apt's lists are updated first only
-/// where the host has none at all (a fresh container), as the image build would.
-pub fn package_known(cache: &Path, name: &str) -> Result<Option<debian::PackageInfo>> {
-    let no_lists = std::fs::read_dir("/var/lib/apt/lists").map_or(true, |d| {
-        !d.flatten()
-            .any(|e| e.file_name().to_string_lossy().contains("_Packages"))
-    });
-    debian::Apt::open(Some(cache)).package(name, no_lists)
+/// apt's answers for the checks before a sweep (`guest.packages`, Debian's perf against a
+/// kernel), from one memo opened once. apt's lists are updated first only where the host has
+/// none at all (a fresh container), as the image build would.
+pub struct AptLookup {
+    apt: debian::Apt,
+    update_if_unknown: bool,
 }
 
-/// The version of the Debian package of kernel `release` ("default" too), `None` when apt
-/// does not know it.
-pub fn kernel_package_version(cache: &Path, release: &str) -> Result<Option<String>> {
-    let mut apt = debian::Apt::open(Some(cache));
-    let release = if release.trim() == "default" {
-        match apt.default_release(false)? {
-            Some(r) => r,
-            None => return Ok(None),
+impl AptLookup {
+    pub fn open(cache: &Path) -> Self {
+        let no_lists = fs::read_dir("/var/lib/apt/lists").map_or(true, |d| {
+            !d.flatten()
+                .any(|e| e.file_name().to_string_lossy().contains("_Packages"))
+        });
+        Self {
+            apt: debian::Apt::open(Some(cache)),
+            update_if_unknown: no_lists,
         }
-    } else {
-        release.to_string()
-    };
-    Ok(apt
-        .package(&debian::kernel_package(&release), false)?
-        .map(|i| i.version))
+    }
+
+    /// What apt knows of package `name`, `None` when nothing.
+    pub fn package(&mut self, name: &str) -> Result<Option<debian::PackageInfo>> {
+        self.apt.package(name, self.update_if_unknown)
+    }
+
+    /// The version of the Debian package of kernel `release` ("default" too), `None` when apt
+    /// does not know it.
+    pub fn kernel_package_version(&mut self, release: &str) -> Result<Option<String>> {
+        let release = if release.trim() == "default" {
+            match self.apt.default_release(false)? {
+                Some(r) => r,
+                None => return Ok(None),
+            }
+        } else {
+            release.to_string()
+        };
+        Ok(self
+            .apt
+            .package(&debian::kernel_package(&release), false)?
+            .map(|i| i.version))
+    }
 }
 
 /// [`kernel_unavailable`] of "default", from the host's /etc/os-release and whether apt knows
@@ -333,6 +349,7 @@ struct Plan {
 /// when apt does not know the kernel package).
 fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Plan>> {
     let mut tree = None;
+    let mut apt = debian::Apt::open(Some(cache));
     let packages = if spec.packages.is_empty() {
         Vec::new()
     } else {
@@ -342,7 +359,6 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
                  drop the kernel's `initrd` or the packages"
             );
         }
-        let mut apt = debian::Apt::open(Some(cache));
         match packages::closure(&mut apt, &spec.packages, allow_update)? {
             Some(p) => p,
             None if allow_update => bail!("apt does not know one of the packages {:?}", spec.packages),
@@ -351,7 +367,6 @@ fn plan(spec: &ImageSpec, cache: &Path, allow_update: bool) -> Result<Option<Pla
     };
     let (kernel, deb) = match &spec.kernel {
         KernelSource::Debian(release) => {
-            let mut apt = debian::Apt::open(Some(cache));
             let release = if release.trim() == "default" || release.trim().is_empty() {
                 match apt.default_release(allow_update)? {
                     Some(r) => r,

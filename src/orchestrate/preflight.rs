@@ -156,7 +156,7 @@ fn check_packages(l: &Loaded) -> Vec<crate::scenario::ScenarioError> {
     if s.guest.packages.is_empty() {
         return errs;
     }
-    let cache = image::cache_dir();
+    let mut apt = image::AptLookup::open(&image::cache_dir());
     let mut known: Option<Vec<String>> = None;
     let mut perf = None;
     for (i, name) in s.guest.packages.iter().enumerate() {
@@ -165,7 +165,7 @@ fn check_packages(l: &Loaded) -> Vec<crate::scenario::ScenarioError> {
             Seg::Key("packages".into()),
             Seg::Index(i),
         ];
-        match image::package_known(&cache, name) {
+        match apt.package(name) {
             Ok(Some(info)) => {
                 if name == image::packages::DEBIAN_PERF {
                     perf = Some((at, info));
@@ -192,7 +192,7 @@ fn check_packages(l: &Loaded) -> Vec<crate::scenario::ScenarioError> {
                 continue;
             }
             let version = match &kernel {
-                KernelRef::Debian(release) => match image::kernel_package_version(&cache, release) {
+                KernelRef::Debian(release) => match apt.kernel_package_version(release) {
                     Ok(Some(v)) => Some(v),
                     // An unknown kernel is said at its own field.
                     _ => continue,

@@ -729,13 +729,7 @@ fn guest_files_are_checked_at_their_fields() {
         crate::payload_bin::GUEST_PATH
     ));
     let e = validate(&l, &facts()).unwrap_err();
-    let at = |field: &str, needle: &str| {
-        assert!(
-            e.0.iter()
-                .any(|p| p.field == field && p.to_string().contains(needle)),
-            "{field}: {needle}: {e}"
-        )
-    };
+    let at = |field: &str, needle: &str| assert_error_at(&e, field, needle);
     at("guest.files[1].from", "No such file");
     at("guest.files[2].from", "is not a file");
     at("guest.files[3].to", "not a plain absolute path");
@@ -752,13 +746,7 @@ fn guest_package_names_are_checked_at_their_index() {
         "name: x\nlevels: [1]\nguest:\n  packages: [sysbench, Stress_NG, sysbench, 'a; rm -rf /']\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
     );
     let e = validate(&l, &facts()).unwrap_err();
-    let at = |field: &str, needle: &str| {
-        assert!(
-            e.0.iter()
-                .any(|p| p.field == field && p.to_string().contains(needle)),
-            "{field}: {needle}: {e}"
-        )
-    };
+    let at = |field: &str, needle: &str| assert_error_at(&e, field, needle);
     at("guest.packages[1]", "not a Debian package name");
     at("guest.packages[2]", "listed twice");
     at("guest.packages[3]", "not a Debian package name");
@@ -769,9 +757,14 @@ fn guest_package_names_are_checked_at_their_index() {
         "name: x\nlevels: [1]\nhost: {backend: host}\nguest:\n  packages: [sysbench]\nworkloads:\n  - command: lock\n    metric: ops_per_sec\n",
     );
     let e = validate(&l, &facts()).unwrap_err();
+    assert_error_at(&e, "guest.packages", "boots no guest");
+}
+
+/// `e` holds an error at `field` whose words contain `needle`.
+fn assert_error_at(e: &ScenarioErrors, field: &str, needle: &str) {
     assert!(
         e.0.iter()
-            .any(|p| p.field == "guest.packages" && p.to_string().contains("boots no guest")),
-        "{e}"
-    );
+            .any(|p| p.field == field && p.to_string().contains(needle)),
+        "{field}: {needle}: {e}"
+    )
 }
