@@ -378,7 +378,8 @@ pub struct Cycle {
     pub entered_cpu: u32,
     /// The previous owner's release, read under the lock (0: none yet).
     pub previous_release: u64,
-    /// Read right after the hold's busy loop (the lock still owned).
+    /// Read after the hold's busy loop and the owner check, the last thing before the unlock
+    /// (the lock still owned): what the next owner's hand-over is timed from.
     pub released: u64,
     /// This acquisition was sampled (its context switches were read before it).
     pub sampled: bool,

@@ -27,11 +27,12 @@
 //!   within one.
 //!
 //! Preempted holds and hand-overs ([`crate::preempt_sample`]): every acquisition reads the TSC
-//! right before its hold's spin, whose last read ends it, and every release stores the latter
-//! in a cell the lock protects, so an acquisition that waited knows when the lock was handed to
-//! it; one in `--hold-sample-rate`⁻¹ reads the thread's context switches (a syscall, outside the
-//! critical section). `--no-hold-sampling` takes the sampling, the timed cycles and the hold's
-//! first ordered read out (the spins' own reads remain: they are the work's clock).
+//! right before its hold's spin and again as the last thing before its unlock, which ends the
+//! hold, and every release stores that read in a cell the lock protects, so an acquisition that
+//! waited knows when the lock was handed to it; one in `--hold-sample-rate`⁻¹ reads the
+//! thread's context switches (a syscall, outside the critical section). `--no-hold-sampling`
+//! takes the sampling, the timed cycles and those two reads out (the spins' own reads remain:
+//! they are the work's clock).
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -647,8 +648,8 @@ fn metrics_of(r: &LockResult) -> BTreeMap<String, f64> {
 /// One critical section: owner check around the protected update and the hold's spin. Returns
 /// the TSC read right before the spin (with the CPU it was read on, with `timing`; an ordered
 /// read then, so the update's stores are out of the way) and the spin's last read, and nothing
-/// else between, so a timed hold is the spin alone: the owner check and the update, and their
-/// cache misses, fall in the hand-overs.
+/// else between, so the work's hold is the spin alone: the update and its cache misses fall in
+/// the hand-overs, the owner check's leave in the hold the preemption figures time.
 #[inline(always)]
 fn critical(
     p: &Protected,
@@ -714,8 +715,9 @@ fn worker<R: RawMutex>(
         // handed to this thread meanwhile: then it is the hand-over's); between lock() and
         // `entered` a stretched hand-over (the lock was ours and no one ran in it); between
         // `entered` and `released` a stretched hold (whose spin still owes the rest of the
-        // hold when it resumes); between `released` and the unlock store it counts in the next
-        // owner's hand-over (a window of a few instructions).
+        // hold when it resumes, if it fell in the spin); between `released` and the unlock
+        // store it counts in the next owner's hand-over (a store or two; for MCS and CLH the
+        // wait for the successor's link too, which only the successor can hold up).
         let sampled = sampler.as_mut().is_some_and(|s| s.begin());
         let (wait_began, sample) = if lock.try_lock() {
             (None, None)
@@ -736,12 +738,21 @@ fn worker<R: RawMutex>(
         } else {
             0
         };
-        let ((entered, entered_cpu), released) =
-            critical(protected, me, &mut spinners.hold, hold_ticks, timing);
-        if timing {
+        let ((entered, entered_cpu), spun) = critical(protected, me, &mut spinners.hold, hold_ticks, timing);
+        // The release as the preemption figures time it: read after the owner check, the last
+        // thing before the unlock's store, so a preemption of the owner anywhere in its section
+        // stretches its own hold, judged by its own evidence. (Timed from the spin's end, one in
+        // the owner check stretched the next owner's hand-over instead, judged by that
+        // thread's: a guest's burst that stopped the owner there came back as the waiter's
+        // hand-over labelled vcpu, CI of 2026-12-06.)
+        let released = if timing {
+            let t = ticks();
             // SAFETY: still under the lock.
-            unsafe { *protected.release_ticks.get() = released };
-        }
+            unsafe { *protected.release_ticks.get() = t };
+            t
+        } else {
+            spun
+        };
         // SAFETY: this thread acquired the lock above.
         unsafe { lock.unlock() };
         if let Some(s) = sampler.as_mut() {
@@ -770,7 +781,7 @@ fn worker<R: RawMutex>(
                 &spinners.gap
             }
             .ns_per_iter();
-            let lengths = (released.wrapping_sub(entered), gap_end.wrapping_sub(gap_start));
+            let lengths = (spun.wrapping_sub(entered), gap_end.wrapping_sub(gap_start));
             w.record(lengths, ns_per_tick, pace);
         }
     }
