@@ -184,7 +184,7 @@ impl GuestSsh {
         let framed = format!(
             "ocrig_cmd() {{\n{command}\n}}; ocrig_cmd; ocrig_s=$?; echo; echo {end} $ocrig_s; echo >&2; echo {end} $ocrig_s >&2\n"
         );
-        if ch.write_all(framed.as_bytes()).and_then(|()| ch.flush()).is_err() {
+        if ch.write_all(framed.as_bytes()).is_err() {
             return Err(Start::Gone);
         }
         let mut gated = GatedCommand {
@@ -290,12 +290,14 @@ impl GatedCommand {
         }
     }
 
-    /// Asks the gated payload for its TSC (before the go line): writes the sync line and reads
+    /// Asks the gated payload for its TSC (before the go line, or once it said it is done:
+    /// [`wait_tied`](Self::wait_tied)): writes the sync line and reads
     /// stderr up to the answer. The caller times the call; the guest read its TSC within it.
     pub fn sync(&mut self) -> anyhow::Result<u64> {
         use ocrig_payload::cli::{SYNC_ANSWER, SYNC_LINE};
+        // Written as is: libssh2 sends a write at once, and a channel's `flush` would throw
+        // away what the command printed on stdout and was not read yet (its report).
         self.ch.write_all(format!("{SYNC_LINE}\n").as_bytes())?;
-        self.ch.flush()?;
         loop {
             match self.stderr_line() {
                 Ok(Some(line)) => match line.strip_prefix(SYNC_ANSWER) {
@@ -316,17 +318,31 @@ impl GatedCommand {
     /// Sends the go line; returns the instant it was written. Nothing else is written to the
     /// shell until the command ends, so the line is the command's to read.
     pub fn go(&mut self) -> anyhow::Result<Instant> {
+        // Not flushed ([`sync`](Self::sync)).
         self.ch.write_all(b"go\n")?;
-        self.ch.flush()?;
         Ok(Instant::now())
     }
 
     /// Waits for the command to finish (the session's timeout bounds each read); the shell
-    /// is kept for the next command.
-    pub fn wait(mut self) -> anyhow::Result<ExecOutput> {
+    /// is kept for the next command. Where the command says it is done and waits (a payload
+    /// run with `--tie-after`: [`TIE_AFTER_LINE`](ocrig_payload::cli::TIE_AFTER_LINE)), `tie`
+    /// may [`sync`](Self::sync) with it, and then it is told to end. Returns what `tie` made,
+    /// with the instant the command said it was done (its own end).
+    pub fn wait_tied<T>(
+        mut self,
+        mut tie: impl FnMut(&mut Self) -> Option<T>,
+    ) -> anyhow::Result<(ExecOutput, Option<(Instant, T)>)> {
+        use ocrig_payload::cli::{TIE_AFTER_LINE, TIE_END_LINE};
+        let mut tied = None;
         let status = loop {
             match self.stderr_line() {
                 Ok(Some(line)) if line.starts_with(&self.end) => break end_status(&line, &self.end),
+                Ok(Some(line)) if line.trim_end() == TIE_AFTER_LINE => {
+                    let done = Instant::now();
+                    tied = tie(&mut self).map(|t| (done, t));
+                    // Not flushed ([`sync`](Self::sync)).
+                    self.ch.write_all(format!("{TIE_END_LINE}\n").as_bytes())?;
+                }
                 Ok(Some(line)) => self.early.push_str(&line),
                 Ok(None) => anyhow::bail!("the guest's shell ended while `{}` ran", self.command),
                 Err(e) => {
@@ -337,7 +353,7 @@ impl GatedCommand {
             }
         };
         let early = std::mem::take(&mut self.early);
-        self.rest(status, early)
+        self.rest(status, early).map(|out| (out, tied))
     }
 
     /// Reads stdout up to the end line; puts the shell back. `stderr` is everything the
@@ -466,7 +482,7 @@ mod tests {
         );
         std::fs::write(d.join("sshd_config"), cfg).unwrap();
         std::fs::create_dir_all("/run/sshd").unwrap();
-        let child = Command::new("/usr/sbin/sshd")
+        let mut child = Command::new("/usr/sbin/sshd")
             .args(["-D", "-f"])
             .arg(d.join("sshd_config"))
             .arg("-E")
@@ -477,6 +493,12 @@ mod tests {
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "sshd did not listen on {port}");
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // Another test's server may have been handed the same free port and answered the
+        // connect: this one then could not listen and is gone. Once more on a fresh port.
+        std::thread::sleep(Duration::from_millis(50));
+        if child.try_wait().unwrap().is_some() {
+            return sshd();
         }
         Sshd { dir, port, child }
     }
@@ -511,7 +533,8 @@ mod tests {
             let mut g = ssh.start_gated(&cmd, "ready", Duration::from_secs(10)).unwrap();
             let head = g.stdout_until("mark").unwrap();
             g.go().unwrap();
-            let out = g.wait().unwrap();
+            let (out, tied) = g.wait_tied(|_| Some(())).unwrap();
+            assert!(tied.is_none(), "a command that never said it was done was tied");
             (head.trim().to_string(), out)
         };
         let (pid0, first) = run(0);
@@ -550,6 +573,40 @@ mod tests {
         let (pid2, third) = run(0);
         assert_ne!(pid2, pid0);
         assert_eq!(third.stdout, "got go\n");
+    }
+
+    /// The payload's side of `--tie-after`, played by the shell: done, then a sync answered,
+    /// then the end line read. The tie is made between the two and the shell is kept.
+    #[test]
+    #[cfg_attr(
+        not(feature = "full-tests"),
+        ignore = "full tier: starts an SSH server as root (~1 s)"
+    )]
+    fn a_command_that_says_it_is_done_is_tied_and_then_told_to_end() {
+        use ocrig_payload::cli::{SYNC_ANSWER, TIE_AFTER_LINE};
+        let s = sshd();
+        let ssh = connect(&s);
+        let cmd = format!(
+            "echo ready >&2; read go; echo report; echo '{TIE_AFTER_LINE}' >&2; read q; \
+             echo \"{SYNC_ANSWER} 42\" >&2; read e; echo \"asked $q, then $e\"; return 0"
+        );
+        let mut g = ssh.start_gated(&cmd, "ready", Duration::from_secs(10)).unwrap();
+        g.go().unwrap();
+        let (out, tied) = g.wait_tied(|g| g.sync().ok()).unwrap();
+        let (done, tsc) = tied.expect("tied once the command said it was done");
+        assert_eq!(tsc, 42);
+        assert!(done.elapsed() < Duration::from_secs(10));
+        assert_eq!(out.status, 0);
+        assert_eq!(out.stdout, "report\nasked sync, then end\n", "{out:?}");
+        // The next command runs in the same shell.
+        let again = ssh.start_gated(
+            "echo ready >&2; read go; echo $go",
+            "ready",
+            Duration::from_secs(10),
+        );
+        let mut again = again.unwrap();
+        again.go().unwrap();
+        assert_eq!(again.wait_tied(|_| Some(())).unwrap().0.stdout, "go\n");
     }
 
     /// The server's session processes for `s`'s connections: everything below its listener.
