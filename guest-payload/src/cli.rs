@@ -9,6 +9,11 @@ use crate::workloads;
 pub const SYNC_LINE: &str = "sync";
 /// How the payload answers [`SYNC_LINE`] on stderr: this, a space, the TSC.
 pub const SYNC_ANSWER: &str = "ocrig-payload: sync";
+/// What `--tie-after` prints on stderr once everything else is printed: the payload now
+/// answers [`SYNC_LINE`]s again, until any other line (or the input's end) lets it exit.
+pub const TIE_AFTER_LINE: &str = "ocrig-payload: done, answering sync until told to end";
+/// The line the host sends to end the questions after [`TIE_AFTER_LINE`].
+pub const TIE_END_LINE: &str = "end";
 
 /// The line after each copy of /proc/stat that `--proc-stat` prints.
 pub const PROC_STAT_END: &str = "ocrig-proc-stat-end";
@@ -33,6 +38,12 @@ pub struct Cli {
     /// its own (a fork and exec of `cat` is ~5-15 ms in a TCG guest, on every run).
     #[arg(long, global = true, hide = true)]
     pub proc_stat: bool,
+    /// After everything else is printed, print [`TIE_AFTER_LINE`] on stderr and answer the
+    /// host's [`SYNC_LINE`]s until another line: the host ties the guest's TSC to its clock
+    /// after the run as it did before the go, and so measures the TSC's rate against its own
+    /// clock over the run instead of assuming the guest's.
+    #[arg(long, global = true, hide = true, requires = "go_stdin")]
+    pub tie_after: bool,
     /// The guest kernel's view of the run (lock contention counts, trace events).
     #[command(flatten)]
     pub probe: crate::probe::Options,

@@ -38,7 +38,28 @@ fn main() -> ExitCode {
     if cli.proc_stat {
         print_proc_stat(true);
     }
+    if cli.tie_after {
+        eprintln!("{}", cli::TIE_AFTER_LINE);
+        let _ = answer_syncs();
+    }
     code
+}
+
+/// The guest's TSC for each [`cli::SYNC_LINE`] on stdin, on stderr, until any other line or
+/// the input's end; returns that line (empty at the end).
+fn answer_syncs() -> std::io::Result<String> {
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let mut line = String::new();
+        stdin.read_line(&mut line)?;
+        if line.trim_end() != cli::SYNC_LINE {
+            return Ok(line);
+        }
+        let tsc = ocrig_payload::preempt_sample::ticks();
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{} {tsc}", cli::SYNC_ANSWER);
+        let _ = err.flush();
+    }
 }
 
 /// The guest's /proc/stat for the host, framed as `--proc-stat` says; what cannot be read
@@ -63,20 +84,9 @@ fn run(cli: &Cli) -> ExitCode {
         // for the TSC any number of times (`sync`): each answer, timed by the host between its
         // question and the answer, ties this guest's TSC to the host's clock.
         eprintln!("ocrig-payload: ready");
-        let mut stdin = std::io::stdin().lock();
-        loop {
-            let mut line = String::new();
-            if stdin.read_line(&mut line).is_err() {
-                eprintln!("ocrig-payload: error: reading the go signal failed");
-                return ExitCode::from(1);
-            }
-            if line.trim_end() != ocrig_payload::cli::SYNC_LINE {
-                break;
-            }
-            let tsc = ocrig_payload::preempt_sample::ticks();
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{} {tsc}", ocrig_payload::cli::SYNC_ANSWER);
-            let _ = err.flush();
+        if answer_syncs().is_err() {
+            eprintln!("ocrig-payload: error: reading the go signal failed");
+            return ExitCode::from(1);
         }
     }
     // Only workloads get a probe (not `list`); a trace event the kernel lacks is bad input here.

@@ -81,7 +81,7 @@ pub fn gated_command(argv: &[String]) -> anyhow::Result<String> {
     let quoted =
         shlex::try_join(argv.iter().map(String::as_str)).context("a payload argument holds a NUL byte")?;
     Ok(format!(
-        "{} --go-stdin --proc-stat {quoted}; return $?",
+        "{} --go-stdin --proc-stat --tie-after {quoted}; return $?",
         payload_bin::GUEST_PATH
     ))
 }
@@ -148,8 +148,19 @@ fn guest_clock(gated: &mut GatedCommand) -> Value {
         "error_ns": trip / 2,
         "exchanges": trips.len(),
         "round_trip_ns": { "min": trips[0], "median": trips[trips.len() / 2], "max": trips[trips.len() - 1] },
-        "method": "the guest's TSC read while the host waited for it over SSH; the quickest of the exchanges, at its midpoint on the host's CLOCK_MONOTONIC, within half its round trip",
+        "method": "the guest's TSC read while the host waited for it over SSH; the quickest of the exchanges, at its midpoint on the host's CLOCK_MONOTONIC, within half its round trip; again once the payload was done (after)",
     })
+}
+
+/// Adds the tie made once the payload was done (`after`, [`guest_clock`]) to the one made before
+/// its go (`before`), as `before.after`: the two give the guest TSC's rate on this host's clock
+/// over the run ([`crate::telemetry::guest_tsc`]).
+fn tie_again(before: &mut Value, after: &Value) {
+    let mut after = after.clone();
+    if let Some(a) = after.as_object_mut() {
+        a.remove("method");
+    }
+    before["after"] = after;
 }
 
 /// The probe's view of the participants; `ok(index)` says whose SSH session may be used.
@@ -276,17 +287,22 @@ pub async fn gated_run(
                     None,
                     None,
                     None,
+                    None,
                 );
             }
         };
-        let waiter = tokio::task::spawn_blocking(move || gated.wait());
+        // The payload's TSC tied to this host's clock again once it is done: with the tie
+        // before the go, the TSC's own rate against this clock over the run.
+        let waiter = tokio::task::spawn_blocking(move || gated.wait_tied(|g| Some(guest_clock(g))));
         // A stopped or hung guest cannot hold the sweep longer than the run deadline (the
         // blocked reader ends when the guest is torn down).
         let mut stat_after = None;
+        let mut tie_after = None;
         let r = match tokio::time::timeout(limits.run, waiter).await {
-            Ok(Ok(Ok(out))) => {
+            Ok(Ok(Ok((out, tied)))) => {
                 let (stdout, after) = split_after_stat(&out.stdout);
                 stat_after = Some(after);
+                tie_after = tied;
                 Ok(Finished {
                     status: out.status,
                     stdout,
@@ -300,7 +316,13 @@ pub async fn gated_run(
                 limits.run.as_secs_f64()
             )),
         };
-        (index, argv, r, Some(go_at.elapsed().as_secs_f64()), stat_after, Some(go_at))
+        // The command's own end: where it said it was done, before the tie after it.
+        let run_s = tie_after
+            .as_ref()
+            .map_or_else(|| go_at.elapsed(), |(done, _)| done.saturating_duration_since(go_at))
+            .as_secs_f64();
+        let clock_after = tie_after.map(|(_, clock)| clock);
+        (index, argv, r, Some(run_s), stat_after, Some(go_at), clock_after)
     });
     let collected: Vec<Collected> = join_all(waits).await;
 
@@ -311,6 +333,9 @@ pub async fn gated_run(
     for c in &collected {
         failed[c.0] |= c.2.is_err();
         stat_after[c.0] = c.4.clone();
+        if let (Some(Some(before)), Some(after)) = (clocks.get_mut(c.0), &c.6) {
+            tie_again(before, after);
+        }
     }
     // The trace is read (~4 ms here) while the probe reads the guests.
     let timeline = async {
@@ -336,7 +361,7 @@ pub async fn gated_run(
         let mono = |t: Instant| now_ns.saturating_sub(now.saturating_duration_since(t).as_nanos() as u64);
         let finished: Vec<FinishedGuest<'_>> = collected
             .iter()
-            .filter_map(|(index, _, result, run_s, _, go)| {
+            .filter_map(|(index, _, result, run_s, _, go, _)| {
                 Some(FinishedGuest {
                     index: *index,
                     vcpus: participants
@@ -354,7 +379,7 @@ pub async fn gated_run(
         super::windows::read(&finished, &clocks, kept.as_ref(), traced, workers)
     };
     drop(kept);
-    for (index, argv, result, run_s, _, _) in collected {
+    for (index, argv, result, run_s, _, _, _) in collected {
         let run_s = if result.is_ok() { run_s } else { None };
         results[index] = Some(WorkerRun {
             argv,
@@ -497,6 +522,8 @@ type Collected = (
     Option<f64>,
     Option<Result<String, String>>,
     Option<Instant>,
+    // The tie after the run ([`guest_clock`]).
+    Option<Value>,
 );
 
 /// The measured window on the trace clock: the first go signal to the last guest's end.

@@ -4,6 +4,7 @@
 //! the `procfs` crate.
 
 pub mod cpu_stat;
+pub mod guest_tsc;
 pub mod host_handover;
 pub mod host_load;
 pub mod host_record;

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::guest_tsc::TscOnHost;
 use super::sched_trace::{Kept, Timeline, VcpuWaits, Who};
 use super::vcpu::{RunWindow, WINDOW_COMMAND, WINDOW_MEASURED, WINDOW_OWN, WaitBehind, WindowVcpu};
 
@@ -54,15 +55,6 @@ struct Window {
     error_ns: Option<u64>,
 }
 
-/// The guest TSC tick `tick` on the trace's clock, ns: the tie's host time plus the ticks since
-/// its TSC reading at the window's own rate `hz`, plus the trace's offset from this machine.
-pub fn tick_on_trace(tick: u64, hz: f64, clock: &Value, trace_offset_ns: i64) -> Option<f64> {
-    let (host, tsc) = (clock["host_mono_ns"].as_u64()?, clock["tsc"].as_u64()?);
-    let hz = Some(hz).filter(|h| h.is_finite() && *h > 0.0)?;
-    let since_tie_ns = (tick as i128 - tsc as i128) as f64 * 1e9 / hz;
-    Some(host as f64 + since_tie_ns + trace_offset_ns as f64)
-}
-
 /// The payload's window on the trace's clock, ns: `preemption.window_parts` (a sliced run's
 /// arm: each slice's window) where it has them, else `preemption.window` (its start gate and
 /// its end on the TSC); Err says why there is none.
@@ -83,14 +75,16 @@ fn payload_window(
     if let Some(why) = clock["unavailable"].as_str() {
         return Err(format!("the guest's TSC was not tied to the host's clock: {why}"));
     }
+    // The whole run's window maps its TSC (a sliced arm's parts lie inside it).
+    let whole = match &preemption["window"] {
+        w if w.is_object() => w,
+        _ => spans[0],
+    };
+    let map =
+        TscOnHost::of(clock, whole).ok_or("the payload's window or the guest's clock tie is incomplete")?;
     let mut parts = Vec::with_capacity(spans.len());
     for w in spans {
-        let hz = w["hz"].as_f64().unwrap_or(f64::NAN);
-        let at = |key: &str| {
-            w[key]
-                .as_u64()
-                .and_then(|t| tick_on_trace(t, hz, clock, offset_ns))
-        };
+        let at = |key: &str| w[key].as_u64().map(|t| map.host_ns(t) + offset_ns as f64);
         match (at("start_tick"), at("end_tick")) {
             (Some(start), Some(end)) if end > start => parts.push((start, end)),
             _ => return Err("the payload's window or the guest's clock tie is incomplete".into()),
@@ -103,7 +97,7 @@ fn payload_window(
     Ok(Window {
         parts,
         from: WINDOW_OWN,
-        error_ns: clock["error_ns"].as_u64(),
+        error_ns: Some(map.error_ns()),
     })
 }
 
@@ -655,18 +649,6 @@ mod tests {
         let w = &of_run(&[guest(0, Some(&p0), Some(&c))], &k, 0)[0];
         assert!(w.vcpus[0].unavailable.is_some() && w.mean_wait_share.is_none());
         assert!(w.unavailable.as_deref().unwrap().contains("first event"), "{w:?}");
-    }
-
-    #[test]
-    fn a_tick_lands_on_the_trace_at_the_windows_rate_and_offset() {
-        let c = clock();
-        assert_eq!(tick_on_trace(1_000, 1e9, &c, 0), Some(10_200_001_000.0));
-        assert_eq!(tick_on_trace(2_000, 2e9, &c, -5), Some(10_200_000_995.0));
-        // Ticks before the tie's reading land before it.
-        let c = json!({"host_mono_ns": 1_000_000u64, "tsc": 1_000u64});
-        assert_eq!(tick_on_trace(0, 1e9, &c, 0), Some(999_000.0));
-        assert_eq!(tick_on_trace(0, 0.0, &c, 0), None);
-        assert_eq!(tick_on_trace(0, 1e9, &json!({}), 0), None);
     }
 
     #[test]

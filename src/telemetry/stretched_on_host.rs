@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use super::guest_tsc::TscOnHost;
 use super::sched_trace::{Timeline, Who};
 
 /// Each listed interval's off-CPU time on the host, or why there is none for the run.
@@ -31,9 +32,11 @@ use super::sched_trace::{Timeline, Who};
 /// `preemption`: the payload's `preemption` object; `clock`: `extra.guest_clock`; `guest`: the
 /// guest's index in the timeline; `trace_offset_ns`: the trace's clock minus this machine's.
 pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trace_offset_ns: i64) -> Value {
-    let Some(origin) = origin_on_trace(preemption, clock, trace_offset_ns) else {
+    let Some(map) = TscOnHost::of(clock, &preemption["window"]) else {
         return json!({ "unavailable": unavailable(preemption, clock) });
     };
+    let on_trace_us =
+        |ns: i64| (map.host_ns_in_window(ns) + trace_offset_ns as f64 - tl.run_start_mono_ns as f64) / 1e3;
     let on_cpu = vcpu_segments(tl, guest);
     let side = |kind: &str| -> Value {
         let Some(list) = preemption[kind]["longest"].as_array() else {
@@ -45,8 +48,7 @@ pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trac
                 else {
                     return json!({ "off_ns": null, "why": "the interval has no time, length or vCPU" });
                 };
-                let start_us = (origin + at as f64 - tl.run_start_mono_ns as f64) / 1e3;
-                let end_us = start_us + len as f64 / 1e3;
+                let (start_us, end_us) = (on_trace_us(at), on_trace_us(at + len));
                 if start_us < tl.traced_from_us as f64 || end_us > tl.traced_to_us as f64 {
                     return json!({ "off_ns": null, "why": "outside what the trace kept" });
                 }
@@ -78,21 +80,12 @@ pub fn of_run(preemption: &Value, clock: &Value, tl: &Timeline, guest: u32, trac
             .collect()
     };
     json!({
-        "error_ns": clock["error_ns"],
+        "error_ns": map.error_ns(),
+        // How far the guest's clock ran off this machine's over the window (TCG: fast).
+        "tsc_ppm": (map.window_ppm() * 10.0).round() / 10.0,
         "holds": side("holds"),
         "handovers": side("handovers"),
     })
-}
-
-/// The window's start (the payload's `preemption.window.start_tick`) on the trace's clock, ns.
-fn origin_on_trace(preemption: &Value, clock: &Value, trace_offset_ns: i64) -> Option<f64> {
-    let w = &preemption["window"];
-    super::run_window::tick_on_trace(
-        w["start_tick"].as_u64()?,
-        w["hz"].as_f64()?,
-        clock,
-        trace_offset_ns,
-    )
 }
 
 fn unavailable(preemption: &Value, clock: &Value) -> String {
