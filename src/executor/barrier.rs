@@ -564,8 +564,8 @@ mod tests {
         let payload = cmd.split("; ").next().unwrap();
         let words = shlex::split(payload).unwrap();
         assert_eq!(words[0], payload_bin::GUEST_PATH);
-        assert_eq!(words[1..3], ["--go-stdin", "--proc-stat"]);
-        assert_eq!(&words[3..], argv.as_slice(), "{cmd}");
+        assert_eq!(words[1..4], ["--go-stdin", "--proc-stat", "--tie-after"]);
+        assert_eq!(&words[4..], argv.as_slice(), "{cmd}");
     }
 
     #[test]
@@ -573,7 +573,7 @@ mod tests {
         let cmd = gated_command(&["lock".to_string(), "--algo".into(), "".into()]).unwrap();
         assert!(
             cmd.starts_with(&format!(
-                "{} --go-stdin --proc-stat lock --algo ''",
+                "{} --go-stdin --proc-stat --tie-after lock --algo ''",
                 payload_bin::GUEST_PATH
             )),
             "{cmd}"
