@@ -1030,7 +1030,7 @@ fn one_look() -> u32 {
 
 /// Holm-adjusts every tested comparison row of the model as one family and sets each row's
 /// conclusion; returns the family's size. Each p is first multiplied by `looks` (Bonferroni
-/// over the looks a stopping rule took, as it did: `sweep::stopping::Concluded`).
+/// over the looks a stopping rule took, as it did: `sweep::looks::Concluded`).
 ///
 /// Each row gets the interval its conclusion was judged by: at 1 − α_row, where α_row is the
 /// level of its Holm step, α / ((m − i + 1) · looks) for the i-th smallest p while every

@@ -3,6 +3,7 @@
 //! (the statistics read them too).
 
 pub mod deadlines;
+pub mod looks;
 pub mod order;
 pub mod plan;
 pub mod progress;

@@ -90,7 +90,7 @@ impl RoundDesign {
 /// variant first (and in every other place of the round) equally often, counted from round 0:
 /// the variants' number under round-robin ([`RoundDesign`]), 1 for a shuffle (which balances
 /// nothing) or one variant. The looks of `runs: {until: concluded}` fall on multiples of it
-/// where `min` and `max` allow ([`super::stopping::look_points`]).
+/// where `min` and `max` allow ([`super::looks::look_points`]).
 pub fn balanced_every(variants: usize, order: RunOrder) -> u32 {
     match order {
         RunOrder::RoundRobin => variants.max(1) as u32,

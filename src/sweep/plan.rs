@@ -177,7 +177,7 @@ pub struct Cell {
     pub target_mde: Option<f64>,
     /// `runs: {until: concluded}`: the comparison with the baseline runs until concluded
     /// (the baseline's cell while any of its comparisons at the level runs).
-    pub concluded: Option<super::stopping::Concluded>,
+    pub concluded: Option<super::looks::Concluded>,
     /// Set where this cell's variant shares its guests with others and its workload is sliced
     /// ([`super::sliced`]): a round runs the workload's sliced cells as one payload run.
     pub slice: Option<super::sliced::SliceSpec>,
@@ -225,7 +225,7 @@ pub struct Plan {
     /// The scenario's equivalence margin (`margin`), journaled in the header.
     pub margin: Option<f64>,
     /// Under `runs: {until: concluded}`, the looks each comparison may take
-    /// ([`super::stopping::looks`]), journaled so that reports test at the same level.
+    /// ([`super::looks::looks`]), journaled so that reports test at the same level.
     pub looks: Option<u32>,
     /// Above this other load on the sweep's CPUs a run is disturbed (`host.max_other_load`);
     /// None on the host backend, whose runs are the host's load themselves.
@@ -331,14 +331,14 @@ impl Plan {
         let looks = s.runs.until_concluded().then(|| {
             boots
                 .iter()
-                .map(|g| super::stopping::looks(runs, max_runs, g.balanced_every(order)))
+                .map(|g| super::looks::looks(runs, max_runs, g.balanced_every(order)))
                 .max()
                 .unwrap_or(1)
         });
         // The report's family: every non-baseline variant at every level in every workload.
         let family = variants.len().saturating_sub(1) * s.levels.len() * workloads.len();
         let concluded = looks.map(|k| {
-            super::stopping::Concluded::new(
+            super::looks::Concluded::new(
                 family,
                 k,
                 s.margin.unwrap_or(crate::stats::effect::DEFAULT_MARGIN),
@@ -619,7 +619,7 @@ mod tests {
         assert!((0..=12).all(|r| g.may_stop_before(r, 12)));
         // The looks the plan corrects α for are those of one group with no block to wait for:
         // 4, 6, 10, 12 for two variants balanced every 2 rounds.
-        assert_eq!(super::super::stopping::look_points(3, 12, 2), [4, 6, 10, 12]);
+        assert_eq!(super::super::looks::look_points(3, 12, 2), [4, 6, 10, 12]);
         assert_eq!(p.looks, Some(4));
         let p = plan(&format!(
             "{SHARED}levels: [1.0, 2.0]\nruns: {{min: 6, max: 20, target_cv: 0.05}}\nschedule: {{bring_ups_per_level: 3}}\n"

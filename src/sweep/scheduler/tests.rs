@@ -2083,7 +2083,7 @@ async fn at_every_look_each_variant_has_been_first_equally_often() {
         let p = shared_variants(k, "[1.0]", "runs: {until: concluded, min: 3, max: 12}\n");
         let every = crate::sweep::order::balanced_every(k, p.schedule.order);
         assert_eq!(
-            crate::sweep::stopping::look_points(3, 12, every),
+            crate::sweep::looks::look_points(3, 12, every),
             looks,
             "{k} variants"
         );
@@ -2183,7 +2183,7 @@ async fn a_min_and_max_without_a_balanced_look_still_run() {
     assert_eq!(o.progress, o.total);
     // 3 variants, max 10: v1 (×1.5) stops at the first look; the others run to 10.
     let p = shared_variants(3, "[1.0]", "runs: {until: concluded, min: 3, max: 10}\n");
-    assert_eq!(crate::sweep::stopping::look_points(3, 10, 3), [3, 6, 9, 10]);
+    assert_eq!(crate::sweep::looks::look_points(3, 10, 3), [3, 6, 9, 10]);
     assert_eq!(p.looks, Some(4));
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
