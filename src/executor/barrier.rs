@@ -155,8 +155,7 @@ fn guest_clock(gated: &mut GatedCommand) -> Value {
 /// Adds the tie made once the payload was done (`after`, [`guest_clock`]) to the one made before
 /// its go (`before`), as `before.after`: the two give the guest TSC's rate on this host's clock
 /// over the run ([`crate::telemetry::guest_tsc`]).
-fn tie_again(before: &mut Value, after: &Value) {
-    let mut after = after.clone();
+fn tie_again(before: &mut Value, mut after: Value) {
     if let Some(a) = after.as_object_mut() {
         a.remove("method");
     }
@@ -324,16 +323,16 @@ pub async fn gated_run(
         let clock_after = tie_after.map(|(_, clock)| clock);
         (index, argv, r, Some(run_s), stat_after, Some(go_at), clock_after)
     });
-    let collected: Vec<Collected> = join_all(waits).await;
+    let mut collected: Vec<Collected> = join_all(waits).await;
 
     steps.mark();
     // 5. Telemetry right after the last guest finished; a guest whose run failed may be
     //    stopped or hung, so only its host side is read.
     let mut stat_after: Vec<Option<Result<String, String>>> = vec![None; workers];
-    for c in &collected {
+    for c in collected.iter_mut() {
         failed[c.0] |= c.2.is_err();
         stat_after[c.0] = c.4.clone();
-        if let (Some(Some(before)), Some(after)) = (clocks.get_mut(c.0), &c.6) {
+        if let (Some(Some(before)), Some(after)) = (clocks.get_mut(c.0), c.6.take()) {
             tie_again(before, after);
         }
     }

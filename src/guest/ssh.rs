@@ -461,6 +461,17 @@ mod tests {
     }
 
     fn sshd() -> Sshd {
+        for _ in 0..5 {
+            if let Some(s) = try_sshd() {
+                return s;
+            }
+        }
+        panic!("sshd exited right after it listened, 5 times (its log is sshd.log in its directory)");
+    }
+
+    /// A server on a free port, or None where it exited at once: another test's server may have
+    /// been handed the same free port and answered the connect, so this one could not listen.
+    fn try_sshd() -> Option<Sshd> {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         keygen(&d.join("hostkey"));
@@ -494,13 +505,11 @@ mod tests {
             assert!(Instant::now() < deadline, "sshd did not listen on {port}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Another test's server may have been handed the same free port and answered the
-        // connect: this one then could not listen and is gone. Once more on a fresh port.
         std::thread::sleep(Duration::from_millis(50));
         if child.try_wait().unwrap().is_some() {
-            return sshd();
+            return None;
         }
-        Sshd { dir, port, child }
+        Some(Sshd { dir, port, child })
     }
 
     fn connect(s: &Sshd) -> GuestSsh {

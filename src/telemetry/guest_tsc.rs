@@ -60,20 +60,14 @@ impl TscOnHost {
             && host as f64 > tie_host_ns
         {
             map.drift_ns = (tsc - tie_tsc) as f64 * 1e9 / guest_hz - (host as f64 - tie_host_ns);
-        }
-        if let (Some(host), Some(tsc)) = (after["host_mono_ns"].as_u64(), after["tsc"].as_u64())
-            && tsc >= end
-            && start >= tie_tsc
-            && end > start
-        {
-            // What the window took on this clock: the time between the ties less the ticks
-            // outside the window at the guest's rate.
-            let outside = (start - tie_tsc + tsc - end) as f64 * 1e9 / guest_hz;
-            let inside_ns = host as f64 - tie_host_ns - outside;
-            let hz = (end - start) as f64 * 1e9 / inside_ns;
-            // A tie whose error is as large as the window would say anything: kept to 1 %.
-            if inside_ns > 0.0 && usable(hz) && (hz / guest_hz - 1.0).abs() <= MAX_RATE_OFF {
-                map.window_hz = hz;
+            // The window between the ties takes all of it: what it lasted on this clock.
+            if start >= tie_tsc && tsc >= end && end > start {
+                let inside_ns = (end - start) as f64 * 1e9 / guest_hz - map.drift_ns;
+                let hz = (end - start) as f64 * 1e9 / inside_ns;
+                // A tie whose error is as large as the window would say anything: kept to 1 %.
+                if inside_ns > 0.0 && usable(hz) && (hz / guest_hz - 1.0).abs() <= MAX_RATE_OFF {
+                    map.window_hz = hz;
+                }
             }
         }
         Some(map)
@@ -123,7 +117,7 @@ const MAX_RATE_OFF: f64 = 0.01;
 
 /// How far [`TscOnHost`] may put a tick from its time on this machine's clock, ns: the error
 /// of the tie before the run, or the larger of the two where there is a tie after it too.
-pub fn tie_error_ns(clock: &Value) -> Option<u64> {
+fn tie_error_ns(clock: &Value) -> Option<u64> {
     let before = clock["error_ns"].as_u64()?;
     Some(
         clock["after"]["error_ns"]
