@@ -127,6 +127,13 @@ pub fn with_duration(command: Command, ms: u64) -> Result<Command, String> {
     }
 }
 
+/// How many slices an arm's report is over (its `detail.sliced.slices`), or None for a report
+/// of a whole run.
+pub fn slices_in(report: &Report) -> Option<u32> {
+    let n = report.detail.get("sliced")?.get("slices")?.as_array()?.len();
+    u32::try_from(n).ok()
+}
+
 /// The arm of every slice: mirrored passes over the arms (0 1 1 0 0 1 …; 0 1 2 2 1 0 …), so
 /// each arm's slices have the same mean position and a linear drift favours none.
 pub fn order(arms: usize, slices_per_arm: u32) -> Vec<usize> {
@@ -687,6 +694,7 @@ mod tests {
             let slices: Vec<SliceFigures> =
                 serde_json::from_value(arm.detail["sliced"]["slices"].clone()).unwrap();
             assert_eq!(slices.len(), 2);
+            assert_eq!(slices_in(arm), Some(2));
             let mean = slices.iter().map(|s| s.metrics["ops_per_sec"]).sum::<f64>() / 2.0;
             assert!((arm.metrics["ops_per_sec"] - mean).abs() < 1e-6 * mean);
             for s in &slices {

@@ -38,8 +38,9 @@ pub fn rejected_by_check(metric: &str, value: f64, detail: &str) -> Finished {
 }
 
 /// What the payload prints for a sliced run (`slices … -- ARM :: ARM …`): each arm's report
-/// with its value from `value` (called with the arm's own argv); where `check` is given, the
-/// first arm's run broke that check (exit status 3, as the real payload).
+/// with its value from `value` (called with the arm's own argv) and its `--slices-per-arm`
+/// slices' figures; where `check` is given, the first arm's run broke that check (exit status
+/// 3, as the real payload).
 fn sliced_answer(
     metric: &str,
     argv: &[String],
@@ -47,12 +48,28 @@ fn sliced_answer(
     check: Option<&str>,
 ) -> Finished {
     let dash = argv.iter().position(|a| a == "--").map_or(argv.len(), |i| i + 1);
+    let flag = |name: &str| {
+        let at = argv
+            .iter()
+            .position(|a| a == name)
+            .expect("the sliced run's flags");
+        argv[at + 1].parse::<u64>().expect("a number")
+    };
+    let (slices, slice_ms) = (flag("--slices-per-arm"), flag("--slice-ms"));
     let arms: Vec<serde_json::Value> = argv[dash..]
         .split(|a| a == ocrig_payload::slices::ARM_SEPARATOR)
         .enumerate()
         .map(|(i, arm)| {
+            let v = value(arm);
             let mut r: serde_json::Value =
-                serde_json::from_str(&report_stdout(metric, value(arm))).expect("valid JSON");
+                serde_json::from_str(&report_stdout(metric, v)).expect("valid JSON");
+            r["sliced"] = json!({
+                "slice_ms": slice_ms,
+                "slices": (0..slices).map(|j| json!({
+                    "index": j, "due_ms": 0.0, "late_ms": 0.0, "elapsed_ns": slice_ms * 1_000_000,
+                    "metrics": {metric: v},
+                })).collect::<Vec<_>>(),
+            });
             if let (0, Some(detail)) = (i, check) {
                 r["checks"] = json!([{"name": "calibration_stable", "ok": false, "value": 0.31, "bound": 0.05,
                                       "detail": detail}]);

@@ -46,6 +46,8 @@ pub struct RecordHead {
     pub attempt_records: u32,
     pub slot: Slot,
     pub metrics: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub slices: Option<u32>,
     #[allow(dead_code)] // required in a record; never read here
     argv: serde::de::IgnoredAny,
     #[allow(dead_code)]
@@ -72,6 +74,7 @@ impl RecordHead {
             attempt_records: self.attempt_records,
             slot: self.slot,
             metrics: self.metrics,
+            slices: self.slices,
             payload: None,
             argv: Vec::new(),
             timings: BTreeMap::new(),

@@ -28,6 +28,7 @@ fn record(run: u32) -> RunRecord {
             block: 0,
         },
         metrics: BTreeMap::from([("ops_per_sec".into(), 1.5)]),
+        slices: None,
         payload: None,
         argv: vec![],
         timings: BTreeMap::new(),

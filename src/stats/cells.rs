@@ -874,6 +874,7 @@ fn samples<'a>(records: &'a [&'a RunDigest], metric: &str, quiet_only: bool) -> 
                 boot: r.slot.0,
                 bring_up: r.slot.1,
                 block: r.block,
+                weight: Sample::weight_of(r.slices),
             })
         })
         .collect()

@@ -103,6 +103,8 @@ pub struct RunDigest {
     pub rejected: Option<Why>,
     /// The payload's headline numbers (name → value), in name order.
     pub metrics: Keyed<f64>,
+    /// [`RunRecord::slices`].
+    pub slices: Option<u32>,
     /// [`explain::vcpu_wait_of`], over the run's own window where the record has it
     /// ([`crate::telemetry::vcpu::VcpuSched::wait_share`]) (the primary guest's; [`NOT_PRIMARY`] on other guests' records:
     /// a cell reads it of its primary samples only, and at 480 guests per attempt the others
@@ -267,6 +269,7 @@ fn digest_with(
             .filter(|e| e.starts_with(SELF_CHECK_REASON) || e.starts_with(crate::journal::DISTURBED_REASON))
             .map(|w| names.name(w)),
         metrics: Keyed::of(&r.metrics, names),
+        slices: r.slices,
         vcpu_wait,
         guest_steal,
         host_other,

@@ -93,6 +93,7 @@ mod tests {
             boot: 0,
             bring_up: 1,
             block: 0,
+            weight: 1.0,
         }
     }
 

@@ -237,6 +237,7 @@ fn blank(cell: &Cell, id: AttemptId, guest: u32, attempt_records: u32, now: &str
         attempt_records,
         slot: id.slot,
         metrics: BTreeMap::new(),
+        slices: None,
         payload: None,
         argv: cell.argv.clone(),
         timings: BTreeMap::new(),
@@ -270,6 +271,7 @@ fn fill(rec: &mut RunRecord, w: WorkerRun, metric: &str) {
     match parsed {
         Ok(report) => {
             rec.metrics = report.metrics.clone();
+            rec.slices = ocrig_payload::slices::slices_in(&report);
             rec.payload = Some(Box::new(report));
             rec.ok = true;
         }

@@ -253,6 +253,7 @@ fn placed_samples<'a>(
                 boot: r.slot.boot,
                 bring_up: r.slot.bring_up,
                 block: r.slot.block,
+                weight: Sample::weight_of(r.slices),
             })
         })
         .collect()

@@ -71,7 +71,14 @@ impl<E: Executor> Scheduler<'_, E> {
         facts: &serde_json::Value,
     ) -> anyhow::Result<Ended> {
         state.seq += 1;
-        let spec = cells[0].slice.expect("a sliced cell has its slice");
+        let asked = cells[0].slice.expect("a sliced cell has its slice");
+        // Every sliced cell of this workload in the group: the round's arms at its start.
+        let sharing = group
+            .cells
+            .iter()
+            .filter(|c| c.workload.id == cells[0].workload.id && c.slice == cells[0].slice)
+            .count();
+        let spec = asked.for_round(cells.len(), sharing);
         let arms: Vec<&[String]> = cells.iter().map(|c| c.argv.as_slice()).collect();
         let argv = sliced::argv(spec, &arms);
         let outcome = self

@@ -2281,6 +2281,52 @@ async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
     assert_eq!(o.progress, o.total);
 }
 
+/// Once a comparison is concluded its variant leaves the sliced rounds, and the round keeps its
+/// length: the arms still open get the slices it had (3 arms of 4 slices, then 2 arms of 6),
+/// and every record says how many slices its value is over.
+#[tokio::test]
+async fn a_sliced_round_gives_the_slices_of_concluded_variants_to_the_open_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        // b (ticket) is a clear half of a (the baseline); c (mcs) swings ±30 % a round.
+        value: Some(by_variants_run(|argv, k| {
+            let algo = &argv[argv.iter().position(|a| a == "--algo").unwrap() + 1];
+            match algo.as_str() {
+                "tas" => 100.0 * (1.0 + 0.001 * f64::from(k % 3)),
+                "ticket" => 50.0 * (1.0 + 0.001 * f64::from(k % 2)),
+                _ => 100.0 * [1.3, 0.7][k as usize % 2],
+            }
+        })),
+        ..Default::default()
+    };
+    let plan = sliced_plan(
+        "runs: {until: concluded, min: 3, max: 8}
+",
+    );
+    let o = sweep(&plan, script, vec![], dir.path()).await;
+    let per_call: Vec<(usize, String)> = o
+        .calls
+        .runs
+        .iter()
+        .map(|(_, a)| {
+            let argv = a[0].as_ref().unwrap();
+            let at = argv.iter().position(|w| w == "--slices-per-arm").unwrap();
+            (argv.iter().filter(|w| *w == "lock").count(), argv[at + 1].clone())
+        })
+        .collect();
+    let (three, two) = per_call.split_at(3);
+    assert!(three.iter().all(|c| *c == (3, "4".to_string())), "{per_call:?}");
+    assert!(
+        !two.is_empty() && two.iter().all(|c| *c == (2, "6".to_string())),
+        "{per_call:?}"
+    );
+    assert_eq!(guest0_runs(&o.records, "b"), 3, "{}", brief(&o.records));
+    for r in o.records.iter().filter(|r| r.ok && !r.warmup) {
+        let want = if r.run < 3 { 4 } else { 6 };
+        assert_eq!(r.slices, Some(want), "{} run {}", r.variant, r.run);
+    }
+}
+
 /// A variant's slice refused by its self-checks fails the whole sliced attempt: the refused
 /// variant's record says why, its partners' stand superseded without an error of their own
 /// (the rejection is not theirs), and the round is retried as one on the same guests.
