@@ -374,10 +374,22 @@ impl SchedTrace {
             Some(Err(e)) => return (json!({ "unavailable": format!("reading the trace: {e}") }), None),
             None => return (json!({ "unavailable": "reading the trace: no answer" }), None),
         };
-        let dropped: u64 = files
-            .filter_map(Result::ok)
-            .map(|s| stat_field(&s, "dropped events") + stat_field(&s, "overrun"))
-            .sum();
+        // Per CPU (the stats files follow `t.cpus`): events its full buffer dropped.
+        let dropped_per_cpu: Vec<(usize, u64)> = t
+            .cpus
+            .iter()
+            .zip(files)
+            .map(|(&cpu, s)| {
+                let s = s.unwrap_or_default();
+                (cpu, stat_field(&s, "dropped events") + stat_field(&s, "overrun"))
+            })
+            .collect();
+        let dropped: u64 = dropped_per_cpu.iter().map(|(_, n)| n).sum();
+        let dropped_on: Vec<usize> = dropped_per_cpu
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(cpu, _)| *cpu)
+            .collect();
         let tie = if t.fs.is_local() {
             ClockTie {
                 offset_ns: 0,
@@ -404,15 +416,12 @@ impl SchedTrace {
             &self.guests,
             (there(self.started_ns), there(stopped_ns)),
             (there(run.0), there(run.1)),
+            &dropped_on,
         );
         tl.dropped_events = dropped;
         drop(text);
-        // Known up to the timeline's end, or where the kept events end if later ones were dropped.
-        let last_event = switches.last().map_or(there(self.started_ns), |s| s.ns);
-        let known_to = match dropped {
-            0 => (tl.run_start_mono_ns as i64 + tl.traced_to_us * 1000).max(0) as u64,
-            _ => last_event.min(there(stopped_ns)),
-        };
+        // Known up to the timeline's end (where a full buffer's kept events end, if any did).
+        let known_to = (tl.run_start_mono_ns as i64 + tl.traced_to_us * 1000).max(0) as u64;
         let waits = vcpu_waits(
             &switches,
             Some(&wakeups),

@@ -67,6 +67,57 @@ fn parses_lines_with_spaces_in_command_names() {
     assert!(parse_line("# tracer: nop").is_none());
 }
 
+/// A CPU whose buffer filled keeps only its earlier switches: the timeline ends at its last
+/// kept one, and the thread it last switched to is not taken to have run on until the stop
+/// (as a 50 s sliced run's trace once showed QEMU's main thread holding CPU 1 for 40 s).
+#[test]
+fn a_cpu_whose_buffer_filled_ends_the_timeline_at_its_last_kept_event() {
+    let (switches, _) = parse_with_wakeups(EXCERPT);
+    let guests = vec![vec![27066], vec![27067], vec![27071], vec![27070]];
+    let (first, last) = (switches[0].ns, switches.last().unwrap().ns);
+    let on1: Vec<u64> = switches.iter().filter(|s| s.cpu == 1).map(|s| s.ns).collect();
+    let cut = on1[on1.len() / 2];
+    let kept: Vec<Switch> = switches
+        .iter()
+        .filter(|s| s.cpu == 0 || s.ns <= cut)
+        .cloned()
+        .collect();
+    let traced = (first - 1000, last + 1000);
+    let run = (first, last);
+    let us = |ns: u64| (ns as i64 - run.0 as i64).div_euclid(1000);
+    let tl = timeline(&kept, &[0, 1], &guests, traced, run, &[1]);
+    assert_eq!(tl.traced_to_us, us(cut));
+    assert!(
+        tl.segments.iter().all(|s| s[2] <= us(cut) || s[0] == 0),
+        "CPU 1 ends at its cut"
+    );
+    let longest = |tl: &Timeline| {
+        tl.segments
+            .iter()
+            .filter(|s| s[0] == 1)
+            .map(|s| s[2] - s[1])
+            .max()
+            .unwrap()
+    };
+    let whole = timeline(&switches, &[0, 1], &guests, traced, run, &[]);
+    assert!(
+        longest(&tl) <= longest(&whole),
+        "no segment stretched past the cut"
+    );
+    // Not told of the drop, the last segment runs on to the stop: what the drop guards against.
+    let blind = timeline(&kept, &[0, 1], &guests, traced, run, &[]);
+    assert!(longest(&blind) >= us(last) - us(cut), "{}", longest(&blind));
+    // A CPU that dropped nothing does not end it; one not traced is not asked.
+    assert_eq!(
+        timeline(&kept, &[0, 1], &guests, traced, run, &[0]).traced_to_us,
+        us(switches.iter().filter(|s| s.cpu == 0).last().unwrap().ns)
+    );
+    assert_eq!(
+        timeline(&kept, &[0, 1], &guests, traced, run, &[7]).traced_to_us,
+        us(traced.1)
+    );
+}
+
 /// A real excerpt: 2x on this machine's 2 CPUs, four 1-vCPU TCG guests (threads 27066 and
 /// 27071 pinned to CPU 0, 27067 and 27070 to CPU 1), and a compiler of another user on CPU 0.
 #[test]
@@ -81,7 +132,7 @@ fn a_real_2x_trace_becomes_a_timeline_that_tiles_each_cpu() {
     let last = switches.last().unwrap().ns;
     // The run: 10 ms after the first switch to 10 ms before the last.
     let run = (first + 10_000_000, last - 10_000_000);
-    let tl = timeline(&switches, &[0, 1], &guests, (first - 1000, last + 1000), run);
+    let tl = timeline(&switches, &[0, 1], &guests, (first - 1000, last + 1000), run, &[]);
     assert_eq!(
         tl.segments.len(),
         lines + 2,

@@ -185,13 +185,17 @@ impl Timeline {
 
 /// Builds the timeline of `cpus` from the switches: each switch ends the segment of the thread
 /// it switches out and starts one of the thread it switches in. The first segment on a CPU
-/// starts when the trace did, the last ends when it stopped (or where the kept events end).
+/// starts when the trace did, the last ends when it stopped — or, where a CPU's buffer
+/// filled and dropped its later events (`dropped_on`), the timeline ends at the earliest of
+/// those CPUs' last kept events: past it, who ran on such a CPU is not known (the thread it
+/// last switched to need not have run on until the stop).
 pub fn timeline(
     switches: &[Switch],
     cpus: &[usize],
     guests: &[Vec<i32>],
     traced: (u64, u64),
     run: (u64, u64),
+    dropped_on: &[usize],
 ) -> Timeline {
     let vcpu_of = vcpu_index(guests);
     let us = |ns: u64| (ns as i64 - run.0 as i64).div_euclid(1000);
@@ -233,7 +237,19 @@ pub fn timeline(
         segments.push([sw.cpu as i64, us(since), us(sw.ns), w]);
         current.insert(sw.cpu, (sw.ns, sw.next_pid, sw.next_comm.clone()));
     }
-    let end = if clipped.is_some() { last_ns } else { traced.1 };
+    let kept_until = |cpu: &usize| current.get(cpu).map_or(traced.0, |c| c.0);
+    let end = match (
+        &clipped,
+        dropped_on
+            .iter()
+            .filter(|c| cpus.contains(c))
+            .map(kept_until)
+            .min(),
+    ) {
+        (Some(_), _) => last_ns,
+        (None, Some(lost_after)) => lost_after,
+        (None, None) => traced.1,
+    };
     for (cpu, (since, pid, comm)) in current {
         let w = index(classify(pid, &comm));
         segments.push([cpu as i64, us(since), us(end.max(since)), w]);
