@@ -257,8 +257,7 @@ pub struct RunRecord {
     /// The payload's headline numbers (name → value); empty when the run failed.
     pub metrics: BTreeMap<String, f64>,
     /// How many slices of a sliced run its figures are over (the payload's
-    /// `detail.sliced.slices`): a comparison weighs its rounds by them
-    /// ([`crate::stats::effect::Sample::weight`]). None: a whole run.
+    /// `detail.sliced.slices`): a comparison weighs its rounds by them. None: a whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slices: Option<u32>,
     /// The payload's full JSON report (boxed: a sweep keeps every record's accounting copy, which
