@@ -1101,7 +1101,7 @@ fn conclude(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{build, journal, record};
+    use crate::testing::{build, journal, normal, record};
 
     /// A KVM sweep whose `patched` variant meant `nopvspin` but whose guests said PV spinlocks
     /// were enabled is named in the model (and so in every text format and JSON); `base`,
@@ -1457,10 +1457,6 @@ mod tests {
     #[test]
     fn every_rows_interval_says_what_its_conclusion_says() {
         let mut rng = fastrand::Rng::with_seed(2047);
-        let normal = |rng: &mut fastrand::Rng| {
-            let (u, v) = (1.0 - rng.f64(), rng.f64());
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-        };
         let (mut seen, mut differs, mut equivalent, mut withheld) = (0, 0, 0, 0);
         for _ in 0..60 {
             let variants: Vec<String> = (0..rng.usize(2..=6)).map(|i| format!("v{i}")).collect();

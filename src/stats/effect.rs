@@ -565,6 +565,7 @@ impl Conclusion {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::normal;
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol * b.abs().max(1e-12)
@@ -681,10 +682,6 @@ mod tests {
     #[test]
     fn weighed_rounds_cover_the_true_ratio_and_are_sharper_where_slices_help() {
         let mut rng = fastrand::Rng::with_seed(47);
-        let normal = |rng: &mut fastrand::Rng| {
-            let (u, v) = (1.0 - rng.f64(), rng.f64());
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-        };
         let slices = [10, 10, 10, 20, 20, 34, 34, 50, 50, 50, 50, 50];
         let truth = 0.97_f64.ln();
         for shrinks in [true, false] {
@@ -932,12 +929,6 @@ mod tests {
         assert!(q.within && !e.equivalence(0.001).within);
         // p 0.0306: the interval at 0.05 excludes 1, at 0.05/3 it holds it.
         assert!(!at95.contains(1.0) && i.contains(1.0));
-    }
-
-    /// Standard normal draws (Box-Muller) from a seeded generator.
-    fn normal(rng: &mut fastrand::Rng) -> f64 {
-        let (u, v) = (1.0 - rng.f64(), rng.f64());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 
     /// On random families of comparisons (sizes 1 to 40, looks 1 to 5, effects from none to

@@ -83,6 +83,7 @@ pub fn looks(min: u32, max: u32, every: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::normal;
 
     /// One round of a shared-guests sweep: baseline and variant measured in the same guests.
     fn round(run: u32, value: f64) -> Sample<'static> {
@@ -95,12 +96,6 @@ mod tests {
             block: 0,
             weight: 1.0,
         }
-    }
-
-    /// Standard normal draws (Box-Muller) from a seeded generator.
-    fn normal(rng: &mut fastrand::Rng) -> f64 {
-        let (u, v) = (1.0 - rng.f64(), rng.f64());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 
     /// Runs `sequences` simulated comparisons of a variant `effect`× the baseline, each round's

@@ -11,6 +11,7 @@ mod host;
 pub(crate) mod host_trees;
 mod image;
 mod journal;
+mod random;
 mod report;
 
 pub(crate) use boot::*;
@@ -20,4 +21,5 @@ pub(crate) use explain::*;
 pub(crate) use host::*;
 pub(crate) use image::*;
 pub(crate) use journal::*;
+pub(crate) use random::*;
 pub(crate) use report::*;
