@@ -50,7 +50,7 @@ impl SliceSpec {
         let spread = (sharing as u64 * asked).div_ceil(arms as u64);
         let slices = even_up(spread.min(asked * u64::from(MAX_SLICE_GROWTH)));
         SliceSpec {
-            slices_per_arm: u32::try_from(slices.max(asked)).unwrap_or(u32::MAX),
+            slices_per_arm: u32::try_from(slices).unwrap_or(u32::MAX),
             ..self
         }
     }

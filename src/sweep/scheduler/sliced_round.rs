@@ -72,11 +72,11 @@ impl<E: Executor> Scheduler<'_, E> {
     ) -> anyhow::Result<Ended> {
         state.seq += 1;
         let asked = cells[0].slice.expect("a sliced cell has its slice");
-        // Every sliced cell of this workload in the group: the round's arms at its start.
+        // Every cell of the group sliced with these: the round's arms at its start.
         let sharing = group
             .cells
             .iter()
-            .filter(|c| c.workload.id == cells[0].workload.id && c.slice == cells[0].slice)
+            .filter(|c| sliced_together(c, cells[0]))
             .count();
         let spec = asked.for_round(cells.len(), sharing);
         let arms: Vec<&[String]> = cells.iter().map(|c| c.argv.as_slice()).collect();
@@ -139,10 +139,14 @@ impl<E: Executor> Scheduler<'_, E> {
             .filter(|&c| {
                 let cell = &group.cells[c];
                 !state.stopped[c]
-                    && cell.workload.id == first.workload.id
-                    && cell.slice == first.slice
+                    && sliced_together(cell, first)
                     && (c == order[0] || self.next_run(group, cell, round, broken) == Next::Run)
             })
             .collect()
     }
+}
+
+/// Whether two cells run in one sliced run when both are due: the same workload, sliced alike.
+fn sliced_together(a: &Cell, b: &Cell) -> bool {
+    a.slice.is_some() && a.workload.id == b.workload.id && a.slice == b.slice
 }
