@@ -77,3 +77,19 @@ impl StartMethod {
         self != StartMethod::Boot
     }
 }
+
+/// Which guests' results make a run's headline value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeadlineFrom {
+    /// Guest 0's alone: the other guests ran something else (`background: idle | hog`), or
+    /// the journal predates the choice.
+    #[default]
+    PrimaryGuest,
+    /// The mean over every guest of the run (`background: same`: each ran the measured
+    /// workload, started at the same instant). The guests are one run's subsamples, so the run
+    /// stays the unit a comparison counts; their mean is the same quantity as guest 0's figure
+    /// with less of the host's say in it (at 2x the host gives one guest's vCPUs a CPU pair
+    /// when it takes it from another's).
+    EveryGuest,
+}

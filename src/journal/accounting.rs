@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::RunRecord;
+use crate::vocabulary::HeadlineFrom;
 
 /// What the rule reads of one journaled record: the full [`RunRecord`] (the sweep, resume) or
 /// a report's compact digest of it, so both settle by the same code.
@@ -121,6 +122,23 @@ impl<T: Attempted> Attempted for &T {
 /// A record's headline numbers, for [`Settled::samples`].
 pub trait Headline: Attempted {
     fn metric(&self, name: &str) -> Option<f64>;
+}
+
+/// A run's headline value from its valid result (`result`, its counted records): guest 0's
+/// `metric`, or with [`HeadlineFrom::EveryGuest`] the mean of every guest's that reports it.
+/// None when guest 0's record lacks it (the run has no value of that metric).
+pub fn headline_of<R: Headline>(result: &[&R], metric: &str, from: HeadlineFrom) -> Option<f64> {
+    let primary = result.iter().find(|r| r.guest() == 0)?.metric(metric)?;
+    match from {
+        HeadlineFrom::PrimaryGuest => Some(primary),
+        HeadlineFrom::EveryGuest => {
+            let (sum, n) = result
+                .iter()
+                .filter_map(|r| r.metric(metric))
+                .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+            Some(sum / f64::from(n))
+        }
+    }
 }
 
 impl Headline for RunRecord {
@@ -372,6 +390,7 @@ impl Settled {
     }
 
     /// The valid result of a run: its counted records by guest (guest 0 first), if it has one.
+    #[cfg(test)] // the sweep and the reports read a cell's at once ([`Settled::results`])
     pub fn valid_result<'a, R>(&self, records: &'a [R], key: &RunKey) -> Option<Vec<&'a R>> {
         self.valid
             .get(key)
@@ -383,6 +402,7 @@ impl Settled {
     }
 
     /// The run's primary result: guest 0's record of its valid attempt.
+    #[cfg(test)]
     pub fn primary<'a, R: Attempted>(&self, records: &'a [R], key: &RunKey) -> Option<&'a R> {
         self.valid_result(records, key)?
             .into_iter()
@@ -425,27 +445,29 @@ impl Settled {
             .filter(|k| !k.warmup && !self.valid.contains_key(*k))
     }
 
-    /// The headline values (guest 0's `metric`) of a cell's valid measured results among
-    /// `runs`, in run order — the samples the CV stopping rule and the summaries see.
-    pub fn samples(
+    /// The headline values ([`headline_of`]) of a cell's valid measured results among `runs`,
+    /// in run order — the samples the CV stopping rule and the summaries see.
+    pub fn samples<R: Headline>(
         &self,
-        records: &[impl Headline],
+        records: &[R],
         cell: &CellKey<'_>,
         metric: &str,
         runs: std::ops::Range<u32>,
+        from: HeadlineFrom,
     ) -> Vec<f64> {
-        self.primaries(records, cell, runs)
-            .filter_map(|r| r.metric(metric))
+        self.results(records, cell, runs)
+            .filter_map(|result| headline_of(&result, metric, from))
             .collect()
     }
 
-    /// The primary records of a cell's valid measured results among `runs`, in run order.
-    pub fn primaries<'a, R: Attempted>(
+    /// The valid results (each its counted records, guest 0 first) of a cell's measured runs
+    /// among `runs`, in run order.
+    pub fn results<'a, R: Attempted>(
         &'a self,
         records: &'a [R],
         cell: &CellKey<'_>,
         runs: std::ops::Range<u32>,
-    ) -> impl Iterator<Item = &'a R> + 'a {
+    ) -> impl Iterator<Item = Vec<&'a R>> + 'a {
         let range = (!runs.is_empty()).then(|| {
             RunKey::new(cell.variant, cell.level, cell.workload, false, runs.start)
                 ..=RunKey::new(cell.variant, cell.level, cell.workload, false, runs.end - 1)
@@ -453,7 +475,7 @@ impl Settled {
         range
             .into_iter()
             .flat_map(|r| self.valid.range(r))
-            .filter_map(|(k, _)| self.primary(records, k))
+            .map(|(_, ix)| ix.iter().map(|&(_, i)| &records[i]).collect())
     }
 }
 
@@ -479,6 +501,22 @@ mod tests {
     }
 
     #[test]
+    fn a_runs_headline_is_guest_0s_or_every_guests_mean() {
+        let mut other = rec(0, 1, 1, true, 2);
+        other.metrics.insert("m".into(), 14.0);
+        let records = vec![rec(0, 0, 1, true, 2), other, rec(1, 0, 1, true, 1)];
+        let s = settle(&records);
+        let at = |from| s.samples(&records, &CELL, "m", 0..2, from);
+        assert_eq!(at(HeadlineFrom::PrimaryGuest), [10.0, 11.0]);
+        assert_eq!(at(HeadlineFrom::EveryGuest), [12.0, 11.0]);
+        // Without guest 0's figure the run has none, whatever the others say.
+        let result: Vec<&RunRecord> = vec![&records[1]];
+        assert_eq!(headline_of(&result, "m", HeadlineFrom::EveryGuest), None);
+        let result: Vec<&RunRecord> = vec![&records[0], &records[1]];
+        assert_eq!(headline_of(&result, "other", HeadlineFrom::EveryGuest), None);
+    }
+
+    #[test]
     fn an_attempt_counts_only_when_every_guest_finished_it() {
         let mut bad_other = rec(0, 1, 1, false, 2);
         bad_other.superseded = Some("guest 1 failed".into());
@@ -498,7 +536,16 @@ mod tests {
         );
         assert_eq!(s.primary(&records, &key).unwrap().attempt, 2);
         assert_eq!(s.last_attempt(&key), 2);
-        assert_eq!(s.samples(&records, &CELL, "m", 0..10), [10.0]);
+        assert_eq!(
+            s.samples(
+                &records,
+                &CELL,
+                "m",
+                0..10,
+                crate::vocabulary::HeadlineFrom::PrimaryGuest
+            ),
+            [10.0]
+        );
         assert_eq!(s.failed_runs("v", 1.0, "w"), 0);
     }
 
@@ -525,8 +572,20 @@ mod tests {
                 assert_eq!(s.standing(i), at_once.standing(i), "split {split}, record {i}");
             }
             assert_eq!(
-                s.samples(&records, &CELL, "m", 0..10),
-                at_once.samples(&records, &CELL, "m", 0..10)
+                s.samples(
+                    &records,
+                    &CELL,
+                    "m",
+                    0..10,
+                    crate::vocabulary::HeadlineFrom::PrimaryGuest
+                ),
+                at_once.samples(
+                    &records,
+                    &CELL,
+                    "m",
+                    0..10,
+                    crate::vocabulary::HeadlineFrom::PrimaryGuest
+                )
             );
         }
         assert_eq!(
@@ -555,7 +614,16 @@ mod tests {
         let s = settle(&records);
         assert!(!s.counts(0));
         assert_eq!(s.failed_runs("v", 1.0, "w"), 1);
-        assert!(s.samples(&records, &CELL, "m", 0..10).is_empty());
+        assert!(
+            s.samples(
+                &records,
+                &CELL,
+                "m",
+                0..10,
+                crate::vocabulary::HeadlineFrom::PrimaryGuest
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -597,7 +665,16 @@ mod tests {
         };
         assert!(s.has_valid_result(&RunKey::warm_up("v", 1.0, "w", 0, set)));
         // Never a sample, and never a measured run without a result.
-        assert!(s.samples(&records, &CELL, "m", 0..10).is_empty());
+        assert!(
+            s.samples(
+                &records,
+                &CELL,
+                "m",
+                0..10,
+                crate::vocabulary::HeadlineFrom::PrimaryGuest
+            )
+            .is_empty()
+        );
         assert_eq!(s.runs_without_result().count(), 0);
     }
 

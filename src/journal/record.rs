@@ -138,6 +138,10 @@ pub struct SweepHeader {
     /// by another rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub looks: Option<u32>,
+    /// Which guests' results make a run's headline value (the scenario's `background: same`:
+    /// every guest's mean). Absent: guest 0's, as every journal before the choice was read.
+    #[serde(default)]
+    pub headline_from: crate::vocabulary::HeadlineFrom,
     /// The host's busy-loop speed on the sweep's CPUs, probed before the first guest booted
     /// (`telemetry::host_speed`): whether the host itself was steady. Absent: not probed (a
     /// remote host, a resumed sweep's later passes).

@@ -164,6 +164,7 @@ pub(crate) fn header(plan: &Plan, runs_on: RunsOn) -> SweepHeader {
         guest_start: plan.guest_start.as_str().to_string(),
         margin: plan.margin,
         looks: plan.looks,
+        headline_from: plan.headline_from(),
         host_speed: None,
         host_handover: None,
         noise_floor: None,

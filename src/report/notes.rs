@@ -2,6 +2,7 @@
 //! retention, self-check rejections, disturbed runs, the host, each cell's telemetry.
 
 use super::*;
+use crate::vocabulary::HeadlineFrom;
 
 /// `seconds, lower is better`.
 pub fn describe_metric(wl: &WorkloadModel) -> String {
@@ -345,10 +346,17 @@ pub fn variants_line(model: &Model, code: impl Fn(&str) -> String) -> String {
 /// What the cell table's telemetry columns mean, and why any of them is empty.
 pub fn telemetry_notes(wl: &WorkloadModel) -> Vec<String> {
     let cells: Vec<&Cell> = wl.series.iter().flat_map(|s| &s.cells).collect();
-    let mut notes = vec![
+    let mut notes = Vec::new();
+    if wl.headline_from == HeadlineFrom::EveryGuest && cells.iter().any(|c| c.other_guests.is_some()) {
+        notes.push(format!(
+            "{} = a run's mean over its guests (each ran the workload; other guests = guest 0's peers alone)",
+            wl.metric
+        ));
+    }
+    notes.push(
         "vCPU wait = host run-queue wait of guest 0's vCPU threads / run wall time; every vCPU busy: 1 - 1/L at L >= 1x"
             .to_string(),
-    ];
+    );
     let reasons = |label: &str, why: Vec<&String>| -> Vec<String> {
         let mut why = why;
         why.sort();

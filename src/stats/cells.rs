@@ -15,6 +15,8 @@ use super::explain::{self, Measured};
 use super::outliers::outlier_indices;
 use super::summary::{Summary, mean, summarize};
 use crate::journal::Better;
+use crate::journal::accounting::headline_of;
+use crate::vocabulary::HeadlineFrom;
 
 /// Lock workloads report these; their per-cell means go next to the headline metric.
 pub const CONTENTION_METRIC: &str = "contention_rate";
@@ -245,6 +247,9 @@ pub struct WorkloadModel {
     pub command: String,
     /// The metric compared (the workload's headline metric unless overridden).
     pub metric: String,
+    /// Whose a run's value of it is: guest 0's, or the mean of every guest's.
+    #[serde(default)]
+    pub headline_from: HeadlineFrom,
     pub better: Better,
     /// True when the records carry `contention_rate` or `jain` (lock workloads).
     pub lock: bool,
@@ -640,7 +645,7 @@ pub fn build_with_margin(
                                 .get(&(id.as_str(), v.as_str(), l.to_bits()))
                                 .copied()
                                 .unwrap_or(0);
-                            let mut c = cell(records(vi, li), l, &metric, failed);
+                            let mut c = cell(records(vi, li), l, &metric, failed, header.headline_from);
                             if let Some(a) = attempts.get(&(id.as_str(), v.as_str(), l.to_bits())) {
                                 (c.attempts, c.rejected_attempts) = *a;
                             }
@@ -656,7 +661,14 @@ pub fn build_with_margin(
                         .enumerate()
                         .map(|(li, &l)| (l, records(0, li), records(vi, li)))
                         .collect();
-                    let mut c = compare_variant(&variants[vi], &per_level, &metric, info.better, margin);
+                    let mut c = compare_variant(
+                        &variants[vi],
+                        &per_level,
+                        &metric,
+                        info.better,
+                        margin,
+                        header.headline_from,
+                    );
                     for (row, (b, v)) in c
                         .rows
                         .iter_mut()
@@ -674,7 +686,7 @@ pub fn build_with_margin(
                         .enumerate()
                         .map(|(li, &l)| (l, records(vi, li)))
                         .collect();
-                    retention_of(&variants[vi], &per_level, &metric, margin)
+                    retention_of(&variants[vi], &per_level, &metric, margin, header.headline_from)
                 })
                 .collect();
             retention_against_baseline(&mut retention, &comparisons, margin);
@@ -682,6 +694,7 @@ pub fn build_with_margin(
                 workload: id.clone(),
                 command: info.command.clone(),
                 metric,
+                headline_from: header.headline_from,
                 better: info.better,
                 lock,
                 series,
@@ -797,15 +810,53 @@ fn metric_values<'a>(records: impl Iterator<Item = &'a RunDigest>, metric: &str)
         .unzip()
 }
 
+/// A cell's valid measured results, in the order of their primary records, each its primary
+/// record and its headline value of `metric` ([`headline_of`]: guest 0's, or every guest's
+/// mean). `records` are the cell's counted ones (every guest's), so each measured run's are
+/// one attempt's.
+fn headlines<'a>(
+    records: &'a [&'a RunDigest],
+    metric: &str,
+    from: HeadlineFrom,
+) -> Vec<(&'a RunDigest, f64)> {
+    let mut of_run: HashMap<u32, Vec<&'a RunDigest>> = HashMap::new();
+    if from == HeadlineFrom::EveryGuest {
+        for &r in records.iter().filter(|r| r.ok && !r.warmup) {
+            of_run.entry(r.run).or_default().push(r);
+        }
+    }
+    primary(records)
+        .filter_map(|p| {
+            let value = match of_run.get(&p.run) {
+                Some(result) => headline_of(result, metric, from),
+                None => p.metric(metric),
+            }?;
+            Some((p, value))
+        })
+        .collect()
+}
+
+/// [`headlines`]' values and runs.
+fn headline_values<'a>(
+    records: &'a [&'a RunDigest],
+    metric: &str,
+    from: HeadlineFrom,
+) -> (Vec<f64>, Vec<u32>) {
+    headlines(records, metric, from)
+        .into_iter()
+        .map(|(r, v)| (v, r.run))
+        .unzip()
+}
+
 /// One cell from its counted records, in journal order.
-fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize) -> Cell {
-    let (samples, runs) = metric_values(primary(records), metric);
+fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize, from: HeadlineFrom) -> Cell {
+    let (samples, runs) = headline_values(records, metric, from);
     let others = records
         .iter()
         .copied()
         .filter(|r| r.ok && !r.warmup && !super::digest::is_primary_guest(r.guest));
     let (other_samples, _) = metric_values(others, metric);
-    let metric_mean = |name: &str| mean(&metric_values(primary(records), name).0);
+    let metric_mean = |name: &str| mean(&headline_values(records, name, from).0);
     // Each run's records (one attempt's: only its valid one counts), for the host's share.
     let mut by_run: HashMap<(u32, bool, u32), Vec<&RunDigest>> = HashMap::new();
     for r in records {
@@ -863,19 +914,23 @@ fn effect_or_why(tested: Result<Effect, String>) -> (Option<Effect>, Option<Stri
 
 /// A cell's valid primary results with where the design put them; with `quiet_only`, not
 /// those counted though the host disturbed them.
-fn samples<'a>(records: &'a [&'a RunDigest], metric: &str, quiet_only: bool) -> Vec<Sample<'a>> {
-    primary(records)
-        .filter(|r| !(quiet_only && r.disturbed()))
-        .filter_map(|r| {
-            Some(Sample {
-                value: r.metric(metric)?,
-                run: r.run,
-                host: r.host.as_deref(),
-                boot: r.slot.0,
-                bring_up: r.slot.1,
-                block: r.block,
-                weight: Sample::weight_of(r.slices),
-            })
+fn samples<'a>(
+    records: &'a [&'a RunDigest],
+    metric: &str,
+    quiet_only: bool,
+    from: HeadlineFrom,
+) -> Vec<Sample<'a>> {
+    headlines(records, metric, from)
+        .into_iter()
+        .filter(|(r, _)| !(quiet_only && r.disturbed()))
+        .map(|(r, value)| Sample {
+            value,
+            run: r.run,
+            host: r.host.as_deref(),
+            boot: r.slot.0,
+            bring_up: r.slot.1,
+            block: r.block,
+            weight: Sample::weight_of(r.slices),
         })
         .collect()
 }
@@ -886,18 +941,19 @@ fn compare_variant(
     metric: &str,
     better: Better,
     margin: f64,
+    from: HeadlineFrom,
 ) -> Comparison {
     let rows: Vec<Row> = per_level
         .iter()
         .map(|&(level, base_records, variant_records)| {
-            let (b, _) = metric_values(primary(base_records), metric);
-            let (v, _) = metric_values(primary(variant_records), metric);
+            let (b, _) = headline_values(base_records, metric, from);
+            let (v, _) = headline_values(variant_records, metric, from);
             let (base, var) = (summarize(&b), summarize(&v));
             let tested = match (b.is_empty(), v.is_empty()) {
                 (true, _) | (_, true) => Err("no results on a side".to_string()),
                 _ => super::effect::compare(
-                    &samples(base_records, metric, false),
-                    &samples(variant_records, metric, false),
+                    &samples(base_records, metric, false, from),
+                    &samples(variant_records, metric, false, from),
                     margin,
                 ),
             };
@@ -910,8 +966,8 @@ fn compare_variant(
                 disturbed_runs(base_records, metric).len() + disturbed_runs(variant_records, metric).len();
             let without_disturbed = (runs_left_out > 0).then(|| {
                 let (b, v) = (
-                    samples(base_records, metric, true),
-                    samples(variant_records, metric, true),
+                    samples(base_records, metric, true, from),
+                    samples(variant_records, metric, true, from),
                 );
                 let (effect, why) = effect_or_why(if b.is_empty() || v.is_empty() {
                     Err("every run of a side was disturbed".to_string())
@@ -997,10 +1053,11 @@ fn retention_of(
     per_level: &[(f64, &[&RunDigest])],
     metric: &str,
     margin: f64,
+    from: HeadlineFrom,
 ) -> Option<Retention> {
     let mut with_results = per_level
         .iter()
-        .map(|&(l, records)| (l, samples(records, metric, false)))
+        .map(|&(l, records)| (l, samples(records, metric, false, from)))
         .filter(|(_, s)| !s.is_empty());
     let (from_level, lowest) = with_results.next()?;
     let rows: Vec<RetentionRow> = with_results
@@ -1144,6 +1201,40 @@ mod tests {
         drop(w);
         let streamed = build_digested(&Digested::read(d.path(), true).unwrap(), 0.05, None);
         assert_eq!(streamed.pv_disagreements, m.pv_disagreements);
+    }
+
+    #[test]
+    fn a_run_of_guests_that_all_ran_the_workload_is_worth_their_mean() {
+        // The fixture's run 0 of base at 0.5x (hackbench): guest 0 10.0 s, guest 1 11.0 s.
+        let mut j = journal();
+        let base_05 = |m: &Model| {
+            let c = &m.workloads[0].series[0].cells[0];
+            (c.summary.as_ref().unwrap().clone(), c.points.clone())
+        };
+        // A journal from before the choice reads guest 0's alone.
+        let (s, points) = base_05(&build(&j, 0.05, None));
+        assert!((s.mean - 10.0).abs() < 1e-12, "{s:?}");
+        assert_eq!(points[0].value, 10.0);
+        j.header.headline_from = HeadlineFrom::EveryGuest;
+        let m = build(&j, 0.05, None);
+        let (s, points) = base_05(&m);
+        assert_eq!((s.n, points[0].run, points[0].value), (3, 0, 10.5));
+        assert!((s.mean - (10.5 + 10.2 + 9.8) / 3.0).abs() < 1e-12, "{s:?}");
+        // Still one sample per run: the comparison pairs runs, not guests.
+        let e = m.workloads[0].comparisons[0].rows[0].effect.as_ref().unwrap();
+        assert_eq!((e.n_base, e.n_variant), (3, 3), "{e:?}");
+        // The ratio of the sides' geometric means, run 0 at its guests' mean.
+        let expected = ((9.0f64 * 9.1 * 8.9).ln() - (10.5f64 * 10.2 * 9.8).ln()) / 3.0;
+        assert!((e.ratio.ln() - expected).abs() < 1e-12, "{e:?}");
+        // Guest 1's own figure is still shown beside them.
+        assert_eq!(
+            m.workloads[0].series[0].cells[0]
+                .other_guests
+                .as_ref()
+                .unwrap()
+                .mean,
+            11.0
+        );
     }
 
     #[test]

@@ -252,6 +252,15 @@ fn scale_threads(argv: &mut Vec<String>, level: f64, host_cpus: usize) {
 }
 
 impl Plan {
+    /// Which guests' results make a run's headline value: every guest's where each ran the
+    /// measured workload (`background: same`), else guest 0's.
+    pub fn headline_from(&self) -> crate::vocabulary::HeadlineFrom {
+        match self.background {
+            Background::Same => crate::vocabulary::HeadlineFrom::EveryGuest,
+            Background::Idle | Background::Hog => crate::vocabulary::HeadlineFrom::PrimaryGuest,
+        }
+    }
+
     /// Builds the plan of a scenario that passed validation (errors here mean it did not).
     /// `seed` is the shuffle seed to use when the scenario asks for a shuffle but names none.
     pub fn build(s: &Scenario, allowed_cpus: &[usize], seed: u64) -> anyhow::Result<Self> {

@@ -14,7 +14,7 @@
 use super::looks::{Concluded, look_points};
 use super::plan::{BootGroup, Cell, Plan};
 use crate::journal::RunRecord;
-use crate::journal::accounting::{CellKey, RunKey, Settled};
+use crate::journal::accounting::{CellKey, RunKey, Settled, headline_of};
 use crate::stats::compare::DEFAULT_ALPHA;
 use crate::stats::effect::Sample;
 use crate::stats::power::{DEFAULT_POWER, mde_of_samples};
@@ -145,14 +145,14 @@ fn decided_at(
             variant: baseline,
             ..this
         };
-        unit_values(settled, records, group, &base, metric, cell.max_runs)
+        unit_values(settled, records, plan, group, &base, metric, cell.max_runs)
     });
     // Slots before the first one not yet attempted anywhere can be judged.
     let judged = (0..run)
         .find(|&j| settled.last_attempt(&measured_key(group, cell, j)) == 0)
         .unwrap_or(run);
     first_stop(group, cell, judged, |r| {
-        let values = unit_values(settled, records, group, &this, metric, r);
+        let values = unit_values(settled, records, plan, group, &this, metric, r);
         enough_runs(cell, r, &values, baseline.as_deref())
     })
 }
@@ -215,8 +215,8 @@ fn decided_by_conclusion<'a>(
     // Read once; each look takes the slots before it.
     let metric = &cell.workload.metric;
     let (base, this) = (
-        placed_samples(settled, records, &base, metric, judged),
-        placed_samples(settled, records, &this, metric, judged),
+        placed_samples(settled, records, plan, &base, metric, judged),
+        placed_samples(settled, records, plan, &this, metric, judged),
     );
     let before = |side: &[Sample<'a>], r: u32| side.iter().filter(|s| s.run < r).copied().collect::<Vec<_>>();
     // The rule looks at its look points only, where the order is balanced (or, where blocks
@@ -234,20 +234,24 @@ fn decided_by_conclusion<'a>(
     })
 }
 
-/// A cell's valid primary results in its first `runs` slots with where the design put them
-/// (host, boot group, bring-up, block): what a comparison pairs.
+/// A cell's valid results in its first `runs` slots, each its headline value
+/// ([`Plan::headline_from`]) with where the design put it (host, boot group, bring-up, block):
+/// what a comparison pairs.
 fn placed_samples<'a>(
     settled: &'a Settled,
     records: &'a [RunRecord],
+    plan: &Plan,
     cell: &CellKey<'_>,
     metric: &str,
     runs: u32,
 ) -> Vec<Sample<'a>> {
     settled
-        .primaries(records, cell, 0..runs)
-        .filter_map(|r| {
+        .results(records, cell, 0..runs)
+        .filter_map(|result| {
+            let value = headline_of(&result, metric, plan.headline_from())?;
+            let r = result.iter().find(|r| r.guest == 0)?;
             Some(Sample {
-                value: *r.metrics.get(metric)?,
+                value,
                 run: r.run,
                 host: r.host.as_deref(),
                 boot: r.slot.boot,
@@ -260,21 +264,23 @@ fn placed_samples<'a>(
 }
 
 /// The values a stopping rule judges of a cell's valid results in its first `runs` slots:
-/// each slot's (its primary headline value), or in a blocked group each block's.
+/// each slot's headline value, or in a blocked group each block's.
 fn unit_values(
     settled: &Settled,
     records: &[RunRecord],
+    plan: &Plan,
     group: &BootGroup,
     cell: &CellKey<'_>,
     metric: &str,
     runs: u32,
 ) -> Vec<f64> {
+    let from = plan.headline_from();
     match group.runs_per_block {
-        None => settled.samples(records, cell, metric, 0..runs),
+        None => settled.samples(records, cell, metric, 0..runs, from),
         Some(per_block) => (0..runs.div_ceil(per_block))
             .filter_map(|b| {
                 let slots = group.block_runs(b);
-                let in_block = settled.samples(records, cell, metric, slots.start..slots.end.min(runs));
+                let in_block = settled.samples(records, cell, metric, slots.start..slots.end.min(runs), from);
                 block_value(&in_block)
             })
             .collect(),
@@ -435,7 +441,7 @@ mod tests {
             workload: "lock",
         };
         // Blocks (80, 125) and (125, 80): both 100; the third block is cut at slot 5.
-        let values = unit_values(&settled, &records, group, &key, METRIC, 5);
+        let values = unit_values(&settled, &records, &p, group, &key, METRIC, 5);
         assert_eq!(values.len(), 3);
         assert!(values.iter().all(|v| (v - 100.0).abs() < 1e-9), "{values:?}");
         // Steady blocks: enough at the end of block 1 (slot 4), although the runs spread 22 %.

@@ -47,6 +47,7 @@ pub(crate) fn header() -> SweepHeader {
         guest_start: "boot".into(),
         margin: None,
         looks: None,
+        headline_from: crate::vocabulary::HeadlineFrom::PrimaryGuest,
         host_speed: None,
         host_handover: None,
         noise_floor: None,

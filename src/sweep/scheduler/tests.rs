@@ -362,7 +362,17 @@ async fn a_failed_boot_records_each_run_once_as_failed_and_the_sweep_goes_on() {
         level: 1.0,
         workload: "lock",
     };
-    assert_eq!(s.samples(&o.records, &cell, METRIC, 0..2).len(), 2);
+    assert_eq!(
+        s.samples(
+            &o.records,
+            &cell,
+            METRIC,
+            0..2,
+            crate::vocabulary::HeadlineFrom::PrimaryGuest
+        )
+        .len(),
+        2
+    );
     assert_eq!(o.progress, o.total);
     // Measured runs given up: 2 (warm-ups are never counted as runs). Bring-ups: the failed
     // one, and level 1.0's two (one a block, by default at two levels).
@@ -526,6 +536,17 @@ async fn a_shuffle_is_recorded_and_repeats_for_its_seed() {
 
 #[tokio::test]
 async fn idle_and_hog_backgrounds_give_the_other_guests_their_commands() {
+    // A run's headline is every guest's mean where each ran the measured workload only.
+    use crate::vocabulary::HeadlineFrom;
+    assert_eq!(plan("runs: 1\n").headline_from(), HeadlineFrom::EveryGuest);
+    assert_eq!(
+        plan("background: hog\nruns: 1\n").headline_from(),
+        HeadlineFrom::PrimaryGuest
+    );
+    assert_eq!(
+        plan("background: idle\nruns: 1\n").headline_from(),
+        HeadlineFrom::PrimaryGuest
+    );
     let dir = tempfile::tempdir().unwrap();
     let o = sweep(
         &plan("background: hog\nruns: 1\n"),
@@ -1311,7 +1332,15 @@ fn each_run_counted_once_at(records: &[RunRecord], variants: &[&str], levels: &[
                 level,
                 workload: "lock",
             };
-            let n = s.samples(records, &cell, METRIC, 0..runs).len();
+            let n = s
+                .samples(
+                    records,
+                    &cell,
+                    METRIC,
+                    0..runs,
+                    crate::vocabulary::HeadlineFrom::PrimaryGuest,
+                )
+                .len();
             assert_eq!(n, runs as usize, "{variant} at {level}x: {}", brief(records));
         }
     }
