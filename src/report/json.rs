@@ -19,8 +19,10 @@ pub struct JsonExporter;
 /// [1/(1 + margin), 1 + margin] (it was 1 ± margin); rows gain `interval` (at the level their
 /// conclusion was judged), `interval_unadjusted`, `equivalence`, `within_margin`, `rejections`,
 /// `withheld`, `margin_post_hoc`, cells `attempts` and `rejected_attempts`, the model
-/// `margin_post_hoc`.
-pub const FORMAT_VERSION: u32 = 2;
+/// `margin_post_hoc`. 3: a cell's `summary`, `points`, contention and fairness and a row's
+/// figures are of each run's headline value, its guests' mean where the workload's new
+/// `headline_from` is `every-guest` (they were guest 0's).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The report: the model's fields, then the profiles'.
 #[derive(serde::Serialize)]
@@ -109,10 +111,10 @@ mod tests {
         let text = render(&journal(), Format::Json, &ReportOptions::default()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["format_version"], super::FORMAT_VERSION);
-        assert_eq!(super::FORMAT_VERSION, 2);
+        assert_eq!(super::FORMAT_VERSION, 3);
         // First, where a reader looking at the file sees it.
         assert!(
-            text.starts_with("{\n  \"format_version\": 2,\n"),
+            text.starts_with("{\n  \"format_version\": 3,\n"),
             "{}",
             &text[..80]
         );

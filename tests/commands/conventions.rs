@@ -313,9 +313,9 @@ fn report_json_carries_its_format_version() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let v: Value = serde_json::from_str(&text).expect("report --format json prints JSON");
-    assert_eq!(v["format_version"], 2, "{text}");
+    assert_eq!(v["format_version"], 3, "{text}");
     assert!(
-        text.starts_with("{\n  \"format_version\": 2,"),
+        text.starts_with("{\n  \"format_version\": 3,"),
         "first: {}",
         &text[..60]
     );

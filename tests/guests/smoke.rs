@@ -202,6 +202,28 @@ fn smoke(backend: &str) {
     }
     // Guest 0 and guest 1 of the same 1.0x run are distinct guests that ran concurrently.
     assert!(at(1.0).any(|r| r["guest"] == 1));
+    // Both ran the workload (background: same), so a 1.0x run's value is their mean.
+    assert_eq!(header["headline_from"], "every-guest", "{header}");
+    let model: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let cell = &model["workloads"][0]["series"][0]["cells"][1];
+    assert_eq!(cell["level"].as_f64(), Some(1.0), "{cell}");
+    let points = cell["points"].as_array().expect("a cell's points");
+    assert_eq!(points.len(), 2, "{cell}");
+    for p in points {
+        let of_guests: Vec<f64> = at(1.0)
+            .filter(|r| r["run"] == p["run"])
+            .map(|r| r["metrics"]["ops_per_sec"].as_f64().unwrap())
+            .collect();
+        assert_eq!(of_guests.len(), 2, "{p}");
+        let mean = (of_guests[0] + of_guests[1]) / 2.0;
+        assert!(
+            (p["value"].as_f64().unwrap() - mean).abs() <= 1e-9 * mean,
+            "run {}: {} against the guests' {of_guests:?}",
+            p["run"],
+            p["value"]
+        );
+    }
     // The run's reports were written next to the journal, and the table was printed.
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("lock-tas"), "{stdout}");
