@@ -81,7 +81,10 @@ fn a_command_line_runs_in_every_guest_and_its_metrics_come_from_its_output() {
     assert!(
         disturbed.is_empty(),
         "the host stayed busy through every wait, so these runs measured its other load: {:?}",
-        disturbed.iter().map(|r| &r["extra"]["disturbed"]).collect::<Vec<_>>()
+        disturbed
+            .iter()
+            .map(|r| &r["extra"]["disturbed"])
+            .collect::<Vec<_>>()
     );
     let mean_time = |level: f64| {
         let t: Vec<f64> = measured
