@@ -141,6 +141,11 @@ pub fn headline_of<R: Headline>(result: &[&R], metric: &str, from: HeadlineFrom)
     }
 }
 
+/// The records at a valid result's indices ((guest, index) pairs), in its order.
+fn records_at<'a, R>(records: &'a [R], at: &[(u32, usize)]) -> Vec<&'a R> {
+    at.iter().map(|&(_, i)| &records[i]).collect()
+}
+
 impl Headline for RunRecord {
     fn metric(&self, name: &str) -> Option<f64> {
         self.metrics.get(name).copied()
@@ -392,9 +397,7 @@ impl Settled {
     /// The valid result of a run: its counted records by guest (guest 0 first), if it has one.
     #[cfg(test)] // the sweep and the reports read a cell's at once ([`Settled::results`])
     pub fn valid_result<'a, R>(&self, records: &'a [R], key: &RunKey) -> Option<Vec<&'a R>> {
-        self.valid
-            .get(key)
-            .map(|ix| ix.iter().map(|&(_, i)| &records[i]).collect())
+        self.valid.get(key).map(|ix| records_at(records, ix))
     }
 
     pub fn has_valid_result(&self, key: &RunKey) -> bool {
@@ -475,7 +478,16 @@ impl Settled {
         range
             .into_iter()
             .flat_map(|r| self.valid.range(r))
-            .map(|(_, ix)| ix.iter().map(|&(_, i)| &records[i]).collect())
+            .map(|(_, ix)| records_at(records, ix))
+    }
+
+    /// The valid result of every measured run (each its counted records, guest 0 first), in
+    /// key order.
+    pub fn measured_results<'a, R>(&'a self, records: &'a [R]) -> impl Iterator<Item = Vec<&'a R>> + 'a {
+        self.valid
+            .iter()
+            .filter(|(k, _)| !k.warmup)
+            .map(|(_, ix)| records_at(records, ix))
     }
 }
 
@@ -498,6 +510,11 @@ mod tests {
             "argv": [], "timings": {}, "finished_at": "t",
         }))
         .unwrap()
+    }
+
+    /// Guest 0's headline values of the test cell's first 10 runs.
+    fn guest0_samples(s: &Settled, records: &[RunRecord]) -> Vec<f64> {
+        s.samples(records, &CELL, "m", 0..10, HeadlineFrom::PrimaryGuest)
     }
 
     #[test]
@@ -536,16 +553,7 @@ mod tests {
         );
         assert_eq!(s.primary(&records, &key).unwrap().attempt, 2);
         assert_eq!(s.last_attempt(&key), 2);
-        assert_eq!(
-            s.samples(
-                &records,
-                &CELL,
-                "m",
-                0..10,
-                crate::vocabulary::HeadlineFrom::PrimaryGuest
-            ),
-            [10.0]
-        );
+        assert_eq!(guest0_samples(&s, &records), [10.0]);
         assert_eq!(s.failed_runs("v", 1.0, "w"), 0);
     }
 
@@ -571,22 +579,7 @@ mod tests {
             for i in 0..records.len() {
                 assert_eq!(s.standing(i), at_once.standing(i), "split {split}, record {i}");
             }
-            assert_eq!(
-                s.samples(
-                    &records,
-                    &CELL,
-                    "m",
-                    0..10,
-                    crate::vocabulary::HeadlineFrom::PrimaryGuest
-                ),
-                at_once.samples(
-                    &records,
-                    &CELL,
-                    "m",
-                    0..10,
-                    crate::vocabulary::HeadlineFrom::PrimaryGuest
-                )
-            );
+            assert_eq!(guest0_samples(&s, &records), guest0_samples(&at_once, &records));
         }
         assert_eq!(
             (0..records.len())
@@ -614,16 +607,7 @@ mod tests {
         let s = settle(&records);
         assert!(!s.counts(0));
         assert_eq!(s.failed_runs("v", 1.0, "w"), 1);
-        assert!(
-            s.samples(
-                &records,
-                &CELL,
-                "m",
-                0..10,
-                crate::vocabulary::HeadlineFrom::PrimaryGuest
-            )
-            .is_empty()
-        );
+        assert!(guest0_samples(&s, &records).is_empty());
     }
 
     #[test]
@@ -665,16 +649,7 @@ mod tests {
         };
         assert!(s.has_valid_result(&RunKey::warm_up("v", 1.0, "w", 0, set)));
         // Never a sample, and never a measured run without a result.
-        assert!(
-            s.samples(
-                &records,
-                &CELL,
-                "m",
-                0..10,
-                crate::vocabulary::HeadlineFrom::PrimaryGuest
-            )
-            .is_empty()
-        );
+        assert!(guest0_samples(&s, &records).is_empty());
         assert_eq!(s.runs_without_result().count(), 0);
     }
 

@@ -100,14 +100,8 @@ pub struct Agreement {
 
 /// Every cell's agreement across hosts (cells with a single host are left out).
 pub fn agreement(j: &Digested, settled: &crate::journal::accounting::Settled, alpha: f64) -> Vec<Agreement> {
-    use crate::journal::accounting::{RunKey, headline_of};
-    // Each measured run's counted records (every guest's), for its headline value.
-    let mut results: BTreeMap<RunKey, Vec<&RunDigest>> = BTreeMap::new();
-    for r in settled.counted(&j.runs).filter(|r| !r.warmup) {
-        results.entry(RunKey::of(r)).or_default().push(r);
-    }
     let mut cells: BTreeMap<(String, String, String), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
-    for result in results.values() {
+    for result in settled.measured_results(&j.runs) {
         let Some(r) = result
             .iter()
             .find(|r| crate::stats::digest::is_primary_guest(r.guest))
@@ -117,7 +111,8 @@ pub fn agreement(j: &Digested, settled: &crate::journal::accounting::Settled, al
         let (Some(h), Some(info)) = (&r.host, j.header.workloads.get(&*r.workload)) else {
             continue;
         };
-        let Some(v) = headline_of(result, &info.metric, j.header.headline_from) else {
+        let Some(v) = crate::journal::accounting::headline_of(&result, &info.metric, j.header.headline_from)
+        else {
             continue;
         };
         cells

@@ -627,7 +627,12 @@ pub fn build_with_margin(
         .map(|(id, info)| {
             let metric = metric.unwrap_or(&info.metric).to_string();
             let by_cell = grouped.get(id.as_str()).unwrap_or(&no_records);
-            let records = |v: usize, l: usize| by_cell.get(&(v, l)).map_or(&[][..], Vec::as_slice);
+            let cells: HashMap<(usize, usize), CellRecords<'_>> = by_cell
+                .iter()
+                .map(|(&k, recs)| (k, CellRecords::of(recs, header.headline_from)))
+                .collect();
+            let none = CellRecords::of(&[], header.headline_from);
+            let records = |v: usize, l: usize| cells.get(&(v, l)).unwrap_or(&none);
             let lock = by_cell
                 .values()
                 .flatten()
@@ -645,7 +650,7 @@ pub fn build_with_margin(
                                 .get(&(id.as_str(), v.as_str(), l.to_bits()))
                                 .copied()
                                 .unwrap_or(0);
-                            let mut c = cell(records(vi, li), l, &metric, failed, header.headline_from);
+                            let mut c = cell(records(vi, li), l, &metric, failed);
                             if let Some(a) = attempts.get(&(id.as_str(), v.as_str(), l.to_bits())) {
                                 (c.attempts, c.rejected_attempts) = *a;
                             }
@@ -656,19 +661,12 @@ pub fn build_with_margin(
                 .collect();
             let comparisons: Vec<Comparison> = (1..variants.len())
                 .map(|vi| {
-                    let per_level: Vec<(f64, &[&RunDigest], &[&RunDigest])> = levels
+                    let per_level: Vec<(f64, &CellRecords<'_>, &CellRecords<'_>)> = levels
                         .iter()
                         .enumerate()
                         .map(|(li, &l)| (l, records(0, li), records(vi, li)))
                         .collect();
-                    let mut c = compare_variant(
-                        &variants[vi],
-                        &per_level,
-                        &metric,
-                        info.better,
-                        margin,
-                        header.headline_from,
-                    );
+                    let mut c = compare_variant(&variants[vi], &per_level, &metric, info.better, margin);
                     for (row, (b, v)) in c
                         .rows
                         .iter_mut()
@@ -681,12 +679,12 @@ pub fn build_with_margin(
                 .collect();
             let mut retention: Vec<Retention> = (0..variants.len())
                 .filter_map(|vi| {
-                    let per_level: Vec<(f64, &[&RunDigest])> = levels
+                    let per_level: Vec<(f64, &CellRecords<'_>)> = levels
                         .iter()
                         .enumerate()
                         .map(|(li, &l)| (l, records(vi, li)))
                         .collect();
-                    retention_of(&variants[vi], &per_level, &metric, margin, header.headline_from)
+                    retention_of(&variants[vi], &per_level, &metric, margin)
                 })
                 .collect();
             retention_against_baseline(&mut retention, &comparisons, margin);
@@ -810,53 +808,73 @@ fn metric_values<'a>(records: impl Iterator<Item = &'a RunDigest>, metric: &str)
         .unzip()
 }
 
-/// A cell's valid measured results, in the order of their primary records, each its primary
-/// record and its headline value of `metric` ([`headline_of`]: guest 0's, or every guest's
-/// mean). `records` are the cell's counted ones (every guest's), so each measured run's are
-/// one attempt's.
-fn headlines<'a>(
+/// A cell's counted records (every guest's, in journal order) with its valid measured results
+/// grouped once: each its primary record and its attempt's records, in the order of the
+/// primary records. What every figure of the cell reads its headline values from.
+struct CellRecords<'a> {
     records: &'a [&'a RunDigest],
-    metric: &str,
+    results: Vec<(&'a RunDigest, Vec<&'a RunDigest>)>,
     from: HeadlineFrom,
-) -> Vec<(&'a RunDigest, f64)> {
-    let mut of_run: HashMap<u32, Vec<&'a RunDigest>> = HashMap::new();
-    if from == HeadlineFrom::EveryGuest {
+}
+
+impl<'a> CellRecords<'a> {
+    fn of(records: &'a [&'a RunDigest], from: HeadlineFrom) -> Self {
+        // The counted records of a measured run are one attempt's.
+        let mut of_run: HashMap<u32, Vec<&'a RunDigest>> = HashMap::new();
         for &r in records.iter().filter(|r| r.ok && !r.warmup) {
             of_run.entry(r.run).or_default().push(r);
         }
+        let results = primary(records)
+            .map(|p| (p, of_run.remove(&p.run).unwrap_or_default()))
+            .collect();
+        Self {
+            records,
+            results,
+            from,
+        }
     }
-    primary(records)
-        .filter_map(|p| {
-            let value = match of_run.get(&p.run) {
-                Some(result) => headline_of(result, metric, from),
-                None => p.metric(metric),
-            }?;
-            Some((p, value))
-        })
-        .collect()
-}
 
-/// [`headlines`]' values and runs.
-fn headline_values<'a>(
-    records: &'a [&'a RunDigest],
-    metric: &str,
-    from: HeadlineFrom,
-) -> (Vec<f64>, Vec<u32>) {
-    headlines(records, metric, from)
-        .into_iter()
-        .map(|(r, v)| (v, r.run))
-        .unzip()
+    /// Each valid result's primary record and its headline value of `metric`
+    /// ([`headline_of`]: guest 0's, or every guest's mean).
+    fn headlines<'s>(&'s self, metric: &'s str) -> impl Iterator<Item = (&'a RunDigest, f64)> + 's {
+        self.results
+            .iter()
+            .filter_map(move |(p, result)| Some((*p, headline_of(result, metric, self.from)?)))
+    }
+
+    /// [`Self::headlines`]' values and runs.
+    fn headline_values(&self, metric: &str) -> (Vec<f64>, Vec<u32>) {
+        self.headlines(metric).map(|(r, v)| (v, r.run)).unzip()
+    }
+
+    /// The headline values with where the design put them; with `quiet_only`, not those
+    /// counted though the host disturbed them.
+    fn samples(&self, metric: &str, quiet_only: bool) -> Vec<Sample<'a>> {
+        self.headlines(metric)
+            .filter(|(r, _)| !(quiet_only && r.disturbed()))
+            .map(|(r, value)| Sample {
+                value,
+                run: r.run,
+                host: r.host.as_deref(),
+                boot: r.slot.0,
+                bring_up: r.slot.1,
+                block: r.block,
+                weight: Sample::weight_of(r.slices),
+            })
+            .collect()
+    }
 }
 
 /// One cell from its counted records, in journal order.
-fn cell(records: &[&RunDigest], level: f64, metric: &str, failed: usize, from: HeadlineFrom) -> Cell {
-    let (samples, runs) = headline_values(records, metric, from);
+fn cell(of: &CellRecords<'_>, level: f64, metric: &str, failed: usize) -> Cell {
+    let records = of.records;
+    let (samples, runs) = of.headline_values(metric);
     let others = records
         .iter()
         .copied()
         .filter(|r| r.ok && !r.warmup && !super::digest::is_primary_guest(r.guest));
     let (other_samples, _) = metric_values(others, metric);
-    let metric_mean = |name: &str| mean(&headline_values(records, name, from).0);
+    let metric_mean = |name: &str| mean(&of.headline_values(name).0);
     // Each run's records (one attempt's: only its valid one counts), for the host's share.
     let mut by_run: HashMap<(u32, bool, u32), Vec<&RunDigest>> = HashMap::new();
     for r in records {
@@ -912,48 +930,24 @@ fn effect_or_why(tested: Result<Effect, String>) -> (Option<Effect>, Option<Stri
     }
 }
 
-/// A cell's valid primary results with where the design put them; with `quiet_only`, not
-/// those counted though the host disturbed them.
-fn samples<'a>(
-    records: &'a [&'a RunDigest],
-    metric: &str,
-    quiet_only: bool,
-    from: HeadlineFrom,
-) -> Vec<Sample<'a>> {
-    headlines(records, metric, from)
-        .into_iter()
-        .filter(|(r, _)| !(quiet_only && r.disturbed()))
-        .map(|(r, value)| Sample {
-            value,
-            run: r.run,
-            host: r.host.as_deref(),
-            boot: r.slot.0,
-            bring_up: r.slot.1,
-            block: r.block,
-            weight: Sample::weight_of(r.slices),
-        })
-        .collect()
-}
-
 fn compare_variant(
     variant: &str,
-    per_level: &[(f64, &[&RunDigest], &[&RunDigest])],
+    per_level: &[(f64, &CellRecords<'_>, &CellRecords<'_>)],
     metric: &str,
     better: Better,
     margin: f64,
-    from: HeadlineFrom,
 ) -> Comparison {
     let rows: Vec<Row> = per_level
         .iter()
-        .map(|&(level, base_records, variant_records)| {
-            let (b, _) = headline_values(base_records, metric, from);
-            let (v, _) = headline_values(variant_records, metric, from);
+        .map(|&(level, base_of, variant_of)| {
+            let (b, _) = base_of.headline_values(metric);
+            let (v, _) = variant_of.headline_values(metric);
             let (base, var) = (summarize(&b), summarize(&v));
             let tested = match (b.is_empty(), v.is_empty()) {
                 (true, _) | (_, true) => Err("no results on a side".to_string()),
                 _ => super::effect::compare(
-                    &samples(base_records, metric, false, from),
-                    &samples(variant_records, metric, false, from),
+                    &base_of.samples(metric, false),
+                    &variant_of.samples(metric, false),
                     margin,
                 ),
             };
@@ -962,13 +956,10 @@ fn compare_variant(
             let improvement_pct = effect
                 .as_ref()
                 .and_then(|e| improvement_of_ratio(e.ratio, better));
-            let runs_left_out =
-                disturbed_runs(base_records, metric).len() + disturbed_runs(variant_records, metric).len();
+            let runs_left_out = disturbed_runs(base_of.records, metric).len()
+                + disturbed_runs(variant_of.records, metric).len();
             let without_disturbed = (runs_left_out > 0).then(|| {
-                let (b, v) = (
-                    samples(base_records, metric, true, from),
-                    samples(variant_records, metric, true, from),
-                );
+                let (b, v) = (base_of.samples(metric, true), variant_of.samples(metric, true));
                 let (effect, why) = effect_or_why(if b.is_empty() || v.is_empty() {
                     Err("every run of a side was disturbed".to_string())
                 } else {
@@ -1050,14 +1041,13 @@ fn retention_against_baseline(retention: &mut [Retention], comparisons: &[Compar
 /// A variant's retention: each higher level against its lowest level with results.
 fn retention_of(
     variant: &str,
-    per_level: &[(f64, &[&RunDigest])],
+    per_level: &[(f64, &CellRecords<'_>)],
     metric: &str,
     margin: f64,
-    from: HeadlineFrom,
 ) -> Option<Retention> {
     let mut with_results = per_level
         .iter()
-        .map(|&(l, records)| (l, samples(records, metric, false, from)))
+        .map(|&(l, of)| (l, of.samples(metric, false)))
         .filter(|(_, s)| !s.is_empty());
     let (from_level, lowest) = with_results.next()?;
     let rows: Vec<RetentionRow> = with_results
