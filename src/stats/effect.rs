@@ -15,8 +15,8 @@
 //!
 //! The effect is the geometric mean of the ratios with a Student t interval on their
 //! logarithms (unpaired: Welch's on each side's log values). Where the units are of unequal
-//! size (sliced rounds give the comparisons still open more slices once others have left the
-//! round: `sweep::sliced`'s `SliceSpec::for_round`), each unit weighs as its slices do:
+//! size (journals of earlier versions gave a sliced round's comparisons still open the slices
+//! of those that had left it), each unit weighs as its slices do:
 //! a weighted mean of the log ratios, its standard error the sandwich (robust) estimate, which
 //! needs no model of how a unit's spread shrinks with its size, and Kish's effective number of
 //! units less one as the degrees of freedom ([`paired`]). With equal sizes these are the plain

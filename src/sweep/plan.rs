@@ -77,9 +77,28 @@ impl BootGroup {
         }
     }
 
-    /// The most measured runs of any of its cells: the group's rounds.
+    /// The most rounds any of its cells can be in ([`Cell::rounds_at_most`]): the group's
+    /// rounds.
     pub fn rounds(&self) -> u32 {
-        self.cells.iter().map(|c| c.max_runs).max().unwrap_or(0)
+        self.cells.iter().map(|c| c.rounds_at_most).max().unwrap_or(0)
+    }
+
+    /// How many arms a sliced round of `cell`'s workload has at its start: the group's cells
+    /// sliced with it, itself included (0 for a cell that runs whole).
+    pub fn arms_of(&self, cell: &Cell) -> usize {
+        self.cells.iter().filter(|c| c.sliced_with(cell)).count()
+    }
+
+    /// A sliced cell's budget under `runs: {until: concluded}` ([`Cell::rounds_at_most`]):
+    /// how many arms its rounds start with, where its workload's baseline is sliced with it
+    /// in the group; None where its rounds are simply counted up to `max_runs`.
+    pub fn budget_arms(&self, cell: &Cell, baseline: &str) -> Option<usize> {
+        let arms = self.arms_of(cell);
+        let baseline_sliced = self
+            .cells
+            .iter()
+            .any(|c| c.variant == baseline && c.sliced_with(cell));
+        (cell.concluded.is_some() && arms >= 2 && baseline_sliced).then_some(arms)
     }
 
     /// The fewest measured runs of any of its cells: the rounds always made.
@@ -170,8 +189,18 @@ pub struct Cell {
     pub argv: Vec<String>,
     /// Measured runs always made.
     pub runs: u32,
-    /// Most measured runs; more than `runs` only with a CV target.
+    /// Most measured runs; more than `runs` only with a CV target or `until: concluded`.
+    /// Of a sliced cell under `until: concluded`, the rounds' budget in full rounds (see
+    /// `rounds_at_most`).
     pub max_runs: u32,
+    /// The most rounds the cell can be in: `max_runs`, but for a sliced cell under `runs:
+    /// {until: concluded}` whose baseline is sliced with it, ⌈`max_runs` × arms / 2⌉. Its
+    /// rounds are shorter once comparisons concluded and left them (each arm keeps its
+    /// slices), so the comparisons still open get more rounds — more units, more degrees of
+    /// freedom — within the time of `max_runs` whole rounds: a cell has enough once its
+    /// rounds spent that many rounds' worth of arms (`sweep::stopping`), at most when only it
+    /// and the baseline are left.
+    pub rounds_at_most: u32,
     pub target_cv: Option<f64>,
     /// Effect to make detectable against the baseline (see `sweep::stopping`).
     pub target_mde: Option<f64>,
@@ -181,6 +210,14 @@ pub struct Cell {
     /// Set where this cell's variant shares its guests with others and its workload is sliced
     /// ([`super::sliced`]): a round runs the workload's sliced cells as one payload run.
     pub slice: Option<super::sliced::SliceSpec>,
+}
+
+impl Cell {
+    /// Whether two cells run in one sliced run when both are due: the same workload, sliced
+    /// alike.
+    pub fn sliced_with(&self, other: &Cell) -> bool {
+        self.slice.is_some() && self.workload.id == other.workload.id && self.slice == other.slice
+    }
 }
 
 /// How boots are shared and runs ordered.
@@ -325,6 +362,7 @@ impl Plan {
                             argv,
                             runs,
                             max_runs,
+                            rounds_at_most: max_runs,
                             target_cv,
                             target_mde: s.runs.target_mde(),
                             concluded: None,
@@ -356,9 +394,23 @@ impl Plan {
         for cell in boots.iter_mut().flat_map(|b| &mut b.cells) {
             cell.concluded = concluded;
         }
+        let baseline = expand::baseline(s);
+        for group in &mut boots {
+            let at_most: Vec<u32> = group
+                .cells
+                .iter()
+                .map(|c| match group.budget_arms(c, &baseline) {
+                    Some(arms) => (c.max_runs as usize * arms).div_ceil(2) as u32,
+                    None => c.max_runs,
+                })
+                .collect();
+            for (cell, n) in group.cells.iter_mut().zip(at_most) {
+                cell.rounds_at_most = n;
+            }
+        }
         Ok(Self {
             name: s.name.clone(),
-            baseline: expand::baseline(s),
+            baseline,
             variants: variants.iter().map(|v| v.name.clone()).collect(),
             levels: s.levels.clone(),
             workloads,

@@ -485,7 +485,7 @@ impl<E: Executor> Scheduler<'_, E> {
             self.sync();
             let cell = &group.cells[c];
             match self.next_run(group, cell, round, state.broken.is_some()) {
-                Next::Done => self.progress.run_done(),
+                Next::Done => self.count_done(cell, round),
                 Next::Enough => self.stop(group, state, c, round),
                 Next::Run => {
                     let sliced = self.sliced_with(group, state, &order[at..], round);
@@ -512,6 +512,15 @@ impl<E: Executor> Scheduler<'_, E> {
         self.progress.skip(left as u64);
     }
 
+    /// Counts a cell's measured run `run` made (or found made) on the progress bar, which counts
+    /// `max_runs` a cell ([`Plan::measured_runs`]): a sliced cell's rounds past them are made
+    /// in the time of the runs its concluded peers skipped ([`Cell::rounds_at_most`]).
+    fn count_done(&self, cell: &Cell, run: u32) {
+        if run < cell.max_runs {
+            self.progress.run_done();
+        }
+    }
+
     /// Whether measured run `run` of a group's cells is this host's to make.
     fn takes(&self, group: &BootGroup, run: u32) -> bool {
         self.share.takes(group.share_unit(run))
@@ -519,7 +528,7 @@ impl<E: Executor> Scheduler<'_, E> {
 
     /// Whether a cell still has a measured run to make.
     fn has_work(&self, group: &BootGroup, cell: &Cell) -> bool {
-        for i in (0..cell.max_runs).filter(|&i| self.takes(group, i)) {
+        for i in (0..cell.rounds_at_most).filter(|&i| self.takes(group, i)) {
             match self.next_run(group, cell, i, false) {
                 Next::Done => continue,
                 Next::Enough => return false,
@@ -566,7 +575,7 @@ impl<E: Executor> Scheduler<'_, E> {
             let ended = self.attempt(group, state, cell, id, &facts).await?;
             if ended == Ended::Counted {
                 self.totals.runs_ok += 1;
-                self.progress.run_done();
+                self.count_done(cell, run);
                 return Ok(());
             }
             if !tries.retry_left(ended, &self.plan.timeouts) {
@@ -762,7 +771,7 @@ impl<E: Executor> Scheduler<'_, E> {
             "{}x {} {} run {run}: given up after {attempts} attempts (the report counts it as failed)",
             group.level, cell.variant, cell.workload.id
         ));
-        self.progress.run_done();
+        self.count_done(cell, run);
     }
 
     /// A run the group's workers could not be brought up for: journaled failed, with why.
@@ -778,7 +787,7 @@ impl<E: Executor> Scheduler<'_, E> {
         let why = state.broken.clone().unwrap_or_default();
         self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
         self.totals.runs_failed += 1;
-        self.progress.run_done();
+        self.count_done(cell, run);
         Ok(())
     }
 
@@ -1057,7 +1066,7 @@ pub fn work_left(plan: &Plan, records: &[RunRecord]) -> usize {
     let mut left = 0;
     for group in &plan.boots {
         for cell in &group.cells {
-            for run in 0..cell.max_runs {
+            for run in 0..cell.rounds_at_most {
                 match next_run(&settled, records, plan, group, cell, run, false) {
                     Next::Done => {}
                     Next::Enough => break,

@@ -31,35 +31,7 @@ impl SliceSpec {
     pub fn run_seconds(&self, arms: usize) -> f64 {
         (arms as f64 * f64::from(self.slices_per_arm) * self.period_ms as f64) / 1000.0
     }
-
-    /// The spec of a round run by `arms` of the `sharing` arms that share it at the start: the
-    /// round keeps its length, the slices of the arms that left it (their comparisons
-    /// concluded) going to those still open — `sharing × slices_per_arm` slices over `arms`
-    /// arms, at most [`MAX_SLICE_GROWTH`] times an arm's asked slices, and a whole number of
-    /// mirrored pairs of passes (an even count) so each arm's mean position stays the same.
-    /// Why: an open comparison's round is the noisier the fewer its slices (the slices of a
-    /// round vary nearly independently: `docs/src/lab.md`), and a round of two arms would
-    /// otherwise take a fifth of a round of ten. The comparison weighs each round by its slices
-    /// ([`crate::stats::effect`]).
-    pub fn for_round(self, arms: usize, sharing: usize) -> SliceSpec {
-        if arms == 0 || arms >= sharing {
-            return self;
-        }
-        let asked = u64::from(self.slices_per_arm);
-        let even_up = |n: u64| n + n % 2;
-        let spread = (sharing as u64 * asked).div_ceil(arms as u64);
-        let slices = even_up(spread.min(asked * u64::from(MAX_SLICE_GROWTH)));
-        SliceSpec {
-            slices_per_arm: u32::try_from(slices).unwrap_or(u32::MAX),
-            ..self
-        }
-    }
 }
-
-/// The most an arm's slices in a round grow by when other arms have left it
-/// ([`SliceSpec::for_round`]): a round of one open comparison among many (two arms left of
-/// twenty) stays within eight of the arm's own runs.
-pub const MAX_SLICE_GROWTH: u32 = 8;
 
 /// Room in a slice's period for its set-up and teardown (a lock run's two 20 ms TSC
 /// calibrations, its threads' start and join), ms. A slice whose predecessor overran starts
@@ -263,34 +235,6 @@ pub fn stand_together(per_arm: &mut [Vec<RunRecord>]) {
 mod tests {
     use super::*;
 
-    /// A round keeps its length as arms leave it: their slices go to the open arms, in an even
-    /// count, never past [`MAX_SLICE_GROWTH`] times the asked.
-    #[test]
-    fn a_round_gives_the_slices_of_the_arms_that_left_to_those_still_open() {
-        let spec = |slices_per_arm| SliceSpec {
-            slice_ms: 300,
-            period_ms: 500,
-            open_after_ms: 100,
-            slices_per_arm,
-        };
-        let per_arm = |asked, arms, sharing| spec(asked).for_round(arms, sharing).slices_per_arm;
-        assert_eq!(per_arm(10, 10, 10), 10, "every arm still there");
-        assert_eq!(per_arm(10, 5, 10), 20);
-        assert_eq!(per_arm(10, 4, 10), 26, "25 evened up");
-        assert_eq!(per_arm(10, 2, 10), 50);
-        assert_eq!(per_arm(10, 2, 20), 80, "at most 8 × the asked");
-        assert_eq!(per_arm(3, 2, 3), 6, "4.5 up to a pair of passes");
-        assert_eq!(per_arm(10, 0, 10), 10);
-        // The round's length stays within a pair of passes of the asked.
-        let asked = spec(10).run_seconds(10);
-        for arms in 2..=10 {
-            let now = spec(10).for_round(arms, 10).run_seconds(arms);
-            assert!(
-                now >= asked && now <= asked + 2.0 * arms as f64 * 0.5,
-                "{arms}: {now}"
-            );
-        }
-    }
     use std::collections::BTreeMap;
 
     fn s(words: &[&str]) -> Vec<String> {

@@ -162,8 +162,54 @@ fn decided_at(
 /// saves work).
 fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) -> bool) -> Option<u32> {
     (cell.runs.min(judged)..=judged)
-        .filter(|&r| group.may_stop_before(r, cell.max_runs))
+        .filter(|&r| group.may_stop_before(r, cell.rounds_at_most))
         .find(|&r| enough(r))
+}
+
+/// How far a cell's rounds before a slot have gone towards its most runs, in whole rounds
+/// times `per_round` ([`Spent::full`]): a round counts 1 ([`Spent::Rounds`]), or, for a
+/// sliced cell under `runs: {until: concluded}` ([`crate::sweep::plan::Cell::rounds_at_most`]),
+/// by the arms it ran of the `arms` it started with ([`Spent::Arms`]): a round of 3 of 10
+/// arms spends 0.3 of a round's time.
+enum Spent {
+    Rounds,
+    Arms(usize),
+}
+
+impl Spent {
+    fn of(plan: &Plan, group: &BootGroup, cell: &Cell) -> Self {
+        match group.budget_arms(cell, &plan.baseline) {
+            Some(arms) => Spent::Arms(arms),
+            None => Spent::Rounds,
+        }
+    }
+
+    /// `rounds` whole rounds, in the unit [`Spent::before`] counts.
+    fn full(&self, rounds: u32) -> u64 {
+        match self {
+            Spent::Rounds => u64::from(rounds),
+            Spent::Arms(arms) => u64::from(rounds) * *arms as u64,
+        }
+    }
+
+    /// What the rounds before slot `r` spent: `r`, or the arms with an attempt journaled in
+    /// each (the cells sliced with `cell`; a round's arms are attempted together, on
+    /// whichever host made it).
+    fn before(&self, settled: &Settled, group: &BootGroup, cell: &Cell, r: u32) -> u64 {
+        match self {
+            Spent::Rounds => u64::from(r),
+            Spent::Arms(_) => {
+                let arms: Vec<&Cell> = group.cells.iter().filter(|c| c.sliced_with(cell)).collect();
+                (0..r)
+                    .map(|j| {
+                        arms.iter()
+                            .filter(|c| settled.last_attempt(&measured_key(group, c, j)) > 0)
+                            .count() as u64
+                    })
+                    .sum()
+            }
+        }
+    }
 }
 
 /// [`decided_at`] under `runs: {until: concluded}` ([`Concluded`]). A variant's cell has
@@ -187,7 +233,7 @@ fn decided_by_conclusion<'a>(
         level: group.level,
         workload: &cell.workload.id,
     };
-    let stops = |r: u32| group.may_stop_before(r, cell.max_runs);
+    let stops = |r: u32| group.may_stop_before(r, cell.rounds_at_most);
     if cell.variant == plan.baseline {
         let level = plan
             .level_boots
@@ -203,7 +249,12 @@ fn decided_by_conclusion<'a>(
                 last = last.max(decided_by_conclusion(settled, records, plan, g, c, run, rule)?);
             }
         }
-        return (last.min(run)..=run).find(|&r| stops(r) && (r >= last || r >= cell.max_runs));
+        let spent = Spent::of(plan, group, cell);
+        let budget = spent.full(cell.max_runs);
+        return (last.min(run)..=run).find(|&r| {
+            stops(r)
+                && (r >= last || r >= cell.rounds_at_most || spent.before(settled, group, cell, r) >= budget)
+        });
     }
     let (this, base) = (key(&cell.variant), key(&plan.baseline));
     let attempted = |k: &CellKey<'_>, j: u32| {
@@ -224,13 +275,24 @@ fn decided_by_conclusion<'a>(
     // corrected for.
     // The plan's α was corrected for the looks of this same period.
     let every = group.balanced_every(plan.schedule.order);
-    let balanced = |r: u32| r.is_multiple_of(every) || r >= cell.max_runs;
+    let last = cell.rounds_at_most;
+    let balanced = |r: u32| r.is_multiple_of(every) || r >= last;
+    // A look at p rounds is at the first slot whose rounds before it spent p whole rounds
+    // (the slot p itself until comparisons leave a sliced round), up to the judged slots:
+    // the rounds after them are not journaled yet.
+    let spent = Spent::of(plan, group, cell);
+    let spent_before: Vec<u64> = (0..=judged.min(last))
+        .map(|r| spent.before(settled, group, cell, r))
+        .collect();
+    let reached =
+        |p: u32, r: u32| r >= last || spent_before.get(r as usize).is_some_and(|&s| s >= spent.full(p));
     let looks: Vec<u32> = look_points(cell.runs, cell.max_runs, every)
         .into_iter()
-        .filter_map(|p| (p..=cell.max_runs).find(|&r| stops(r) && balanced(r)))
+        .filter_map(|p| (p..=judged.min(last)).find(|&r| stops(r) && balanced(r) && reached(p, r)))
         .collect();
     first_stop(group, cell, judged, |r| {
-        r >= cell.max_runs || (looks.contains(&r) && rule.reached(&before(&base, r), &before(&this, r)))
+        reached(cell.max_runs, r)
+            || (looks.contains(&r) && rule.reached(&before(&base, r), &before(&this, r)))
     })
 }
 
@@ -417,6 +479,87 @@ mod tests {
             .filter(|r| !(r.variant == "a" && r.run == 1))
             .collect();
         assert_eq!(next_of(&p, &gap, "b", 3, false), Next::Run);
+    }
+
+    /// Sliced rounds shrink as comparisons conclude, and a look at p rounds falls where the
+    /// rounds spent p whole rounds' worth of arms: of four arms, b concludes at 3 rounds
+    /// (12 arm-runs spent), then rounds of three spend 3 each, so the look at 5 rounds (20) is
+    /// before slot 6 (21), not 5 (18); once c has concluded too, the budget of 12 whole rounds
+    /// (48) is spent before slot 20 (21 + 14 × 2); no cell is in more than 12 × 4 / 2 = 24
+    /// rounds.
+    #[test]
+    fn sliced_rounds_look_and_stop_by_the_rounds_they_spent() {
+        let p = plan_of(
+            &[("a", "tas"), ("b", "ticket"), ("c", "mcs"), ("d", "clh")],
+            "{until: concluded, min: 3, max: 12}",
+            "",
+        );
+        assert!(p.boots[0].cells.iter().all(|c| c.slice.is_some()));
+        assert!(
+            p.boots[0]
+                .cells
+                .iter()
+                .all(|c| c.max_runs == 12 && c.rounds_at_most == 24)
+        );
+        // c: unclear over 3 rounds (log ratios −0.69, −0.11, −0.69: t 2.5 on 2 df), clear over 6
+        // (three more at 0.6: t 5.8 on 5 df, p 0.002 < 0.05 / (3 × 4)); d swings ±20 %.
+        let c_ratio = [0.5, 0.9, 0.5, 0.6, 0.6, 0.6];
+        let rounds = |n: u32| -> Vec<RunRecord> {
+            (0..n)
+                .flat_map(|r| {
+                    let d = if r % 2 == 0 { 120.0 } else { 80.0 };
+                    let mut made = vec![
+                        record("a", r, 0, 100.0),
+                        record("c", r, 0, 100.0 * c_ratio.get(r as usize).copied().unwrap_or(1.0)),
+                        record("d", r, 0, d),
+                    ];
+                    if r < 3 {
+                        made.push(record("b", r, 0, [150.0, 151.0, 149.0][r as usize]));
+                    }
+                    made
+                })
+                .collect()
+        };
+        assert_eq!(next_of(&p, &rounds(3), "b", 3, false), Next::Enough);
+        assert_eq!(
+            next_of(&p, &rounds(3), "c", 3, false),
+            Next::Run,
+            "not at 3 rounds"
+        );
+        assert_eq!(
+            next_of(&p, &rounds(5), "c", 5, false),
+            Next::Run,
+            "slot 5 is no look: 18 of 20 arm-runs spent"
+        );
+        assert_eq!(
+            next_of(&p, &rounds(6), "c", 6, false),
+            Next::Enough,
+            "the look at 5 rounds"
+        );
+        // d runs on past 12 rounds, until the budget is spent.
+        assert_eq!(next_of(&p, &rounds(12), "d", 12, false), Next::Run);
+        let spent: Vec<RunRecord> = rounds(15)
+            .into_iter()
+            .filter(|r| !(r.variant == "c" && r.run >= 6))
+            .collect();
+        // With c gone after slot 6 the rounds of a and d spend 2 each: 12 + 3 × 3 + 2 × k ≥ 48
+        // at k = 14, before slot 20.
+        assert_eq!(next_of(&p, &spent, "d", 15, false), Next::Run);
+        let more = |to: u32| -> Vec<RunRecord> {
+            spent
+                .iter()
+                .cloned()
+                .chain((15..to).flat_map(|r| [record("a", r, 0, 100.0), record("d", r, 0, 100.0)]))
+                .collect()
+        };
+        assert_eq!(next_of(&p, &more(19), "d", 19, false), Next::Run, "47 of 48");
+        let more = more(20);
+        assert_eq!(next_of(&p, &more, "d", 20, false), Next::Enough);
+        assert_eq!(
+            next_of(&p, &more, "a", 20, false),
+            Next::Enough,
+            "the baseline with it"
+        );
     }
 
     /// In a blocked group the rule judges each block's geometric mean, at blocks' ends only.

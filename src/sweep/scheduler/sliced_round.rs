@@ -41,9 +41,9 @@ impl<E: Executor> Scheduler<'_, E> {
                 .sliced_attempt(group, state, cells, run, &attempts, &facts)
                 .await?;
             if ended == Ended::Counted {
-                for _ in cells {
+                for c in cells {
                     self.totals.runs_ok += 1;
-                    self.progress.run_done();
+                    self.count_done(c, run);
                 }
                 return Ok(());
             }
@@ -73,12 +73,7 @@ impl<E: Executor> Scheduler<'_, E> {
         state.seq += 1;
         let asked = cells[0].slice.expect("a sliced cell has its slice");
         // Every cell of the group sliced with these: the round's arms at its start.
-        let sharing = group
-            .cells
-            .iter()
-            .filter(|c| sliced_together(c, cells[0]))
-            .count();
-        let spec = asked.for_round(cells.len(), sharing);
+        let spec = asked;
         let arms: Vec<&[String]> = cells.iter().map(|c| c.argv.as_slice()).collect();
         let argv = sliced::argv(spec, &arms);
         let outcome = self
@@ -139,14 +134,9 @@ impl<E: Executor> Scheduler<'_, E> {
             .filter(|&c| {
                 let cell = &group.cells[c];
                 !state.stopped[c]
-                    && sliced_together(cell, first)
+                    && cell.sliced_with(first)
                     && (c == order[0] || self.next_run(group, cell, round, broken) == Next::Run)
             })
             .collect()
     }
-}
-
-/// Whether two cells run in one sliced run when both are due: the same workload, sliced alike.
-fn sliced_together(a: &Cell, b: &Cell) -> bool {
-    a.slice.is_some() && a.workload.id == b.workload.id && a.slice == b.slice
 }

@@ -2310,11 +2310,13 @@ async fn a_sliced_workload_runs_each_round_as_one_run_of_every_variant() {
     assert_eq!(o.progress, o.total);
 }
 
-/// Once a comparison is concluded its variant leaves the sliced rounds, and the round keeps its
-/// length: the arms still open get the slices it had (3 arms of 4 slices, then 2 arms of 6),
-/// and every record says how many slices its value is over.
+/// Once a comparison is concluded its variant leaves the sliced rounds, which get shorter
+/// (each arm keeps its 4 slices), and the comparison still open gets more of them within the
+/// time of `max` whole rounds: 8 rounds of 3 arms are 24 arm-runs; after 3 rounds of 3 (9),
+/// rounds of 2 until 24 are spent (9 + 8 × 2 = 25 ≥ 24 before round 11), so c and the
+/// baseline make 11 rounds, the most a cell may ([`Cell::rounds_at_most`]) being 12.
 #[tokio::test]
-async fn a_sliced_round_gives_the_slices_of_concluded_variants_to_the_open_ones() {
+async fn a_sliced_round_shrinks_as_variants_conclude_and_the_open_ones_get_more_rounds() {
     let dir = tempfile::tempdir().unwrap();
     let script = Script {
         // b (ticket) is a clear half of a (the baseline); c (mcs) swings ±30 % a round.
@@ -2332,6 +2334,18 @@ async fn a_sliced_round_gives_the_slices_of_concluded_variants_to_the_open_ones(
         "runs: {until: concluded, min: 3, max: 8}
 ",
     );
+    assert!(
+        plan.boots[0]
+            .cells
+            .iter()
+            .all(|c| c.max_runs == 8 && c.rounds_at_most == 12),
+        "{:?}",
+        plan.boots[0]
+            .cells
+            .iter()
+            .map(|c| c.rounds_at_most)
+            .collect::<Vec<_>>()
+    );
     let o = sweep(&plan, script, vec![], dir.path()).await;
     let per_call: Vec<(usize, String)> = o
         .calls
@@ -2345,15 +2359,17 @@ async fn a_sliced_round_gives_the_slices_of_concluded_variants_to_the_open_ones(
         .collect();
     let (three, two) = per_call.split_at(3);
     assert!(three.iter().all(|c| *c == (3, "4".to_string())), "{per_call:?}");
-    assert!(
-        !two.is_empty() && two.iter().all(|c| *c == (2, "6".to_string())),
-        "{per_call:?}"
-    );
+    assert_eq!(two.len(), 8, "{per_call:?}");
+    assert!(two.iter().all(|c| *c == (2, "4".to_string())), "{per_call:?}");
     assert_eq!(guest0_runs(&o.records, "b"), 3, "{}", brief(&o.records));
+    assert_eq!(guest0_runs(&o.records, "c"), 11, "{}", brief(&o.records));
+    assert_eq!(guest0_runs(&o.records, "a"), 11, "{}", brief(&o.records));
     for r in o.records.iter().filter(|r| r.ok && !r.warmup) {
-        let want = if r.run < 3 { 4 } else { 6 };
-        assert_eq!(r.slices, Some(want), "{} run {}", r.variant, r.run);
+        assert_eq!(r.slices, Some(4), "{} run {}", r.variant, r.run);
     }
+    // The bar counts 8 runs a cell: b's 5 skipped pay for the rounds past 8 of a and c.
+    assert_eq!(o.progress, o.total);
+    assert_eq!(crate::sweep::scheduler::work_left(&plan, &o.records), 0);
 }
 
 /// A variant's slice refused by its self-checks fails the whole sliced attempt: the refused
