@@ -318,6 +318,10 @@ struct GroupState {
     /// Cells with no measured run left to make on this host (their count or target met, or
     /// done before): they are not warmed.
     stopped: Vec<bool>,
+    /// The progress bar's runs left (on this host) of the group's cells that share a budget of
+    /// rounds' time ([`Cell::rounds_at_most`]): each run of theirs counts one until it is
+    /// spent, and what is left counts when the last of them stops.
+    budget_left: u64,
 }
 
 /// How an attempt ended.
@@ -435,6 +439,12 @@ impl<E: Executor> Scheduler<'_, E> {
         }
         self.totals.groups += 1;
         tracing::info!(level = group.level, variants = ?group.variants, guests = group.guests, blocks = group.blocks(), "starting boot group");
+        let budget_left = cells
+            .iter()
+            .zip(&active)
+            .filter(|(c, a)| **a && self.budgeted(group, c))
+            .map(|(c, _)| (0..c.max_runs).filter(|&r| self.takes(group, r)).count() as u64)
+            .sum();
         Some(GroupState {
             index,
             block: 0,
@@ -444,6 +454,7 @@ impl<E: Executor> Scheduler<'_, E> {
             seq: 0,
             broken: None,
             stopped: active.iter().map(|a| !a).collect(),
+            budget_left,
         })
     }
 
@@ -460,6 +471,9 @@ impl<E: Executor> Scheduler<'_, E> {
             if self.takes(group, round) {
                 self.run_round(group, state, round).await?;
             }
+        }
+        if block + 1 >= group.blocks() {
+            self.spend_budget(state);
         }
         // The next block of this group is made on fresh guests, after the other groups' blocks.
         if state.up.take().is_some() {
@@ -485,7 +499,7 @@ impl<E: Executor> Scheduler<'_, E> {
             self.sync();
             let cell = &group.cells[c];
             match self.next_run(group, cell, round, state.broken.is_some()) {
-                Next::Done => self.count_done(cell, round),
+                Next::Done => self.count_done(group, state, cell),
                 Next::Enough => self.stop(group, state, c, round),
                 Next::Run => {
                     let sliced = self.sliced_with(group, state, &order[at..], round);
@@ -506,17 +520,41 @@ impl<E: Executor> Scheduler<'_, E> {
     /// left on this host count as done.
     fn stop(&mut self, group: &BootGroup, state: &mut GroupState, c: usize, run: u32) {
         state.stopped[c] = true;
-        let left = (run..group.cells[c].max_runs)
-            .filter(|&r| self.takes(group, r))
-            .count();
-        self.progress.skip(left as u64);
+        if !self.budgeted(group, &group.cells[c]) {
+            let left = (run..group.cells[c].max_runs)
+                .filter(|&r| self.takes(group, r))
+                .count();
+            self.progress.skip(left as u64);
+        } else if group
+            .cells
+            .iter()
+            .zip(&state.stopped)
+            .all(|(cell, stopped)| *stopped || !self.budgeted(group, cell))
+        {
+            self.spend_budget(state);
+        }
     }
 
-    /// Counts a cell's measured run `run` made (or found made) on the progress bar, which counts
-    /// `max_runs` a cell ([`Plan::measured_runs`]): a sliced cell's rounds past them are made
-    /// in the time of the runs its concluded peers skipped ([`Cell::rounds_at_most`]).
-    fn count_done(&self, cell: &Cell, run: u32) {
-        if run < cell.max_runs {
+    /// Whether a cell's runs share its group's budget of rounds' time ([`Cell::rounds_at_most`]).
+    fn budgeted(&self, group: &BootGroup, cell: &Cell) -> bool {
+        group.budget_arms(cell, &self.plan.baseline).is_some()
+    }
+
+    /// Counts the group's budget left on the progress bar: its cells that share it have stopped
+    /// (or have no rounds left).
+    fn spend_budget(&self, state: &mut GroupState) {
+        self.progress.skip(std::mem::take(&mut state.budget_left));
+    }
+
+    /// Counts a cell's measured run made (or found made) on the progress bar, which counts
+    /// `max_runs` a cell ([`Plan::measured_runs`]): a run of a cell that shares its group's
+    /// budget of rounds' time counts while the budget lasts (rounds past a cell's `max_runs`
+    /// are made in the time of the runs its concluded peers did not need).
+    fn count_done(&self, group: &BootGroup, state: &mut GroupState, cell: &Cell) {
+        if !self.budgeted(group, cell) {
+            self.progress.run_done();
+        } else if state.budget_left > 0 {
+            state.budget_left -= 1;
             self.progress.run_done();
         }
     }
@@ -575,7 +613,7 @@ impl<E: Executor> Scheduler<'_, E> {
             let ended = self.attempt(group, state, cell, id, &facts).await?;
             if ended == Ended::Counted {
                 self.totals.runs_ok += 1;
-                self.count_done(cell, run);
+                self.count_done(group, state, cell);
                 return Ok(());
             }
             if !tries.retry_left(ended, &self.plan.timeouts) {
@@ -584,7 +622,7 @@ impl<E: Executor> Scheduler<'_, E> {
             self.before_retry(ended).await;
             attempt += 1;
         }
-        self.give_up(group, cell, run, attempt);
+        self.give_up(group, state, cell, run, attempt);
         Ok(())
     }
 
@@ -765,20 +803,20 @@ impl<E: Executor> Scheduler<'_, E> {
     }
 
     /// A run whose every attempt failed, within its budgets: it counts as failed.
-    fn give_up(&mut self, group: &BootGroup, cell: &Cell, run: u32, attempts: u32) {
+    fn give_up(&mut self, group: &BootGroup, state: &mut GroupState, cell: &Cell, run: u32, attempts: u32) {
         self.totals.runs_failed += 1;
         self.progress.println(&format!(
             "{}x {} {} run {run}: given up after {attempts} attempts (the report counts it as failed)",
             group.level, cell.variant, cell.workload.id
         ));
-        self.count_done(cell, run);
+        self.count_done(group, state, cell);
     }
 
     /// A run the group's workers could not be brought up for: journaled failed, with why.
     fn record_unattempted(
         &mut self,
         group: &BootGroup,
-        state: &GroupState,
+        state: &mut GroupState,
         cell: &Cell,
         run: u32,
         attempt: u32,
@@ -787,7 +825,7 @@ impl<E: Executor> Scheduler<'_, E> {
         let why = state.broken.clone().unwrap_or_default();
         self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
         self.totals.runs_failed += 1;
-        self.count_done(cell, run);
+        self.count_done(group, state, cell);
         Ok(())
     }
 

@@ -166,11 +166,10 @@ fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) 
         .find(|&r| enough(r))
 }
 
-/// How far a cell's rounds before a slot have gone towards its most runs, in whole rounds
-/// times `per_round` ([`Spent::full`]): a round counts 1 ([`Spent::Rounds`]), or, for a
-/// sliced cell under `runs: {until: concluded}` ([`crate::sweep::plan::Cell::rounds_at_most`]),
-/// by the arms it ran of the `arms` it started with ([`Spent::Arms`]): a round of 3 of 10
-/// arms spends 0.3 of a round's time.
+/// How far a cell's rounds have gone towards its most runs: a round counts 1
+/// ([`Spent::Rounds`]), or, for a sliced cell under `runs: {until: concluded}`
+/// ([`crate::sweep::plan::Cell::rounds_at_most`]), the arms it ran of the arms its rounds
+/// start with ([`Spent::Arms`]): a round of 3 of 10 arms spends 0.3 of a whole round's time.
 enum Spent {
     Rounds,
     Arms(usize),
@@ -184,7 +183,7 @@ impl Spent {
         }
     }
 
-    /// `rounds` whole rounds, in the unit [`Spent::before`] counts.
+    /// `rounds` whole rounds, in the unit [`Spent::before_each`] counts.
     fn full(&self, rounds: u32) -> u64 {
         match self {
             Spent::Rounds => u64::from(rounds),
@@ -192,23 +191,26 @@ impl Spent {
         }
     }
 
-    /// What the rounds before slot `r` spent: `r`, or the arms with an attempt journaled in
-    /// each (the cells sliced with `cell`; a round's arms are attempted together, on
-    /// whichever host made it).
-    fn before(&self, settled: &Settled, group: &BootGroup, cell: &Cell, r: u32) -> u64 {
-        match self {
-            Spent::Rounds => u64::from(r),
-            Spent::Arms(_) => {
-                let arms: Vec<&Cell> = group.cells.iter().filter(|c| c.sliced_with(cell)).collect();
-                (0..r)
-                    .map(|j| {
-                        arms.iter()
-                            .filter(|c| settled.last_attempt(&measured_key(group, c, j)) > 0)
-                            .count() as u64
-                    })
-                    .sum()
-            }
-        }
+    /// What the rounds before each slot `0..=last` spent (one pass over the rounds): `r`
+    /// before slot `r`, or the arms with an attempt journaled in each round before it (the
+    /// cells sliced with `cell`; a round's arms are attempted together, on whichever host made
+    /// it).
+    fn before_each(&self, settled: &Settled, group: &BootGroup, cell: &Cell, last: u32) -> Vec<u64> {
+        let arms: Vec<&Cell> = match self {
+            Spent::Rounds => return (0..=u64::from(last)).collect(),
+            Spent::Arms(_) => group.cells.iter().filter(|c| c.sliced_with(cell)).collect(),
+        };
+        let in_round = |j: u32| {
+            arms.iter()
+                .filter(|c| settled.last_attempt(&measured_key(group, c, j)) > 0)
+                .count() as u64
+        };
+        std::iter::once(0)
+            .chain((0..last).scan(0, |total, j| {
+                *total += in_round(j);
+                Some(*total)
+            }))
+            .collect()
     }
 }
 
@@ -250,11 +252,13 @@ fn decided_by_conclusion<'a>(
             }
         }
         let spent = Spent::of(plan, group, cell);
-        let budget = spent.full(cell.max_runs);
-        return (last.min(run)..=run).find(|&r| {
-            stops(r)
-                && (r >= last || r >= cell.rounds_at_most || spent.before(settled, group, cell, r) >= budget)
-        });
+        let (budget, before) = (
+            spent.full(cell.max_runs),
+            spent.before_each(settled, group, cell, run.min(cell.rounds_at_most)),
+        );
+        let spent_all = |r: u32| before.get(r as usize).is_some_and(|&s| s >= budget);
+        return (last.min(run)..=run)
+            .find(|&r| stops(r) && (r >= last || r >= cell.rounds_at_most || spent_all(r)));
     }
     let (this, base) = (key(&cell.variant), key(&plan.baseline));
     let attempted = |k: &CellKey<'_>, j: u32| {
@@ -281,9 +285,7 @@ fn decided_by_conclusion<'a>(
     // (the slot p itself until comparisons leave a sliced round), up to the judged slots:
     // the rounds after them are not journaled yet.
     let spent = Spent::of(plan, group, cell);
-    let spent_before: Vec<u64> = (0..=judged.min(last))
-        .map(|r| spent.before(settled, group, cell, r))
-        .collect();
+    let spent_before = spent.before_each(settled, group, cell, judged.min(last));
     let reached =
         |p: u32, r: u32| r >= last || spent_before.get(r as usize).is_some_and(|&s| s >= spent.full(p));
     let looks: Vec<u32> = look_points(cell.runs, cell.max_runs, every)

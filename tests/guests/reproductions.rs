@@ -175,9 +175,14 @@ fn the_mutex_paradoxs_slower_contended_path_cuts_contended_acquisitions() {
     }
 }
 
+/// What the seed's adaptive spinning does that holds on any host: far fewer lock calls enter
+/// the kernel, at 1x and at 2x. Whether it keeps less of that edge at 2x (its spins on a
+/// preempted owner running out) is printed, not asserted: in this small form under TCG the
+/// 2x / 1x ratio of the edge was 0.58, 0.83, 1.19 and 1.21 in four runs (2026-12-07), and a
+/// test asserting it above 1 failed two of the last nine full tiers.
 #[test]
 #[cfg_attr(not(feature = "full-tests"), ignore = "full tier: boots guests (~25 s)")]
-fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcommit() {
+fn adaptive_spinning_makes_fewer_lock_syscalls_at_every_level() {
     let _one = common::one_sweep();
     let s = sweep(
         "seed001-small.yaml",
@@ -208,8 +213,9 @@ fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcom
         eprintln!("{level}x: adaptive / plain Kiter/s {kiter}; {}", line.join("; "));
         let plain = s.mean("work", "plain", level, "lock_syscall_pct");
         let adaptive = s.mean("work", "adaptive", level, "lock_syscall_pct");
+        // 0.23–0.48 of plain's in eight cells of this test (2026-12-05..07).
         assert!(
-            adaptive < plain,
+            adaptive < 0.75 * plain,
             "{level}x: lock syscalls {adaptive} % vs {plain} %"
         );
         edge.push(adaptive / plain);
@@ -224,12 +230,13 @@ fn adaptive_spinning_makes_fewer_lock_syscalls_and_loses_that_edge_under_overcom
             assert!((m["finish_spread"].as_f64().unwrap() - last / first).abs() < 1e-9);
         }
     }
-    // Spinning on an owner whose vCPU was preempted runs out its budget and sleeps after all.
-    assert!(
-        edge[1] > edge[0],
-        "adaptive / plain lock syscall share: 1x {:.3}, 2x {:.3}",
+    // Spinning on an owner whose vCPU was preempted runs out its budget and sleeps after all:
+    // reported, as this host does not show it reliably (the doc above).
+    eprintln!(
+        "adaptive / plain lock syscall share: 1x {:.3}, 2x {:.3} (2x / 1x {:.2})",
         edge[0],
-        edge[1]
+        edge[1],
+        edge[1] / edge[0]
     );
 }
 

@@ -43,7 +43,7 @@ impl<E: Executor> Scheduler<'_, E> {
             if ended == Ended::Counted {
                 for c in cells {
                     self.totals.runs_ok += 1;
-                    self.count_done(c, run);
+                    self.count_done(group, state, c);
                 }
                 return Ok(());
             }
@@ -54,7 +54,7 @@ impl<E: Executor> Scheduler<'_, E> {
             attempts.iter_mut().for_each(|a| *a += 1);
         }
         for (c, &a) in cells.iter().zip(&attempts) {
-            self.give_up(group, c, run, a);
+            self.give_up(group, state, c, run, a);
         }
         Ok(())
     }
