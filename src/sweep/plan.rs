@@ -80,25 +80,19 @@ impl BootGroup {
     /// The most rounds any of its cells can be in ([`Cell::rounds_at_most`]): the group's
     /// rounds.
     pub fn rounds(&self) -> u32 {
-        self.cells.iter().map(|c| c.rounds_at_most).max().unwrap_or(0)
+        self.cells.iter().map(Cell::rounds_at_most).max().unwrap_or(0)
     }
 
-    /// How many arms a sliced round of `cell`'s workload has at its start: the group's cells
-    /// sliced with it, itself included (0 for a cell that runs whole).
-    pub fn arms_of(&self, cell: &Cell) -> usize {
-        self.cells.iter().filter(|c| c.sliced_with(cell)).count()
-    }
-
-    /// A sliced cell's budget under `runs: {until: concluded}` ([`Cell::rounds_at_most`]):
-    /// how many arms its rounds start with, where its workload's baseline is sliced with it
-    /// in the group; None where its rounds are simply counted up to `max_runs`.
-    pub fn budget_arms(&self, cell: &Cell, baseline: &str) -> Option<usize> {
-        let arms = self.arms_of(cell);
+    /// What [`Cell::budget_arms`] is for `cell` of this group: the arms its sliced rounds
+    /// start with (the group's cells sliced with it, itself included) where it runs until
+    /// concluded and the baseline is one of them.
+    fn budget_arms_of(&self, cell: &Cell, baseline: &str) -> Option<u32> {
+        let arms = self.cells.iter().filter(|c| c.sliced_with(cell)).count();
         let baseline_sliced = self
             .cells
             .iter()
             .any(|c| c.variant == baseline && c.sliced_with(cell));
-        (cell.concluded.is_some() && arms >= 2 && baseline_sliced).then_some(arms)
+        (cell.concluded.is_some() && arms >= 2 && baseline_sliced).then_some(arms as u32)
     }
 
     /// The fewest measured runs of any of its cells: the rounds always made.
@@ -190,17 +184,15 @@ pub struct Cell {
     /// Measured runs always made.
     pub runs: u32,
     /// Most measured runs; more than `runs` only with a CV target or `until: concluded`.
-    /// Of a sliced cell under `until: concluded`, the rounds' budget in full rounds (see
-    /// `rounds_at_most`).
+    /// Of a cell with `budget_arms`, the rounds' budget in whole rounds.
     pub max_runs: u32,
-    /// The most rounds the cell can be in: `max_runs`, but for a sliced cell under `runs:
-    /// {until: concluded}` whose baseline is sliced with it, ⌈`max_runs` × arms / 2⌉. Its
-    /// rounds are shorter once comparisons concluded and left them (each arm keeps its
-    /// slices), so the comparisons still open get more rounds — more units, more degrees of
-    /// freedom — within the time of `max_runs` whole rounds: a cell has enough once its
-    /// rounds spent that many rounds' worth of arms (`sweep::stopping`), at most when only it
-    /// and the baseline are left.
-    pub rounds_at_most: u32,
+    /// Set for a sliced cell under `runs: {until: concluded}` whose baseline is sliced with
+    /// it: the arms its rounds start with. Its rounds are shorter once comparisons concluded
+    /// and left them (each arm keeps its slices), so the comparisons still open get more
+    /// rounds — more units, more degrees of freedom — within the time of `max_runs` whole
+    /// rounds: a cell has enough once its rounds spent `max_runs` × this many arm-runs
+    /// (`sweep::stopping`).
+    pub budget_arms: Option<u32>,
     pub target_cv: Option<f64>,
     /// Effect to make detectable against the baseline (see `sweep::stopping`).
     pub target_mde: Option<f64>,
@@ -213,6 +205,15 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// The most rounds the cell can be in: `max_runs`, or with [`Cell::budget_arms`],
+    /// ⌈`max_runs` × arms / 2⌉, when only it and the baseline are left.
+    pub fn rounds_at_most(&self) -> u32 {
+        match self.budget_arms {
+            Some(arms) => (self.max_runs * arms).div_ceil(2),
+            None => self.max_runs,
+        }
+    }
+
     /// Whether two cells run in one sliced run when both are due: the same workload, sliced
     /// alike.
     pub fn sliced_with(&self, other: &Cell) -> bool {
@@ -362,7 +363,7 @@ impl Plan {
                             argv,
                             runs,
                             max_runs,
-                            rounds_at_most: max_runs,
+                            budget_arms: None,
                             target_cv,
                             target_mde: s.runs.target_mde(),
                             concluded: None,
@@ -396,16 +397,13 @@ impl Plan {
         }
         let baseline = expand::baseline(s);
         for group in &mut boots {
-            let at_most: Vec<u32> = group
+            let budgets: Vec<Option<u32>> = group
                 .cells
                 .iter()
-                .map(|c| match group.budget_arms(c, &baseline) {
-                    Some(arms) => (c.max_runs as usize * arms).div_ceil(2) as u32,
-                    None => c.max_runs,
-                })
+                .map(|c| group.budget_arms_of(c, &baseline))
                 .collect();
-            for (cell, n) in group.cells.iter_mut().zip(at_most) {
-                cell.rounds_at_most = n;
+            for (cell, budget) in group.cells.iter_mut().zip(budgets) {
+                cell.budget_arms = budget;
             }
         }
         Ok(Self {

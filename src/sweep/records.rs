@@ -586,7 +586,7 @@ mod tests {
             argv: vec!["lock".into()],
             runs: 1,
             max_runs: 1,
-            rounds_at_most: 1,
+            budget_arms: None,
             target_cv: None,
             target_mde: None,
             concluded: None,

@@ -319,7 +319,7 @@ struct GroupState {
     /// done before): they are not warmed.
     stopped: Vec<bool>,
     /// The progress bar's runs left (on this host) of the group's cells that share a budget of
-    /// rounds' time ([`Cell::rounds_at_most`]): each run of theirs counts one until it is
+    /// rounds' time ([`Cell::budget_arms`]): each run of theirs counts one until it is
     /// spent, and what is left counts when the last of them stops.
     budget_left: u64,
 }
@@ -442,7 +442,7 @@ impl<E: Executor> Scheduler<'_, E> {
         let budget_left = cells
             .iter()
             .zip(&active)
-            .filter(|(c, a)| **a && self.budgeted(group, c))
+            .filter(|(c, a)| **a && c.budget_arms.is_some())
             .map(|(c, _)| (0..c.max_runs).filter(|&r| self.takes(group, r)).count() as u64)
             .sum();
         Some(GroupState {
@@ -499,7 +499,7 @@ impl<E: Executor> Scheduler<'_, E> {
             self.sync();
             let cell = &group.cells[c];
             match self.next_run(group, cell, round, state.broken.is_some()) {
-                Next::Done => self.count_done(group, state, cell),
+                Next::Done => self.count_done(state, cell),
                 Next::Enough => self.stop(group, state, c, round),
                 Next::Run => {
                     let sliced = self.sliced_with(group, state, &order[at..], round);
@@ -520,7 +520,7 @@ impl<E: Executor> Scheduler<'_, E> {
     /// left on this host count as done.
     fn stop(&mut self, group: &BootGroup, state: &mut GroupState, c: usize, run: u32) {
         state.stopped[c] = true;
-        if !self.budgeted(group, &group.cells[c]) {
+        if group.cells[c].budget_arms.is_none() {
             let left = (run..group.cells[c].max_runs)
                 .filter(|&r| self.takes(group, r))
                 .count();
@@ -529,15 +529,10 @@ impl<E: Executor> Scheduler<'_, E> {
             .cells
             .iter()
             .zip(&state.stopped)
-            .all(|(cell, stopped)| *stopped || !self.budgeted(group, cell))
+            .all(|(cell, stopped)| *stopped || cell.budget_arms.is_none())
         {
             self.spend_budget(state);
         }
-    }
-
-    /// Whether a cell's runs share its group's budget of rounds' time ([`Cell::rounds_at_most`]).
-    fn budgeted(&self, group: &BootGroup, cell: &Cell) -> bool {
-        group.budget_arms(cell, &self.plan.baseline).is_some()
     }
 
     /// Counts the group's budget left on the progress bar: its cells that share it have stopped
@@ -550,8 +545,8 @@ impl<E: Executor> Scheduler<'_, E> {
     /// `max_runs` a cell ([`Plan::measured_runs`]): a run of a cell that shares its group's
     /// budget of rounds' time counts while the budget lasts (rounds past a cell's `max_runs`
     /// are made in the time of the runs its concluded peers did not need).
-    fn count_done(&self, group: &BootGroup, state: &mut GroupState, cell: &Cell) {
-        if !self.budgeted(group, cell) {
+    fn count_done(&self, state: &mut GroupState, cell: &Cell) {
+        if cell.budget_arms.is_none() {
             self.progress.run_done();
         } else if state.budget_left > 0 {
             state.budget_left -= 1;
@@ -566,7 +561,7 @@ impl<E: Executor> Scheduler<'_, E> {
 
     /// Whether a cell still has a measured run to make.
     fn has_work(&self, group: &BootGroup, cell: &Cell) -> bool {
-        for i in (0..cell.rounds_at_most).filter(|&i| self.takes(group, i)) {
+        for i in (0..cell.rounds_at_most()).filter(|&i| self.takes(group, i)) {
             match self.next_run(group, cell, i, false) {
                 Next::Done => continue,
                 Next::Enough => return false,
@@ -613,7 +608,7 @@ impl<E: Executor> Scheduler<'_, E> {
             let ended = self.attempt(group, state, cell, id, &facts).await?;
             if ended == Ended::Counted {
                 self.totals.runs_ok += 1;
-                self.count_done(group, state, cell);
+                self.count_done(state, cell);
                 return Ok(());
             }
             if !tries.retry_left(ended, &self.plan.timeouts) {
@@ -809,7 +804,7 @@ impl<E: Executor> Scheduler<'_, E> {
             "{}x {} {} run {run}: given up after {attempts} attempts (the report counts it as failed)",
             group.level, cell.variant, cell.workload.id
         ));
-        self.count_done(group, state, cell);
+        self.count_done(state, cell);
     }
 
     /// A run the group's workers could not be brought up for: journaled failed, with why.
@@ -825,7 +820,7 @@ impl<E: Executor> Scheduler<'_, E> {
         let why = state.broken.clone().unwrap_or_default();
         self.keep(cell, vec![records::unattempted_record(cell, id, &why)])?;
         self.totals.runs_failed += 1;
-        self.count_done(group, state, cell);
+        self.count_done(state, cell);
         Ok(())
     }
 
@@ -1104,7 +1099,7 @@ pub fn work_left(plan: &Plan, records: &[RunRecord]) -> usize {
     let mut left = 0;
     for group in &plan.boots {
         for cell in &group.cells {
-            for run in 0..cell.rounds_at_most {
+            for run in 0..cell.rounds_at_most() {
                 match next_run(&settled, records, plan, group, cell, run, false) {
                     Next::Done => {}
                     Next::Enough => break,

@@ -162,32 +162,29 @@ fn decided_at(
 /// saves work).
 fn first_stop(group: &BootGroup, cell: &Cell, judged: u32, enough: impl Fn(u32) -> bool) -> Option<u32> {
     (cell.runs.min(judged)..=judged)
-        .filter(|&r| group.may_stop_before(r, cell.rounds_at_most))
+        .filter(|&r| group.may_stop_before(r, cell.rounds_at_most()))
         .find(|&r| enough(r))
 }
 
 /// How far a cell's rounds have gone towards its most runs: a round counts 1
 /// ([`Spent::Rounds`]), or, for a sliced cell under `runs: {until: concluded}`
-/// ([`crate::sweep::plan::Cell::rounds_at_most`]), the arms it ran of the arms its rounds
+/// ([`crate::sweep::plan::Cell::budget_arms`]), the arms it ran of the arms its rounds
 /// start with ([`Spent::Arms`]): a round of 3 of 10 arms spends 0.3 of a whole round's time.
 enum Spent {
     Rounds,
-    Arms(usize),
+    Arms(u32),
 }
 
 impl Spent {
-    fn of(plan: &Plan, group: &BootGroup, cell: &Cell) -> Self {
-        match group.budget_arms(cell, &plan.baseline) {
-            Some(arms) => Spent::Arms(arms),
-            None => Spent::Rounds,
-        }
+    fn of(cell: &Cell) -> Self {
+        cell.budget_arms.map_or(Spent::Rounds, Spent::Arms)
     }
 
     /// `rounds` whole rounds, in the unit [`Spent::before_each`] counts.
     fn full(&self, rounds: u32) -> u64 {
         match self {
             Spent::Rounds => u64::from(rounds),
-            Spent::Arms(arms) => u64::from(rounds) * *arms as u64,
+            Spent::Arms(arms) => u64::from(rounds) * u64::from(*arms),
         }
     }
 
@@ -235,7 +232,7 @@ fn decided_by_conclusion<'a>(
         level: group.level,
         workload: &cell.workload.id,
     };
-    let stops = |r: u32| group.may_stop_before(r, cell.rounds_at_most);
+    let stops = |r: u32| group.may_stop_before(r, cell.rounds_at_most());
     if cell.variant == plan.baseline {
         let level = plan
             .level_boots
@@ -251,14 +248,14 @@ fn decided_by_conclusion<'a>(
                 last = last.max(decided_by_conclusion(settled, records, plan, g, c, run, rule)?);
             }
         }
-        let spent = Spent::of(plan, group, cell);
+        let spent = Spent::of(cell);
         let (budget, before) = (
             spent.full(cell.max_runs),
-            spent.before_each(settled, group, cell, run.min(cell.rounds_at_most)),
+            spent.before_each(settled, group, cell, run.min(cell.rounds_at_most())),
         );
         let spent_all = |r: u32| before.get(r as usize).is_some_and(|&s| s >= budget);
         return (last.min(run)..=run)
-            .find(|&r| stops(r) && (r >= last || r >= cell.rounds_at_most || spent_all(r)));
+            .find(|&r| stops(r) && (r >= last || r >= cell.rounds_at_most() || spent_all(r)));
     }
     let (this, base) = (key(&cell.variant), key(&plan.baseline));
     let attempted = |k: &CellKey<'_>, j: u32| {
@@ -279,12 +276,12 @@ fn decided_by_conclusion<'a>(
     // corrected for.
     // The plan's α was corrected for the looks of this same period.
     let every = group.balanced_every(plan.schedule.order);
-    let last = cell.rounds_at_most;
+    let last = cell.rounds_at_most();
     let balanced = |r: u32| r.is_multiple_of(every) || r >= last;
     // A look at p rounds is at the first slot whose rounds before it spent p whole rounds
     // (the slot p itself until comparisons leave a sliced round), up to the judged slots:
     // the rounds after them are not journaled yet.
-    let spent = Spent::of(plan, group, cell);
+    let spent = Spent::of(cell);
     let spent_before = spent.before_each(settled, group, cell, judged.min(last));
     let reached =
         |p: u32, r: u32| r >= last || spent_before.get(r as usize).is_some_and(|&s| s >= spent.full(p));
@@ -501,7 +498,7 @@ mod tests {
             p.boots[0]
                 .cells
                 .iter()
-                .all(|c| c.max_runs == 12 && c.rounds_at_most == 24)
+                .all(|c| c.max_runs == 12 && c.rounds_at_most() == 24)
         );
         // c: unclear over 3 rounds (log ratios −0.69, −0.11, −0.69: t 2.5 on 2 df), clear over 6
         // (three more at 0.6: t 5.8 on 5 df, p 0.002 < 0.05 / (3 × 4)); d swings ±20 %.
@@ -578,7 +575,7 @@ mod tests {
         let variants: Vec<(&str, &str)> = names.iter().map(|(n, a)| (n.as_str(), *a)).collect();
         let p = plan_of(&variants, "{until: concluded, min: 3, max: 12}", "");
         let group = &p.boots[0];
-        assert_eq!(group.budget_arms(&group.cells[0], &p.baseline), Some(5));
+        assert_eq!(group.cells[0].budget_arms, Some(5));
         let rule = group.cells[0].concluded.unwrap();
         let mut rng = fastrand::Rng::with_seed(59);
         let mut gauss = move || {

@@ -8,8 +8,9 @@
 //! vCPU waits about a third of the time for a host CPU, by a ratio within [1.15, 2.2] of 0.5x's
 //! (1.5 with every vCPU busy throughout; the guests' start and end are not perfectly
 //! together), over runs the host's other load did not disturb: the sweep waits out other tests'
-//! guests (up to 5 min) rather than count a run they slowed. Then a command the guest's shell cannot find stops the sweep as bad input (exit
-//! 2) with the shell's words, and nothing is retried.
+//! guests (up to 5 min) rather than count a run they slowed. Then a command the guest's shell
+//! cannot find stops the sweep as bad input (exit 2) with the shell's words, and nothing is
+//! retried.
 
 use std::process::Command;
 

@@ -43,7 +43,7 @@ impl<E: Executor> Scheduler<'_, E> {
             if ended == Ended::Counted {
                 for c in cells {
                     self.totals.runs_ok += 1;
-                    self.count_done(group, state, c);
+                    self.count_done(state, c);
                 }
                 return Ok(());
             }
@@ -71,9 +71,7 @@ impl<E: Executor> Scheduler<'_, E> {
         facts: &serde_json::Value,
     ) -> anyhow::Result<Ended> {
         state.seq += 1;
-        let asked = cells[0].slice.expect("a sliced cell has its slice");
-        // Every cell of the group sliced with these: the round's arms at its start.
-        let spec = asked;
+        let spec = cells[0].slice.expect("a sliced cell has its slice");
         let arms: Vec<&[String]> = cells.iter().map(|c| c.argv.as_slice()).collect();
         let argv = sliced::argv(spec, &arms);
         let outcome = self

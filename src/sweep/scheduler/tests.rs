@@ -2338,12 +2338,12 @@ async fn a_sliced_round_shrinks_as_variants_conclude_and_the_open_ones_get_more_
         plan.boots[0]
             .cells
             .iter()
-            .all(|c| c.max_runs == 8 && c.rounds_at_most == 12),
+            .all(|c| c.max_runs == 8 && c.rounds_at_most() == 12),
         "{:?}",
         plan.boots[0]
             .cells
             .iter()
-            .map(|c| c.rounds_at_most)
+            .map(|c| c.rounds_at_most())
             .collect::<Vec<_>>()
     );
     let o = sweep(&plan, script, vec![], dir.path()).await;
